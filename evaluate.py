@@ -1,0 +1,310 @@
+"""Run every strategy on every case and grade what reaches the request.
+
+    python evaluate.py                              # JSON report on stdout
+    python evaluate.py --format table               # the summary as a Markdown table
+    python evaluate.py --cases my-cases.json        # evaluate another case set
+    python evaluate.py --output evaluation-result.json   # also record the report (atomically)
+    python evaluate.py --compare evaluation-result.json  # what changed against an older report
+
+The grader checks each case's required facts and stale (replaced) facts by
+exact text match, raw or as the notes block escapes them, in the messages a
+strategy selected. That says what a model would be able to see. It calls no
+model and grades no answer (answer_check.py does that), and it records no
+timing: selection and counting are deterministic, so one trial is enough.
+
+The report records the SHA-256 of the case set, of strategies.py and of
+tokenizer-manifest.json, so a recorded result names exactly what produced it.
+Expected mistakes (a malformed case set, an unprepared counter, an unreadable
+report to compare with) print one line and exit 2, without a traceback.
+"""
+import argparse
+import hashlib
+import json
+from pathlib import Path
+import platform
+import sys
+
+from strategies import STRATEGIES, escape, allowance
+from tokenizer import CounterError, count_request, counter
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / 'cases.json'
+CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
+BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
+SPLITS = ('dev', 'held_out')  # reported separately, in this order
+GRADER = 'exact substring match of required and stale facts, raw or escaped, in the selected messages'
+PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
+
+
+class CaseError(ValueError):
+    """The case set is malformed; the message names the file, the case and the field."""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_json(path: Path, what: str):
+    try:
+        text = path.read_text(encoding='utf-8')
+    except OSError as error:
+        raise CaseError(f'{path}: cannot read the {what}: {error.strerror}') from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CaseError(f'{path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}') from None
+
+
+def check_budget(where: str, budget) -> None:
+    if not isinstance(budget, dict) or set(budget) != set(BUDGET_FIELDS):
+        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}')
+    for name in BUDGET_FIELDS:
+        value = budget[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CaseError(f'{where}: field budget.{name} must be a non-negative integer, got {value!r}')
+    if budget['context_limit'] - budget['max_new_tokens'] - budget['margin'] <= 0:
+        raise CaseError(f'{where}: field budget leaves no input allowance '
+                        '(context_limit - max_new_tokens - margin must be positive)')
+
+
+def check_case(where: str, case: dict) -> None:
+    """Raise CaseError for the first thing wrong with one case; `where` already names file and case."""
+    missing = [name for name in CASE_FIELDS if name not in case]
+    extra = sorted(set(case) - set(CASE_FIELDS))
+    if missing or extra:
+        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; '
+                        f'missing {missing}, unexpected {extra}')
+    for name in ('id', 'split', 'kind', 'instructions', 'current'):
+        if not isinstance(case[name], str) or not case[name].strip():
+            raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
+    if case['split'] not in SPLITS:
+        raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
+    if not isinstance(case['history'], list):
+        raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
+    for index, turn in enumerate(case['history']):
+        if not isinstance(turn, dict) or set(turn) != {'user', 'assistant'} \
+                or not all(isinstance(turn[role], str) for role in ('user', 'assistant')):
+            raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
+                            'the string fields user and assistant')
+    check_budget(where, case['budget'])
+    for name in ('required', 'stale'):
+        facts = case[name]
+        if not isinstance(facts, list) or not all(isinstance(fact, str) and fact for fact in facts):
+            raise CaseError(f'{where}: field {name} must be a list of non-empty strings')
+    if not case['required']:
+        raise CaseError(f'{where}: field required is empty; a case needs at least one required fact')
+    said = [turn[role] for turn in case['history'] for role in ('user', 'assistant')]
+    for name in ('required', 'stale'):
+        for fact in case[name]:
+            # A fact the conversation never states would look like a strategy failure.
+            if not any(fact in text for text in said):
+                raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history')
+
+
+def load_cases(path: Path) -> list[dict]:
+    """Read and validate a case set; raise CaseError naming file, case and field on the first problem."""
+    path = Path(path)
+    cases = read_json(path, 'case set')
+    if not isinstance(cases, list):
+        raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
+    seen = set()
+    for index, case in enumerate(cases):
+        if not isinstance(case, dict):
+            raise CaseError(f'{path}: case {index}: expected an object, got {type(case).__name__}')
+        label = case.get('id') if isinstance(case.get('id'), str) and case.get('id') else f'at index {index}'
+        where = f'{path}: case {label}'
+        check_case(where, case)
+        if case['id'] in seen:
+            raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
+        seen.add(case['id'])
+    return cases
+
+
+def grade(case: dict, selected: dict) -> dict:
+    """One report row: which required and stale facts reached the selected messages."""
+    text = '\n'.join(message['content'] for message in selected['messages'])
+
+    def present(fact: str) -> bool:
+        return fact in text or escape(fact) in text  # notes quote facts escaped
+
+    found = [fact for fact in case['required'] if present(fact)]
+    return {
+        'case': case['id'],
+        'split': case['split'],
+        'kind': case['kind'],
+        'turns': selected['turns'],
+        'notes': selected['notes'],
+        'input_tokens': selected['input_tokens'],
+        'within_budget': selected['input_tokens'] <= allowance(case),
+        'required_found': len(found),
+        'required_total': len(case['required']),
+        'missing': [fact for fact in case['required'] if fact not in found],
+        'stale_included': [fact for fact in case['stale'] if present(fact)],
+    }
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Totals for a list of rows.
+
+    Two rows, one with 1 of 1 facts in 40 tokens and one with 0 of 2 in 51, give
+    facts_found 1 of 3, fact_recall 0.333, complete_cases 1, mean_input_tokens 45.5.
+    """
+    found = sum(row['required_found'] for row in rows)
+    total = sum(row['required_total'] for row in rows)
+    return {
+        'cases': len(rows),
+        'facts_found': found,
+        'facts_total': total,
+        'fact_recall': round(found / total, 3),
+        'complete_cases': sum(row['required_found'] == row['required_total'] for row in rows),
+        'cases_with_stale_facts': sum(bool(row['stale_included']) for row in rows),
+        'over_budget': sum(not row['within_budget'] for row in rows),
+        'mean_input_tokens': round(sum(row['input_tokens'] for row in rows) / len(rows), 1),
+    }
+
+
+def evaluate_cases(cases: list[dict], count=count_request, progress=None) -> dict:
+    """Per-strategy rows for every case, in case-set order."""
+    rows = {name: [] for name in STRATEGIES}
+    for done, case in enumerate(cases, 1):
+        for name, strategy in STRATEGIES.items():
+            rows[name].append(grade(case, strategy(case, count)))
+        if progress:
+            progress(done, len(cases))
+    return rows
+
+
+def report_progress(done: int, total: int) -> None:
+    if done == total or done % max(1, total // 20) == 0:
+        print(f'evaluate.py: {done} of {total} cases', file=sys.stderr, flush=True)
+
+
+def run(path: Path = CASES) -> dict:
+    """The full report for a case set."""
+    path = Path(path)
+    cases = load_cases(path)
+    progress = report_progress if len(cases) > PROGRESS_ABOVE else None
+    rows = evaluate_cases(cases, count_request, progress)
+    return {
+        'case_set': path.name,
+        'case_set_sha256': sha256(path),
+        'strategies_sha256': sha256(HERE / 'strategies.py'),
+        'tokenizer_manifest_sha256': sha256(HERE / 'tokenizer-manifest.json'),
+        'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
+        'counter': counter().profile(),
+        'trials': 1,
+        'grader': GRADER,
+        'summary': {name: {split: summarize([row for row in strategy_rows if row['split'] == split])
+                           for split in SPLITS if any(row['split'] == split for row in strategy_rows)}
+                    for name, strategy_rows in rows.items()},
+        'cases': rows,
+    }
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False) + '\n'
+
+
+def table(report: dict) -> str:
+    """The summary as the Markdown table the README shows."""
+    lines = ['| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
+             '|---|---|---|---|---|---|']
+    for name, splits in report['summary'].items():
+        for split, s in splits.items():
+            lines.append(f"| {name} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
+                         f"{s['complete_cases']} of {s['cases']} | {s['cases_with_stale_facts']} | "
+                         f"{s['mean_input_tokens']:g} |")
+    return '\n'.join(lines) + '\n'
+
+
+def facts_delta(label: str, old: list[str], new: list[str]) -> list[str]:
+    gone = [fact for fact in old if fact not in new]
+    came = [fact for fact in new if fact not in old]
+    return ([f'{label} gone: {gone}'] if gone else []) + ([f'{label} appeared: {came}'] if came else [])
+
+
+def row_changes(old: dict, new: dict) -> list[str]:
+    """What changed in one (strategy, case) row, in reviewer's terms.
+
+    Old missing ['x'] and new missing [] give ["facts gained: ['x']"].
+    """
+    out = []
+    lost = [fact for fact in new['missing'] if fact not in old['missing']]
+    gained = [fact for fact in old['missing'] if fact not in new['missing']]
+    out += [f'facts lost: {lost}'] if lost else []
+    out += [f'facts gained: {gained}'] if gained else []
+    out += facts_delta('stale facts', old['stale_included'], new['stale_included'])
+    for field in ('turns', 'notes', 'input_tokens', 'within_budget', 'required_total', 'split', 'kind'):
+        if old[field] != new[field]:
+            out.append(f'{field} {old[field]} -> {new[field]}')
+    return out
+
+
+def compare(old: dict, new: dict) -> list[str]:
+    """Every difference between two reports except the environment, one line each; [] when equal."""
+    lines = []
+    for key in ('case_set', 'case_set_sha256', 'strategies_sha256', 'tokenizer_manifest_sha256',
+                'counter', 'trials', 'grader'):
+        if old.get(key) != new.get(key):
+            lines.append(f'{key}: {old.get(key)} -> {new.get(key)}')
+    for name in dict.fromkeys([*old.get('cases', {}), *new.get('cases', {})]):
+        old_rows = {row['case']: row for row in old.get('cases', {}).get(name, [])}
+        new_rows = {row['case']: row for row in new.get('cases', {}).get(name, [])}
+        for case_id in dict.fromkeys([*old_rows, *new_rows]):
+            if case_id not in new_rows:
+                lines.append(f'{name} {case_id}: case removed')
+            elif case_id not in old_rows:
+                lines.append(f'{name} {case_id}: case added')
+            else:
+                lines += [f'{name} {case_id}: {change}' for change in row_changes(old_rows[case_id], new_rows[case_id])]
+        for split in dict.fromkeys([*old.get('summary', {}).get(name, {}), *new.get('summary', {}).get(name, {})]):
+            before = old.get('summary', {}).get(name, {}).get(split, {})
+            after = new.get('summary', {}).get(name, {}).get(split, {})
+            for field in dict.fromkeys([*before, *after]):
+                if before.get(field) != after.get(field):
+                    lines.append(f'{name} {split} summary: {field} {before.get(field)} -> {after.get(field)}')
+    return lines
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f'.{path.name}.tmp')
+    temporary.write_text(text, encoding='utf-8')
+    temporary.replace(path)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description='Run the four context-selection strategies on a case set and grade which required and '
+                    'stale facts reach each request. Prints the report as JSON by default.')
+    parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
+    parser.add_argument('--format', choices=('json', 'table'), default='json',
+                        help='json: the full report (default); table: the summary as a Markdown table')
+    parser.add_argument('--output', type=Path, help='also write the JSON report to this file (temp file, then rename)')
+    parser.add_argument('--compare', type=Path, metavar='OLD.json',
+                        help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    try:
+        old = read_json(args.compare, 'report to compare with') if args.compare else None
+        if old is not None and not (isinstance(old, dict) and isinstance(old.get('cases'), dict)
+                                    and isinstance(old.get('summary'), dict)):
+            raise CaseError(f'{args.compare}: not an evaluate.py report (expected an object with cases and summary)')
+        report = run(args.cases)
+    except (CaseError, CounterError) as error:
+        print(f'evaluate.py: {error}', file=sys.stderr)
+        return 2
+    if args.output:
+        write_atomically(args.output, to_json(report))
+    if old is not None:
+        changes = compare(old, report)
+        print('\n'.join(changes) if changes else f'no change against {args.compare}')
+        return 1 if changes else 0
+    print(table(report) if args.format == 'table' else to_json(report), end='')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))
