@@ -1,0 +1,233 @@
+"""Ask the pinned Gemma 4 E2B build for one answer through a local Ollama server.
+
+    python answer_model.py    # checks the server and the pinned build; sends no chat request
+
+answer-model.json pins the build: the Ollama tag gemma4:e2b, the sha256 digest
+of its manifest, and the sampling options. AnswerModel checks, before its first
+chat request, that the server answers /api/version and that /api/tags lists the
+tag with exactly the pinned digest. A server with another build is refused, so
+no answer can come from weights other than the pinned ones.
+
+The server address comes from OLLAMA_HOST, as for the ollama command itself
+(default http://127.0.0.1:11434). Every failure a user can cause or fix, such
+as a server that is down, a model that is not pulled, a busy queue or a
+timeout, raises AnswerModelError with one line naming the host and what to do.
+
+It writes nothing. It does not pull or delete models, does not stream, does
+not retry, and does not use a proxy: the server is meant to be on this machine.
+Each request body is serialised once by encode(), and exactly those bytes are
+sent, so answer_check.py can record the sha256 of the request the model saw.
+"""
+import hashlib
+import json
+import os
+from pathlib import Path
+import sys
+from urllib.parse import urlsplit
+
+import requests
+
+HERE = Path(__file__).parent
+MODEL_PATH = HERE / 'answer-model.json'
+
+DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on by default
+DEFAULT_PORT = 11434
+CHECK_TIMEOUT = 10.0   # seconds; /api/version and /api/tags answer at once on a live server
+CHAT_TIMEOUT = 600.0   # seconds; the first chat loads the weights, which can take minutes on a CPU
+
+# The fields answer-model.json must have; a recording copies them into its model block.
+MODEL_FIELDS = ('checked_on', 'publisher_model', 'license', 'ollama_tag', 'ollama_digest', 'ollama_version',
+                'quantization', 'parameters', 'options', 'think', 'trials', 'seeds')
+SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
+
+
+class AnswerModelError(Exception):
+    """A problem the user can fix: the message says where and what to do."""
+
+
+class PinError(AnswerModelError):
+    """The server does not hold the pinned build under the pinned tag."""
+
+
+def load_model(path: Path = MODEL_PATH) -> dict:
+    """Read and check the pinned model block."""
+    try:
+        model = json.loads(Path(path).read_text(encoding='utf-8'))
+    except FileNotFoundError:
+        raise AnswerModelError(f'{path}: file not found; it pins the answer model and ships with the lab') from None
+    except json.JSONDecodeError as error:
+        raise AnswerModelError(f'{path}: not valid JSON ({error})') from None
+    if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
+        raise AnswerModelError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
+    if not isinstance(model['options'], dict) or set(model['options']) != set(SAMPLING_OPTIONS):
+        raise AnswerModelError(f'{path}: options must be exactly {sorted(SAMPLING_OPTIONS)}')
+    seeds = model['seeds']
+    if (not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds)
+            or len(set(seeds)) != len(seeds) or len(seeds) != model['trials']):
+        raise AnswerModelError(f'{path}: seeds must be {model["trials"]} distinct integers, one per trial')
+    if model['think'] is not False:
+        raise AnswerModelError(f'{path}: think must be false; the recording asks for answers without thinking')
+    return model
+
+
+def ollama_host(value: str | None) -> str:
+    """The base URL for OLLAMA_HOST's value, filled in the way the ollama command fills it."""
+    value = (value or '').strip().rstrip('/')
+    if not value:
+        return DEFAULT_HOST
+    if '://' not in value:
+        value = 'http://' + value
+    try:
+        has_port = urlsplit(value).port is not None
+    except ValueError:
+        raise AnswerModelError(f'OLLAMA_HOST={value!r} has an invalid port: set it like {DEFAULT_HOST}') from None
+    if not has_port and urlsplit(value).scheme == 'http':
+        parts = urlsplit(value)
+        value = parts._replace(netloc=f'{parts.netloc}:{DEFAULT_PORT}').geturl()
+    return value
+
+
+def chat_body(model: dict, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int,
+              seed: int) -> dict:
+    """The /api/chat body for one answer: pinned tag and sampling, one seed, the case's budget."""
+    body = {
+        'model': model['ollama_tag'],
+        'messages': messages,
+        # Ollama streams unless told not to, and turns thinking on for Gemma 4 by default.
+        'stream': False,
+        'think': model['think'],
+        'options': {**model['options'], 'seed': seed, 'num_ctx': num_ctx, 'num_predict': num_predict},
+    }
+    if tools:
+        body['tools'] = tools
+    return body
+
+
+def encode(body: dict) -> bytes:
+    """The one serialisation of a body: the bytes sent and the bytes hashed."""
+    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
+
+
+def request_sha256(body: dict) -> str:
+    return hashlib.sha256(encode(body)).hexdigest()
+
+
+def parse_answer(payload: dict, seed: int) -> dict:
+    """The parts of a /api/chat response that a recording keeps."""
+    message = payload.get('message')
+    if not isinstance(message, dict) or not isinstance(message.get('content'), str):
+        raise ValueError('the response has no message.content')
+    return {
+        'seed': seed,
+        'answer': message['content'],
+        'tool_calls': message.get('tool_calls') or [],
+        'done_reason': payload.get('done_reason'),
+        # Ollama leaves both counts out when they are zero.
+        'prompt_tokens': payload.get('prompt_eval_count', 0),
+        'answer_tokens': payload.get('eval_count', 0),
+    }
+
+
+class AnswerModel:
+    """A client for one Ollama server that talks only to the pinned build."""
+
+    def __init__(self, model: dict | None = None, host: str | None = None,
+                 timeout: float = CHAT_TIMEOUT, check_timeout: float = CHECK_TIMEOUT):
+        self.model = model if model is not None else load_model()
+        self.host = ollama_host(host if host is not None else os.environ.get('OLLAMA_HOST'))
+        self.timeout = timeout
+        self.check_timeout = check_timeout
+        self.session = requests.Session()
+        # The server is local: a proxy from the environment must not carry requests elsewhere.
+        self.session.trust_env = False
+        self.version: str | None = None  # set once verify() has passed
+
+    def verify(self) -> str:
+        """Check the server and the pinned digest once; return the server's version."""
+        if self.version is not None:
+            return self.version
+        version = self._call('GET', '/api/version', None, self.check_timeout).get('version')
+        if not isinstance(version, str) or not version:
+            raise AnswerModelError(f'{self.host}/api/version gave no version: '
+                                   'check that OLLAMA_HOST points at an Ollama server')
+        tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
+        listed = self._call('GET', '/api/tags', None, self.check_timeout).get('models')
+        if not isinstance(listed, list):
+            raise AnswerModelError(f'{self.host}/api/tags gave no model list: '
+                                   'check that OLLAMA_HOST points at an Ollama server')
+        entry = next((m for m in listed if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))), None)
+        if entry is None:
+            raise PinError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`, '
+                           f'then check that `ollama list` shows digest {expected[:12]}')
+        if entry.get('digest') != expected:
+            raise PinError(f'Ollama at {self.host} has {tag} with digest {entry.get("digest")}, '
+                           f'but the pinned build is {expected}: pull the pinned build '
+                           f'(`ollama pull {tag}`) and check `ollama list`; no answer is requested from another build')
+        self.version = version
+        return version
+
+    def answer(self, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int,
+               seed: int) -> dict:
+        """One answer from the pinned build: {seed, answer, tool_calls, done_reason, prompt_tokens, answer_tokens}."""
+        self.verify()
+        body = chat_body(self.model, messages, tools, num_ctx, num_predict, seed)
+        payload = self._call('POST', '/api/chat', encode(body), self.timeout)
+        try:
+            return parse_answer(payload, seed)
+        except ValueError as error:
+            raise AnswerModelError(f'Ollama at {self.host} answered /api/chat oddly ({error}): '
+                                   'upgrade Ollama or check its log') from None
+
+    def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
+        """One request; every way it can fail becomes one AnswerModelError naming the host."""
+        url = self.host + path
+        headers = {'Content-Type': 'application/json'} if data is not None else {}
+        try:
+            response = self.session.request(method, url, data=data, headers=headers, timeout=timeout)
+        except requests.Timeout:
+            raise AnswerModelError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
+                                   'check that the server is not stuck or overloaded, then run again') from None
+        except requests.ConnectionError:
+            raise AnswerModelError(f'no Ollama server answers at {self.host}: start it with `ollama serve`, '
+                                   'or set OLLAMA_HOST to the address it listens on') from None
+        except requests.RequestException as error:
+            raise AnswerModelError(f'cannot send a request to {self.host} ({error}): '
+                                   f'set OLLAMA_HOST like {DEFAULT_HOST}') from None
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        error = payload.get('error') if isinstance(payload, dict) else None
+        if response.status_code == 404:
+            tag = self.model['ollama_tag']
+            raise AnswerModelError(f'Ollama at {self.host} answered 404 to {path} ({error}): '
+                                   f'run `ollama pull {tag}` and check its digest with `ollama list`')
+        if response.status_code == 503:
+            raise AnswerModelError(f'Ollama at {self.host} is busy (503: {error}): '
+                                   'wait for its other requests to finish, then run again')
+        if response.status_code == 400:
+            raise AnswerModelError(f'Ollama at {self.host} rejected {path} as a bad request ({error}): '
+                                   f'upgrade Ollama; the pinned recording used {self.model["ollama_version"]}')
+        if response.status_code != 200 or error is not None:
+            raise AnswerModelError(f'Ollama at {self.host} answered HTTP {response.status_code} to {path} '
+                                   f'({error}): read the server log, then run again')
+        if not isinstance(payload, dict):
+            raise AnswerModelError(f'{self.host}{path} did not answer with a JSON object: '
+                                   'check that OLLAMA_HOST points at an Ollama server')
+        return payload
+
+
+def main() -> int:
+    try:
+        client = AnswerModel()
+        version = client.verify()
+    except AnswerModelError as error:
+        print(f'answer_model.py: {error}', file=sys.stderr)
+        return 1
+    print(f'Ollama {version} at {client.host} has {client.model["ollama_tag"]} '
+          f'with the pinned digest {client.model["ollama_digest"]}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
