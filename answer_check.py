@@ -1,0 +1,375 @@
+"""Record the pinned model's answers to each strategy's held-out requests, and grade them offline.
+
+    python answer_check.py record   # needs Ollama serving gemma4:e2b at the pinned digest, and `python prepare.py`
+    python answer_check.py          # offline: grades answer-result.json again, calls no model
+
+record builds every strategy's request for the six held-out cases and sends
+each one with the five seeds of answer-model.json: 4 x 6 x 5 = 120 calls, with
+num_ctx the case's context limit and num_predict its answer allowance. Only
+held-out cases are sent: the development cases shaped the strategies, so
+answers on them would say less. Progress goes to stderr. answer-result.json
+is replaced only when all 120 answers have arrived, so an interrupted or
+failed run leaves the previous recording as it was. Each answer keeps the
+sha256 of the exact /api/chat body sent and the input tokens the lab counted
+for it; the model block keeps the server's version.
+
+Grading reads the keys in answer-keys.json, written from the held-out cases'
+required and stale facts before any answer was recorded:
+    incomplete  the answer is empty
+    fail        a sentence presents a replaced decision as current, or a required key does not match
+    pass        every required key matches and no replaced decision is presented as current
+A fail that says the fact is missing is counted again under said_missing:
+saying "not in the conversation" is better than guessing. Grading writes
+answer-grades.json (the summary and every verdict) and prints a table and that
+JSON. It also lists, apart from the grades, every answer whose reported
+prompt_tokens differ from the counted input tokens (the model did not see the
+request that was counted), and every recorded answer whose request the
+current strategies, cases and answer-model.json would no longer send.
+
+It does not grade development cases, retry a failed call, or judge anything
+the keys do not name: 120 answers from a small model illustrate how the
+strategies behave; they do not rank them.
+"""
+import json
+import os
+from pathlib import Path
+import re
+import sys
+import tempfile
+
+from answer_model import MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, request_sha256
+from evaluate import CaseError, load_cases
+from strategies import STRATEGIES
+from tokenizer import CounterError, count_request
+
+HERE = Path(__file__).parent
+CASES_PATH = HERE / 'cases.json'
+KEYS_PATH = HERE / 'answer-keys.json'
+RESULT_PATH = HERE / 'answer-result.json'
+GRADES_PATH = HERE / 'answer-grades.json'
+
+SPLIT = 'held_out'  # the only split sent to the model
+TOOLS: list[dict] = []  # the requests offer the model no tools
+
+# The grader. A stale key only counts in a sentence that does not also say the
+# decision was replaced and does not also give the required fact.
+SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
+REPLACED = re.compile(r'replac|instead|not |no longer|switch|changed|actually|previous|originally|earlier', re.I)
+SAYS_MISSING = re.compile(
+    r"(do not|don't|does not|doesn't) (have|say|mention|state|specify|contain)"
+    r"|not (mention|state|specif|provide|includ|contain)|no information|not enough information|missing"
+    r"|not in the conversation|cannot (find|determine)|provide (more |the )?(context|conversation)", re.I)
+
+# Verdict reasons; summarize() counts two of them separately.
+NO_ANSWER = 'no answer'
+STALE_AS_CURRENT = 'presents a replaced decision as current'
+SAID_MISSING = 'says the fact is missing'
+FACT_ABSENT = 'required fact absent'
+EVERY_FACT = 'every required fact'
+VERDICTS = ('pass', 'fail', 'incomplete')
+
+# What each recorded answer holds: the client's reply, then what the lab knew about the request.
+ANSWER_FIELDS = ('seed', 'answer', 'tool_calls', 'done_reason', 'prompt_tokens', 'answer_tokens',
+                 'request_sha256', 'input_tokens')
+
+TABLE_HEADER = ('| Strategy | Pass | Fail | Of which said missing | Replaced decision as current '
+                '| Cases passed in every trial |\n|---|---|---|---|---|---|')
+
+
+class AnswerCheckError(Exception):
+    """A problem with the keys, cases or recording that the user can fix; the message says which."""
+
+
+def read_json(path: Path, what_to_do: str):
+    try:
+        return json.loads(Path(path).read_text(encoding='utf-8'))
+    except FileNotFoundError:
+        raise AnswerCheckError(f'{path}: file not found; {what_to_do}') from None
+    except json.JSONDecodeError as error:
+        raise AnswerCheckError(f'{path}: not valid JSON ({error}); {what_to_do}') from None
+
+
+def write_json(path: Path, data) -> None:
+    """Replace path in one step, so a reader never sees a half-written file."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
+            stream.write(json.dumps(data, indent=1, ensure_ascii=False) + '\n')
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; these files are shared
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def load_keys(path: Path = KEYS_PATH) -> dict:
+    """{case_id: {'must': [pattern, ...], 'stale': [pattern, ...]}}, every pattern a valid regex."""
+    keys = read_json(path, 'restore it from version control')
+    keys = keys.get('keys') if isinstance(keys, dict) else None
+    if not isinstance(keys, dict) or not keys:
+        raise AnswerCheckError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
+    for case_id, key in keys.items():
+        if not isinstance(key, dict) or set(key) != {'must', 'stale'} or not key['must']:
+            raise AnswerCheckError(f'{path}: {case_id} needs exactly "must" (at least one pattern) and "stale"')
+        for pattern in key['must'] + key['stale']:
+            try:
+                re.compile(pattern, re.I)
+            except (TypeError, re.error) as error:
+                raise AnswerCheckError(f'{path}: {case_id} pattern {pattern!r} is not a regex ({error})') from None
+    return keys
+
+
+def stale_as_current(text: str, key: dict) -> bool:
+    """True when some sentence names a replaced decision with no sign that it was replaced."""
+    for pattern in key['stale']:
+        for sentence in SENTENCE.split(text):
+            if (re.search(pattern, sentence, re.I) and not REPLACED.search(sentence)
+                    and not any(re.search(must, sentence, re.I) for must in key['must'])):
+                return True
+    return False
+
+
+def grade(case_id: str, answer: dict, keys: dict | None = None) -> tuple[str, str]:
+    """(verdict, reason) for one recorded answer to one held-out case."""
+    keys = keys if keys is not None else load_keys()
+    if case_id not in keys:
+        raise AnswerCheckError(f'no answer key for case {case_id} in answer-keys.json')
+    key, text = keys[case_id], answer['answer']
+    if not text.strip():
+        return 'incomplete', NO_ANSWER
+    if stale_as_current(text, key):
+        return 'fail', STALE_AS_CURRENT
+    if any(not re.search(must, text, re.I) for must in key['must']):
+        return 'fail', SAID_MISSING if SAYS_MISSING.search(text) else FACT_ABSENT
+    return 'pass', EVERY_FACT
+
+
+def summarize(recorded: dict, keys: dict | None = None) -> dict:
+    """Per strategy: pass, fail, incomplete, said_missing, stale_as_current, cases_passed_every_trial."""
+    keys = keys if keys is not None else load_keys()
+    out = {}
+    for strategy, cases in recorded['answers'].items():
+        graded = {case_id: [grade(case_id, a, keys) for a in answers] for case_id, answers in cases.items()}
+        every = [g for grades in graded.values() for g in grades]
+        out[strategy] = {
+            **{verdict: sum(g[0] == verdict for g in every) for verdict in VERDICTS},
+            'said_missing': sum(g[1] == SAID_MISSING for g in every),
+            'stale_as_current': sum(g[1] == STALE_AS_CURRENT for g in every),
+            'cases_passed_every_trial': sum(all(g[0] == 'pass' for g in grades) for grades in graded.values()),
+        }
+    return out
+
+
+def load_recording(path: Path = RESULT_PATH) -> dict:
+    """answer-result.json, checked field by field so grading never meets a half-formed answer."""
+    redo = 'record again with `python answer_check.py record`, or restore it from version control'
+    recorded = read_json(path, redo)
+    if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
+        raise AnswerCheckError(f'{path}: expected exactly "model" and "answers"; {redo}')
+    if not isinstance(recorded['model'], dict) or not isinstance(recorded['answers'], dict):
+        raise AnswerCheckError(f'{path}: "model" and "answers" must be objects; {redo}')
+    for strategy, cases in recorded['answers'].items():
+        if not isinstance(cases, dict):
+            raise AnswerCheckError(f'{path}: answers.{strategy} must map case ids to answer lists; {redo}')
+        for case_id, answers in cases.items():
+            where = f'{path}: answers.{strategy}.{case_id}'
+            if not isinstance(answers, list) or not answers:
+                raise AnswerCheckError(f'{where} must be a non-empty list; {redo}')
+            for index, answer in enumerate(answers):
+                if not isinstance(answer, dict) or set(answer) != set(ANSWER_FIELDS):
+                    raise AnswerCheckError(f'{where}[{index}]: fields must be exactly {list(ANSWER_FIELDS)}; {redo}')
+                if not isinstance(answer['answer'], str):
+                    raise AnswerCheckError(f'{where}[{index}]: answer must be a string; {redo}')
+    return recorded
+
+
+def held_out_cases(cases_path: Path) -> list[dict]:
+    return [case for case in load_cases(Path(cases_path)) if case['split'] == SPLIT]
+
+
+def planned_requests(cases: list[dict], model: dict, strategies: dict, count) -> list[dict]:
+    """Every request record() sends, in order: strategy, then case, then seed."""
+    plan = []
+    for name, strategy in strategies.items():
+        for case in cases:
+            selected = strategy(case, count)
+            budget = case['budget']
+            for seed in model['seeds']:
+                body = chat_body(model, selected['messages'], TOOLS, budget['context_limit'],
+                                 budget['max_new_tokens'], seed)
+                plan.append({'strategy': name, 'case': case['id'], 'seed': seed, 'body': body,
+                             'input_tokens': selected['input_tokens']})
+    return plan
+
+
+def record(cases_path: Path = CASES_PATH, result_path: Path = RESULT_PATH, *, model_path: Path = MODEL_PATH,
+           keys_path: Path = KEYS_PATH, client: AnswerModel | None = None, strategies: dict = STRATEGIES,
+           count=count_request, progress=None) -> dict:
+    """Ask the pinned model for every planned request; write result_path only if every call succeeds."""
+    progress = progress if progress is not None else sys.stderr
+    keys = load_keys(keys_path)
+    cases = held_out_cases(cases_path)
+    if sorted(case['id'] for case in cases) != sorted(keys):
+        # Checked before any call: a recording that cannot be graded is 120 wasted calls.
+        raise AnswerCheckError(f'{keys_path} has keys for {sorted(keys)}, but the held-out cases in '
+                               f'{cases_path} are {sorted(c["id"] for c in cases)}: make them the same')
+    client = client if client is not None else AnswerModel(load_model(model_path))
+    model = client.model
+    plan = planned_requests(cases, model, strategies, count)
+    version = client.verify()
+    if version != model['ollama_version']:
+        print(f'note: the server is Ollama {version}; the pinned recording used {model["ollama_version"]}. '
+              'The digest matches; the version is recorded with the answers.', file=progress)
+    answers: dict = {}
+    for number, item in enumerate(plan, 1):
+        print(f'call {number} of {len(plan)}: {item["strategy"]} {item["case"]} seed {item["seed"]}',
+              file=progress, flush=True)
+        body = item['body']
+        reply = client.answer(body['messages'], TOOLS, body['options']['num_ctx'],
+                              body['options']['num_predict'], item['seed'])
+        reply = {**reply, 'request_sha256': request_sha256(body), 'input_tokens': item['input_tokens']}
+        answers.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(reply)
+    result = {'model': {**model, 'ollama_version': version}, 'answers': answers}
+    write_json(result_path, result)
+    return result
+
+
+def token_mismatches(recorded: dict) -> list[dict]:
+    """Answers for which the server read a different number of prompt tokens than the lab counted."""
+    return [{'strategy': strategy, 'case': case_id, 'seed': a['seed'],
+             'prompt_tokens': a['prompt_tokens'], 'input_tokens': a['input_tokens']}
+            for strategy, cases in recorded['answers'].items()
+            for case_id, answers in cases.items() for a in answers
+            if a['prompt_tokens'] != a['input_tokens']]
+
+
+def outdated_requests(recorded: dict, current: dict) -> list[dict]:
+    """Recorded answers whose request is not what the current code would send.
+
+    current maps (strategy, case, seed) to the sha256 of today's request body.
+    """
+    out = []
+    for strategy, cases in recorded['answers'].items():
+        for case_id, answers in cases.items():
+            for a in answers:
+                now = current.get((strategy, case_id, a['seed']))
+                if now != a['request_sha256']:
+                    reason = 'no longer sent' if now is None else 'request changed'
+                    out.append({'strategy': strategy, 'case': case_id, 'seed': a['seed'], 'reason': reason})
+    return out
+
+
+def current_requests(cases_path: Path, model_path: Path, strategies: dict, count) -> dict:
+    """(strategy, case, seed) -> sha256 of the body record() would send today."""
+    plan = planned_requests(held_out_cases(cases_path), load_model(model_path), strategies, count)
+    return {(p['strategy'], p['case'], p['seed']): request_sha256(p['body']) for p in plan}
+
+
+def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
+    """The content of answer-grades.json."""
+    return {
+        'model': recorded['model'],
+        'answers_recorded': sum(len(a) for cases in recorded['answers'].values() for a in cases.values()),
+        'summary': summarize(recorded, keys),
+        'prompt_token_mismatches': token_mismatches(recorded),
+        'outdated_requests': outdated_requests(recorded, current),
+        'graded': every_verdict(recorded, keys),
+    }
+
+
+def every_verdict(recorded: dict, keys: dict) -> dict:
+    """{strategy: {case_id: [{seed, verdict, reason}, ...]}}, in recording order."""
+    out = {}
+    for strategy, cases in recorded['answers'].items():
+        out[strategy] = {}
+        for case_id, answers in cases.items():
+            out[strategy][case_id] = []
+            for a in answers:
+                verdict, reason = grade(case_id, a, keys)
+                out[strategy][case_id].append({'seed': a['seed'], 'verdict': verdict, 'reason': reason})
+    return out
+
+
+def table(grades: dict) -> str:
+    """The summary as a Markdown table, in the original's layout."""
+    rows = [TABLE_HEADER]
+    for strategy, s in grades['summary'].items():
+        answers = s['pass'] + s['fail'] + s['incomplete']
+        cases = len(grades['graded'][strategy])
+        rows.append(f'| {strategy} | {s["pass"]} of {answers} | {s["fail"]} | {s["said_missing"]} '
+                    f'| {s["stale_as_current"]} | {s["cases_passed_every_trial"]} of {cases} |')
+    incomplete = {strategy: s['incomplete'] for strategy, s in grades['summary'].items() if s['incomplete']}
+    if incomplete:
+        rows.append('Incomplete (empty answers): ' + ', '.join(f'{k} {v}' for k, v in incomplete.items()))
+    return '\n'.join(rows)
+
+
+def plural(number: int, noun: str) -> str:
+    return f'{number} {noun}' + ('' if number == 1 else 's')
+
+
+def checks(grades: dict) -> str:
+    """The two reports kept apart from the grades, as plain lines."""
+    lines = []
+    mismatches = grades['prompt_token_mismatches']
+    if mismatches:
+        lines.append(f'{plural(len(mismatches), "answer")} where the server read a different prompt '
+                     'than the one counted:')
+        lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
+                  f'the lab counted {m["input_tokens"]}' for m in mismatches]
+    else:
+        lines.append("Every answer's prompt_tokens equal the counted input tokens.")
+    outdated = grades['outdated_requests']
+    if outdated:
+        lines.append(f'{plural(len(outdated), "answer")} recorded for requests that the current strategies, '
+                     'cases and answer-model.json no longer send; record again:')
+        lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
+    else:
+        lines.append('Every recorded request is what the current strategies and cases send.')
+    return '\n'.join(lines)
+
+
+def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path,
+                strategies: dict = STRATEGIES, count=count_request) -> dict:
+    """Grade result_path, write grades_path, return what was written."""
+    keys = load_keys(keys_path)
+    recorded = load_recording(result_path)
+    # Recomputing today's requests needs the prepared counter; an empty recording needs nothing.
+    current = current_requests(cases_path, model_path, strategies, count) if recorded['answers'] else {}
+    grades = grade_recording(recorded, keys, current)
+    write_json(grades_path, grades)
+    return grades
+
+
+def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_path: Path = KEYS_PATH,
+         model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
+         client: AnswerModel | None = None, out=None, err=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    if argv not in ([], ['record']):
+        print('usage: python answer_check.py [record]', file=err)
+        return 2
+    try:
+        if argv == ['record']:
+            record(cases_path, result_path, model_path=model_path, keys_path=keys_path, client=client, progress=err)
+        grades = grade_files(cases_path, keys_path, model_path, result_path, grades_path)
+    except (AnswerCheckError, AnswerModelError, CaseError, CounterError) as error:
+        print(f'answer_check.py: {error}', file=err)
+        return 1
+    except KeyboardInterrupt:
+        print(f'answer_check.py: interrupted; {Path(result_path).name} is unchanged', file=err)
+        return 130
+    if grades['answers_recorded']:
+        print(table(grades), checks(grades), sep='\n\n', file=out)
+    else:
+        print(f'Nothing is recorded: {Path(result_path).name} holds the pinned model block and no answers.\n'
+              f'To record, start Ollama, run `ollama pull {grades["model"].get("ollama_tag", "gemma4:e2b")}` and '
+              'check its digest with `ollama list`, then run `python answer_check.py record` (120 calls).', file=out)
+    print(f'\n{Path(grades_path).name}:\n{json.dumps(grades, indent=1, ensure_ascii=False)}', file=out)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
