@@ -1,0 +1,441 @@
+"""Tests for the answer grader, the pinned Ollama client and the recording run.
+
+    python -m unittest -v test_answer_check.py
+
+Grading tests use the shipped answer-keys.json. Client and recording tests run
+the real requests-based client against a fake Ollama server that this file
+starts on 127.0.0.1 and that speaks the /api wire format; no model is called.
+Every file a test writes goes to a temporary directory; the shipped files are
+only read. Recording tests use the real strategies, cases and prepared counter,
+so `python prepare.py` must have run.
+"""
+import contextlib
+import hashlib
+import http.server
+import io
+import json
+import os
+from pathlib import Path
+import re
+import socket
+import tempfile
+import threading
+import time
+import unittest
+from unittest import mock
+
+import answer_check
+from answer_check import grade, load_keys, summarize
+from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
+from evaluate import load_cases
+from strategies import STRATEGIES
+from tokenizer import count_request
+
+HERE = Path(__file__).parent
+PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'
+OTHER = 'a' * 64
+HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
+SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
+TIMEOUT = 5.0  # seconds for every request a test makes; the fake answers in milliseconds
+
+
+def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_reason: str = 'stop') -> dict:
+    """A non-streamed /api/chat response as Ollama sends it: zero counts are left out."""
+    payload = {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z',
+               'message': {'role': 'assistant', 'content': content},
+               'done_reason': done_reason, 'done': True, 'total_duration': 1000}
+    if prompt_tokens:
+        payload['prompt_eval_count'] = prompt_tokens
+    if answer_tokens:
+        payload['eval_count'] = answer_tokens
+    return payload
+
+
+def counted_reply(body: dict, number: int) -> tuple[int, dict]:
+    """The server reads exactly the prompt the lab counted."""
+    return 200, reply(f'answer {number}', count_request(body['messages']), 3)
+
+
+class FakeOllama:
+    """An Ollama stand-in on 127.0.0.1 that records every request it receives.
+
+    chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1).
+    """
+
+    def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply):
+        self.requests: list[tuple[str, str, bytes]] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def send_json(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json; charset=utf-8')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client already gave up, as in the timeout test
+
+            def do_GET(self):
+                fake.requests.append(('GET', self.path, b''))
+                if self.path == '/api/version':
+                    self.send_json(200, {'version': SERVER_VERSION})
+                elif self.path == '/api/tags':
+                    self.send_json(200, {'models': [
+                        {'name': tag, 'model': tag, 'modified_at': '2026-10-20T00:00:00Z', 'size': 7162394016,
+                         'digest': digest, 'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'}}
+                        for tag in tags]})
+                else:
+                    self.send_json(404, {'error': 'not found'})
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get('Content-Length', 0)))
+                fake.requests.append(('POST', self.path, raw))
+                body = json.loads(raw)
+                if self.path != '/api/chat':
+                    self.send_json(404, {'error': 'not found'})
+                elif body.get('model') not in tags:
+                    self.send_json(404, {'error': f"model '{body.get('model')}' not found"})
+                else:
+                    self.send_json(*chat(body, len(fake.chats())))
+
+            def log_message(self, *args):
+                pass  # keep test output clean
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05},
+                                       daemon=True)
+
+    @property
+    def host(self) -> str:
+        return f'http://127.0.0.1:{self.server.server_address[1]}'
+
+    def chats(self) -> list[dict]:
+        return [json.loads(raw) for method, path, raw in self.requests if path == '/api/chat']
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=TIMEOUT)
+
+
+def closed_port() -> int:
+    """A loopback port that nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+def client_for(host: str, timeout: float = TIMEOUT) -> AnswerModel:
+    """The real client, finding the server through OLLAMA_HOST as a user's would."""
+    with mock.patch.dict(os.environ, {'OLLAMA_HOST': host}):
+        return AnswerModel(load_model(), timeout=timeout, check_timeout=timeout)
+
+
+def held_out_cases() -> list[dict]:
+    return [case for case in load_cases(HERE / 'cases.json') if case['split'] == 'held_out']
+
+
+def answer(text: str, seed: int = 1) -> dict:
+    return {'seed': seed, 'answer': text, 'tool_calls': [], 'done_reason': 'stop', 'prompt_tokens': 50,
+            'answer_tokens': 9, 'request_sha256': '0' * 64, 'input_tokens': 50}
+
+
+class KeysTest(unittest.TestCase):
+    def test_keys_cover_exactly_the_held_out_cases(self):
+        keys = load_keys()
+        self.assertEqual(sorted(keys), sorted(HELD_OUT))
+        self.assertEqual(sorted(case['id'] for case in held_out_cases()), sorted(HELD_OUT))
+
+    def test_every_key_matches_the_case_facts_it_was_written_from(self):
+        keys = load_keys()
+        for case in held_out_cases():
+            for kind, facts in (('must', case['required']), ('stale', case['stale'])):
+                for pattern in keys[case['id']][kind]:
+                    with self.subTest(case=case['id'], kind=kind, pattern=pattern):
+                        self.assertTrue(any(re.search(pattern, fact, re.I) for fact in facts))
+
+
+class GradeTest(unittest.TestCase):
+    def test_replaced_decision_presented_as_current_fails(self):
+        for text in ('We use RabbitMQ for the job queue.', 'The job queue is RabbitMQ.\nIt was decided early.'):
+            with self.subTest(text=text):
+                self.assertEqual(grade('held-correction', answer(text)),
+                                 ('fail', 'presents a replaced decision as current'))
+
+    def test_correction_named_together_with_the_replaced_decision_passes(self):
+        for text in ('Redis streams replaced RabbitMQ for the job queue.',
+                     'Use Redis streams. RabbitMQ was the earlier choice.',
+                     'Actually, the team switched from RabbitMQ to Redis streams.',
+                     'The job queue uses Redis streams, not RabbitMQ.'):
+            with self.subTest(text=text):
+                self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
+
+    def test_every_required_fact_passes(self):
+        for case_id, text in (('held-latest', 'Mateo reviews the pricing page.'),
+                              ('held-old-decision', 'Uploads go to object storage.'),
+                              ('held-pronoun', 'The limit is 3 attempts.'),
+                              ('held-spread', 'At least 14 characters; sessions expire after 30 minutes.'),
+                              ('held-buried', 'The gateway must allow 200 connections.')):
+            with self.subTest(case=case_id):
+                self.assertEqual(grade(case_id, answer(text)), ('pass', 'every required fact'))
+
+    def test_partial_facts_fail(self):
+        for case_id, text in (('held-spread', 'Passwords need at least 14 characters.'),
+                              ('held-spread', 'Sessions expire after 30 minutes.'),
+                              ('held-buried', 'The gateway must allow 2000 connections.'),
+                              ('held-pronoun', 'The limit is thirty attempts.')):
+            with self.subTest(case=case_id, text=text):
+                self.assertEqual(grade(case_id, answer(text)), ('fail', 'required fact absent'))
+
+    def test_saying_the_fact_is_not_in_the_conversation_fails_and_counts_as_said_missing(self):
+        text = 'That is not in the conversation.'
+        self.assertEqual(grade('held-buried', answer(text)), ('fail', 'says the fact is missing'))
+        recorded = {'answers': {'recent': {'held-buried': [answer(text)]}}}
+        self.assertEqual(summarize(recorded)['recent'],
+                         {'pass': 0, 'fail': 1, 'incomplete': 0, 'said_missing': 1, 'stale_as_current': 0,
+                          'cases_passed_every_trial': 0})
+
+    def test_empty_answer_is_incomplete(self):
+        for text in ('', '  \n'):
+            with self.subTest(text=text):
+                self.assertEqual(grade('held-latest', answer(text)), ('incomplete', 'no answer'))
+
+    def test_summary_counts_each_outcome_per_strategy(self):
+        recorded = {'answers': {
+            'notes': {'held-correction': [answer('We use RabbitMQ.', seed) for seed in (1, 2)],
+                      'held-latest': [answer('Mateo.', 1), answer('Mateo reviews it.', 2)]},
+            'recent': {'held-latest': [answer('Mateo.', 1), answer('', 2)],
+                       'held-buried': [answer("The conversation doesn't mention it.", 1),
+                                       answer('The gateway allows 200.', 2)]}}}
+        self.assertEqual(summarize(recorded), {
+            'notes': {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 0, 'stale_as_current': 2,
+                      'cases_passed_every_trial': 1},
+            'recent': {'pass': 2, 'fail': 1, 'incomplete': 1, 'said_missing': 1, 'stale_as_current': 0,
+                       'cases_passed_every_trial': 0}})
+
+
+class ClientTest(unittest.TestCase):
+    def test_non_pinned_digest_is_refused_before_any_chat_request(self):
+        with FakeOllama(digest=OTHER) as fake:
+            client = client_for(fake.host)
+            with self.assertRaises(PinError) as caught:
+                client.answer([{'role': 'user', 'content': 'Hi'}], [], num_ctx=384, num_predict=96, seed=1)
+        self.assertIn(f'digest {OTHER}', str(caught.exception))
+        self.assertIn(f'the pinned build is {PINNED}', str(caught.exception))
+        self.assertEqual([(m, p) for m, p, _ in fake.requests], [('GET', '/api/version'), ('GET', '/api/tags')])
+
+    def test_model_that_is_not_pulled_is_refused_before_any_chat_request(self):
+        with FakeOllama(tags=('llama3:8b',)) as fake:
+            with self.assertRaises(PinError) as caught:
+                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+        self.assertEqual(str(caught.exception),
+                         f'Ollama at {fake.host} has no gemma4:e2b: run `ollama pull gemma4:e2b`, '
+                         'then check that `ollama list` shows digest b37049369adf')
+        self.assertEqual(fake.chats(), [])
+
+    def test_server_that_is_down_gives_one_clear_message(self):
+        host = f'http://127.0.0.1:{closed_port()}'
+        with self.assertRaises(AnswerModelError) as caught:
+            client_for(host).verify()
+        self.assertEqual(str(caught.exception), f'no Ollama server answers at {host}: start it with '
+                                                '`ollama serve`, or set OLLAMA_HOST to the address it listens on')
+
+    def test_timeout_gives_one_clear_message(self):
+        def slow(body, number):
+            time.sleep(1.0)
+            return 200, reply('late')
+        with FakeOllama(chat=slow) as fake:
+            with self.assertRaises(AnswerModelError) as caught:
+                client_for(fake.host, timeout=0.2).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+        self.assertEqual(str(caught.exception), f'Ollama at {fake.host} did not answer /api/chat within 0.2 s: '
+                                                'check that the server is not stuck or overloaded, then run again')
+
+    def test_http_errors_give_one_clear_message(self):
+        for status, error, expected in (
+                (404, "model 'gemma4:e2b' not found", 'run `ollama pull gemma4:e2b`'),
+                (400, 'invalid options', 'rejected /api/chat as a bad request (invalid options)'),
+                (503, 'server busy, please try again.  maximum pending requests exceeded', 'is busy (503'),
+                (500, 'llama runner process has terminated', 'answered HTTP 500 to /api/chat')):
+            with self.subTest(status=status), FakeOllama(chat=lambda body, n: (status, {'error': error})) as fake:
+                with self.assertRaises(AnswerModelError) as caught:
+                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                message = str(caught.exception)
+                self.assertIn(fake.host, message)
+                self.assertIn(expected, message)
+                self.assertNotIn('\n', message)
+
+    def test_omitted_zero_counts_read_as_zero(self):
+        with FakeOllama(chat=lambda body, n: (200, reply('', done_reason='length'))) as fake:
+            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 4)
+        self.assertEqual(got, {'seed': 4, 'answer': '', 'tool_calls': [], 'done_reason': 'length',
+                               'prompt_tokens': 0, 'answer_tokens': 0})
+
+    def test_ollama_host_is_completed_like_the_ollama_command(self):
+        for value, expected in ((None, 'http://127.0.0.1:11434'), ('', 'http://127.0.0.1:11434'),
+                                ('127.0.0.1:8080', 'http://127.0.0.1:8080'), ('localhost', 'http://localhost:11434'),
+                                ('http://127.0.0.1:11434/', 'http://127.0.0.1:11434')):
+            with self.subTest(value=value):
+                self.assertEqual(ollama_host(value), expected)
+
+
+class RecordTest(unittest.TestCase):
+    def setUp(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        self.folder = Path(folder.name)
+        self.result = self.folder / 'answer-result.json'
+        self.grades = self.folder / 'answer-grades.json'
+
+    def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json'):
+        out, err = io.StringIO(), io.StringIO()
+        client = client_for(host) if host else None
+        code = answer_check.main(argv, cases_path=cases, result_path=self.result, grades_path=self.grades,
+                                 client=client, out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    def expected_chats(self) -> list[dict]:
+        """Every body record must send, in order, from the real strategies, cases and counter."""
+        bodies = []
+        for strategy in STRATEGIES.values():
+            for case in held_out_cases():
+                messages = strategy(case, count_request)['messages']
+                for seed in (1, 2, 3, 4, 5):
+                    bodies.append({'model': 'gemma4:e2b', 'messages': messages, 'stream': False, 'think': False,
+                                   'options': {'temperature': 1.0, 'top_k': 64, 'top_p': 0.95, 'seed': seed,
+                                               'num_ctx': 384, 'num_predict': 96}})
+        return bodies
+
+    def test_record_sends_the_pinned_request_for_every_strategy_case_and_seed(self):
+        with FakeOllama() as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual([(m, p) for m, p, _ in fake.requests[:2]], [('GET', '/api/version'), ('GET', '/api/tags')])
+        self.assertEqual(len(fake.requests), 122)
+        self.assertEqual(fake.chats(), self.expected_chats())
+        self.assertIn('call 120 of 120: hybrid held-buried seed 5', err)
+        recorded = json.loads(self.result.read_text())
+        self.assertEqual(recorded['model'], {**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertEqual(list(recorded['answers']), ['recent', 'relevant', 'notes', 'hybrid'])
+        flat = [a for cases in recorded['answers'].values() for answers in cases.values() for a in answers]
+        sent = [raw for _, path, raw in fake.requests if path == '/api/chat']
+        for number, (a, raw, body) in enumerate(zip(flat, sent, fake.chats()), 1):
+            with self.subTest(call=number):
+                self.assertEqual(a['answer'], f'answer {number}')
+                self.assertEqual(a['request_sha256'], hashlib.sha256(raw).hexdigest())
+                self.assertEqual(a['input_tokens'], count_request(body['messages']))
+        grades = json.loads(self.grades.read_text())
+        self.assertEqual((grades['answers_recorded'], grades['prompt_token_mismatches'],
+                          grades['outdated_requests']), (120, [], []))
+
+    def test_prompt_token_mismatch_is_reported_apart_from_the_grades(self):
+        def truncating(body, number):
+            status, payload = counted_reply(body, number)
+            if number == 7:  # recent, held-old-decision, seed 2: the server cut the prompt
+                payload['prompt_eval_count'] -= 7
+            return status, payload
+        with FakeOllama(chat=truncating) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        counted = count_request(fake.chats()[6]['messages'])
+        grades = json.loads(self.grades.read_text())
+        self.assertEqual(grades['prompt_token_mismatches'], [
+            {'strategy': 'recent', 'case': 'held-old-decision', 'seed': 2,
+             'prompt_tokens': counted - 7, 'input_tokens': counted}])
+        self.assertIn(f'  recent held-old-decision seed 2: server read {counted - 7} tokens, '
+                      f'the lab counted {counted}', out)
+
+    def test_server_error_halfway_leaves_the_recording_byte_identical(self):
+        previous = b'{"model": {}, "answers": {}}\n  previous recording, kept byte for byte \xc3\xa9\n'
+        self.result.write_bytes(previous)
+
+        def failing(body, number):
+            if number == 61:
+                return 503, {'error': 'server busy, please try again.  maximum pending requests exceeded'}
+            return counted_reply(body, number)
+        with FakeOllama(chat=failing) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 1)
+        self.assertEqual(len(fake.chats()), 61)
+        self.assertEqual(self.result.read_bytes(), previous)
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()), ['answer-result.json'])
+        last = err.strip().splitlines()[-1]
+        self.assertTrue(last.startswith(f'answer_check.py: Ollama at {fake.host} is busy (503'), last)
+        self.assertNotIn('Traceback', err)
+
+    def test_non_pinned_digest_refuses_record_and_keeps_the_recording(self):
+        self.result.write_text('kept\n')
+        with FakeOllama(digest=OTHER) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual((code, fake.chats(), self.result.read_text()), (1, [], 'kept\n'))
+        self.assertEqual(len(err.strip().splitlines()), 1)
+
+    def test_server_that_is_down_prints_one_line_and_no_traceback(self):
+        host = f'http://127.0.0.1:{closed_port()}'
+        code, out, err = self.run_main(['record'], host)
+        self.assertEqual((code, out), (1, ''))
+        self.assertEqual(err, f'answer_check.py: no Ollama server answers at {host}: start it with '
+                              '`ollama serve`, or set OLLAMA_HOST to the address it listens on\n')
+
+    def test_recording_for_requests_that_changed_is_reported(self):
+        with FakeOllama() as fake:
+            self.assertEqual(self.run_main(['record'], fake.host)[0], 0)
+        cases = json.loads((HERE / 'cases.json').read_text())
+        for case in cases:
+            if case['id'] == 'held-latest':
+                case['current'] += ' Answer briefly.'
+        changed = self.folder / 'cases.json'
+        changed.write_text(json.dumps(cases))
+        code, out, err = self.run_main([], cases=changed)
+        self.assertEqual(code, 0, err)
+        grades = json.loads(self.grades.read_text())
+        self.assertEqual(grades['outdated_requests'],
+                         [{'strategy': s, 'case': 'held-latest', 'seed': seed, 'reason': 'request changed'}
+                          for s in STRATEGIES for seed in (1, 2, 3, 4, 5)])
+        self.assertIn('20 answers recorded for requests that the current strategies', out)
+
+
+class ShippedFilesTest(unittest.TestCase):
+    def test_pinned_build_is_the_one_the_original_recorded(self):
+        self.assertEqual(load_model(), {
+            'checked_on': '2026-10-20', 'publisher_model': 'google/gemma-4-E2B-it', 'license': 'Apache-2.0',
+            'ollama_tag': 'gemma4:e2b', 'ollama_digest': PINNED, 'ollama_version': '0.32.14',
+            'quantization': 'Q4_K_M', 'parameters': '4.6B total (E2B: about 2B effective)',
+            'options': {'temperature': 1.0, 'top_k': 64, 'top_p': 0.95}, 'think': False, 'trials': 5,
+            'seeds': [1, 2, 3, 4, 5]})
+
+    def test_shipped_recording_was_made_with_the_pinned_build(self):
+        recorded = answer_check.load_recording()
+        pinned = load_model()
+        self.assertEqual({k: v for k, v in recorded['model'].items() if k != 'ollama_version'},
+                         {k: v for k, v in pinned.items() if k != 'ollama_version'})
+
+    def test_shipped_grades_match_a_fresh_grading(self):
+        with tempfile.TemporaryDirectory() as folder:
+            fresh = answer_check.grade_files(HERE / 'cases.json', HERE / 'answer-keys.json',
+                                             HERE / 'answer-model.json', HERE / 'answer-result.json',
+                                             Path(folder) / 'answer-grades.json')
+        self.assertEqual(json.loads((HERE / 'answer-grades.json').read_text()), fresh)
+
+    def test_nothing_recorded_says_so_and_shows_how_to_record(self):
+        with tempfile.TemporaryDirectory() as folder:
+            result = Path(folder) / 'answer-result.json'
+            result.write_text(json.dumps({'model': load_model(), 'answers': {}}))
+            out = io.StringIO()
+            with contextlib.redirect_stderr(io.StringIO()):
+                code = answer_check.main([], result_path=result, grades_path=Path(folder) / 'grades.json', out=out)
+        self.assertEqual(code, 0)
+        self.assertTrue(out.getvalue().startswith('Nothing is recorded: answer-result.json holds the pinned '
+                                                  'model block and no answers.\n'))
+        self.assertIn('run `python answer_check.py record` (120 calls)', out.getvalue())
+
+
+if __name__ == '__main__':
+    unittest.main()
