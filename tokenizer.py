@@ -15,6 +15,15 @@ requests with its own small template for plain text chats (system, user and
 assistant messages) and refuses anything else (images, tool calls, thinking
 blocks) instead of guessing how the official template would lay it out.
 
+Counting is exact and fast. Special tokens are split out of the text before
+BPE runs, so the prompt's count is a sum of independent pieces: <bos>, each
+turn's `role\ncontent` between <|turn> and <turn|>, the newline after each
+turn, and the closing `model\n`. `count_request` counts each distinct piece
+once and sums; `count_rendered` renders the whole prompt and encodes it, and is
+the reference the fast path is tested against. Where the prepared tokenizer
+could let a special token straddle a piece boundary (see `splits_cleanly`),
+every count falls back to the full render.
+
 `python tokenizer.py` prints the counter's profile and the count of a small
 example request, which is a quick check that the preparation worked.
 """
@@ -120,6 +129,12 @@ class Counter:
         self.tokenizer = Tokenizer.from_file(str(folder / 'tokenizer.json'))
         self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
         self.manifest = manifest
+        self.pieces: dict[str, int] = {}  # 'role\ncontent' -> tokens; grows with the distinct messages seen
+        self.fast = splits_cleanly(self.tokenizer)
+        # Tokens every request pays whatever its messages: <bos>, then per turn <|turn>, <turn|> and the
+        # newline; at the end <|turn> and 'model\n'.
+        self.per_turn = 2 + len(self.encode('\n'))
+        self.fixed = len(self.encode(BOS)) + 1 + len(self.encode('model\n'))
 
     def profile(self) -> dict:
         # Nothing here depends on which source prepared the files: both give the same counts.
@@ -138,8 +153,43 @@ class Counter:
         # Special-token strings in the text (<bos>, <|turn>, ...) become their single ids, as in the model's runtime.
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def count(self, messages: list[dict]) -> int:
+    def count_rendered(self, messages: list[dict]) -> int:
+        """Render the whole prompt and encode it: the reference count."""
         return len(self.encode(self.render(messages)))
+
+    def count(self, messages: list[dict]) -> int:
+        """The same number as count_rendered, from cached per-message pieces."""
+        if not self.fast:
+            return self.count_rendered(messages)
+        total = self.fixed
+        for turn in turns(messages):
+            # The template trims content with Python's str.strip, so the piece is trimmed the same way.
+            piece = turn['role'] + '\n' + turn['content'].strip()
+            size = self.pieces.get(piece)
+            if size is None:
+                size = self.pieces[piece] = len(self.encode(piece))
+            total += self.per_turn + size
+        return total
+
+
+def splits_cleanly(tokenizer) -> bool:
+    """True when counting piece by piece must give the full count for this tokenizer.
+
+    That holds when every added token is matched as-is (no stripping of
+    neighbouring spaces, no word-boundary rule, no normalisation), and when a
+    special token cannot straddle a boundary: each is `<...>` with no other
+    '<' or '>' inside, while the template puts `<turn|>` right after each piece
+    and `<|turn>` right before it. The template's own markers must be single tokens.
+    """
+    added = tokenizer.get_added_tokens_decoder().values()
+    for token in added:
+        text = token.content
+        if token.lstrip or token.rstrip or token.single_word or token.normalized:
+            return False
+        if not (text.startswith('<') and text.endswith('>')) or '<' in text[1:-1] or '>' in text[1:-1]:
+            return False
+    contents = {token.content for token in added}
+    return {BOS, '<|turn>', '<turn|>'} <= contents
 
 
 @lru_cache(maxsize=1)
@@ -151,6 +201,11 @@ def counter() -> Counter:
 def count_request(messages: list[dict]) -> int:
     """Tokens the model receives for this request, generation prompt included."""
     return counter().count(messages)
+
+
+def count_rendered(messages: list[dict]) -> int:
+    """The same count, by rendering and encoding the whole prompt (slower; the reference)."""
+    return counter().count_rendered(messages)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,265 @@
+"""Tests for the request counter: the pinned vocabulary, the chat format and the fast path.
+
+    python -m unittest -v test_tokenizer.py
+
+The official chat template is used only here, as an oracle: the prepared Hub
+copy when prepare.py fetched one, else ../shared/gemma-4-E2B-it/chat_template.jinja.
+Property tests run a bounded number of examples and keep no database on disk.
+"""
+import hashlib
+import json
+from pathlib import Path
+import tempfile
+import unittest
+
+from hypothesis import given, settings, strategies as st
+from jinja2.ext import loopcontrols
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Tokenizer, models
+
+from evaluate import load_cases
+from strategies import STRATEGIES, render
+from tokenizer import PREPARED, Counter, CounterError, count_rendered, count_request, counter, splits_cleanly
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
+TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
+INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
+EXAMPLES = settings(max_examples=150, deadline=None, database=None)
+
+# Text that has broken chat renderers and tokenizers before: edges, markup, unicode, literal special tokens.
+FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '<', '>', '&', '&amp;', '<notes>', '</notes>', 'é', 'Ä', 'ß',
+             '日本語', '🦙', '👍🏽', '\u200b', '\u00a0', '<|turn>', '<turn|>', '<bos>', '<eos>', '<|"|>',
+             '<|tool_call>', '<|image|>', '<|think|>', 'user\n', 'model', 'Question: ', '- [turn 1, user] ']
+awkward_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=12).map(''.join)
+
+
+def oracle_template_path() -> Path | None:
+    for path in (PREPARED / 'chat_template.jinja', HERE.parent / 'shared' / 'gemma-4-E2B-it' / 'chat_template.jinja'):
+        if path.is_file():
+            return path
+    return None
+
+
+def official_render(messages: list[dict]) -> str:
+    """Render with the official template the way transformers' apply_chat_template does."""
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    environment.globals['raise_exception'] = raise_exception
+    environment.filters['tojson'] = lambda value, **_: json.dumps(value)
+    template = environment.from_string(OFFICIAL_TEMPLATE)
+    return template.render(messages=messages, bos_token='<bos>', add_generation_prompt=True, enable_thinking=False)
+
+
+OFFICIAL_PATH = oracle_template_path()
+OFFICIAL_TEMPLATE = OFFICIAL_PATH.read_text(encoding='utf-8') if OFFICIAL_PATH else None
+NO_ORACLE = 'neither prepared/chat_template.jinja nor ../shared/gemma-4-E2B-it/chat_template.jinja exists'
+
+
+@st.composite
+def chats(draw):
+    """A valid text chat: optional system message, then user and assistant turns, ending with a user turn."""
+    messages = [{'role': 'system', 'content': draw(awkward_text)}] if draw(st.booleans()) else []
+    for _ in range(draw(st.integers(0, 4))):
+        messages.append({'role': 'user', 'content': draw(awkward_text)})
+        if draw(st.booleans()):
+            # The official template strips thought channels from assistant text; this counter refuses them.
+            content = draw(awkward_text).replace('<|channel>', '').replace('<channel|>', '')
+            messages.append({'role': 'assistant', 'content': content})
+    messages.append({'role': 'user', 'content': draw(awkward_text)})
+    return messages
+
+
+def strategy_requests() -> list[list[dict]]:
+    """Every request any strategy measures or returns on the shipped case set."""
+    seen = []
+
+    def recording(messages):
+        seen.append(messages)
+        return count_request(messages)
+
+    for case in load_cases(HERE / 'cases.json'):
+        for strategy in STRATEGIES.values():
+            seen.append(strategy(case, recording)['messages'])
+    return seen
+
+
+class VocabularyTest(unittest.TestCase):
+    def test_official_vectors_reproduce(self):
+        record = json.loads((PREPARED / 'prepared.json').read_text(encoding='utf-8'))
+        if record['source'] != 'pypi':
+            self.skipTest('prepared from the Hub: the 46 vectors ship only with the PyPI mirror')
+        separator = '\n' + MANIFEST['pypi_mirror']['vector_separator'] + '\n'
+        inputs = (PREPARED / 'vocab-vectors.inp').read_text(encoding='utf-8').split(separator)
+        outputs = (PREPARED / 'vocab-vectors.out').read_text(encoding='utf-8').split('\n')[:len(inputs)]
+        self.assertEqual(len(inputs), MANIFEST['pypi_mirror']['test_vectors'])
+        for index, (text, ids) in enumerate(zip(inputs, outputs)):
+            with self.subTest(vector=index, text=text[:30]):
+                self.assertEqual(counter().encode(text), [int(token) for token in ids.split()])
+
+    def test_vocabulary_has_the_pinned_size_and_special_tokens(self):
+        tokenizer = counter().tokenizer
+        self.assertEqual(tokenizer.get_vocab_size(with_added_tokens=True), MANIFEST['pypi_mirror']['vocab_tokens'])
+        for text, token_id in (('<bos>', 2), ('<|turn>', 105), ('<turn|>', 106)):
+            with self.subTest(text):
+                self.assertEqual(counter().encode(text), [token_id])
+
+
+class ReferenceFiguresTest(unittest.TestCase):
+    def dev_correction(self) -> dict:
+        return {case['id']: case for case in load_cases(HERE / 'cases.json')}['dev-correction']
+
+    def test_bare_request_counts_35(self):
+        messages = [{'role': 'system', 'content': INSTRUCTIONS}, {'role': 'user', 'content': 'Which database will we use?'}]
+        self.assertEqual((count_request(messages), count_rendered(messages)), (35, 35))
+
+    def test_request_with_the_first_turn_counts_57(self):
+        messages = render(self.dev_correction(), [0])
+        self.assertEqual(messages[1:3], [{'role': 'user', 'content': 'We will use MySQL for the first version.'},
+                                         {'role': 'assistant', 'content': 'MySQL noted.'}])
+        self.assertEqual((count_request(messages), count_rendered(messages)), (57, 57))
+
+    def test_notes_request_with_three_notes_counts_110(self):
+        selected = STRATEGIES['notes'](self.dev_correction(), count_request)
+        self.assertEqual((selected['notes'], selected['input_tokens'], count_rendered(selected['messages'])),
+                         (3, 110, 110))
+
+
+@unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
+class OfficialTemplateTest(unittest.TestCase):
+    def test_oracle_is_the_pinned_template(self):
+        self.assertEqual(hashlib.sha256(OFFICIAL_PATH.read_bytes()).hexdigest(), TEMPLATE_SHA256)
+
+    def test_every_strategy_request_renders_byte_identical(self):
+        requests = strategy_requests()
+        self.assertGreater(len(requests), 100)
+        for index, messages in enumerate(requests):
+            with self.subTest(request=index):
+                self.assertEqual(counter().render(messages), official_render(messages))
+
+    @EXAMPLES
+    @given(chats())
+    def test_awkward_chats_render_byte_identical(self, messages):
+        self.assertEqual(counter().render(messages), official_render(messages))
+
+
+class FastCountTest(unittest.TestCase):
+    def test_fast_count_equals_the_full_count_for_every_strategy_request(self):
+        self.assertTrue(counter().fast, 'the prepared tokenizer should allow piece-by-piece counting')
+        for index, messages in enumerate(strategy_requests()):
+            with self.subTest(request=index):
+                self.assertEqual(count_request(messages), count_rendered(messages))
+
+    @EXAMPLES
+    @given(chats())
+    def test_fast_count_equals_the_full_count_for_awkward_chats(self, messages):
+        self.assertEqual(count_request(messages), count_rendered(messages))
+
+    @EXAMPLES
+    @given(st.lists(awkward_text, min_size=1, max_size=6))
+    def test_messages_that_are_only_whitespace_or_special_tokens_count_the_same(self, texts):
+        messages = [{'role': 'user' if i % 2 == 0 else 'assistant', 'content': text.replace('<|channel>', '')}
+                    for i, text in enumerate(texts)]
+        self.assertEqual(count_request(messages), count_rendered(messages))
+
+    def test_tokenizers_that_could_merge_across_pieces_are_not_counted_piecewise(self):
+        def tiny(*added: AddedToken) -> Tokenizer:
+            tokenizer = Tokenizer(models.WordLevel({'[UNK]': 0}, unk_token='[UNK]'))
+            tokenizer.add_special_tokens([AddedToken(text, normalized=False, special=True)
+                                          for text in ('<bos>', '<|turn>', '<turn|>')])
+            tokenizer.add_special_tokens(list(added))
+            return tokenizer
+
+        table = [
+            ('the template markers only', tiny(), True),
+            ('a token that eats the newline after it', tiny(AddedToken('<x>', rstrip=True, normalized=False)), False),
+            ('a token that eats spaces before it', tiny(AddedToken('<y>', lstrip=True, normalized=False)), False),
+            ('a token with a > inside', tiny(AddedToken('<a>b>', normalized=False)), False),
+            ('a token not shaped <...>', tiny(AddedToken('\n\n', normalized=False)), False),
+            ('a normalised token', tiny(AddedToken('<n>', normalized=True)), False),
+        ]
+        for name, tokenizer, expected in table:
+            with self.subTest(name):
+                self.assertIs(splits_cleanly(tokenizer), expected)
+
+    def test_pieces_are_cached_by_content(self):
+        messages = [{'role': 'system', 'content': 'A cached system line for this test only.'},
+                    {'role': 'user', 'content': 'Q?'}]
+        count_request(messages)
+        self.assertIn('system\nA cached system line for this test only.', counter().pieces)
+
+
+class RefusalTest(unittest.TestCase):
+    def test_requests_outside_the_text_format_are_refused(self):
+        table = [
+            ('no messages', [], 'a request must be a non-empty list of messages'),
+            ('non-string content', [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}],
+             'message 0: content must be a string, got list'),
+            ('unknown role', [{'role': 'tool', 'content': 'x'}],
+             "message 0: unknown role 'tool'; expected one of ['assistant', 'system', 'user']"),
+            ('tool calls', [{'role': 'assistant', 'content': '', 'tool_calls': []}],
+             "message 0: expected exactly the keys role and content, got ['content', 'role', 'tool_calls'] "
+             '(tool calls, images and thinking are not counted by this lab)'),
+            ('late system message', [{'role': 'user', 'content': 'a'}, {'role': 'system', 'content': 'b'}],
+             'message 1: a system message may only come first'),
+            ('two assistant messages in a row', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': 'b'},
+                                                 {'role': 'assistant', 'content': 'c'}],
+             'message 2: two assistant messages in a row are not counted'),
+            ('thinking channel', [{'role': 'assistant', 'content': '<|channel>thought\n<channel|>Hi'}],
+             'message 0: assistant content with a thinking channel is not counted'),
+        ]
+        for name, messages, message in table:
+            for count in (count_request, count_rendered):
+                with self.subTest(name, count=count.__name__), self.assertRaises(CounterError) as caught:
+                    count(messages)
+                self.assertEqual(str(caught.exception), message)
+
+
+class PreparedFolderTest(unittest.TestCase):
+    def prepared(self, folder: Path, source: str, content: bytes, recorded_sha256: str | None = None) -> Path:
+        (folder / 'tokenizer.json').write_bytes(content)
+        digest = recorded_sha256 or hashlib.sha256(content).hexdigest()
+        (folder / 'prepared.json').write_text(json.dumps({
+            'source': source, 'publisher_model': MANIFEST['publisher_model'], 'revision': MANIFEST['revision'],
+            'files': {'tokenizer.json': {'size': len(content), 'sha256': digest}}}), encoding='utf-8')
+        return folder
+
+    def test_unprepared_folder_says_to_run_prepare(self):
+        with tempfile.TemporaryDirectory() as folder, self.assertRaises(CounterError) as caught:
+            Counter(Path(folder))
+        self.assertEqual(str(caught.exception), f'the tokenizer is not prepared ({Path(folder) / "prepared.json"} '
+                                                'is missing): run `python prepare.py`')
+
+    def test_a_prepared_file_changed_after_preparation_is_refused(self):
+        with tempfile.TemporaryDirectory() as name:
+            folder = self.prepared(Path(name), 'pypi', b'{"changed": true}', recorded_sha256='0' * 64)
+            with self.assertRaises(CounterError) as caught:
+                Counter(folder)
+        self.assertIn('does not match its recorded size and sha256', str(caught.exception))
+        self.assertIn('refusing to count', str(caught.exception))
+
+    def test_a_hub_file_that_is_not_the_official_one_is_refused(self):
+        with tempfile.TemporaryDirectory() as name:
+            folder = self.prepared(Path(name), 'hub', b'{"not": "official"}')
+            with self.assertRaises(CounterError) as caught:
+                Counter(folder)
+        self.assertIn('is not the official file', str(caught.exception))
+
+    def test_profile_names_the_pinned_model_and_format_not_the_source(self):
+        self.assertEqual(counter().profile(), {
+            'model': 'google/gemma-4-E2B-it',
+            'revision': '3e22461f65e89153144f8adb70e3b8c2cc9845a7',
+            'template_sha256': '0a2c8073c878ab1da004bee933a998606537bbb62016310352c7285c3f01c5b5',
+            'enable_thinking': False,
+            'count_scope': 'chat template with generation prefix; tokenizer files only, no inference',
+        })
+
+    def test_counter_is_loaded_once_per_process(self):
+        self.assertIs(counter(), counter())
+
+
+if __name__ == '__main__':
+    unittest.main()
