@@ -24,6 +24,7 @@ stale fact labels that evaluate.py grades with.
 This module writes nothing and prints nothing; evaluate.py runs it.
 """
 from collections.abc import Callable
+from functools import lru_cache
 import re
 
 Messages = list[dict]
@@ -43,12 +44,13 @@ CUES = re.compile(
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
 
 
-def words(text: str) -> set[str]:
-    """Content words of a text.
+@lru_cache(maxsize=65536)
+def words(text: str) -> frozenset[str]:
+    """Content words of a text (remembered: every strategy asks again for the same turns).
 
-    words('Which database will we use?') -> {'database', 'use'}
+    words('Which database will we use?') -> frozenset({'database', 'use'})
     """
-    return set(WORD.findall(text.lower())) - STOP_WORDS
+    return frozenset(WORD.findall(text.lower())) - STOP_WORDS
 
 
 def escape(text: str) -> str:
@@ -101,12 +103,9 @@ def newest_that_fit(case: dict, count: Count, limit: int) -> list[int]:
 def by_overlap(case: dict, indices) -> list[int]:
     """Indices of turns sharing at least one word with the question: most shared first, newer first on ties."""
     query = words(case['current'])
-
-    def shared(index: int) -> int:
-        turn = case['history'][index]
-        return len(query & words(turn['user'] + ' ' + turn['assistant']))
-
-    return sorted((i for i in indices if shared(i)), key=lambda i: (-shared(i), -i))
+    history = case['history']
+    shared = {i: len(query & words(history[i]['user'] + ' ' + history[i]['assistant'])) for i in indices}
+    return sorted((i for i, n in shared.items() if n), key=lambda i: (-shared[i], -i))
 
 
 def add_fitting(case: dict, count: Count, order: list[int], kept: list[int]) -> list[int]:
@@ -126,10 +125,14 @@ def note_lines(case: dict, before: int, cues: re.Pattern) -> list[str]:
     lines: list[str] = []
     for index in range(before):
         for role in ('user', 'assistant'):
-            for sentence in SENTENCE_BREAK.split(case['history'][index][role].strip()):
-                line = f'- [turn {index + 1}, {role}] {escape(sentence)}'
-                if cues.search(sentence) and line not in lines:
-                    lines.append(line)
+            text = case['history'][index][role].strip()
+            if not cues.search(text):
+                continue  # a cue inside a sentence is also a cue in the whole text, so nothing is lost
+            for sentence in SENTENCE_BREAK.split(text):
+                if cues.search(sentence):
+                    line = f'- [turn {index + 1}, {role}] {escape(sentence)}'
+                    if line not in lines:
+                        lines.append(line)
     return lines
 
 
