@@ -189,7 +189,7 @@ class FastCountTest(unittest.TestCase):
         messages = [{'role': 'system', 'content': 'A cached system line for this test only.'},
                     {'role': 'user', 'content': 'Q?'}]
         count_request(messages)
-        self.assertIn('system\nA cached system line for this test only.', counter().pieces)
+        self.assertIn(('system', 'A cached system line for this test only.'), counter().pieces)
 
 
 class RefusalTest(unittest.TestCase):

@@ -30,6 +30,7 @@ example request, which is a quick check that the preparation worked.
 from functools import lru_cache
 import hashlib
 import json
+from operator import itemgetter
 from pathlib import Path
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -52,6 +53,8 @@ BOS = '<bos>'
 ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
 # The official template rewrites assistant text that contains these (it strips thought channels).
 THINKING_MARKERS = ('<|channel>', '<channel|>')
+ROLE_AND_CONTENT = itemgetter('role', 'content')
+ROLE = itemgetter('role')
 
 
 class CounterError(RuntimeError):
@@ -60,6 +63,28 @@ class CounterError(RuntimeError):
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_message(index: int, message, previous_role: str | None) -> str:
+    """Return the message's role, or raise CounterError if the E2B text format cannot hold it at `index`."""
+    if not isinstance(message, dict) or set(message) != {'role', 'content'}:
+        keys = sorted(message) if isinstance(message, dict) else type(message).__name__
+        raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
+                           '(tool calls, images and thinking are not counted by this lab)')
+    role, content = message['role'], message['content']
+    if role not in ROLES:
+        raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
+    if not isinstance(content, str):
+        raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
+    if role == 'system' and index != 0:
+        raise CounterError(f'message {index}: a system message may only come first')
+    if role == 'assistant':
+        if previous_role == 'assistant':
+            # The official template merges consecutive assistant messages into one turn.
+            raise CounterError(f'message {index}: two assistant messages in a row are not counted')
+        if any(marker in content for marker in THINKING_MARKERS):
+            raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
+    return role
 
 
 def turns(messages: list[dict]) -> list[dict]:
@@ -71,25 +96,18 @@ def turns(messages: list[dict]) -> list[dict]:
         raise CounterError('a request must be a non-empty list of messages')
     out = []
     for index, message in enumerate(messages):
-        if not isinstance(message, dict) or set(message) != {'role', 'content'}:
-            keys = sorted(message) if isinstance(message, dict) else type(message).__name__
-            raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
-                               '(tool calls, images and thinking are not counted by this lab)')
-        role, content = message['role'], message['content']
-        if role not in ROLES:
-            raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
-        if not isinstance(content, str):
-            raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
-        if role == 'system' and index != 0:
-            raise CounterError(f'message {index}: a system message may only come first')
-        if role == 'assistant':
-            if index and messages[index - 1]['role'] == 'assistant':
-                # The official template merges consecutive assistant messages into one turn.
-                raise CounterError(f'message {index}: two assistant messages in a row are not counted')
-            if any(marker in content for marker in THINKING_MARKERS):
-                raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
-        out.append({'role': ROLES[role], 'content': content})
+        role = check_message(index, message, messages[index - 1]['role'] if index else None)
+        out.append({'role': ROLES[role], 'content': message['content']})
     return out
+
+
+def piece(role: str, content: str) -> str:
+    """The text between <|turn> and <turn|> for one message.
+
+    piece('assistant', ' MySQL noted. ') -> 'model\\nMySQL noted.'
+    """
+    # The template trims with Jinja's `trim`, which is Python's str.strip.
+    return ROLES[role] + '\n' + content.strip()
 
 
 def check_prepared(folder: Path, manifest: dict) -> dict:
@@ -129,7 +147,7 @@ class Counter:
         self.tokenizer = Tokenizer.from_file(str(folder / 'tokenizer.json'))
         self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
         self.manifest = manifest
-        self.pieces: dict[str, int] = {}  # 'role\ncontent' -> tokens; grows with the distinct messages seen
+        self.pieces: dict[tuple, int] = {}  # (role, content) -> tokens; grows with the distinct messages seen
         self.fast = splits_cleanly(self.tokenizer)
         # Tokens every request pays whatever its messages: <bos>, then per turn <|turn>, <turn|> and the
         # newline; at the end <|turn> and 'model\n'.
@@ -161,15 +179,48 @@ class Counter:
         """The same number as count_rendered, from cached per-message pieces."""
         if not self.fast:
             return self.count_rendered(messages)
-        total = self.fixed
-        for turn in turns(messages):
-            # The template trims content with Python's str.strip, so the piece is trimmed the same way.
-            piece = turn['role'] + '\n' + turn['content'].strip()
-            size = self.pieces.get(piece)
-            if size is None:
-                size = self.pieces[piece] = len(self.encode(piece))
-            total += self.per_turn + size
-        return total
+        sizes = self.known_sizes(messages)
+        if sizes is None:
+            sizes = self.measure(messages)
+        return self.fixed + self.per_turn * len(sizes) + sum(sizes)
+
+    def known_sizes(self, messages) -> list[int] | None:
+        """Piece sizes if every message was checked and measured before and sits in a valid position, else None.
+
+        This is the hot path of every strategy, so it runs as C-level maps over the request.
+        """
+        try:
+            sizes = list(map(self.pieces.__getitem__, map(ROLE_AND_CONTENT, messages)))
+            roles = list(map(ROLE, messages))
+        except (KeyError, TypeError):
+            return None
+        if not sizes or set(map(len, messages)) != {2} or 'system' in roles[1:] \
+                or ('assistant', 'assistant') in zip(roles, roles[1:]):
+            return None
+        return sizes
+
+    def measure(self, messages) -> list[int]:
+        """Check a request message by message and encode the pieces not seen before."""
+        if not isinstance(messages, list) or not messages:
+            raise CounterError('a request must be a non-empty list of messages')
+        sizes, previous = [], None
+        for index, message in enumerate(messages):
+            try:
+                key = ROLE_AND_CONTENT(message) if len(message) == 2 else None
+                known = key in self.pieces
+            except (KeyError, TypeError):
+                key, known = None, False
+            if known:
+                role = key[0]  # checked when first measured; only its position can be wrong here
+                if (role == 'system' and index) or role == previous == 'assistant':
+                    check_message(index, message, previous)  # raises the error for that position
+            else:
+                role = check_message(index, message, previous)
+                key = (role, message['content'])
+                self.pieces[key] = len(self.encode(piece(*key)))
+            sizes.append(self.pieces[key])
+            previous = role
+        return sizes
 
 
 def splits_cleanly(tokenizer) -> bool:
