@@ -17,9 +17,9 @@ import sys
 import tempfile
 import unittest
 
-from evaluate import CaseError, compare, grade, load_cases, run, summarize, table, to_json
+from evaluate import CaseError, compare, evaluate_cases, grade, load_cases, run, summarize, table, to_json
 from strategies import CUES, NOTES_HEADER, STRATEGIES, allowance, notes, recent, relevant
-from tokenizer import count_request
+from tokenizer import count_rendered, count_request
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
@@ -156,6 +156,11 @@ class OriginalFiguresTest(unittest.TestCase):
         tokens = {name: row['input_tokens'] for name, rows in self.report['cases'].items()
                   for row in rows if row['case'] == 'dev-correction'}
         self.assertEqual(tokens, {'recent': 35, 'relevant': 57, 'notes': 110, 'hybrid': 57})
+
+    def test_full_count_gives_the_same_rows_as_the_cached_count(self):
+        # The recorded report comes from the cached counter; the reference counter must agree on every row.
+        data = load_cases(HERE / 'cases.json')
+        self.assertEqual(evaluate_cases(data, count_rendered), self.report['cases'])
 
     def test_splits_are_reported_separately(self):
         for name, summary in self.report['summary'].items():

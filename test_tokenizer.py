@@ -165,6 +165,12 @@ class FastCountTest(unittest.TestCase):
                     for i, text in enumerate(texts)]
         self.assertEqual(count_request(messages), count_rendered(messages))
 
+    def test_benchmark_selections_are_identical_with_both_counters(self):
+        import benchmark
+        figures, rows = benchmark.benchmark(3, 24, benchmark.SEED)
+        self.assertIs(figures['identical_selections'], True)
+        self.assertEqual((figures['cases'], figures['turns_per_case'], len(rows)), (3, 24, 4))
+
     def test_tokenizers_that_could_merge_across_pieces_are_not_counted_piecewise(self):
         def tiny(*added: AddedToken) -> Tokenizer:
             tokenizer = Tokenizer(models.WordLevel({'[UNK]': 0}, unk_token='[UNK]'))
