@@ -179,47 +179,50 @@ class Counter:
         """The same number as count_rendered, from cached per-message pieces."""
         if not self.fast:
             return self.count_rendered(messages)
-        sizes = self.known_sizes(messages)
+        sizes = self.lookup(messages)
         if sizes is None:
             sizes = self.measure(messages)
+        elif None in sizes:
+            self.measure_new(messages, sizes)
         return self.fixed + self.per_turn * len(sizes) + sum(sizes)
 
-    def known_sizes(self, messages) -> list[int] | None:
-        """Piece sizes if every message was checked and measured before and sits in a valid position, else None.
+    def lookup(self, messages) -> list[int | None] | None:
+        """Cached piece sizes (None for a message not seen before), or None if the request is not well formed.
 
-        This is the hot path of every strategy, so it runs as C-level maps over the request.
+        This is the hot path of every strategy, so it runs as C-level maps over the request. A message
+        found in the cache was checked when it was first measured; only its position is checked here.
         """
+        if type(messages) is not list or not messages:
+            return None
         try:
-            sizes = list(map(self.pieces.__getitem__, map(ROLE_AND_CONTENT, messages)))
-            roles = list(map(ROLE, messages))
+            keys = list(map(ROLE_AND_CONTENT, messages))
+            sizes = list(map(self.pieces.get, keys))
         except (KeyError, TypeError):
             return None
-        if not sizes or set(map(len, messages)) != {2} or 'system' in roles[1:] \
+        roles = list(map(ROLE, messages))
+        if set(map(len, messages)) != {2} or 'system' in roles[1:] \
                 or ('assistant', 'assistant') in zip(roles, roles[1:]):
             return None
         return sizes
 
+    def measure_new(self, messages: list[dict], sizes: list) -> None:
+        """Check and encode the messages `lookup` did not know, filling in their sizes."""
+        for index, size in enumerate(sizes):
+            if size is None:
+                role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
+                key = (role, messages[index]['content'])
+                if key not in self.pieces:
+                    self.pieces[key] = len(self.encode(piece(*key)))
+                sizes[index] = self.pieces[key]
+
     def measure(self, messages) -> list[int]:
-        """Check a request message by message and encode the pieces not seen before."""
-        if not isinstance(messages, list) or not messages:
-            raise CounterError('a request must be a non-empty list of messages')
-        sizes, previous = [], None
-        for index, message in enumerate(messages):
-            try:
-                key = ROLE_AND_CONTENT(message) if len(message) == 2 else None
-                known = key in self.pieces
-            except (KeyError, TypeError):
-                key, known = None, False
-            if known:
-                role = key[0]  # checked when first measured; only its position can be wrong here
-                if (role == 'system' and index) or role == previous == 'assistant':
-                    check_message(index, message, previous)  # raises the error for that position
-            else:
-                role = check_message(index, message, previous)
-                key = (role, message['content'])
+        """Check a request message by message, raising the precise error, and measure every message."""
+        sizes = []
+        for index, turn in enumerate(turns(messages)):
+            key = (messages[index]['role'], messages[index]['content'])
+            if key not in self.pieces:
                 self.pieces[key] = len(self.encode(piece(*key)))
             sizes.append(self.pieces[key])
-            previous = role
         return sizes
 
 
