@@ -18,14 +18,13 @@ Expected mistakes (a malformed case set, an unprepared counter, an unreadable
 report to compare with) print one line and exit 2, without a traceback.
 """
 import argparse
-import hashlib
 import json
 from pathlib import Path
 import platform
 import sys
 
 from strategies import STRATEGIES, escape, allowance
-from tokenizer import CounterError, count_request, counter
+from tokenizer import CounterError, count_request, counter, sha256_file
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
@@ -38,10 +37,6 @@ PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
 
 class CaseError(ValueError):
     """The case set is malformed; the message names the file, the case and the field."""
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def read_json(path: Path, what: str):
@@ -187,9 +182,9 @@ def run(path: Path = CASES) -> dict:
     rows = evaluate_cases(cases, count_request, progress)
     return {
         'case_set': path.name,
-        'case_set_sha256': sha256(path),
-        'strategies_sha256': sha256(HERE / 'strategies.py'),
-        'tokenizer_manifest_sha256': sha256(HERE / 'tokenizer-manifest.json'),
+        'case_set_sha256': sha256_file(path),
+        'strategies_sha256': sha256_file(HERE / 'strategies.py'),
+        'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
         'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
         'counter': counter().profile(),
         'trials': 1,

@@ -367,11 +367,15 @@ class CaseValidationTest(unittest.TestCase):
 
 
 class CommandLineTest(unittest.TestCase):
-    def test_case_error_exits_2_with_one_line_and_no_traceback(self):
+    def run_on_file(self, option: str, text: str) -> tuple[Path, subprocess.CompletedProcess]:
+        """Run evaluate.py with `option` naming a temporary file that holds `text`."""
         with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / 'bad.json'
-            path.write_text('[]x', encoding='utf-8')
-            result = evaluate_py('--cases', str(path))
+            path = Path(folder) / 'input.json'
+            path.write_text(text, encoding='utf-8')
+            return path, evaluate_py(option, str(path))
+
+    def test_case_error_exits_2_with_one_line_and_no_traceback(self):
+        path, result = self.run_on_file('--cases', '[]x')
         self.assertEqual(result.returncode, 2)
         self.assertEqual(result.stdout, '')
         self.assertEqual(result.stderr, f'evaluate.py: {path}: invalid JSON at line 1 column 3: Extra data\n')
@@ -421,10 +425,7 @@ class CommandLineTest(unittest.TestCase):
         ])
 
     def test_compare_refuses_a_file_that_is_not_a_report(self):
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / 'old.json'
-            path.write_text('[1, 2]', encoding='utf-8')
-            result = evaluate_py('--compare', str(path))
+        path, result = self.run_on_file('--compare', '[1, 2]')
         self.assertEqual(result.returncode, 2)
         self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
                                         '(expected an object with cases and summary)\n')
