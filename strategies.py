@@ -90,14 +90,18 @@ def selection(case: dict, kept: list[int], count: Count, notes: list[str] = ()) 
     return {'messages': messages, 'turns': sorted(kept), 'notes': len(notes), 'input_tokens': count(messages)}
 
 
-def newest_that_fit(case: dict, count: Count, limit: int) -> list[int]:
-    """Walk back from the newest turn, keeping turns until one would push the request past `limit`."""
-    kept: list[int] = []
-    for index in reversed(range(len(case['history']))):
-        if count(render(case, [index, *kept])) > limit:
-            break  # the first turn that does not fit ends the walk, even if older turns are short
-        kept.insert(0, index)
-    return kept
+def newest_run(items: list, fits: Callable[[list], bool]) -> list:
+    """The newest items that fit together, found by walking back from the end.
+
+    The walk ends at the first item that does not fit, even if older ones are small:
+    newest_run([1, 5, 2, 3], lambda run: sum(run) <= 6) -> [2, 3]
+    """
+    run: list = []
+    for item in reversed(items):
+        if not fits([item, *run]):
+            break
+        run.insert(0, item)
+    return run
 
 
 def by_overlap(case: dict, indices) -> list[int]:
@@ -108,12 +112,21 @@ def by_overlap(case: dict, indices) -> list[int]:
     return sorted((i for i, n in shared.items() if n), key=lambda i: (-shared[i], -i))
 
 
-def add_fitting(case: dict, count: Count, order: list[int], kept: list[int]) -> list[int]:
-    """Try turns in `order`; keep each one that still fits and skip any that does not."""
-    for index in order:
-        if index not in kept and count(render(case, [*kept, index])) <= allowance(case):
-            kept = [*kept, index]
-    return kept
+def greedy(order: list, chosen: list, fits: Callable[[list], bool]) -> list:
+    """Offer each item of `order` in turn; take it if everything taken still fits, else skip it.
+
+    greedy([5, 1, 3], [], lambda taken: sum(taken) <= 4) -> [1, 3]
+    """
+    taken = list(chosen)
+    for item in order:
+        if item not in taken and fits(taken + [item]):
+            taken.append(item)
+    return taken
+
+
+def within(case: dict, count: Count, limit: int, notes: list[str] = ()) -> Callable[[list[int]], bool]:
+    """A test for a set of kept turns: does their request, with these notes, stay at or under `limit`?"""
+    return lambda kept: count(render(case, kept, notes)) <= limit
 
 
 def note_lines(case: dict, before: int, cues: re.Pattern) -> list[str]:
@@ -137,30 +150,29 @@ def note_lines(case: dict, before: int, cues: re.Pattern) -> list[str]:
 
 
 def recent(case: dict, count: Count) -> dict:
-    return selection(case, newest_that_fit(case, count, allowance(case)), count)
+    turns = list(range(len(case['history'])))
+    return selection(case, newest_run(turns, within(case, count, allowance(case))), count)
 
 
 def relevant(case: dict, count: Count) -> dict:
     order = by_overlap(case, range(len(case['history'])))
-    return selection(case, add_fitting(case, count, order, []), count)
+    return selection(case, greedy(order, [], within(case, count, allowance(case))), count)
 
 
 def notes(case: dict, count: Count, cues: re.Pattern = CUES) -> dict:
-    kept = newest_that_fit(case, count, allowance(case) - NOTES_RESERVE)
-    candidates = note_lines(case, len(case['history']) - len(kept), cues)
-    chosen: list[str] = []
-    for line in reversed(candidates):  # newest notes first
-        if count(render(case, kept, [line, *chosen])) > allowance(case):
-            break
-        chosen.insert(0, line)
+    turns = list(range(len(case['history'])))
+    kept = newest_run(turns, within(case, count, allowance(case) - NOTES_RESERVE))
+    candidates = note_lines(case, len(turns) - len(kept), cues)
+    # Notes are tried newest first, and the first one that does not fit ends the list.
+    chosen = newest_run(candidates, lambda lines: count(render(case, kept, lines)) <= allowance(case))
     return selection(case, kept, count, chosen)
 
 
 def hybrid(case: dict, count: Count) -> dict:
     newest = len(case['history']) - 1
-    kept = add_fitting(case, count, [newest], []) if newest >= 0 else []
-    order = by_overlap(case, range(newest))
-    return selection(case, add_fitting(case, count, order, kept), count)
+    fits = within(case, count, allowance(case))
+    kept = greedy([newest] if newest >= 0 else [], [], fits)
+    return selection(case, greedy(by_overlap(case, range(newest)), kept, fits), count)
 
 
 STRATEGIES = {'recent': recent, 'relevant': relevant, 'notes': notes, 'hybrid': hybrid}
