@@ -19,12 +19,14 @@ report to compare with) print one line and exit 2, without a traceback.
 """
 import argparse
 import json
+import os
 from pathlib import Path
 import platform
 import sys
+import tempfile
 
-from strategies import STRATEGIES, escape, allowance
-from tokenizer import CounterError, count_request, counter, sha256_file
+from strategies import STRATEGIES, allowance, escape, render
+from tokenizer import THINKING_MARKERS, CounterError, count_request, counter, sha256_file
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
@@ -33,6 +35,9 @@ BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
 SPLITS = ('dev', 'held_out')  # reported separately, in this order
 GRADER = 'exact substring match of required and stale facts, raw or escaped, in the selected messages'
 PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
+# Every row of the report has these fields; --compare reads them from the older report.
+ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
+              'required_total', 'missing', 'stale_included')
 
 
 class CaseError(ValueError):
@@ -44,10 +49,14 @@ def read_json(path: Path, what: str):
         text = path.read_text(encoding='utf-8')
     except OSError as error:
         raise CaseError(f'{path}: cannot read the {what}: {error.strerror}') from None
+    except UnicodeDecodeError as error:
+        raise CaseError(f'{path}: the {what} is not UTF-8 text (byte {error.start})') from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise CaseError(f'{path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}') from None
+    except RecursionError:
+        raise CaseError(f'{path}: the {what} is nested too deeply to read') from None
 
 
 def check_budget(where: str, budget) -> None:
@@ -81,6 +90,10 @@ def check_case(where: str, case: dict) -> None:
                 or not all(isinstance(turn[role], str) for role in ('user', 'assistant')):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
+        if any(marker in turn['assistant'] for marker in THINKING_MARKERS):
+            # The chat format would strip a thought channel out of a model turn, so it cannot be counted.
+            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
+                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
     check_budget(where, case['budget'])
     for name in ('required', 'stale'):
         facts = case[name]
@@ -102,6 +115,8 @@ def load_cases(path: Path) -> list[dict]:
     cases = read_json(path, 'case set')
     if not isinstance(cases, list):
         raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
+    if not cases:
+        raise CaseError(f'{path}: the case set is empty')
     seen = set()
     for index, case in enumerate(cases):
         if not isinstance(case, dict):
@@ -122,20 +137,14 @@ def grade(case: dict, selected: dict) -> dict:
     def present(fact: str) -> bool:
         return fact in text or escape(fact) in text  # notes quote facts escaped
 
-    found = [fact for fact in case['required'] if present(fact)]
-    return {
-        'case': case['id'],
-        'split': case['split'],
-        'kind': case['kind'],
-        'turns': selected['turns'],
-        'notes': selected['notes'],
-        'input_tokens': selected['input_tokens'],
-        'within_budget': selected['input_tokens'] <= allowance(case),
-        'required_found': len(found),
-        'required_total': len(case['required']),
-        'missing': [fact for fact in case['required'] if fact not in found],
-        'stale_included': [fact for fact in case['stale'] if present(fact)],
-    }
+    reached = [fact for fact in case['required'] if present(fact)]
+    row = {'case': case['id'], 'split': case['split'], 'kind': case['kind']}
+    row.update({key: selected[key] for key in ('turns', 'notes', 'input_tokens')})
+    row['within_budget'] = selected['input_tokens'] <= allowance(case)
+    row['required_found'], row['required_total'] = len(reached), len(case['required'])
+    row['missing'] = [fact for fact in case['required'] if fact not in reached]
+    row['stale_included'] = [fact for fact in case['stale'] if present(fact)]
+    return row
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -144,18 +153,14 @@ def summarize(rows: list[dict]) -> dict:
     Two rows, one with 1 of 1 facts in 40 tokens and one with 0 of 2 in 51, give
     facts_found 1 of 3, fact_recall 0.333, complete_cases 1, mean_input_tokens 45.5.
     """
+    facts = sum(row['required_total'] for row in rows)
     found = sum(row['required_found'] for row in rows)
-    total = sum(row['required_total'] for row in rows)
-    return {
-        'cases': len(rows),
-        'facts_found': found,
-        'facts_total': total,
-        'fact_recall': round(found / total, 3),
-        'complete_cases': sum(row['required_found'] == row['required_total'] for row in rows),
-        'cases_with_stale_facts': sum(bool(row['stale_included']) for row in rows),
-        'over_budget': sum(not row['within_budget'] for row in rows),
-        'mean_input_tokens': round(sum(row['input_tokens'] for row in rows) / len(rows), 1),
-    }
+    tokens = [row['input_tokens'] for row in rows]
+    return {'cases': len(rows), 'facts_found': found, 'facts_total': facts, 'fact_recall': round(found / facts, 3),
+            'complete_cases': sum(1 for row in rows if not row['missing']),
+            'cases_with_stale_facts': sum(1 for row in rows if row['stale_included']),
+            'over_budget': sum(1 for row in rows if not row['within_budget']),
+            'mean_input_tokens': round(sum(tokens) / len(tokens), 1)}
 
 
 def evaluate_cases(cases: list[dict], count=count_request, progress=None) -> dict:
@@ -174,10 +179,20 @@ def report_progress(done: int, total: int) -> None:
         print(f'evaluate.py: {done} of {total} cases', file=sys.stderr, flush=True)
 
 
+def check_bare_requests(path: Path, cases: list[dict], count=count_request) -> None:
+    """Refuse a case whose request cannot fit even with no history: every strategy would exceed its budget."""
+    for case in cases:
+        needed = count(render(case, []))
+        if needed > allowance(case):
+            raise CaseError(f'{path}: case {case["id"]}: field budget allows {allowance(case)} input tokens, '
+                            f'but the instructions and question alone need {needed}')
+
+
 def run(path: Path = CASES) -> dict:
     """The full report for a case set."""
     path = Path(path)
     cases = load_cases(path)
+    check_bare_requests(path, cases)
     progress = report_progress if len(cases) > PROGRESS_ABOVE else None
     rows = evaluate_cases(cases, count_request, progress)
     return {
@@ -200,6 +215,11 @@ def to_json(report: dict) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False) + '\n'
 
 
+def plain_number(value: float) -> str:
+    """A mean as the table shows it: 61.0 -> '61', 51.3 -> '51.3', 123456.7 -> '123456.7'."""
+    return f'{value:.1f}'.removesuffix('.0')
+
+
 def table(report: dict) -> str:
     """The summary as the Markdown table the README shows."""
     lines = ['| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
@@ -208,7 +228,7 @@ def table(report: dict) -> str:
         for split, s in splits.items():
             lines.append(f"| {name} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
                          f"{s['complete_cases']} of {s['cases']} | {s['cases_with_stale_facts']} | "
-                         f"{s['mean_input_tokens']:g} |")
+                         f"{plain_number(s['mean_input_tokens'])} |")
     return '\n'.join(lines) + '\n'
 
 
@@ -261,10 +281,41 @@ def compare(old: dict, new: dict) -> list[str]:
     return lines
 
 
+def check_report(path: Path, report) -> None:
+    """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
+    def wrong(what: str) -> CaseError:
+        return CaseError(f'{path}: not an evaluate.py report ({what})')
+
+    if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
+            or not isinstance(report.get('summary'), dict):
+        raise wrong('expected an object with cases and summary')
+    for name, rows in report['cases'].items():
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise wrong(f'cases.{name} must be a list of rows')
+        for index, row in enumerate(rows):
+            absent = [field for field in ROW_FIELDS if field not in row]
+            if absent:
+                raise wrong(f'cases.{name}[{index}] lacks {absent}')
+            for field in ('missing', 'stale_included'):
+                if not isinstance(row[field], list) or not all(isinstance(fact, str) for fact in row[field]):
+                    raise wrong(f'cases.{name}[{index}].{field} must be a list of facts')
+    for name, splits in report['summary'].items():
+        if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
+            raise wrong(f'summary.{name} must map each split to its figures')
+
+
 def write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f'.{path.name}.tmp')
-    temporary.write_text(text, encoding='utf-8')
-    temporary.replace(path)
+    """Write text to path through a temporary file in the same folder, so a failure leaves no half file."""
+    temporary = None
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
+        with os.fdopen(handle, 'w', encoding='utf-8') as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary:
+            Path(temporary).unlink(missing_ok=True)
+        raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -277,22 +328,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--output', type=Path, help='also write the JSON report to this file (temp file, then rename)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.compare and args.format != 'json':
+        parser.error('--compare prints changes, not a table; use it without --format')
+    return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
         old = read_json(args.compare, 'report to compare with') if args.compare else None
-        if old is not None and not (isinstance(old, dict) and isinstance(old.get('cases'), dict)
-                                    and isinstance(old.get('summary'), dict)):
-            raise CaseError(f'{args.compare}: not an evaluate.py report (expected an object with cases and summary)')
+        if old is not None:
+            check_report(args.compare, old)
         report = run(args.cases)
+        if args.output:
+            write_atomically(args.output, to_json(report))
     except (CaseError, CounterError) as error:
         print(f'evaluate.py: {error}', file=sys.stderr)
         return 2
-    if args.output:
-        write_atomically(args.output, to_json(report))
     if old is not None:
         changes = compare(old, report)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')

@@ -105,15 +105,16 @@ class RecordedReportTest(unittest.TestCase):
         self.assertEqual(set(fresh['environment']), {'python', 'implementation'})
         fresh['environment'] = recorded['environment']
         changes = compare(recorded, fresh)
-        self.assertEqual(changes, [], 'the fresh run differs from evaluation-result.json:\n' + '\n'.join(changes))
+        if changes:
+            self.fail('the fresh run differs from evaluation-result.json:\n' + '\n'.join(changes))
         self.assertEqual(to_json(fresh), recorded_text, 'same content, but the recorded bytes differ')
 
     def test_recorded_hashes_match_the_files(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
-        for key, name in (('case_set_sha256', 'cases.json'), ('strategies_sha256', 'strategies.py'),
-                          ('tokenizer_manifest_sha256', 'tokenizer-manifest.json')):
-            with self.subTest(name):
-                self.assertEqual(recorded[key], hashlib.sha256((HERE / name).read_bytes()).hexdigest())
+        files = {'case_set_sha256': 'cases.json', 'strategies_sha256': 'strategies.py',
+                 'tokenizer_manifest_sha256': 'tokenizer-manifest.json'}
+        on_disk = {key: hashlib.sha256((HERE / name).read_bytes()).hexdigest() for key, name in files.items()}
+        self.assertEqual({key: recorded[key] for key in files}, on_disk)
 
     def test_readme_shows_the_recorded_summary_table(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
@@ -211,18 +212,18 @@ class FailurePatternTest(unittest.TestCase):
                       selected['messages'][-1]['content'])
 
     def test_grader_lists_stale_facts_separately_from_missing_ones(self):
-        case = cases()['dev-correction']
-        selected = {'messages': [{'role': 'user', 'content': 'We will use MySQL for the first version.'}],
-                    'turns': [0], 'notes': 0, 'input_tokens': 12}
-        result = grade(case, selected)
-        self.assertEqual(result['stale_included'], ['We will use MySQL'])
-        self.assertEqual(result['missing'], ['Switch to PostgreSQL instead of MySQL.'])
-        self.assertEqual(result['required_found'], 0)
+        # A hand-made selection holding only the replaced decision: one stale fact, the required one missing.
+        only_old_turn = {'turns': [0], 'notes': 0, 'input_tokens': 20, 'messages': [
+            {'role': 'system', 'content': 'Be brief.'},
+            {'role': 'user', 'content': 'We will use MySQL for the first version.'}]}
+        row = grade(cases()['dev-correction'], only_old_turn)
+        self.assertEqual((row['required_found'], row['missing'], row['stale_included']),
+                         (0, ['Switch to PostgreSQL instead of MySQL.'], ['We will use MySQL']))
 
     def test_escaped_note_still_counts_as_found(self):
+        fact = 'We chose PostgreSQL & Redis for <the> application.'
         case = copy.deepcopy(cases()['dev-old-decision'])
-        case['history'][0]['user'] = 'We chose PostgreSQL & Redis for <the> application.'
-        case['required'] = ['We chose PostgreSQL & Redis for <the> application.']
+        case['history'][0]['user'], case['required'] = fact, [fact]
         selected = notes(case, count_request)
         self.assertIn('- [turn 1, user] We chose PostgreSQL &amp; Redis for &lt;the&gt; application.',
                       selected['messages'][-1]['content'])
@@ -266,13 +267,13 @@ class FailurePatternTest(unittest.TestCase):
         mentions = sorted(case['id'] for case in cases().values() if re.search(r'\blimit\b', json.dumps(case), re.I))
         self.assertEqual(mentions, ['held-buried', 'held-pronoun'])
 
-    def test_strategies_do_not_mutate_cases(self):
-        data = cases()
-        original = copy.deepcopy(data)
-        for strategy in STRATEGIES.values():
-            for case in data.values():
-                strategy(case, count_request)
-        self.assertEqual(data, original)
+    def test_strategies_leave_the_case_they_are_given_unchanged(self):
+        for name, strategy in STRATEGIES.items():
+            for case_id, case in cases().items():
+                with self.subTest(strategy=name, case=case_id):
+                    before = json.dumps(case, sort_keys=True)
+                    strategy(case, count_request)
+                    self.assertEqual(json.dumps(case, sort_keys=True), before)
 
     def test_strategies_keep_turns_in_conversation_order_and_end_with_the_question(self):
         for name, strategy in STRATEGIES.items():
@@ -347,6 +348,11 @@ class CaseValidationTest(unittest.TestCase):
              "case dev-latest: field stale: fact 'We chose Oracle' does not occur in any message of the history"),
             ('duplicate id', copy.deepcopy(base[:1]) * 2,
              'case dev-latest: field id is a duplicate; every case id must be unique'),
+            ('empty case set', '[]', 'the case set is empty'),
+            ('thinking channel in a model turn',
+             one(lambda c: c['history'][1].update(assistant='<|channel>thought\n<channel|>Noted.')),
+             "case dev-latest: field history[1].assistant contains a thinking-channel marker "
+             "['<|channel>', '<channel|>'], which the counter does not cover"),
         ]
         for name, data, message in table_of_cases:
             with self.subTest(name), tempfile.TemporaryDirectory() as folder:
@@ -354,6 +360,24 @@ class CaseValidationTest(unittest.TestCase):
                 with self.assertRaises(CaseError) as caught:
                     load_cases(path)
                 self.assertEqual(str(caught.exception), f'{path}: {message}')
+
+    def test_a_case_set_that_is_not_utf8_is_rejected(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'cases.json'
+            path.write_bytes(b'\xff\xfe[]')
+            with self.assertRaises(CaseError) as caught:
+                load_cases(path)
+        self.assertEqual(str(caught.exception), f'{path}: the case set is not UTF-8 text (byte 0)')
+
+    def test_a_budget_too_small_for_the_bare_request_is_rejected(self):
+        data = json.loads((HERE / 'cases.json').read_text(encoding='utf-8'))[:1]
+        data[0]['budget'] = {'context_limit': 40, 'max_new_tokens': 4, 'margin': 2}  # the bare request needs 35
+        with tempfile.TemporaryDirectory() as folder:
+            path = self.write(folder, data)
+            with self.assertRaises(CaseError) as caught:
+                run(path)
+        self.assertEqual(str(caught.exception), f'{path}: case dev-latest: field budget allows 34 input tokens, '
+                                                'but the instructions and question alone need 35')
 
     def test_a_fact_split_across_two_messages_is_rejected(self):
         data = json.loads((HERE / 'cases.json').read_text(encoding='utf-8'))[:1]
@@ -429,6 +453,36 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(result.returncode, 2)
         self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
                                         '(expected an object with cases and summary)\n')
+
+    def test_compare_refuses_rows_without_the_report_fields(self):
+        broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}}
+        path, result = self.run_on_file('--compare', json.dumps(broken))
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report (cases.recent[0] lacks "
+                                        "['split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', "
+                                        "'required_found', 'required_total', 'missing', 'stale_included'])\n")
+
+    def test_compare_with_a_table_format_is_a_usage_error(self):
+        result = evaluate_py('--compare', str(RECORDED), '--format', 'table')
+        self.assertEqual(result.returncode, 2)
+        self.assertIn('--compare prints changes, not a table', result.stderr)
+
+    def test_output_that_cannot_be_written_exits_2_and_leaves_no_temporary_file(self):
+        with tempfile.TemporaryDirectory() as folder:
+            for target in (Path(folder) / 'missing' / 'report.json', Path(folder)):
+                with self.subTest(target=target.name):
+                    result = evaluate_py('--output', str(target))
+                    self.assertEqual(result.returncode, 2)
+                    self.assertEqual(result.stdout, '')
+                    self.assertTrue(result.stderr.startswith(f'evaluate.py: {target}: cannot write the report: '))
+                    self.assertNotIn('Traceback', result.stderr)
+            self.assertEqual(list(Path(folder).iterdir()), [])
+
+    def test_means_print_without_exponents_or_trailing_zeros(self):
+        from evaluate import plain_number
+        for value, text in ((61.0, '61'), (51.3, '51.3'), (123456.7, '123456.7'), (2000000.0, '2000000')):
+            with self.subTest(value):
+                self.assertEqual(plain_number(value), text)
 
     def test_output_writes_the_report_it_prints(self):
         with tempfile.TemporaryDirectory() as folder:
