@@ -1,6 +1,6 @@
 """Time the strategies on an application-sized synthetic case set, both ways of counting.
 
-    python benchmark.py                         # 100 cases of 60 turns (a few minutes on 2 cores)
+    python benchmark.py                         # 100 cases of 60 turns (about half a minute on 2 cores)
     python benchmark.py --cases 10 --turns 30   # a quick look
 
 It generates a case set from a fixed seed (about 150 tokens a turn, some long
