@@ -17,11 +17,17 @@ It writes nothing. It does not pull or delete models, does not stream, does
 not retry, and does not use a proxy: the server is meant to be on this machine.
 Each request body is serialised once by encode(), and exactly those bytes are
 sent, so answer_check.py can record the sha256 of the request the model saw.
+
+Exit status: 0 when the server holds the pinned build; 2 with one line on
+stderr for anything the user can fix (a bad answer-model.json, no server, the
+wrong digest) or for a usage error; 130 on Ctrl-C.
 """
+import argparse
 import hashlib
 import json
 import os
 from pathlib import Path
+import re
 import sys
 from urllib.parse import urlsplit
 
@@ -49,22 +55,53 @@ class PinError(AnswerModelError):
     """The server does not hold the pinned build under the pinned tag."""
 
 
+HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
+
+
+def read_json(path: Path, what_to_do: str, error_type: type[Exception] = AnswerModelError):
+    """The JSON in path; any way the file can be unreadable becomes one error_type naming it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding='utf-8')
+    except FileNotFoundError:
+        raise error_type(f'{path}: file not found; {what_to_do}') from None
+    except UnicodeDecodeError as error:
+        raise error_type(f'{path}: not UTF-8 text (byte {error.start} cannot be decoded); {what_to_do}') from None
+    except OSError as error:
+        raise error_type(f'{path}: cannot be read ({error.strerror}); {what_to_do}') from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise error_type(f'{path}: JSON nested too deeply to read; {what_to_do}') from None
+    except ValueError as error:  # JSONDecodeError, or an integer too long for Python to convert
+        raise error_type(f'{path}: not valid JSON ({error}); {what_to_do}') from None
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def load_model(path: Path = MODEL_PATH) -> dict:
     """Read and check the pinned model block."""
-    try:
-        model = json.loads(Path(path).read_text(encoding='utf-8'))
-    except FileNotFoundError:
-        raise AnswerModelError(f'{path}: file not found; it pins the answer model and ships with the lab') from None
-    except json.JSONDecodeError as error:
-        raise AnswerModelError(f'{path}: not valid JSON ({error})') from None
+    model = read_json(path, 'it pins the answer model and ships with the lab: restore it from version control')
     if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
         raise AnswerModelError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
+    for field in ('ollama_tag', 'ollama_version'):
+        if not isinstance(model[field], str) or not model[field]:
+            raise AnswerModelError(f'{path}: {field} must be a non-empty string')
+    if not isinstance(model['ollama_digest'], str) or not HEX64.fullmatch(model['ollama_digest']):
+        raise AnswerModelError(f'{path}: ollama_digest must be 64 lowercase hex digits, as `ollama list` shows them')
     if not isinstance(model['options'], dict) or set(model['options']) != set(SAMPLING_OPTIONS):
         raise AnswerModelError(f'{path}: options must be exactly {sorted(SAMPLING_OPTIONS)}')
-    seeds = model['seeds']
-    if (not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds)
-            or len(set(seeds)) != len(seeds) or len(seeds) != model['trials']):
-        raise AnswerModelError(f'{path}: seeds must be {model["trials"]} distinct integers, one per trial')
+    for option, value in model['options'].items():
+        if not is_number(value):
+            raise AnswerModelError(f'{path}: options.{option} must be a number')
+    trials, seeds = model['trials'], model['seeds']
+    if type(trials) is not int or trials < 1:
+        raise AnswerModelError(f'{path}: trials must be a positive integer')
+    if (not isinstance(seeds, list) or not all(type(s) is int for s in seeds)
+            or len(set(seeds)) != len(seeds) or len(seeds) != trials):
+        raise AnswerModelError(f'{path}: seeds must be {trials} distinct integers, one per trial')
     if model['think'] is not False:
         raise AnswerModelError(f'{path}: think must be false; the recording asks for answers without thinking')
     return model
@@ -217,13 +254,20 @@ class AnswerModel:
         return payload
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog='answer_model.py',
+        description='Check that the Ollama server at OLLAMA_HOST (default 127.0.0.1:11434) holds the pinned '
+                    'build of answer-model.json. Sends no chat request and writes nothing.').parse_args(argv)
     try:
         client = AnswerModel()
         version = client.verify()
     except AnswerModelError as error:
         print(f'answer_model.py: {error}', file=sys.stderr)
-        return 1
+        return 2
+    except KeyboardInterrupt:
+        print('answer_model.py: interrupted', file=sys.stderr)
+        return 130
     print(f'Ollama {version} at {client.host} has {client.model["ollama_tag"]} '
           f'with the pinned digest {client.model["ollama_digest"]}')
     return 0
