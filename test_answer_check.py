@@ -7,7 +7,9 @@ the real requests-based client against a fake Ollama server that this file
 starts on 127.0.0.1 and that speaks the /api wire format; no model is called.
 Every file a test writes goes to a temporary directory; the shipped files are
 only read. Recording tests use the real strategies, cases and prepared counter,
-so `python prepare.py` must have run.
+so `python prepare.py` must have run. Every HTTP request the client makes in
+these tests is checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed
+loopback port, so no test can reach a real server.
 """
 import contextlib
 import hashlib
@@ -24,6 +26,8 @@ import time
 import unittest
 from unittest import mock
 
+import requests
+
 import answer_check
 from answer_check import grade, load_keys, summarize
 from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
@@ -37,6 +41,23 @@ OTHER = 'a' * 64
 HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
 SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
 TIMEOUT = 5.0  # seconds for every request a test makes; the fake answers in milliseconds
+
+
+REAL_REQUEST = requests.Session.request
+
+
+def loopback_only(session, method, url, *args, **kwargs):
+    """requests.Session.request for the tests: anything but 127.0.0.1 is a test failure, not a request."""
+    if not url.startswith('http://127.0.0.1:'):
+        raise AssertionError(f'a test tried to reach {url}; tests talk only to 127.0.0.1')
+    return REAL_REQUEST(session, method, url, *args, **kwargs)
+
+
+def setUpModule():
+    for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
+                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'})):
+        patcher.start()
+        unittest.addModuleCleanup(patcher.stop)
 
 
 def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_reason: str = 'stop') -> dict:
@@ -278,8 +299,18 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(got, {'seed': 4, 'answer': '', 'tool_calls': [], 'done_reason': 'length',
                                'prompt_tokens': 0, 'answer_tokens': 0})
 
+    def test_tests_reach_no_host_but_127_0_0_1(self):
+        session = requests.Session()
+        for url in ('http://localhost:11434/api/version', 'http://192.0.2.1:11434/api/version'):
+            with self.subTest(url=url), self.assertRaises(AssertionError) as caught:
+                session.get(url, timeout=TIMEOUT)
+            self.assertIn('tests talk only to 127.0.0.1', str(caught.exception))
+        # A client built without a host reads OLLAMA_HOST, which setUpModule set to a closed loopback port.
+        self.assertTrue(AnswerModel(load_model()).host.startswith('http://127.0.0.1:'))
+
     def test_ollama_host_is_completed_like_the_ollama_command(self):
         for value, expected in ((None, 'http://127.0.0.1:11434'), ('', 'http://127.0.0.1:11434'),
+                                # only parsed: no test contacts anything but 127.0.0.1
                                 ('127.0.0.1:8080', 'http://127.0.0.1:8080'), ('localhost', 'http://localhost:11434'),
                                 ('http://127.0.0.1:11434/', 'http://127.0.0.1:11434')):
             with self.subTest(value=value):
