@@ -5,30 +5,34 @@
 
 record builds every strategy's request for the six held-out cases and sends
 each one with the five seeds of answer-model.json: 4 x 6 x 5 = 120 calls, with
-num_ctx the case's context limit and num_predict its answer allowance. Only
-held-out cases are sent: the development cases shaped the strategies, so
-answers on them would say less. Progress goes to stderr. answer-result.json
-is replaced only when all 120 answers have arrived, so an interrupted or
-failed run leaves the previous recording as it was. Each answer keeps the
-sha256 of the exact /api/chat body sent and the input tokens the lab counted
-for it; the model block keeps the server's version.
+num_ctx the case's context limit and num_predict its answer allowance. No
+development case is sent: the strategies were written with those cases in
+view, so answers to them would test the strategies less than fresh cases do.
+Progress goes to stderr. answer-result.json is replaced only when all 120
+answers have arrived, so an interrupted or failed run leaves the previous
+recording as it was. Each answer keeps the sha256 of the exact /api/chat body
+sent and the input tokens the lab counted for it; the model block keeps the
+server's version.
 
-Grading reads the keys in answer-keys.json, written from the held-out cases'
-required and stale facts before any answer was recorded:
-    incomplete  the answer is empty
-    fail        a sentence presents a replaced decision as current, or a required key does not match
-    pass        every required key matches and no replaced decision is presented as current
-A fail that says the fact is missing is counted again under said_missing:
-saying "not in the conversation" is better than guessing. Grading writes
-answer-grades.json (the summary and every verdict) and prints a table and that
-JSON. It also lists, apart from the grades, every answer whose reported
-prompt_tokens differ from the counted input tokens (the model did not see the
-request that was counted), and every recorded answer whose request the
-current strategies, cases and answer-model.json would no longer send.
+Grading uses answer-keys.json, whose patterns were fixed from the facts each
+held-out case marks as required or stale before the first answer was recorded:
+    incomplete  nothing but whitespace came back
+    fail        a sentence names a stale pattern with nothing in it marking the decision as
+                superseded, or some must pattern matches nowhere in the answer
+    pass        all must patterns match, and no sentence offers a stale pattern as the current decision
+Fails that admit the conversation lacks the fact get their own count
+(said_missing): owning up to a gap is a safer way to fail than making an
+answer up. Grading writes answer-grades.json (the summary and every verdict)
+and prints a table and that JSON. Apart from the grades it lists every answer
+whose reported prompt_tokens differ from the counted input tokens (the model
+did not see the request that was counted), and every recorded answer whose
+request the current strategies, cases and answer-model.json would no longer
+send.
 
 It does not grade development cases, retry a failed call, or judge anything
-the keys do not name: 120 answers from a small model illustrate how the
-strategies behave; they do not rank them.
+the keys do not name. Five trials of one small model on six cases show what
+each strategy's request tends to produce; they are too few to say which
+strategy is better.
 """
 import json
 import os
@@ -60,13 +64,15 @@ SAYS_MISSING = re.compile(
     r"|not (mention|state|specif|provide|includ|contain)|no information|not enough information|missing"
     r"|not in the conversation|cannot (find|determine)|provide (more |the )?(context|conversation)", re.I)
 
-# Verdict reasons; summarize() counts two of them separately.
+# Verdict reasons, as answer-grades.json spells them.
 NO_ANSWER = 'no answer'
 STALE_AS_CURRENT = 'presents a replaced decision as current'
 SAID_MISSING = 'says the fact is missing'
 FACT_ABSENT = 'required fact absent'
 EVERY_FACT = 'every required fact'
 VERDICTS = ('pass', 'fail', 'incomplete')
+# Two reasons get a column of their own in the summary.
+COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
 
 # What each recorded answer holds: the client's reply, then what the lab knew about the request.
 ANSWER_FIELDS = ('seed', 'answer', 'tool_calls', 'done_reason', 'prompt_tokens', 'answer_tokens',
@@ -120,14 +126,18 @@ def load_keys(path: Path = KEYS_PATH) -> dict:
     return keys
 
 
-def stale_as_current(text: str, key: dict) -> bool:
-    """True when some sentence names a replaced decision with no sign that it was replaced."""
-    for pattern in key['stale']:
-        for sentence in SENTENCE.split(text):
-            if (re.search(pattern, sentence, re.I) and not REPLACED.search(sentence)
-                    and not any(re.search(must, sentence, re.I) for must in key['must'])):
-                return True
-    return False
+def matches_any(patterns: list[str], text: str) -> bool:
+    return any(re.search(pattern, text, re.I) for pattern in patterns)
+
+
+def offers_stale_as_current(text: str, key: dict) -> bool:
+    """Whether some sentence names a stale pattern with nothing beside it marking the decision as superseded.
+
+    A sentence that matches REPLACED, or that also states a must pattern, reads as giving the correction.
+    """
+    uncorrected = (sentence for sentence in SENTENCE.split(text)
+                   if not REPLACED.search(sentence) and not matches_any(key['must'], sentence))
+    return any(matches_any(key['stale'], sentence) for sentence in uncorrected)
 
 
 def grade(case_id: str, answer: dict, keys: dict | None = None) -> tuple[str, str]:
@@ -136,29 +146,49 @@ def grade(case_id: str, answer: dict, keys: dict | None = None) -> tuple[str, st
     if case_id not in keys:
         raise AnswerCheckError(f'no answer key for case {case_id} in answer-keys.json')
     key, text = keys[case_id], answer['answer']
-    if not text.strip():
+    if text.isspace() or text == '':  # nothing to grade; the text itself is matched unstripped
         return 'incomplete', NO_ANSWER
-    if stale_as_current(text, key):
+    if offers_stale_as_current(text, key):
         return 'fail', STALE_AS_CURRENT
-    if any(not re.search(must, text, re.I) for must in key['must']):
-        return 'fail', SAID_MISSING if SAYS_MISSING.search(text) else FACT_ABSENT
-    return 'pass', EVERY_FACT
+    if all(re.search(must, text, re.I) for must in key['must']):
+        return 'pass', EVERY_FACT
+    return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else FACT_ABSENT)
+
+
+def each_answer(recorded: dict):
+    """(strategy, case_id, answer) for every recorded answer, in recording order."""
+    for strategy, by_case in recorded['answers'].items():
+        for case_id, answers in by_case.items():
+            for answer in answers:
+                yield strategy, case_id, answer
+
+
+def every_verdict(recorded: dict, keys: dict) -> dict:
+    """{strategy: {case_id: [{seed, verdict, reason}, ...]}}, in recording order."""
+    verdicts = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
+    for strategy, case_id, answer in each_answer(recorded):
+        verdict, reason = grade(case_id, answer, keys)
+        verdicts[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
+    return verdicts
+
+
+def tally(by_case: dict) -> dict:
+    """One strategy's summary row from its {case_id: [verdict entry, ...]}."""
+    row = dict.fromkeys((*VERDICTS, *COUNTED_REASONS.values()), 0)
+    for entries in by_case.values():
+        for entry in entries:
+            row[entry['verdict']] += 1
+            if entry['reason'] in COUNTED_REASONS:
+                row[COUNTED_REASONS[entry['reason']]] += 1
+    row['cases_passed_every_trial'] = len([case_id for case_id, entries in by_case.items()
+                                           if all(entry['verdict'] == 'pass' for entry in entries)])
+    return row
 
 
 def summarize(recorded: dict, keys: dict | None = None) -> dict:
     """Per strategy: pass, fail, incomplete, said_missing, stale_as_current, cases_passed_every_trial."""
-    keys = keys if keys is not None else load_keys()
-    out = {}
-    for strategy, cases in recorded['answers'].items():
-        graded = {case_id: [grade(case_id, a, keys) for a in answers] for case_id, answers in cases.items()}
-        every = [g for grades in graded.values() for g in grades]
-        out[strategy] = {
-            **{verdict: sum(g[0] == verdict for g in every) for verdict in VERDICTS},
-            'said_missing': sum(g[1] == SAID_MISSING for g in every),
-            'stale_as_current': sum(g[1] == STALE_AS_CURRENT for g in every),
-            'cases_passed_every_trial': sum(all(g[0] == 'pass' for g in grades) for grades in graded.values()),
-        }
-    return out
+    verdicts = every_verdict(recorded, keys if keys is not None else load_keys())
+    return {strategy: tally(by_case) for strategy, by_case in verdicts.items()}
 
 
 def load_recording(path: Path = RESULT_PATH) -> dict:
@@ -237,11 +267,10 @@ def record(cases_path: Path = CASES_PATH, result_path: Path = RESULT_PATH, *, mo
 
 def token_mismatches(recorded: dict) -> list[dict]:
     """Answers for which the server read a different number of prompt tokens than the lab counted."""
-    return [{'strategy': strategy, 'case': case_id, 'seed': a['seed'],
-             'prompt_tokens': a['prompt_tokens'], 'input_tokens': a['input_tokens']}
-            for strategy, cases in recorded['answers'].items()
-            for case_id, answers in cases.items() for a in answers
-            if a['prompt_tokens'] != a['input_tokens']]
+    return [{'strategy': strategy, 'case': case_id, 'seed': answer['seed'],
+             'prompt_tokens': answer['prompt_tokens'], 'input_tokens': answer['input_tokens']}
+            for strategy, case_id, answer in each_answer(recorded)
+            if answer['prompt_tokens'] != answer['input_tokens']]
 
 
 def outdated_requests(recorded: dict, current: dict) -> list[dict]:
@@ -249,15 +278,13 @@ def outdated_requests(recorded: dict, current: dict) -> list[dict]:
 
     current maps (strategy, case, seed) to the sha256 of today's request body.
     """
-    out = []
-    for strategy, cases in recorded['answers'].items():
-        for case_id, answers in cases.items():
-            for a in answers:
-                now = current.get((strategy, case_id, a['seed']))
-                if now != a['request_sha256']:
-                    reason = 'no longer sent' if now is None else 'request changed'
-                    out.append({'strategy': strategy, 'case': case_id, 'seed': a['seed'], 'reason': reason})
-    return out
+    outdated = []
+    for strategy, case_id, answer in each_answer(recorded):
+        today = current.get((strategy, case_id, answer['seed']))
+        if today != answer['request_sha256']:
+            outdated.append({'strategy': strategy, 'case': case_id, 'seed': answer['seed'],
+                             'reason': 'no longer sent' if today is None else 'request changed'})
+    return outdated
 
 
 def current_requests(cases_path: Path, model_path: Path, strategies: dict, count) -> dict:
@@ -268,27 +295,15 @@ def current_requests(cases_path: Path, model_path: Path, strategies: dict, count
 
 def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
     """The content of answer-grades.json."""
+    verdicts = every_verdict(recorded, keys)
     return {
         'model': recorded['model'],
-        'answers_recorded': sum(len(a) for cases in recorded['answers'].values() for a in cases.values()),
-        'summary': summarize(recorded, keys),
+        'answers_recorded': sum(1 for _ in each_answer(recorded)),
+        'summary': {strategy: tally(by_case) for strategy, by_case in verdicts.items()},
         'prompt_token_mismatches': token_mismatches(recorded),
         'outdated_requests': outdated_requests(recorded, current),
-        'graded': every_verdict(recorded, keys),
+        'graded': verdicts,
     }
-
-
-def every_verdict(recorded: dict, keys: dict) -> dict:
-    """{strategy: {case_id: [{seed, verdict, reason}, ...]}}, in recording order."""
-    out = {}
-    for strategy, cases in recorded['answers'].items():
-        out[strategy] = {}
-        for case_id, answers in cases.items():
-            out[strategy][case_id] = []
-            for a in answers:
-                verdict, reason = grade(case_id, a, keys)
-                out[strategy][case_id].append({'seed': a['seed'], 'verdict': verdict, 'reason': reason})
-    return out
 
 
 def table(grades: dict) -> str:
@@ -314,6 +329,8 @@ def checks(grades: dict) -> str:
     lines = []
     mismatches = grades['prompt_token_mismatches']
     if mismatches:
+        # Older Ollama versions left prompt tokens served from the cache out of prompt_eval_count,
+        # so a mismatch on the second and later seeds of one request may be that, not a cut prompt.
         lines.append(f'{plural(len(mismatches), "answer")} where the server read a different prompt '
                      'than the one counted:')
         lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
