@@ -1,7 +1,7 @@
 """Record the pinned model's answers to each strategy's held-out requests, and grade them offline.
 
     python answer_check.py record   # needs Ollama serving gemma4:e2b at the pinned digest, and `python prepare.py`
-    python answer_check.py          # offline: grades answer-result.json again, calls no model
+    python answer_check.py          # offline: re-grades what answer-result.json holds; no model is called
 
 record builds every strategy's request for the six held-out cases and sends
 each one with the five seeds of answer-model.json: 4 x 6 x 5 = 120 calls, with
@@ -27,13 +27,19 @@ and prints a table and that JSON. Apart from the grades it lists every answer
 whose reported prompt_tokens differ from the counted input tokens (the model
 did not see the request that was counted), and every recorded answer whose
 request the current strategies, cases and answer-model.json would no longer
-send.
+send. A recording whose model block is not the build answer-model.json pins
+(any field but ollama_version differs) is refused, not graded.
 
 It does not grade development cases, retry a failed call, or judge anything
 the keys do not name. Five trials of one small model on six cases show what
 each strategy's request tends to produce; they are too few to say which
 strategy is better.
+
+Exit status: 0 after grading; 2 with one line on stderr for anything the user
+can fix (a bad or missing file, no server, the wrong digest, an unprepared
+counter, a recording from another build) and for a usage error; 130 on Ctrl-C.
 """
+import argparse
 import json
 import os
 from pathlib import Path
@@ -41,7 +47,8 @@ import re
 import sys
 import tempfile
 
-from answer_model import MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, request_sha256
+from answer_model import (HEX64, MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, read_json,
+                          request_sha256)
 from evaluate import CaseError, load_cases
 from strategies import STRATEGIES
 from tokenizer import CounterError, count_request
@@ -54,6 +61,7 @@ GRADES_PATH = HERE / 'answer-grades.json'
 
 SPLIT = 'held_out'  # the only split sent to the model
 TOOLS: list[dict] = []  # the requests offer the model no tools
+REDO = 'record again with `python answer_check.py record`, or restore it from version control'
 
 # The grader. A stale key only counts in a sentence that does not also say the
 # decision was replaced and does not also give the required fact.
@@ -74,9 +82,25 @@ VERDICTS = ('pass', 'fail', 'incomplete')
 # Two reasons get a column of their own in the summary.
 COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
 
-# What each recorded answer holds: the client's reply, then what the lab knew about the request.
-ANSWER_FIELDS = ('seed', 'answer', 'tool_calls', 'done_reason', 'prompt_tokens', 'answer_tokens',
-                 'request_sha256', 'input_tokens')
+
+def is_count(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+# What each recorded answer holds, and what each field must be: the client's
+# reply (parse_answer always writes tool_calls as a list, empty when the model
+# called no tool, so null is refused), then what the lab knew about the request.
+ANSWER_CHECKS = {
+    'seed': (lambda v: type(v) is int, 'an integer'),
+    'answer': (lambda v: isinstance(v, str), 'a string'),
+    'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
+    'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
+    'prompt_tokens': (is_count, 'a non-negative integer'),
+    'answer_tokens': (is_count, 'a non-negative integer'),
+    'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
+    'input_tokens': (is_count, 'a non-negative integer'),
+}
+ANSWER_FIELDS = tuple(ANSWER_CHECKS)
 
 TABLE_HEADER = ('| Strategy | Pass | Fail | Of which said missing | Replaced decision as current '
                 '| Cases passed in every trial |\n|---|---|---|---|---|---|')
@@ -86,43 +110,66 @@ class AnswerCheckError(Exception):
     """A problem with the keys, cases or recording that the user can fix; the message says which."""
 
 
-def read_json(path: Path, what_to_do: str):
-    try:
-        return json.loads(Path(path).read_text(encoding='utf-8'))
-    except FileNotFoundError:
-        raise AnswerCheckError(f'{path}: file not found; {what_to_do}') from None
-    except json.JSONDecodeError as error:
-        raise AnswerCheckError(f'{path}: not valid JSON ({error}); {what_to_do}') from None
+def shown(value) -> str:
+    """A value as JSON, cut short, for an error message."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + '...'
 
 
 def write_json(path: Path, data) -> None:
     """Replace path in one step, so a reader never sees a half-written file."""
     path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
+    temporary = None
     try:
+        handle, temporary = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
         with os.fdopen(handle, 'w', encoding='utf-8') as stream:
             stream.write(json.dumps(data, indent=1, ensure_ascii=False) + '\n')
         os.chmod(temporary, 0o644)  # mkstemp makes it private; these files are shared
         os.replace(temporary, path)
+    except OSError as error:
+        raise AnswerCheckError(f'{path}: cannot be written ({error.strerror}); check the folder exists and '
+                               'is writable') from None
     finally:
-        if os.path.exists(temporary):
+        if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
 
 
-def load_keys(path: Path = KEYS_PATH) -> dict:
-    """{case_id: {'must': [pattern, ...], 'stale': [pattern, ...]}}, every pattern a valid regex."""
-    keys = read_json(path, 'restore it from version control')
-    keys = keys.get('keys') if isinstance(keys, dict) else None
-    if not isinstance(keys, dict) or not keys:
+def held_out_cases(cases_path: Path = CASES_PATH) -> list[dict]:
+    return [case for case in load_cases(Path(cases_path)) if case['split'] == SPLIT]
+
+
+def held_out_ids(cases_path: Path = CASES_PATH) -> list[str]:
+    return [case['id'] for case in held_out_cases(cases_path)]
+
+
+def load_keys(path: Path = KEYS_PATH, case_ids: list[str] | None = None) -> dict:
+    """{case_id: {'must': [pattern, ...], 'stale': [pattern, ...]}} for exactly the held-out case ids.
+
+    case_ids defaults to the held-out ids of cases.json. Every pattern must compile.
+    """
+    case_ids = held_out_ids() if case_ids is None else case_ids
+    document = read_json(path, 'restore it from version control', AnswerCheckError)
+    keys = document.get('keys') if isinstance(document, dict) else None
+    if not isinstance(keys, dict):
         raise AnswerCheckError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
+    missing, extra = sorted(set(case_ids) - set(keys)), sorted(set(keys) - set(case_ids))
+    if missing or extra:
+        raise AnswerCheckError(f'{path}: keys must be exactly the held-out case ids {sorted(case_ids)}; '
+                               f'missing {missing}, not held-out {extra}')
     for case_id, key in keys.items():
-        if not isinstance(key, dict) or set(key) != {'must', 'stale'} or not key['must']:
-            raise AnswerCheckError(f'{path}: {case_id} needs exactly "must" (at least one pattern) and "stale"')
-        for pattern in key['must'] + key['stale']:
-            try:
-                re.compile(pattern, re.I)
-            except (TypeError, re.error) as error:
-                raise AnswerCheckError(f'{path}: {case_id} pattern {pattern!r} is not a regex ({error})') from None
+        if not isinstance(key, dict) or set(key) != {'must', 'stale'}:
+            raise AnswerCheckError(f'{path}: keys.{case_id} must have exactly "must" and "stale"')
+        for kind, wanted in (('must', 'a non-empty list of strings'), ('stale', 'a list of strings')):
+            patterns = key[kind]
+            if (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
+                    or (kind == 'must' and not patterns)):
+                raise AnswerCheckError(f'{path}: keys.{case_id}.{kind} must be {wanted}, got {shown(patterns)}')
+            for index, pattern in enumerate(patterns):
+                try:
+                    re.compile(pattern, re.I)
+                except re.error as error:
+                    raise AnswerCheckError(f'{path}: keys.{case_id}.{kind}[{index}] {pattern!r} is not a valid '
+                                           f'regular expression ({error})') from None
     return keys
 
 
@@ -191,31 +238,64 @@ def summarize(recorded: dict, keys: dict | None = None) -> dict:
     return {strategy: tally(by_case) for strategy, by_case in verdicts.items()}
 
 
-def load_recording(path: Path = RESULT_PATH) -> dict:
-    """answer-result.json, checked field by field so grading never meets a half-formed answer."""
-    redo = 'record again with `python answer_check.py record`, or restore it from version control'
-    recorded = read_json(path, redo)
+def check_answer(where: str, answer) -> None:
+    """Raise AnswerCheckError naming where and the field when a recorded answer is malformed."""
+    if not isinstance(answer, dict):
+        raise AnswerCheckError(f'{where}: must be an object with fields {list(ANSWER_FIELDS)}, '
+                               f'got {shown(answer)}; {REDO}')
+    missing = [field for field in ANSWER_FIELDS if field not in answer]
+    extra = sorted(set(answer) - set(ANSWER_FIELDS))
+    if missing or extra:
+        raise AnswerCheckError(f'{where}: fields must be exactly {list(ANSWER_FIELDS)}; '
+                               f'missing {missing}, unexpected {extra}; {REDO}')
+    for field, (valid, wanted) in ANSWER_CHECKS.items():
+        if not valid(answer[field]):
+            raise AnswerCheckError(f'{where}.{field}: must be {wanted}, got {shown(answer[field])}; {REDO}')
+
+
+def load_recording(path: Path = RESULT_PATH, strategy_names=tuple(STRATEGIES),
+                   case_ids: list[str] | None = None) -> dict:
+    """answer-result.json, checked field by field so grading never meets a half-formed answer.
+
+    Strategies must be names in strategy_names and cases ids in case_ids (default: the held-out
+    ids of cases.json).
+    """
+    case_ids = held_out_ids() if case_ids is None else case_ids
+    recorded = read_json(path, REDO, AnswerCheckError)
     if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
-        raise AnswerCheckError(f'{path}: expected exactly "model" and "answers"; {redo}')
-    if not isinstance(recorded['model'], dict) or not isinstance(recorded['answers'], dict):
-        raise AnswerCheckError(f'{path}: "model" and "answers" must be objects; {redo}')
-    for strategy, cases in recorded['answers'].items():
-        if not isinstance(cases, dict):
-            raise AnswerCheckError(f'{path}: answers.{strategy} must map case ids to answer lists; {redo}')
-        for case_id, answers in cases.items():
+        raise AnswerCheckError(f'{path}: expected exactly "model" and "answers"; {REDO}')
+    model, answers = recorded['model'], recorded['answers']
+    if not isinstance(model, dict) or not isinstance(answers, dict):
+        raise AnswerCheckError(f'{path}: "model" and "answers" must be objects; {REDO}')
+    if not isinstance(model.get('ollama_version'), str) or not model['ollama_version']:
+        raise AnswerCheckError(f'{path}: model.ollama_version must name the server that answered; {REDO}')
+    for strategy, by_case in answers.items():
+        if strategy not in strategy_names:
+            raise AnswerCheckError(f'{path}: answers.{strategy}: not a strategy in strategies.py '
+                                   f'({", ".join(strategy_names)}); {REDO}')
+        if not isinstance(by_case, dict):
+            raise AnswerCheckError(f'{path}: answers.{strategy} must map case ids to answer lists; {REDO}')
+        for case_id, answer_list in by_case.items():
             where = f'{path}: answers.{strategy}.{case_id}'
-            if not isinstance(answers, list) or not answers:
-                raise AnswerCheckError(f'{where} must be a non-empty list; {redo}')
-            for index, answer in enumerate(answers):
-                if not isinstance(answer, dict) or set(answer) != set(ANSWER_FIELDS):
-                    raise AnswerCheckError(f'{where}[{index}]: fields must be exactly {list(ANSWER_FIELDS)}; {redo}')
-                if not isinstance(answer['answer'], str):
-                    raise AnswerCheckError(f'{where}[{index}]: answer must be a string; {redo}')
+            if case_id not in case_ids:
+                raise AnswerCheckError(f'{where}: not a held-out case id ({", ".join(case_ids)}); {REDO}')
+            if not isinstance(answer_list, list) or not answer_list:
+                raise AnswerCheckError(f'{where} must be a non-empty list, got {shown(answer_list)}; {REDO}')
+            for index, answer in enumerate(answer_list):
+                check_answer(f'{where}[{index}]', answer)
     return recorded
 
 
-def held_out_cases(cases_path: Path) -> list[dict]:
-    return [case for case in load_cases(Path(cases_path)) if case['split'] == SPLIT]
+def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Path) -> None:
+    """Refuse a recording whose model block is not the pinned build; only ollama_version may differ."""
+    def as_json(model: dict, field: str) -> str | None:
+        return json.dumps(model[field], sort_keys=True) if field in model else None  # 1 != 1.0, false != 0
+    block = recorded['model']
+    differ = [field for field in sorted(set(block) | set(pinned))
+              if field != 'ollama_version' and as_json(block, field) != as_json(pinned, field)]
+    if differ:
+        raise AnswerCheckError(f'{result_path}: recorded with a build other than the one {model_path} pins '
+                               f'({", ".join(differ)} differ), so its answers are not graded; {REDO}')
 
 
 def planned_requests(cases: list[dict], model: dict, strategies: dict, count) -> list[dict]:
@@ -238,12 +318,9 @@ def record(cases_path: Path = CASES_PATH, result_path: Path = RESULT_PATH, *, mo
            count=count_request, progress=None) -> dict:
     """Ask the pinned model for every planned request; write result_path only if every call succeeds."""
     progress = progress if progress is not None else sys.stderr
-    keys = load_keys(keys_path)
     cases = held_out_cases(cases_path)
-    if sorted(case['id'] for case in cases) != sorted(keys):
-        # Checked before any call: a recording that cannot be graded is 120 wasted calls.
-        raise AnswerCheckError(f'{keys_path} has keys for {sorted(keys)}, but the held-out cases in '
-                               f'{cases_path} are {sorted(c["id"] for c in cases)}: make them the same')
+    # Checked before any call: a recording that cannot be graded is 120 wasted calls.
+    load_keys(keys_path, [case['id'] for case in cases])
     client = client if client is not None else AnswerModel(load_model(model_path))
     model = client.model
     plan = planned_requests(cases, model, strategies, count)
@@ -287,9 +364,9 @@ def outdated_requests(recorded: dict, current: dict) -> list[dict]:
     return outdated
 
 
-def current_requests(cases_path: Path, model_path: Path, strategies: dict, count) -> dict:
+def current_requests(cases: list[dict], model: dict, strategies: dict, count) -> dict:
     """(strategy, case, seed) -> sha256 of the body record() would send today."""
-    plan = planned_requests(held_out_cases(cases_path), load_model(model_path), strategies, count)
+    plan = planned_requests(cases, model, strategies, count)
     return {(p['strategy'], p['case'], p['seed']): request_sha256(p['body']) for p in plan}
 
 
@@ -349,11 +426,18 @@ def checks(grades: dict) -> str:
 
 def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path,
                 strategies: dict = STRATEGIES, count=count_request) -> dict:
-    """Grade result_path, write grades_path, return what was written."""
-    keys = load_keys(keys_path)
-    recorded = load_recording(result_path)
+    """Grade result_path, write grades_path, return what was written.
+
+    A recording from a build other than the pinned one raises AnswerCheckError and writes nothing.
+    """
+    cases = held_out_cases(cases_path)
+    case_ids = [case['id'] for case in cases]
+    keys = load_keys(keys_path, case_ids)
+    pinned = load_model(model_path)
+    recorded = load_recording(result_path, tuple(strategies), case_ids)
+    check_pinned(recorded, pinned, result_path, model_path)
     # Recomputing today's requests needs the prepared counter; an empty recording needs nothing.
-    current = current_requests(cases_path, model_path, strategies, count) if recorded['answers'] else {}
+    current = current_requests(cases, pinned, strategies, count) if recorded['answers'] else {}
     grades = grade_recording(recorded, keys, current)
     write_json(grades_path, grades)
     return grades
@@ -362,19 +446,22 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path
 def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_path: Path = KEYS_PATH,
          model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
          client: AnswerModel | None = None, out=None, err=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog='answer_check.py',
+        description='Grade the recorded answers in answer-result.json offline, or record them again from the '
+                    'pinned model through Ollama first. Writes answer-grades.json.')
+    parser.add_argument('command', nargs='?', choices=['record'],
+                        help='send the 120 held-out requests to the pinned model, then grade (needs Ollama)')
+    args = parser.parse_args(argv)  # a usage error exits 2
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    if argv not in ([], ['record']):
-        print('usage: python answer_check.py [record]', file=err)
-        return 2
     try:
-        if argv == ['record']:
+        if args.command == 'record':
             record(cases_path, result_path, model_path=model_path, keys_path=keys_path, client=client, progress=err)
         grades = grade_files(cases_path, keys_path, model_path, result_path, grades_path)
     except (AnswerCheckError, AnswerModelError, CaseError, CounterError) as error:
         print(f'answer_check.py: {error}', file=err)
-        return 1
+        return 2
     except KeyboardInterrupt:
         print(f'answer_check.py: interrupted; {Path(result_path).name} is unchanged', file=err)
         return 130

@@ -29,7 +29,8 @@ from unittest import mock
 import requests
 
 import answer_check
-from answer_check import grade, load_keys, summarize
+import answer_model
+from answer_check import AnswerCheckError, grade, load_keys, load_recording, summarize
 from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
 from evaluate import load_cases
 from strategies import STRATEGIES
@@ -393,7 +394,7 @@ class RecordTest(unittest.TestCase):
             return counted_reply(body, number)
         with FakeOllama(chat=failing) as fake:
             code, out, err = self.run_main(['record'], fake.host)
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 2)
         self.assertEqual(len(fake.chats()), 61)
         self.assertEqual(self.result.read_bytes(), previous)
         self.assertEqual(sorted(p.name for p in self.folder.iterdir()), ['answer-result.json'])
@@ -405,13 +406,13 @@ class RecordTest(unittest.TestCase):
         self.result.write_text('kept\n')
         with FakeOllama(digest=OTHER) as fake:
             code, out, err = self.run_main(['record'], fake.host)
-        self.assertEqual((code, fake.chats(), self.result.read_text()), (1, [], 'kept\n'))
+        self.assertEqual((code, fake.chats(), self.result.read_text()), (2, [], 'kept\n'))
         self.assertEqual(len(err.strip().splitlines()), 1)
 
     def test_server_that_is_down_prints_one_line_and_no_traceback(self):
         host = f'http://127.0.0.1:{closed_port()}'
         code, out, err = self.run_main(['record'], host)
-        self.assertEqual((code, out), (1, ''))
+        self.assertEqual((code, out), (2, ''))
         self.assertEqual(err, f'answer_check.py: no Ollama server answers at {host}: start it with '
                               '`ollama serve`, or set OLLAMA_HOST to the address it listens on\n')
 
@@ -431,6 +432,254 @@ class RecordTest(unittest.TestCase):
                          [{'strategy': s, 'case': 'held-latest', 'seed': seed, 'reason': 'request changed'}
                           for s in STRATEGIES for seed in (1, 2, 3, 4, 5)])
         self.assertIn('20 answers recorded for requests that the current strategies', out)
+
+
+def shipped_keys() -> dict:
+    return json.loads((HERE / 'answer-keys.json').read_text())
+
+
+def one_answer_recording(model: dict | None = None) -> dict:
+    """A well-formed recording: two answers of recent to held-latest."""
+    return {'model': model if model is not None else load_model(),
+            'answers': {'recent': {'held-latest': [answer('Mateo.', 1), answer('Mateo reviews it.', 2)]}}}
+
+
+class InputFilesTest(unittest.TestCase):
+    """Every file a user can break gives exit 2 and one line naming it; nothing is written."""
+
+    def setUp(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        self.folder = Path(folder.name)
+        self.result = self.folder / 'answer-result.json'
+        self.result.write_text(json.dumps({'model': load_model(), 'answers': {}}))
+        self.grades = self.folder / 'answer-grades.json'
+
+    def write(self, name: str, data) -> Path:
+        path = self.folder / name
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data if isinstance(data, str) else json.dumps(data))
+        return path
+
+    def assert_one_line_error(self, expected_start: str, **paths) -> str:
+        out, err = io.StringIO(), io.StringIO()
+        code = answer_check.main([], **{'result_path': self.result, 'grades_path': self.grades, **paths},
+                                 out=out, err=err)
+        message = err.getvalue()
+        self.assertEqual((code, out.getvalue()), (2, ''), message)
+        self.assertTrue(message.startswith(f'answer_check.py: {expected_start}'), message)
+        self.assertEqual(message.count('\n'), 1, message)
+        self.assertNotIn('Traceback', message)
+        self.assertFalse(self.grades.exists())
+        return message
+
+    def test_unreadable_json_files_give_exit_2_and_one_line_naming_the_file(self):
+        for name, content, says in (('not-utf8.json', b'{"keys": "\xff\xfe"}', 'not UTF-8 text (byte 10'),
+                                    ('nested.json', '[' * 100000, 'JSON nested too deeply'),
+                                    ('broken.json', '{"keys": ', 'not valid JSON'),
+                                    ('huge-int.json', '1' * 5000, 'not valid JSON')):
+            for argument in ('keys_path', 'model_path', 'result_path'):
+                with self.subTest(file=name, argument=argument):
+                    bad = self.write(name, content)
+                    self.assertIn(says, self.assert_one_line_error(f'{bad}: ', **{argument: bad}))
+
+    def test_missing_file_and_folder_give_exit_2(self):
+        missing = self.folder / 'nowhere.json'
+        self.assert_one_line_error(f'{missing}: file not found', keys_path=missing)
+        self.assert_one_line_error(f'{self.folder}: cannot be read', result_path=self.folder)
+        unwritable = self.folder / 'no-such-folder' / 'answer-grades.json'
+        self.assertIn('cannot be written', self.assert_one_line_error(f'{unwritable}: ', grades_path=unwritable))
+
+    def test_bad_answer_model_json_gives_exit_2(self):
+        pinned = load_model()
+        for field, value in (('ollama_digest', 'b37049369adf'), ('ollama_tag', ''), ('seeds', [1, 2, 3, 4, True]),
+                             ('trials', '5'), ('options', {'temperature': '1', 'top_k': 64, 'top_p': 0.95})):
+            with self.subTest(field=field):
+                bad = self.write('answer-model.json', {**pinned, field: value})
+                self.assertIn(field, self.assert_one_line_error(f'{bad}: ', model_path=bad))
+
+    def test_answer_model_main_exits_2_with_one_line(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = answer_model.main([])  # OLLAMA_HOST is a closed loopback port for every test
+        self.assertEqual(code, 2)
+        self.assertTrue(err.getvalue().startswith('answer_model.py: no Ollama server answers at http://127.0.0.1:'))
+        self.assertEqual(err.getvalue().count('\n'), 1)
+
+    def test_usage_errors_exit_2(self):
+        for module, argv in ((answer_check, ['grade']), (answer_check, ['record', 'again']),
+                             (answer_model, ['--host'])):
+            with self.subTest(module=module.__name__, argv=argv), contextlib.redirect_stderr(io.StringIO()):
+                with self.assertRaises(SystemExit) as caught:
+                    module.main(argv)
+                self.assertEqual(caught.exception.code, 2)
+
+
+class KeysValidationTest(unittest.TestCase):
+    def load(self, keys: dict) -> str:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'answer-keys.json'
+            path.write_text(json.dumps(keys))
+            with self.assertRaises(AnswerCheckError) as caught:
+                load_keys(path)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith(f'{path}: '), message)
+        return message
+
+    def test_key_fields_must_be_lists_of_regex_strings(self):
+        for case_id, kind, value, expected in (
+                ('held-latest', 'must', 'mateo', 'keys.held-latest.must must be a non-empty list of strings, '
+                                                 'got "mateo"'),
+                ('held-latest', 'must', [], 'keys.held-latest.must must be a non-empty list of strings, got []'),
+                ('held-buried', 'must', [200], 'keys.held-buried.must must be a non-empty list of strings'),
+                ('held-correction', 'stale', 'rabbitmq', 'keys.held-correction.stale must be a list of strings'),
+                ('held-correction', 'stale', None, 'keys.held-correction.stale must be a list of strings, got null'),
+                ('held-correction', 'stale', ['rabbit(mq'], "keys.held-correction.stale[0] 'rabbit(mq' is not a "
+                                                            'valid regular expression (missing ), unterminated')):
+            with self.subTest(case=case_id, kind=kind, value=value):
+                keys = shipped_keys()
+                keys['keys'][case_id][kind] = value
+                self.assertIn(expected, self.load(keys))
+
+    def test_keys_must_be_exactly_the_held_out_cases(self):
+        keys = shipped_keys()
+        del keys['keys']['held-buried']
+        keys['keys']['dev-latest'] = {'must': ['mateo'], 'stale': []}
+        self.assertIn("missing ['held-buried'], not held-out ['dev-latest']", self.load(keys))
+        keys = shipped_keys()
+        keys['keys']['held-latest']['also'] = []
+        self.assertIn('keys.held-latest must have exactly "must" and "stale"', self.load(keys))
+        self.assertIn('expected {"keys"', self.load({'keys': ['held-latest']}))
+
+    def test_record_refuses_bad_keys_before_any_request(self):
+        with tempfile.TemporaryDirectory() as folder:
+            keys = shipped_keys()
+            keys['keys']['held-latest']['must'] = 'mateo'
+            path = Path(folder) / 'answer-keys.json'
+            path.write_text(json.dumps(keys))
+            err = io.StringIO()
+            with FakeOllama() as fake:
+                code = answer_check.main(['record'], keys_path=path, result_path=Path(folder) / 'result.json',
+                                         grades_path=Path(folder) / 'grades.json', client=client_for(fake.host),
+                                         out=io.StringIO(), err=err)
+            self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['answer-keys.json'])
+        self.assertEqual((code, fake.requests), (2, []))
+        self.assertIn('keys.held-latest.must must be a non-empty list of strings', err.getvalue())
+
+
+class RecordingValidationTest(unittest.TestCase):
+    def load(self, recorded: dict) -> str:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'answer-result.json'
+            path.write_text(json.dumps(recorded))
+            with self.assertRaises(AnswerCheckError) as caught:
+                load_recording(path)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith(f'{path}: '), message)
+        self.assertNotIn('\n', message)
+        return message
+
+    def test_a_well_formed_recording_loads(self):
+        recorded = one_answer_recording()
+        recorded['answers']['recent']['held-latest'][1].update(
+            done_reason=None, tool_calls=[{'function': {'name': 'lookup', 'arguments': {}}}])
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'answer-result.json'
+            path.write_text(json.dumps(recorded))
+            self.assertEqual(load_recording(path), recorded)
+
+    def test_every_answer_field_has_its_type_checked(self):
+        where = 'answers.recent.held-latest[1]'
+        for field, value, expected in (
+                ('seed', [1], 'seed: must be an integer, got [1]'),
+                ('seed', True, 'seed: must be an integer, got true'),
+                ('answer', None, 'answer: must be a string, got null'),
+                ('tool_calls', None, 'tool_calls: must be a list of objects, got null'),
+                ('tool_calls', ['lookup'], 'tool_calls: must be a list of objects, got ["lookup"]'),
+                ('done_reason', 0, 'done_reason: must be a string or null, got 0'),
+                ('prompt_tokens', -1, 'prompt_tokens: must be a non-negative integer, got -1'),
+                ('answer_tokens', 9.0, 'answer_tokens: must be a non-negative integer, got 9.0'),
+                ('input_tokens', '50', 'input_tokens: must be a non-negative integer, got "50"'),
+                ('request_sha256', 'abc', 'request_sha256: must be 64 lowercase hex digits, got "abc"'),
+                ('request_sha256', 'A' * 64, 'request_sha256: must be 64 lowercase hex digits')):
+            with self.subTest(field=field, value=value):
+                recorded = one_answer_recording()
+                recorded['answers']['recent']['held-latest'][1][field] = value
+                self.assertIn(f'{where}.{expected}', self.load(recorded))
+
+    def test_strategies_cases_and_answer_lists_are_checked(self):
+        for name, change, expected in (
+                ('unknown strategy', lambda a: a.update(newest=a.pop('recent')),
+                 'answers.newest: not a strategy in strategies.py (recent, relevant, notes, hybrid)'),
+                ('development case', lambda a: a['recent'].update({'dev-latest': a['recent'].pop('held-latest')}),
+                 'answers.recent.dev-latest: not a held-out case id'),
+                ('answers not a list', lambda a: a['recent'].update({'held-latest': {'seed': 1}}),
+                 'answers.recent.held-latest must be a non-empty list, got {"seed": 1}'),
+                ('no answers', lambda a: a['recent'].update({'held-latest': []}),
+                 'answers.recent.held-latest must be a non-empty list, got []'),
+                ('missing field', lambda a: a['recent']['held-latest'][0].pop('input_tokens'),
+                 "answers.recent.held-latest[0]: fields must be exactly"),
+                ('extra field', lambda a: a['recent']['held-latest'][0].update(thinking=''),
+                 "unexpected ['thinking']"),
+                ('answer not an object', lambda a: a['recent']['held-latest'].append('Mateo.'),
+                 'answers.recent.held-latest[2]: must be an object')):
+            with self.subTest(name):
+                recorded = one_answer_recording()
+                change(recorded['answers'])
+                self.assertIn(expected, self.load(recorded))
+
+    def test_model_block_must_name_the_server_version(self):
+        model = load_model()
+        del model['ollama_version']
+        self.assertIn('model.ollama_version must name the server', self.load(one_answer_recording(model)))
+
+    def test_malformed_answer_exits_2_without_a_traceback(self):
+        recorded = one_answer_recording()
+        recorded['answers']['recent']['held-latest'][0]['seed'] = [1]
+        with tempfile.TemporaryDirectory() as folder:
+            result = Path(folder) / 'answer-result.json'
+            result.write_text(json.dumps(recorded))
+            err = io.StringIO()
+            code = answer_check.main([], result_path=result, grades_path=Path(folder) / 'grades.json',
+                                     out=io.StringIO(), err=err)
+        self.assertEqual(code, 2)
+        self.assertEqual(err.getvalue(), f'answer_check.py: {result}: answers.recent.held-latest[0].seed: '
+                                         'must be an integer, got [1]; record again with `python answer_check.py '
+                                         'record`, or restore it from version control\n')
+
+
+class PinnedBuildTest(unittest.TestCase):
+    def grade_main(self, model: dict):
+        with tempfile.TemporaryDirectory() as folder:
+            result, grades = Path(folder) / 'answer-result.json', Path(folder) / 'answer-grades.json'
+            result.write_text(json.dumps(one_answer_recording(model)))
+            out, err = io.StringIO(), io.StringIO()
+            code = answer_check.main([], result_path=result, grades_path=grades, out=out, err=err)
+            written = json.loads(grades.read_text()) if grades.exists() else None
+        return code, out.getvalue(), err.getvalue(), written, result
+
+    def test_recording_from_another_build_is_refused_not_graded(self):
+        pinned = load_model()
+        for changed, model in (('ollama_digest', {**pinned, 'ollama_digest': OTHER}),
+                               ('options', {**pinned, 'options': {**pinned['options'], 'temperature': 0.0}}),
+                               ('seeds', {**pinned, 'seeds': [1.0, 2, 3, 4, 5]}),
+                               ('license', {k: v for k, v in pinned.items() if k != 'license'}),
+                               ('quantization, think', {**pinned, 'quantization': 'Q8_0', 'think': None})):
+            with self.subTest(changed=changed):
+                code, out, err, written, result = self.grade_main(model)
+                self.assertEqual((code, out, written), (2, '', None))
+                self.assertEqual(err, f'answer_check.py: {result}: recorded with a build other than the one '
+                                      f'{HERE / "answer-model.json"} pins ({changed} differ), so its answers are '
+                                      'not graded; record again with `python answer_check.py record`, or restore '
+                                      'it from version control\n')
+
+    def test_another_server_version_with_the_pinned_build_is_graded(self):
+        code, out, err, written, _ = self.grade_main({**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertEqual(code, 0, err)
+        self.assertEqual(written['model']['ollama_version'], SERVER_VERSION)
+        self.assertEqual(written['summary']['recent']['pass'], 2)
 
 
 class ShippedFilesTest(unittest.TestCase):
