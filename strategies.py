@@ -63,8 +63,8 @@ def escape(text: str) -> str:
 
 def allowance(case: dict) -> int:
     """Input tokens a request may use: {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32} -> 256."""
-    budget = case['budget']
-    return budget['context_limit'] - budget['max_new_tokens'] - budget['margin']
+    window, answer, margin = (case['budget'][key] for key in ('context_limit', 'max_new_tokens', 'margin'))
+    return window - answer - margin
 
 
 def question(current: str, notes: list[str]) -> str:
@@ -74,20 +74,22 @@ def question(current: str, notes: list[str]) -> str:
     return '\n'.join([NOTES_HEADER, '<notes>', *notes, '</notes>', '', f'Question: {current}'])
 
 
+def as_messages(turn: dict) -> Messages:
+    """One history turn as the two chat messages it was."""
+    return [{'role': 'user', 'content': turn['user']}, {'role': 'assistant', 'content': turn['assistant']}]
+
+
 def render(case: dict, kept: list[int], notes: list[str] = ()) -> Messages:
-    """The request for a set of kept turn indices, laid out in conversation order."""
-    messages = [{'role': 'system', 'content': case['instructions']}]
-    for index in sorted(kept):
-        turn = case['history'][index]
-        messages.append({'role': 'user', 'content': turn['user']})
-        messages.append({'role': 'assistant', 'content': turn['assistant']})
-    messages.append({'role': 'user', 'content': question(case['current'], list(notes))})
-    return messages
+    """The request for a set of kept turn indices: instructions, those turns oldest first, then the question."""
+    history = [message for index in sorted(kept) for message in as_messages(case['history'][index])]
+    return [{'role': 'system', 'content': case['instructions']}, *history,
+            {'role': 'user', 'content': question(case['current'], list(notes))}]
 
 
 def selection(case: dict, kept: list[int], count: Count, notes: list[str] = ()) -> dict:
-    messages = render(case, kept, notes)
-    return {'messages': messages, 'turns': sorted(kept), 'notes': len(notes), 'input_tokens': count(messages)}
+    """What every strategy hands back: the request, which turns and how many notes it holds, and its size."""
+    request = render(case, kept, notes)
+    return dict(messages=request, turns=sorted(kept), notes=len(notes), input_tokens=count(request))
 
 
 def newest_run(items: list, fits: Callable[[list], bool]) -> list:
