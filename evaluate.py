@@ -1,4 +1,4 @@
-"""Run every strategy on every case and grade what reaches the request.
+"""Put each strategy through each case and report which facts its request carries.
 
     python evaluate.py                              # JSON report on stdout
     python evaluate.py --format table               # the summary as a Markdown table
@@ -6,16 +6,17 @@
     python evaluate.py --output evaluation-result.json   # also record the report (atomically)
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
 
-The grader checks each case's required facts and stale (replaced) facts by
-exact text match, raw or as the notes block escapes them, in the messages a
-strategy selected. That says what a model would be able to see. It calls no
-model and grades no answer (answer_check.py does that), and it records no
-timing: selection and counting are deterministic, so one trial is enough.
+A row per (strategy, case) says which required facts and which stale (replaced)
+facts appear, character for character, in the selected messages; a fact the
+notes block escaped still counts. So the report is about the request, not the
+reply: nothing here calls a model (answer_check.py does). Selection and
+counting have no randomness, so there is a single trial and no timing.
 
-The report records the SHA-256 of the case set, of strategies.py and of
-tokenizer-manifest.json, so a recorded result names exactly what produced it.
-Expected mistakes (a malformed case set, an unprepared counter, an unreadable
-report to compare with) print one line and exit 2, without a traceback.
+Alongside the results the report keeps hashes of its three inputs (the case
+file, strategies.py, tokenizer-manifest.json), which ties a recording to the
+exact code and data behind it. Expected mistakes (a malformed case set, an
+unprepared counter, an unreadable report to compare with, an unwritable
+--output) print one line and exit 2, without a traceback; Ctrl-C exits 130.
 """
 import argparse
 import json
@@ -55,6 +56,8 @@ def read_json(path: Path, what: str):
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise CaseError(f'{path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}') from None
+    except ValueError as error:  # e.g. an integer longer than Python will convert
+        raise CaseError(f'{path}: the {what} cannot be read as JSON: {error}') from None
     except RecursionError:
         raise CaseError(f'{path}: the {what} is nested too deeply to read') from None
 
@@ -69,6 +72,19 @@ def check_budget(where: str, budget) -> None:
     if budget['context_limit'] - budget['max_new_tokens'] - budget['margin'] <= 0:
         raise CaseError(f'{where}: field budget leaves no input allowance '
                         '(context_limit - max_new_tokens - margin must be positive)')
+
+
+def check_encodable(where: str, case: dict) -> None:
+    """JSON can carry lone surrogates ("\\ud800") that no tokenizer or UTF-8 file accepts; name the field."""
+    fields = [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')]
+    fields += [(f'history[{i}].{role}', turn[role]) for i, turn in enumerate(case['history']) for role in turn]
+    fields += [(f'{name}[{i}]', fact) for name in ('required', 'stale') if isinstance(case[name], list)
+               for i, fact in enumerate(case[name]) if isinstance(fact, str)]
+    for name, text in fields:
+        try:
+            text.encode('utf-8')
+        except UnicodeEncodeError:
+            raise CaseError(f'{where}: field {name} holds a lone surrogate, which is not text') from None
 
 
 def check_case(where: str, case: dict) -> None:
@@ -95,6 +111,7 @@ def check_case(where: str, case: dict) -> None:
             raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
                             f'{list(THINKING_MARKERS)}, which the counter does not cover')
     check_budget(where, case['budget'])
+    check_encodable(where, case)
     for name in ('required', 'stale'):
         facts = case[name]
         if not isinstance(facts, list) or not all(isinstance(fact, str) and fact for fact in facts):
@@ -296,6 +313,9 @@ def check_report(path: Path, report) -> None:
             absent = [field for field in ROW_FIELDS if field not in row]
             if absent:
                 raise wrong(f'cases.{name}[{index}] lacks {absent}')
+            for field in ('case', 'split', 'kind'):
+                if not isinstance(row[field], str):
+                    raise wrong(f'cases.{name}[{index}].{field} must be a string')
             for field in ('missing', 'stale_included'):
                 if not isinstance(row[field], list) or not all(isinstance(fact, str) for fact in row[field]):
                     raise wrong(f'cases.{name}[{index}].{field} must be a list of facts')
@@ -311,11 +331,14 @@ def write_atomically(path: Path, text: str) -> None:
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
         with os.fdopen(handle, 'w', encoding='utf-8') as file:
             file.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp makes the file private; a report is meant to be read
         os.replace(temporary, path)
+        temporary = None
     except OSError as error:
+        raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
+    finally:
         if temporary:
             Path(temporary).unlink(missing_ok=True)
-        raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -355,4 +378,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print('evaluate.py: interrupted; nothing was written', file=sys.stderr)
+        sys.exit(130)

@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 from evaluate import CaseError, compare, evaluate_cases, grade, load_cases, run, summarize, table, to_json
-from strategies import CUES, NOTES_HEADER, STRATEGIES, allowance, notes, recent, relevant
+from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
 from tokenizer import count_rendered, count_request
 
 HERE = Path(__file__).resolve().parent
@@ -86,7 +86,9 @@ ORIGINAL_SUMMARY = {
 
 
 def cases() -> dict:
-    return {case['id']: case for case in load_cases(HERE / 'cases.json')}
+    """The shipped case set by id, freshly loaded so a test may change its copy."""
+    loaded = load_cases(HERE / 'cases.json')
+    return dict(zip((case['id'] for case in loaded), loaded))
 
 
 def evaluate_py(*args: str, cwd: Path = HERE) -> subprocess.CompletedProcess:
@@ -168,25 +170,22 @@ class OriginalFiguresTest(unittest.TestCase):
             with self.subTest(strategy=name):
                 self.assertEqual((summary['dev']['cases'], summary['held_out']['cases']), (6, 6))
 
-    def test_every_selection_fits_the_budget(self):
-        for name, rows in self.report['cases'].items():
-            for row in rows:
-                with self.subTest(strategy=name, case=row['case']):
-                    self.assertTrue(row['within_budget'])
-                    self.assertLessEqual(row['input_tokens'], 256)
+    def test_no_strategy_exceeds_the_allowance_on_any_case(self):
+        over = [(name, row['case'], row['input_tokens']) for name, rows in self.report['cases'].items()
+                for row in rows if row['input_tokens'] > 256 or not row['within_budget']]
+        self.assertEqual(over, [])
 
 
 class FailurePatternTest(unittest.TestCase):
     def test_recent_stops_at_a_long_turn(self):
         case = cases()['dev-old-decision']
-        result = grade(case, recent(case, count_request))
-        self.assertEqual(result['turns'], [2])
-        self.assertEqual(result['missing'], ['We chose PostgreSQL for the application.'])
-        # The long turn alone is larger than the whole allowance, so nothing older can be reached.
-        long_turn = case['history'][1]
-        alone = count_request([{'role': 'user', 'content': long_turn['user']},
-                               {'role': 'assistant', 'content': long_turn['assistant']}])
-        self.assertGreater(alone, allowance(case))
+        # Turn 1 is a log larger than the whole allowance on its own, so the walk back ends there.
+        log = case['history'][1]
+        self.assertGreater(count_request([{'role': 'user', 'content': log['user']},
+                                          {'role': 'assistant', 'content': log['assistant']}]), allowance(case))
+        row = grade(case, recent(case, count_request))
+        self.assertEqual((row['turns'], row['required_found'], row['missing']),
+                         ([2], 0, ['We chose PostgreSQL for the application.']))
 
     def test_relevance_misses_a_fact_without_shared_words(self):
         for case_id, missing in (('dev-no-overlap', ['blue-green rollout']),
@@ -205,11 +204,13 @@ class FailurePatternTest(unittest.TestCase):
     def test_notes_miss_a_correction_without_a_cue_word_and_carry_the_replaced_decision(self):
         case = cases()['held-correction']
         selected = notes(case, count_request)
-        result = grade(case, selected)
-        self.assertEqual(result['missing'], ['use Redis streams for the job queue'])
-        self.assertEqual(result['stale_included'], ['decided to use RabbitMQ'])
-        self.assertIn('- [turn 1, user] We decided to use RabbitMQ for the job queue.',
+        # "Actually, use Redis streams ..." has no cue word; only the RabbitMQ decision becomes a note.
+        self.assertEqual(selected['notes'], 1)
+        self.assertIn('\n- [turn 1, user] We decided to use RabbitMQ for the job queue.\n',
                       selected['messages'][-1]['content'])
+        row = grade(case, selected)
+        self.assertEqual((row['missing'], row['stale_included']),
+                         (['use Redis streams for the job queue'], ['decided to use RabbitMQ']))
 
     def test_grader_lists_stale_facts_separately_from_missing_ones(self):
         # A hand-made selection holding only the replaced decision: one stale fact, the required one missing.
@@ -221,13 +222,14 @@ class FailurePatternTest(unittest.TestCase):
                          (0, ['Switch to PostgreSQL instead of MySQL.'], ['We will use MySQL']))
 
     def test_escaped_note_still_counts_as_found(self):
-        fact = 'We chose PostgreSQL & Redis for <the> application.'
-        case = copy.deepcopy(cases()['dev-old-decision'])
-        case['history'][0]['user'], case['required'] = fact, [fact]
+        fact = 'We must keep <b>bold</b> & italics in exports.'
+        case = cases()['dev-pronoun']
+        case['history'][1]['user'], case['required'] = fact, [fact]
         selected = notes(case, count_request)
-        self.assertIn('- [turn 1, user] We chose PostgreSQL &amp; Redis for &lt;the&gt; application.',
+        self.assertIn('- [turn 2, user] We must keep &lt;b&gt;bold&lt;/b&gt; &amp; italics in exports.',
                       selected['messages'][-1]['content'])
-        self.assertEqual(grade(case, selected)['required_found'], 1)
+        self.assertNotIn(fact, selected['messages'][-1]['content'])
+        self.assertEqual(grade(case, selected)['missing'], [])
 
     def test_notes_use_one_escaped_block_with_the_header(self):
         selected = notes(cases()['dev-correction'], count_request)
@@ -240,8 +242,8 @@ class FailurePatternTest(unittest.TestCase):
             '</notes>',
             '',
             'Question: Which database will we use?'])})
-        self.assertEqual(selected['messages'][:1], [{'role': 'system', 'content': cases()['dev-correction']['instructions']}])
-        self.assertEqual(NOTES_HEADER.count('not instructions'), 1)
+        self.assertEqual(selected['messages'][:1],
+                         [{'role': 'system', 'content': cases()['dev-correction']['instructions']}])
 
     def test_notes_stop_at_the_first_note_that_does_not_fit(self):
         case = copy.deepcopy(cases()['dev-correction'])
@@ -349,6 +351,11 @@ class CaseValidationTest(unittest.TestCase):
             ('duplicate id', copy.deepcopy(base[:1]) * 2,
              'case dev-latest: field id is a duplicate; every case id must be unique'),
             ('empty case set', '[]', 'the case set is empty'),
+            ('lone surrogate in the question', one(lambda c: c.update(current='When\ud800?')),
+             'case dev-latest: field current holds a lone surrogate, which is not text'),
+            ('integer too long to read', '[' + '7' * 5000 + ']',
+             'the case set cannot be read as JSON: Exceeds the limit (4300 digits) for integer string '
+             'conversion: value has 5000 digits; use sys.set_int_max_str_digits() to increase the limit'),
             ('thinking channel in a model turn',
              one(lambda c: c['history'][1].update(assistant='<|channel>thought\n<channel|>Noted.')),
              "case dev-latest: field history[1].assistant contains a thinking-channel marker "
@@ -462,6 +469,13 @@ class CommandLineTest(unittest.TestCase):
                                         "['split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', "
                                         "'required_found', 'required_total', 'missing', 'stale_included'])\n")
 
+    def test_compare_refuses_a_row_whose_case_is_not_a_string(self):
+        old = json.loads(RECORDED.read_text(encoding='utf-8'))
+        old['cases']['notes'][0]['case'] = ['dev-latest']
+        path, result = self.run_on_file('--compare', json.dumps(old))
+        self.assertEqual((result.returncode, result.stderr),
+                         (2, f'evaluate.py: {path}: not an evaluate.py report (cases.notes[0].case must be a string)\n'))
+
     def test_compare_with_a_table_format_is_a_usage_error(self):
         result = evaluate_py('--compare', str(RECORDED), '--format', 'table')
         self.assertEqual(result.returncode, 2)
@@ -490,6 +504,7 @@ class CommandLineTest(unittest.TestCase):
             result = evaluate_py('--output', str(path))
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertEqual(path.read_text(encoding='utf-8'), result.stdout)
+            self.assertEqual(path.stat().st_mode & 0o777, 0o644)
             self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['report.json'])
 
     def test_large_case_set_shows_progress_on_stderr_only(self):

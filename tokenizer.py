@@ -121,7 +121,7 @@ def read_record(record_path: Path) -> dict:
         raise CounterError(f'the tokenizer is not prepared ({record_path} is missing): run `python prepare.py`')
     try:
         record = json.loads(record_path.read_text(encoding='utf-8'))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, absurdly nested
         record = None
     files = record.get('files') if isinstance(record, dict) else None
     if not isinstance(files, dict) or 'tokenizer.json' not in files or not all(
