@@ -129,6 +129,9 @@ def write_json(path: Path, data) -> None:
     except OSError as error:
         raise AnswerCheckError(f'{path}: cannot be written ({error.strerror}); check the folder exists and '
                                'is writable') from None
+    except UnicodeEncodeError as error:  # a lone surrogate in a server's answer cannot be stored as UTF-8
+        raise AnswerCheckError(f'{path}: not written: the data holds text that is not valid Unicode '
+                               f'({error.reason} at {error.start})') from None
     finally:
         if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)

@@ -44,7 +44,7 @@ def sentence(rng: random.Random, length: int) -> str:
 
 def chat_turn(rng: random.Random, topic: str) -> dict:
     """About 150 tokens: a user paragraph and a shorter reply."""
-    user = f'About {topic}: ' + ' '.join(sentence(rng, rng.randint(12, 18)) for _ in range(5))
+    user = f'About {topic}: ' + ' '.join(sentence(rng, rng.randint(14, 20)) for _ in range(6))
     assistant = ' '.join(sentence(rng, rng.randint(10, 14)) for _ in range(3))
     return {'user': user, 'assistant': assistant}
 
@@ -158,4 +158,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print('benchmark.py: interrupted', file=sys.stderr)
+        sys.exit(130)

@@ -152,7 +152,7 @@ def read_manifest(path: Path) -> tuple[dict, str]:
         raise PrepareError(f"{path}: cannot read the manifest ({exc.strerror}); it ships with the repo") from exc
     try:
         manifest = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise PrepareError(f"{path}: not valid JSON ({exc}); restore it with git checkout") from exc
     for keys, kind in REQUIRED_MANIFEST_KEYS.items():
         found, value = _lookup(manifest, keys)
@@ -222,7 +222,7 @@ def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str
         return None, f"{record_path} does not exist"
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return None, f"{record_path} is unreadable ({exc})"
     if not isinstance(record, dict):
         return None, f"{record_path} is not a JSON object"
@@ -650,4 +650,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Files are moved into prepared/ only once verified, so an interrupted run changed nothing there.
+        print("prepare.py: interrupted; prepared/ is as it was", file=sys.stderr)
+        sys.exit(130)
