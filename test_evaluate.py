@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 from pathlib import Path
+import random
 import re
 import shutil
 import subprocess
@@ -200,6 +201,23 @@ class FailurePatternTest(unittest.TestCase):
         self.assertEqual(words('What are the password and session rules?'), {'password', 'session', 'rules'})
         self.assertEqual(words('Passwords must be at least 14 characters.'),
                          {'passwords', 'must', 'least', '14', 'characters'})
+
+    def test_shared_words_counts_what_the_word_sets_share(self):
+        from strategies import shared_words, words
+        table = [('Passwords: the rules.', 1), ('password-rules', 2), ('PASSWORD', 1), ('password2 rules_x', 1),
+                 ('', 0), ('ruless passwordpassword', 0), ('é password é', 1), ('rules rules password', 2)]
+        query = frozenset({'password', 'rules'})
+        for text, expected in table:
+            with self.subTest(text=text):
+                self.assertEqual((shared_words(query, text), len(query & words(text))), (expected, expected))
+        # Seeded random texts glued from words, near-words and awkward characters.
+        rng = random.Random(7)
+        pieces = ['use', 'user', 'reuse', 'USE', 'Use', 'us', 'database', 'db', 'database2', '_', '-', ' ', '\n',
+                  'é', 'İ', 'K', 'ß', '1', '.', "'", 'limit', 'limits']
+        query = words('Which database will we use? limit 1')
+        for _ in range(2000):
+            text = ''.join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+            self.assertEqual(shared_words(query, text), len(query & words(text)), repr(text))
 
     def test_notes_miss_a_correction_without_a_cue_word_and_carry_the_replaced_decision(self):
         case = cases()['held-correction']
