@@ -517,16 +517,24 @@ class InputFilesTest(unittest.TestCase):
                 self.assertEqual(caught.exception.code, 2)
 
 
-class KeysValidationTest(unittest.TestCase):
-    def load(self, keys: dict) -> str:
+class Rejecting(unittest.TestCase):
+    """Base for tests of a loader that must refuse a file with one line starting with the file's path."""
+
+    def rejection(self, loader, file_name: str, data) -> str:
         with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / 'answer-keys.json'
-            path.write_text(json.dumps(keys))
+            path = Path(folder) / file_name
+            path.write_text(json.dumps(data))
             with self.assertRaises(AnswerCheckError) as caught:
-                load_keys(path)
+                loader(path)
         message = str(caught.exception)
         self.assertTrue(message.startswith(f'{path}: '), message)
+        self.assertNotIn('\n', message)
         return message
+
+
+class KeysValidationTest(Rejecting):
+    def load(self, keys: dict) -> str:
+        return self.rejection(load_keys, 'answer-keys.json', keys)
 
     def test_key_fields_must_be_lists_of_regex_strings(self):
         for case_id, kind, value, expected in (
@@ -569,17 +577,9 @@ class KeysValidationTest(unittest.TestCase):
         self.assertIn('keys.held-latest.must must be a non-empty list of strings', err.getvalue())
 
 
-class RecordingValidationTest(unittest.TestCase):
+class RecordingValidationTest(Rejecting):
     def load(self, recorded: dict) -> str:
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / 'answer-result.json'
-            path.write_text(json.dumps(recorded))
-            with self.assertRaises(AnswerCheckError) as caught:
-                load_recording(path)
-        message = str(caught.exception)
-        self.assertTrue(message.startswith(f'{path}: '), message)
-        self.assertNotIn('\n', message)
-        return message
+        return self.rejection(load_recording, 'answer-result.json', recorded)
 
     def test_a_well_formed_recording_loads(self):
         recorded = one_answer_recording()
