@@ -223,24 +223,23 @@ class Counter:
         return sizes
 
     def measure_new(self, messages: list[dict], sizes: list) -> None:
-        """Check and encode the messages `lookup` did not know, filling in their sizes."""
+        """Check and measure the messages `lookup` did not know, filling in their sizes."""
         for index, size in enumerate(sizes):
             if size is None:
                 role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
-                key = (role, messages[index]['content'])
-                if key not in self.pieces:
-                    self.pieces[key] = len(self.encode(piece(*key)))
-                sizes[index] = self.pieces[key]
+                sizes[index] = self.piece_size(role, messages[index]['content'])
 
     def measure(self, messages) -> list[int]:
         """Check a request message by message, raising the precise error, and measure every message."""
-        sizes = []
-        for index, turn in enumerate(turns(messages)):
-            key = (messages[index]['role'], messages[index]['content'])
-            if key not in self.pieces:
-                self.pieces[key] = len(self.encode(piece(*key)))
-            sizes.append(self.pieces[key])
-        return sizes
+        turns(messages)
+        return [self.piece_size(message['role'], message['content']) for message in messages]
+
+    def piece_size(self, role: str, content: str) -> int:
+        """Tokens of one message's piece, encoded the first time it is asked for and cached after."""
+        size = self.pieces.get((role, content))
+        if size is None:
+            size = self.pieces[role, content] = len(self.encode(piece(role, content)))
+        return size
 
 
 def splits_cleanly(tokenizer) -> bool:
