@@ -41,15 +41,13 @@ counter, a recording from another build) and for a usage error; 130 on Ctrl-C.
 """
 import argparse
 import json
-import os
 from pathlib import Path
 import re
 import sys
-import tempfile
 
 from answer_model import (HEX64, MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, read_json,
                           request_sha256)
-from evaluate import CaseError, load_cases
+from evaluate import CaseError, load_cases, write_atomically
 from strategies import STRATEGIES
 from tokenizer import CounterError, count_request
 
@@ -117,24 +115,15 @@ def shown(value) -> str:
 
 
 def write_json(path: Path, data) -> None:
-    """Replace path in one step, so a reader never sees a half-written file."""
-    path = Path(path)
-    temporary = None
+    """Replace path with data as JSON in one step, so a reader never sees a half-written file."""
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
-        with os.fdopen(handle, 'w', encoding='utf-8') as stream:
-            stream.write(json.dumps(data, indent=1, ensure_ascii=False) + '\n')
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; these files are shared
-        os.replace(temporary, path)
+        write_atomically(Path(path), json.dumps(data, indent=1, ensure_ascii=False) + '\n')
     except OSError as error:
         raise AnswerCheckError(f'{path}: cannot be written ({error.strerror}); check the folder exists and '
                                'is writable') from None
     except UnicodeEncodeError as error:  # a lone surrogate in a server's answer cannot be stored as UTF-8
         raise AnswerCheckError(f'{path}: not written: the data holds text that is not valid Unicode '
                                f'({error.reason} at {error.start})') from None
-    finally:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 def held_out_cases(cases_path: Path = CASES_PATH) -> list[dict]:

@@ -324,18 +324,28 @@ def check_report(path: Path, report) -> None:
             raise wrong(f'summary.{name} must map each split to its figures')
 
 
+def write_report(path: Path, report: dict) -> None:
+    try:
+        write_atomically(path, to_json(report))
+    except OSError as error:
+        raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
+
+
 def write_atomically(path: Path, text: str) -> None:
-    """Write text to path through a temporary file in the same folder, so a failure leaves no half file."""
+    """Replace path with text through a temporary file beside it, so no reader ever sees half a file.
+
+    An OSError (or a UnicodeEncodeError for text that is not valid Unicode) reaches the caller, who knows
+    what to tell the user; the temporary file is gone either way.
+    """
+    path = Path(path)
     temporary = None
     try:
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
         with os.fdopen(handle, 'w', encoding='utf-8') as file:
             file.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp makes the file private; a report is meant to be read
+        os.chmod(temporary, 0o644)  # mkstemp makes the file private; recorded files are meant to be read
         os.replace(temporary, path)
         temporary = None
-    except OSError as error:
-        raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
     finally:
         if temporary:
             Path(temporary).unlink(missing_ok=True)
@@ -365,7 +375,7 @@ def main(argv: list[str]) -> int:
             check_report(args.compare, old)
         report = run(args.cases)
         if args.output:
-            write_atomically(args.output, to_json(report))
+            write_report(args.output, report)
     except (CaseError, CounterError) as error:
         print(f'evaluate.py: {error}', file=sys.stderr)
         return 2
