@@ -88,12 +88,12 @@ def timed_run(cases: list[dict], count) -> tuple[float, list]:
     return time.perf_counter() - start, results
 
 
-def bound_seconds(pieces: list[str]) -> float:
+def bound_seconds(texts: list[str]) -> float:
     """Encode every distinct piece once: no exact counter can do less tokenizer work."""
     encode = counter().encode
     start = time.perf_counter()
-    for piece in pieces:
-        encode(piece)
+    for text in texts:
+        encode(text)
     return time.perf_counter() - start
 
 
