@@ -1,18 +1,23 @@
 """Record the pinned model's answers to each strategy's held-out requests, and grade them offline.
 
-    python answer_check.py record   # needs Ollama serving gemma4:e2b at the pinned digest, and `python prepare.py`
-    python answer_check.py          # offline: re-grades what answer-result.json holds; no model is called
+    python answer_check.py record           # needs Ollama serving gemma4:e2b at the pinned digest, and `python prepare.py`
+    python answer_check.py record --fresh   # the same, discarding the answers a stopped run kept
+    python answer_check.py                  # offline: re-grades what answer-result.json holds; no model is called
 
 record builds every strategy's request for the six held-out cases and sends
 each one with the five seeds of answer-model.json: 4 x 6 x 5 = 120 calls, with
-num_ctx the case's context limit and num_predict its answer allowance. No
-development case is sent: the strategies were written with those cases in
+num_ctx the case's context limit and num_predict its answer allowance (the
+server loads the model with a larger context of its own; see answer_record.py).
+No development case is sent: the strategies were written with those cases in
 view, so answers to them would test the strategies less than fresh cases do.
-Progress goes to stderr. answer-result.json is replaced only when all 120
-answers have arrived, so an interrupted or failed run leaves the previous
-recording as it was. Each answer keeps the sha256 of the exact /api/chat body
-sent and the input tokens the lab counted for it; the model block keeps the
-server's version.
+The calls themselves are answer_record.py's step: progress on stderr, each
+finished answer kept in answer-result.partial.json so that a stopped run can
+be resumed, and answer-result.json replaced only when all 120 answers are
+present, so an interrupted or failed run leaves the previous recording as it
+was. Each answer keeps the sha256 of the exact /api/chat body sent, the input
+tokens the lab counted for it and the server's done_reason; the model block
+keeps the server's version and, where the server reports it, the context it
+loaded the model with.
 
 Grading uses answer-keys.json, whose patterns were fixed from the facts each
 held-out case marks as required or stale before the first answer was recorded:
@@ -25,10 +30,15 @@ Fails that admit the conversation lacks the fact get their own count
 answer up. Grading writes answer-grades.json (the summary and every verdict)
 and prints a table and that JSON. Apart from the grades it lists every answer
 whose reported prompt_tokens differ from the counted input tokens (the model
-did not see the request that was counted), and every recorded answer whose
-request the current strategies, cases and answer-model.json would no longer
-send. A recording whose model block is not the build answer-model.json pins
-(any field but ollama_version differs) is refused, not graded.
+did not see the request that was counted; from a server version known to
+leave cached prompt tokens out of that count, a shortfall is marked as
+probably the server's accounting), every answer cut off at num_predict
+(done_reason "length", listed and counted per strategy so that a truncated
+answer is not read as the model not knowing; its verdict stands as graded),
+and every recorded answer whose request the current strategies, cases and
+answer-model.json would no longer send. A recording whose model block is not
+the build answer-model.json pins (any field but what the server reports,
+ollama_version and loaded_context_length, differs) is refused, not graded.
 
 It does not grade development cases, retry a failed call, or judge anything
 the keys do not name. Five trials of one small model on six cases show what
@@ -45,9 +55,10 @@ from pathlib import Path
 import re
 import sys
 
-from answer_model import (HEX64, MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, read_json,
-                          request_sha256)
-from evaluate import CaseError, load_cases, write_atomically
+from answer_model import (MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, read_json,
+                          request_sha256, undercounts_cached_prompt)
+from answer_record import AnswerCheckError, check_answer, is_count, partial_path, record_answers, shown, write_json
+from evaluate import CaseError, load_cases
 from strategies import STRATEGIES
 from tokenizer import CounterError, count_request
 
@@ -60,6 +71,10 @@ GRADES_PATH = HERE / 'answer-grades.json'
 SPLIT = 'held_out'  # the only split sent to the model
 TOOLS: list[dict] = []  # the requests offer the model no tools
 REDO = 'record again with `python answer_check.py record`, or restore it from version control'
+# What record() adds to answer-model.json's block from the server: the only fields a recording's model block
+# may have that the pin does not, or may hold differently.
+SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
+CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict
 
 # The grader. A stale key only counts in a sentence that does not also say the
 # decision was replaced and does not also give the required fact.
@@ -81,49 +96,8 @@ VERDICTS = ('pass', 'fail', 'incomplete')
 COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
 
 
-def is_count(value) -> bool:
-    return type(value) is int and value >= 0
-
-
-# What each recorded answer holds, and what each field must be: the client's
-# reply (parse_answer always writes tool_calls as a list, empty when the model
-# called no tool, so null is refused), then what the lab knew about the request.
-ANSWER_CHECKS = {
-    'seed': (lambda v: type(v) is int, 'an integer'),
-    'answer': (lambda v: isinstance(v, str), 'a string'),
-    'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
-    'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
-    'prompt_tokens': (is_count, 'a non-negative integer'),
-    'answer_tokens': (is_count, 'a non-negative integer'),
-    'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
-    'input_tokens': (is_count, 'a non-negative integer'),
-}
-ANSWER_FIELDS = tuple(ANSWER_CHECKS)
-
 TABLE_HEADER = ('| Strategy | Pass | Fail | Of which said missing | Replaced decision as current '
                 '| Cases passed in every trial |\n|---|---|---|---|---|---|')
-
-
-class AnswerCheckError(Exception):
-    """A problem with the keys, cases or recording that the user can fix; the message says which."""
-
-
-def shown(value) -> str:
-    """A value as JSON, cut short, for an error message."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:37] + '...'
-
-
-def write_json(path: Path, data) -> None:
-    """Replace path with data as JSON in one step, so a reader never sees a half-written file."""
-    try:
-        write_atomically(Path(path), json.dumps(data, indent=1, ensure_ascii=False) + '\n')
-    except OSError as error:
-        raise AnswerCheckError(f'{path}: cannot be written ({error.strerror}); check the folder exists and '
-                               'is writable') from None
-    except UnicodeEncodeError as error:  # a lone surrogate in a server's answer cannot be stored as UTF-8
-        raise AnswerCheckError(f'{path}: not written: the data holds text that is not valid Unicode '
-                               f'({error.reason} at {error.start})') from None
 
 
 def held_out_cases(cases_path: Path = CASES_PATH) -> list[dict]:
@@ -230,21 +204,6 @@ def summarize(recorded: dict, keys: dict | None = None) -> dict:
     return {strategy: tally(by_case) for strategy, by_case in verdicts.items()}
 
 
-def check_answer(where: str, answer) -> None:
-    """Raise AnswerCheckError naming where and the field when a recorded answer is malformed."""
-    if not isinstance(answer, dict):
-        raise AnswerCheckError(f'{where}: must be an object with fields {list(ANSWER_FIELDS)}, '
-                               f'got {shown(answer)}; {REDO}')
-    missing = [field for field in ANSWER_FIELDS if field not in answer]
-    extra = sorted(set(answer) - set(ANSWER_FIELDS))
-    if missing or extra:
-        raise AnswerCheckError(f'{where}: fields must be exactly {list(ANSWER_FIELDS)}; '
-                               f'missing {missing}, unexpected {extra}; {REDO}')
-    for field, (valid, wanted) in ANSWER_CHECKS.items():
-        if not valid(answer[field]):
-            raise AnswerCheckError(f'{where}.{field}: must be {wanted}, got {shown(answer[field])}; {REDO}')
-
-
 def load_recording(path: Path = RESULT_PATH, strategy_names=tuple(STRATEGIES),
                    case_ids: list[str] | None = None) -> dict:
     """answer-result.json, checked field by field so grading never meets a half-formed answer.
@@ -261,6 +220,10 @@ def load_recording(path: Path = RESULT_PATH, strategy_names=tuple(STRATEGIES),
         raise AnswerCheckError(f'{path}: "model" and "answers" must be objects; {REDO}')
     if not isinstance(model.get('ollama_version'), str) or not model['ollama_version']:
         raise AnswerCheckError(f'{path}: model.ollama_version must name the server that answered; {REDO}')
+    if 'loaded_context_length' in model and not (is_count(model['loaded_context_length'])
+                                                 and model['loaded_context_length'] > 0):
+        raise AnswerCheckError(f'{path}: model.loaded_context_length must be a positive integer, got '
+                               f'{shown(model["loaded_context_length"])}; {REDO}')
     for strategy, by_case in answers.items():
         if strategy not in strategy_names:
             raise AnswerCheckError(f'{path}: answers.{strategy}: not a strategy in strategies.py '
@@ -274,17 +237,17 @@ def load_recording(path: Path = RESULT_PATH, strategy_names=tuple(STRATEGIES),
             if not isinstance(answer_list, list) or not answer_list:
                 raise AnswerCheckError(f'{where} must be a non-empty list, got {shown(answer_list)}; {REDO}')
             for index, answer in enumerate(answer_list):
-                check_answer(f'{where}[{index}]', answer)
+                check_answer(f'{where}[{index}]', answer, REDO)
     return recorded
 
 
 def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Path) -> None:
-    """Refuse a recording whose model block is not the pinned build; only ollama_version may differ."""
+    """Refuse a recording whose model block is not the pinned build; only what the server reports may differ."""
     def as_json(model: dict, field: str) -> str | None:
         return json.dumps(model[field], sort_keys=True) if field in model else None  # 1 != 1.0, false != 0
     block = recorded['model']
     differ = [field for field in sorted(set(block) | set(pinned))
-              if field != 'ollama_version' and as_json(block, field) != as_json(pinned, field)]
+              if field not in SERVER_REPORTED and as_json(block, field) != as_json(pinned, field)]
     if differ:
         raise AnswerCheckError(f'{result_path}: recorded with a build other than the one {model_path} pins '
                                f'({", ".join(differ)} differ), so its answers are not graded; {REDO}')
@@ -307,39 +270,34 @@ def planned_requests(cases: list[dict], model: dict, strategies: dict, count) ->
 
 def record(cases_path: Path = CASES_PATH, result_path: Path = RESULT_PATH, *, model_path: Path = MODEL_PATH,
            keys_path: Path = KEYS_PATH, client: AnswerModel | None = None, strategies: dict = STRATEGIES,
-           count=count_request, progress=None) -> dict:
-    """Ask the pinned model for every planned request; write result_path only if every call succeeds."""
-    progress = progress if progress is not None else sys.stderr
+           count=count_request, fresh: bool = False, progress=None) -> dict:
+    """Ask the pinned model for every planned request (answer_record.py); write result_path once all are in."""
     cases = held_out_cases(cases_path)
     # Checked before any call: a recording that cannot be graded is 120 wasted calls.
     load_keys(keys_path, [case['id'] for case in cases])
     client = client if client is not None else AnswerModel(load_model(model_path))
-    model = client.model
-    plan = planned_requests(cases, model, strategies, count)
-    version = client.verify()
-    if version != model['ollama_version']:
-        print(f'note: the server is Ollama {version}; the pinned recording used {model["ollama_version"]}. '
-              'The digest matches; the version is recorded with the answers.', file=progress)
-    answers: dict = {}
-    for number, item in enumerate(plan, 1):
-        print(f'call {number} of {len(plan)}: {item["strategy"]} {item["case"]} seed {item["seed"]}',
-              file=progress, flush=True)
-        body = item['body']
-        reply = client.answer(body['messages'], TOOLS, body['options']['num_ctx'],
-                              body['options']['num_predict'], item['seed'])
-        reply = {**reply, 'request_sha256': request_sha256(body), 'input_tokens': item['input_tokens']}
-        answers.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(reply)
-    result = {'model': {**model, 'ollama_version': version}, 'answers': answers}
-    write_json(result_path, result)
-    return result
+    plan = planned_requests(cases, client.model, strategies, count)
+    return record_answers(plan, client, result_path, fresh=fresh, progress=progress)
 
 
 def token_mismatches(recorded: dict) -> list[dict]:
-    """Answers for which the server read a different number of prompt tokens than the lab counted."""
+    """Answers for which the server read a different number of prompt tokens than the lab counted.
+
+    From a server version that leaves cached prompt tokens out of its count, a shortfall is marked
+    probably_cache_accounting: the prompt was most likely whole and partly served from the cache.
+    """
+    undercounts = undercounts_cached_prompt(recorded['model']['ollama_version'])
     return [{'strategy': strategy, 'case': case_id, 'seed': answer['seed'],
-             'prompt_tokens': answer['prompt_tokens'], 'input_tokens': answer['input_tokens']}
+             'prompt_tokens': answer['prompt_tokens'], 'input_tokens': answer['input_tokens'],
+             'probably_cache_accounting': undercounts and answer['prompt_tokens'] < answer['input_tokens']}
             for strategy, case_id, answer in each_answer(recorded)
             if answer['prompt_tokens'] != answer['input_tokens']]
+
+
+def cut_off_answers(recorded: dict) -> list[dict]:
+    """Answers that stopped at num_predict: their verdict may say the model did not know what it had no room to say."""
+    return [{'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
+            for strategy, case_id, answer in each_answer(recorded) if answer['done_reason'] == CUT_OFF]
 
 
 def outdated_requests(recorded: dict, current: dict) -> list[dict]:
@@ -365,11 +323,15 @@ def current_requests(cases: list[dict], model: dict, strategies: dict, count) ->
 def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
     """The content of answer-grades.json."""
     verdicts = every_verdict(recorded, keys)
+    cut_off = cut_off_answers(recorded)
     return {
         'model': recorded['model'],
         'answers_recorded': sum(1 for _ in each_answer(recorded)),
         'summary': {strategy: tally(by_case) for strategy, by_case in verdicts.items()},
         'prompt_token_mismatches': token_mismatches(recorded),
+        'cut_off_answers': cut_off,
+        'cut_off_per_strategy': {strategy: sum(1 for c in cut_off if c['strategy'] == strategy)
+                                 for strategy in verdicts},
         'outdated_requests': outdated_requests(recorded, current),
         'graded': verdicts,
     }
@@ -386,6 +348,8 @@ def table(grades: dict) -> str:
     incomplete = {strategy: s['incomplete'] for strategy, s in grades['summary'].items() if s['incomplete']}
     if incomplete:
         rows.append('Incomplete (empty answers): ' + ', '.join(f'{k} {v}' for k, v in incomplete.items()))
+    rows.append('Cut off at num_predict (graded as they stand): '
+                + ', '.join(f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items()))
     return '\n'.join(rows)
 
 
@@ -398,12 +362,13 @@ def checks(grades: dict) -> str:
     lines = []
     mismatches = grades['prompt_token_mismatches']
     if mismatches:
-        # Older Ollama versions left prompt tokens served from the cache out of prompt_eval_count,
-        # so a mismatch on the second and later seeds of one request may be that, not a cut prompt.
         lines.append(f'{plural(len(mismatches), "answer")} where the server read a different prompt '
                      'than the one counted:')
         lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
-                  f'the lab counted {m["input_tokens"]}' for m in mismatches]
+                  f'the lab counted {m["input_tokens"]}'
+                  + (f' (probably the accounting of Ollama {grades["model"]["ollama_version"]}, which leaves '
+                     'cached prompt tokens out)' if m['probably_cache_accounting'] else '')
+                  for m in mismatches]
     else:
         lines.append("Every answer's prompt_tokens equal the counted input tokens.")
     outdated = grades['outdated_requests']
@@ -443,26 +408,36 @@ def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_p
         description='Grade the recorded answers in answer-result.json offline, or record them again from the '
                     'pinned model through Ollama first. Writes answer-grades.json.')
     parser.add_argument('command', nargs='?', choices=['record'],
-                        help='send the 120 held-out requests to the pinned model, then grade (needs Ollama)')
+                        help='send the 120 held-out requests to the pinned model, then grade (needs Ollama); '
+                             'reuses the answers a stopped run kept in answer-result.partial.json')
+    parser.add_argument('--fresh', action='store_true',
+                        help='with record: discard answer-result.partial.json first and ask for all 120 answers')
     args = parser.parse_args(argv)  # a usage error exits 2
+    if args.fresh and args.command != 'record':
+        parser.error('--fresh goes with record')
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     try:
         if args.command == 'record':
-            record(cases_path, result_path, model_path=model_path, keys_path=keys_path, client=client, progress=err)
+            record(cases_path, result_path, model_path=model_path, keys_path=keys_path, client=client,
+                   fresh=args.fresh, progress=err)
         grades = grade_files(cases_path, keys_path, model_path, result_path, grades_path)
     except (AnswerCheckError, AnswerModelError, CaseError, CounterError) as error:
         print(f'answer_check.py: {error}', file=err)
         return 2
     except KeyboardInterrupt:
-        print(f'answer_check.py: interrupted; {Path(result_path).name} is unchanged', file=err)
+        partial = partial_path(result_path)
+        kept = (f'; the answers so far are kept in {partial.name} for the next `record`'
+                if args.command == 'record' and partial.exists() else '')
+        print(f'answer_check.py: interrupted; {Path(result_path).name} is unchanged{kept}', file=err)
         return 130
     if grades['answers_recorded']:
         print(table(grades), checks(grades), sep='\n\n', file=out)
     else:
         print(f'Nothing is recorded: {Path(result_path).name} holds the pinned model block and no answers.\n'
-              f'To record, start Ollama, run `ollama pull {grades["model"].get("ollama_tag", "gemma4:e2b")}` and '
-              'check its digest with `ollama list`, then run `python answer_check.py record` (120 calls).', file=out)
+              f'To record, start Ollama, run `ollama pull {grades["model"]["ollama_tag"]}`, check that the ID '
+              f'column of `ollama list` starts with {grades["model"]["ollama_digest"][:12]}, then run '
+              '`python answer_check.py record` (120 calls).', file=out)
     print(f'\n{Path(grades_path).name}:\n{json.dumps(grades, indent=1, ensure_ascii=False)}', file=out)
     return 0
 

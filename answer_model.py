@@ -8,10 +8,18 @@ chat request, that the server answers /api/version and that /api/tags lists the
 tag with exactly the pinned digest. A server with another build is refused, so
 no answer can come from weights other than the pinned ones.
 
-The server address comes from OLLAMA_HOST, as for the ollama command itself
-(default http://127.0.0.1:11434). Every failure a user can cause or fix, such
-as a server that is down, a model that is not pulled, a busy queue or a
-timeout, raises AnswerModelError with one line naming the host and what to do.
+The server address comes from OLLAMA_HOST, read as the official ollama Python
+client reads it (default http://127.0.0.1:11434), except that an unspecified
+bind address (0.0.0.0, ::), which the server's own FAQ suggests setting, means
+this machine. Every failure a user can cause or fix, such as a server that is
+down, a model that is not pulled, a busy queue, a timeout or a reply the
+server did not finish, raises AnswerModelError with one line naming the host
+and what to do. A reply counts as an answer only when the server says it is
+done; its done_reason ("stop", or "length" when the answer hit num_predict) is
+kept. num_ctx only decides which old messages the server would drop to fit;
+the server loads the model with a context of its own choosing (at least 2048
+tokens for a vision-capable model such as gemma4:e2b), which
+loaded_context_length() reads back from /api/ps.
 
 It writes nothing. It does not pull or delete models, does not stream, does
 not retry, and does not use a proxy: the server is meant to be on this machine.
@@ -24,6 +32,7 @@ wrong digest) or for a usage error; 130 on Ctrl-C.
 """
 import argparse
 import hashlib
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -38,6 +47,13 @@ MODEL_PATH = HERE / 'answer-model.json'
 
 DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on by default
 DEFAULT_PORT = 11434
+SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no port means the scheme's port
+# Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so every repeated
+# request (the second and later seeds) reads as a shorter prompt than it was. From ollama/ollama's history:
+# up to 0.1.48 the runner subtracted the cached tokens (fixed by #5371, first released in 0.1.49), and 0.30.0,
+# with its release candidates, counted only the tokens llama-server newly processed (fixed by #16428 in 0.30.1).
+CACHE_UNCOUNTED_BEFORE = (0, 1, 49)
+CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
 CHECK_TIMEOUT = 10.0   # seconds; /api/version and /api/tags answer at once on a live server
 CHAT_TIMEOUT = 600.0   # seconds; the first chat loads the weights, which can take minutes on a CPU
 
@@ -90,7 +106,7 @@ def load_model(path: Path = MODEL_PATH) -> dict:
         if not isinstance(model[field], str) or not model[field]:
             raise AnswerModelError(f'{path}: {field} must be a non-empty string')
     if not isinstance(model['ollama_digest'], str) or not HEX64.fullmatch(model['ollama_digest']):
-        raise AnswerModelError(f'{path}: ollama_digest must be 64 lowercase hex digits, as `ollama list` shows them')
+        raise AnswerModelError(f'{path}: ollama_digest must be 64 lowercase hex digits, as /api/tags reports them')
     if not isinstance(model['options'], dict) or set(model['options']) != set(SAMPLING_OPTIONS):
         raise AnswerModelError(f'{path}: options must be exactly {sorted(SAMPLING_OPTIONS)}')
     for option, value in model['options'].items():
@@ -108,20 +124,53 @@ def load_model(path: Path = MODEL_PATH) -> dict:
 
 
 def ollama_host(value: str | None) -> str:
-    """The base URL for OLLAMA_HOST's value, filled in the way the ollama command fills it."""
-    value = (value or '').strip().rstrip('/')
-    if not value:
-        return DEFAULT_HOST
-    if '://' not in value:
-        value = 'http://' + value
+    """The base URL for OLLAMA_HOST's value, read as the official ollama Python client reads it.
+
+    ':56789' -> 'http://127.0.0.1:56789'; 'https://example.com' -> 'https://example.com:443';
+    '0.0.0.0:8080' -> 'http://127.0.0.1:8080' (an unspecified bind address means this machine).
+    """
+    value = value or ''
+    scheme, _, hostport = value.partition('://')
+    port = SCHEME_PORTS.get(scheme, DEFAULT_PORT)
+    if not hostport:
+        scheme, hostport, port = 'http', value, DEFAULT_PORT
+    address, slash, path = hostport.partition('/')
+    if is_ip(address) and ':' in address:  # a bare IPv6 address such as ::, as the server itself accepts it
+        hostport = f'[{address}]{slash}{path}'
     try:
-        has_port = urlsplit(value).port is not None
+        parts = urlsplit(f'{scheme}://{hostport}')
+        port = parts.port or port
+    except ValueError as error:  # a port that is not a number, or a bracket left open
+        raise AnswerModelError(f'OLLAMA_HOST={value!r} cannot be read as an address ({error}): '
+                               f'set it like {DEFAULT_HOST}') from None
+    host = parts.hostname or '127.0.0.1'
+    if is_ip(host) and ipaddress.ip_address(host).is_unspecified:
+        host = '127.0.0.1' if ipaddress.ip_address(host).version == 4 else '::1'
+    if is_ip(host) and ':' in host:
+        host = f'[{host}]'  # urlsplit drops the brackets an IPv6 address needs in a URL
+    path = parts.path.strip('/')
+    return f'{scheme}://{host}:{port}' + (f'/{path}' if path else '')
+
+
+def is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
     except ValueError:
-        raise AnswerModelError(f'OLLAMA_HOST={value!r} has an invalid port: set it like {DEFAULT_HOST}') from None
-    if not has_port and urlsplit(value).scheme == 'http':
-        parts = urlsplit(value)
-        value = parts._replace(netloc=f'{parts.netloc}:{DEFAULT_PORT}').geturl()
-    return value
+        return False
+    return True
+
+
+def undercounts_cached_prompt(version: str) -> bool:
+    """Whether this Ollama version leaves prompt tokens served from its cache out of prompt_eval_count.
+
+    '0.30.0' -> True; '0.30.0-rc5' -> True; '0.1.48' -> True; '0.32.14' -> False; '0.0.0' -> False.
+    """
+    match = re.match(r'(\d+)\.(\d+)\.(\d+)', version)
+    if match is None:
+        return False
+    release = tuple(int(part) for part in match.groups())
+    # A build from source without a version says 0.0.0, which tells nothing about its accounting.
+    return release in CACHE_UNCOUNTED_RELEASES or (0, 0, 0) < release < CACHE_UNCOUNTED_BEFORE
 
 
 def chat_body(model: dict, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int,
@@ -150,7 +199,10 @@ def request_sha256(body: dict) -> str:
 
 
 def parse_answer(payload: dict, seed: int) -> dict:
-    """The parts of a /api/chat response that a recording keeps."""
+    """The parts of a finished /api/chat response that a recording keeps.
+
+    Only message.content is the answer; a thinking field, should the server send one, is not kept.
+    """
     message = payload.get('message')
     if not isinstance(message, dict) or not isinstance(message.get('content'), str):
         raise ValueError('the response has no message.content')
@@ -194,12 +246,13 @@ class AnswerModel:
                                    'check that OLLAMA_HOST points at an Ollama server')
         entry = next((m for m in listed if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))), None)
         if entry is None:
-            raise PinError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`, '
-                           f'then check that `ollama list` shows digest {expected[:12]}')
+            raise PinError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`, then check that the ID '
+                           f'column of `ollama list` starts with {expected[:12]}, the pinned build')
         if entry.get('digest') != expected:
-            raise PinError(f'Ollama at {self.host} has {tag} with digest {entry.get("digest")}, '
-                           f'but the pinned build is {expected}: pull the pinned build '
-                           f'(`ollama pull {tag}`) and check `ollama list`; no answer is requested from another build')
+            raise PinError(f'Ollama at {self.host} has {tag} with digest {entry.get("digest")}, but the pinned build '
+                           f'is {expected}: the tag has moved (`ollama pull {tag}` fetches whatever it points to '
+                           'today), and answers from a new build need a deliberate change of answer-model.json and '
+                           'a new recording; no chat request was sent')
         self.version = version
         return version
 
@@ -209,11 +262,29 @@ class AnswerModel:
         self.verify()
         body = chat_body(self.model, messages, tools, num_ctx, num_predict, seed)
         payload = self._call('POST', '/api/chat', encode(body), self.timeout)
+        if payload.get('done') is not True:
+            # Even with stream false the server answers 200 with what it has when generation ends
+            # without a final response (it does so after one token repeats many times): no counts.
+            raise AnswerModelError(f'Ollama at {self.host} stopped before finishing the reply (done is '
+                                   f'{json.dumps(payload.get("done"))}), so nothing from it is kept: run again, '
+                                   'and read the server log if it happens again')
         try:
             return parse_answer(payload, seed)
         except ValueError as error:
             raise AnswerModelError(f'Ollama at {self.host} answered /api/chat oddly ({error}): '
                                    'upgrade Ollama or check its log') from None
+
+    def loaded_context_length(self) -> int | None:
+        """The context the server loaded the pinned tag with, from /api/ps; None where it reports none.
+
+        Servers before 0.9.7 have no context_length field, and one that reports 0 knows no value.
+        """
+        listed = self._call('GET', '/api/ps', None, self.check_timeout).get('models')
+        tag = self.model['ollama_tag']
+        entry = next((m for m in listed if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))),
+                     None) if isinstance(listed, list) else None
+        length = entry.get('context_length') if entry is not None else None
+        return length if type(length) is int and length > 0 else None
 
     def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
         """One request; every way it can fail becomes one AnswerModelError naming the host."""
@@ -238,7 +309,8 @@ class AnswerModel:
         if response.status_code == 404:
             tag = self.model['ollama_tag']
             raise AnswerModelError(f'Ollama at {self.host} answered 404 to {path} ({error}): '
-                                   f'run `ollama pull {tag}` and check its digest with `ollama list`')
+                                   f'run `ollama pull {tag}` and check that the ID column of `ollama list` starts with '
+                                   f'{self.model["ollama_digest"][:12]}')
         if response.status_code == 503:
             raise AnswerModelError(f'Ollama at {self.host} is busy (503: {error}): '
                                    'wait for its other requests to finish, then run again')

@@ -4,7 +4,12 @@
 
 Grading tests use the shipped answer-keys.json. Client and recording tests run
 the real requests-based client against a fake Ollama server that this file
-starts on 127.0.0.1 and that speaks the /api wire format; no model is called.
+starts on 127.0.0.1 and that speaks the /api wire format as Ollama 0.32.14
+writes it (api/types.go, server/routes.go): counts left out when zero, a
+reply with done false and no counts where generation ended without a final
+response, done_reason "length", a thinking field, /api/ps with or without
+context_length, and any version string, such as one that leaves cached prompt
+tokens out of its counts; no model is called.
 Every file a test writes goes to a temporary directory; the shipped files are
 only read. Recording tests use the real strategies, cases and prepared counter,
 so `python prepare.py` must have run. Every HTTP request the client makes in
@@ -30,6 +35,7 @@ import requests
 
 import answer_check
 import answer_model
+import answer_record
 from answer_check import AnswerCheckError, grade, load_keys, load_recording, summarize
 from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
 from evaluate import load_cases
@@ -41,6 +47,7 @@ PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'
 OTHER = 'a' * 64
 HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
 SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
+LOADED_CONTEXT = 4096  # what the fake's /api/ps reports; a real server loads gemma4:e2b with at least 2048
 TIMEOUT = 5.0  # seconds for every request a test makes; the fake answers in milliseconds
 
 
@@ -61,10 +68,13 @@ def setUpModule():
         unittest.addModuleCleanup(patcher.stop)
 
 
-def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_reason: str = 'stop') -> dict:
-    """A non-streamed /api/chat response as Ollama sends it: zero counts are left out."""
-    payload = {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z',
-               'message': {'role': 'assistant', 'content': content},
+def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_reason: str = 'stop',
+          thinking: str = '') -> dict:
+    """A non-streamed /api/chat response as Ollama sends it: empty and zero fields are left out."""
+    message = {'role': 'assistant', 'content': content}
+    if thinking:
+        message['thinking'] = thinking
+    payload = {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z', 'message': message,
                'done_reason': done_reason, 'done': True, 'total_duration': 1000}
     if prompt_tokens:
         payload['prompt_eval_count'] = prompt_tokens
@@ -73,20 +83,47 @@ def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_rea
     return payload
 
 
+def unfinished(content: str) -> dict:
+    """What the server sends with stream false when generation ends without a final response (a token
+    repeated over and over): the text so far, done false, and no done_reason, durations or counts."""
+    return {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z',
+            'message': {'role': 'assistant', 'content': content}, 'done': False}
+
+
 def counted_reply(body: dict, number: int) -> tuple[int, dict]:
     """The server reads exactly the prompt the lab counted."""
     return 200, reply(f'answer {number}', count_request(body['messages']), 3)
 
 
+def steady_reply(body: dict, number: int) -> tuple[int, dict]:
+    """An answer that depends only on the request, as a resumed run must be able to reproduce it."""
+    sha = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return 200, reply(f'answer to {sha[:16]}', count_request(body['messages']), 3)
+
+
 class FakeOllama:
     """An Ollama stand-in on 127.0.0.1 that records every request it receives.
 
-    chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1).
+    chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1);
+    version is what /api/version says; context_length is what /api/ps reports for a loaded model
+    (None: the field is left out, as servers before 0.9.7 do).
     """
 
-    def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply):
+    def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply,
+                 version: str = SERVER_VERSION, context_length: int | None = LOADED_CONTEXT):
         self.requests: list[tuple[str, str, bytes]] = []
         fake = self
+
+        def loaded() -> list[dict]:
+            """/api/ps: the model is loaded once a chat request has reached it."""
+            if not fake.chats():
+                return []
+            entry = {'name': tags[0], 'model': tags[0], 'size': 7162394016, 'digest': digest,
+                     'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'},
+                     'expires_at': '2026-10-20T00:05:00Z', 'size_vram': 0}
+            if context_length is not None:
+                entry['context_length'] = context_length
+            return [entry]
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def send_json(self, status: int, payload: dict) -> None:
@@ -103,7 +140,9 @@ class FakeOllama:
             def do_GET(self):
                 fake.requests.append(('GET', self.path, b''))
                 if self.path == '/api/version':
-                    self.send_json(200, {'version': SERVER_VERSION})
+                    self.send_json(200, {'version': version})
+                elif self.path == '/api/ps':
+                    self.send_json(200, {'models': loaded()})
                 elif self.path == '/api/tags':
                     self.send_json(200, {'models': [
                         {'name': tag, 'model': tag, 'modified_at': '2026-10-20T00:00:00Z', 'size': 7162394016,
@@ -250,8 +289,11 @@ class ClientTest(unittest.TestCase):
             client = client_for(fake.host)
             with self.assertRaises(PinError) as caught:
                 client.answer([{'role': 'user', 'content': 'Hi'}], [], num_ctx=384, num_predict=96, seed=1)
-        self.assertIn(f'digest {OTHER}', str(caught.exception))
-        self.assertIn(f'the pinned build is {PINNED}', str(caught.exception))
+        self.assertEqual(str(caught.exception),
+                         f'Ollama at {fake.host} has gemma4:e2b with digest {OTHER}, but the pinned build is {PINNED}: '
+                         'the tag has moved (`ollama pull gemma4:e2b` fetches whatever it points to today), and '
+                         'answers from a new build need a deliberate change of answer-model.json and a new '
+                         'recording; no chat request was sent')
         self.assertEqual([(m, p) for m, p, _ in fake.requests], [('GET', '/api/version'), ('GET', '/api/tags')])
 
     def test_model_that_is_not_pulled_is_refused_before_any_chat_request(self):
@@ -259,8 +301,8 @@ class ClientTest(unittest.TestCase):
             with self.assertRaises(PinError) as caught:
                 client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
         self.assertEqual(str(caught.exception),
-                         f'Ollama at {fake.host} has no gemma4:e2b: run `ollama pull gemma4:e2b`, '
-                         'then check that `ollama list` shows digest b37049369adf')
+                         f'Ollama at {fake.host} has no gemma4:e2b: run `ollama pull gemma4:e2b`, then check that '
+                         'the ID column of `ollama list` starts with b37049369adf, the pinned build')
         self.assertEqual(fake.chats(), [])
 
     def test_server_that_is_down_gives_one_clear_message(self):
@@ -309,13 +351,66 @@ class ClientTest(unittest.TestCase):
         # A client built without a host reads OLLAMA_HOST, which setUpModule set to a closed loopback port.
         self.assertTrue(AnswerModel(load_model()).host.startswith('http://127.0.0.1:'))
 
-    def test_ollama_host_is_completed_like_the_ollama_command(self):
+    def test_ollama_host_is_read_as_the_official_python_client_reads_it(self):
+        # Only parsed: no test contacts anything but 127.0.0.1.
         for value, expected in ((None, 'http://127.0.0.1:11434'), ('', 'http://127.0.0.1:11434'),
-                                # only parsed: no test contacts anything but 127.0.0.1
-                                ('127.0.0.1:8080', 'http://127.0.0.1:8080'), ('localhost', 'http://localhost:11434'),
-                                ('http://127.0.0.1:11434/', 'http://127.0.0.1:11434')):
+                                ('1.2.3.4', 'http://1.2.3.4:11434'), (':56789', 'http://127.0.0.1:56789'),
+                                ('1.2.3.4:56789', 'http://1.2.3.4:56789'), ('localhost', 'http://localhost:11434'),
+                                ('http://example.com', 'http://example.com:80'),
+                                ('https://example.com', 'https://example.com:443'),
+                                ('https://example.com:56789', 'https://example.com:56789'),
+                                ('example.com/', 'http://example.com:11434'),
+                                ('http://127.0.0.1:11434/', 'http://127.0.0.1:11434'),
+                                ('example.com:56789/path/', 'http://example.com:56789/path'),
+                                ('[0001:002:003:0004::1]:56789', 'http://[0001:002:003:0004::1]:56789'),
+                                ('https://[0001:002:003:0004::1]', 'https://[0001:002:003:0004::1]:443')):
             with self.subTest(value=value):
                 self.assertEqual(ollama_host(value), expected)
+
+    def test_unspecified_bind_address_in_ollama_host_means_loopback(self):
+        for value, expected in (('0.0.0.0', 'http://127.0.0.1:11434'), ('0.0.0.0:11434', 'http://127.0.0.1:11434'),
+                                ('http://0.0.0.0:8080', 'http://127.0.0.1:8080'), ('::', 'http://[::1]:11434'),
+                                ('[::]', 'http://[::1]:11434'), ('[::]:56789', 'http://[::1]:56789'),
+                                ('https://[::]', 'https://[::1]:443')):
+            with self.subTest(value=value):
+                self.assertEqual(ollama_host(value), expected)
+
+    def test_unreadable_ollama_host_gives_one_clear_message(self):
+        for value, reason in (('localhost:port', "Port could not be cast to integer value as 'port'"),
+                              ('[::', 'Invalid IPv6 URL')):
+            with self.subTest(value=value), self.assertRaises(AnswerModelError) as caught:
+                ollama_host(value)
+            self.assertEqual(str(caught.exception), f'OLLAMA_HOST={value!r} cannot be read as an address '
+                                                    f'({reason}): set it like http://127.0.0.1:11434')
+
+    def test_unfinished_reply_is_not_an_answer(self):
+        with FakeOllama(chat=lambda body, n: (200, unfinished('the the the'))) as fake:
+            with self.assertRaises(AnswerModelError) as caught:
+                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+        self.assertEqual(str(caught.exception), f'Ollama at {fake.host} stopped before finishing the reply (done '
+                                                'is false), so nothing from it is kept: run again, and read the '
+                                                'server log if it happens again')
+
+    def test_thinking_is_not_taken_for_the_answer(self):
+        with FakeOllama(chat=lambda body, n: (200, reply('Mateo.', 20, 2, thinking='Mateo or Ana?'))) as fake:
+            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+        self.assertEqual(got, {'seed': 1, 'answer': 'Mateo.', 'tool_calls': [], 'done_reason': 'stop',
+                               'prompt_tokens': 20, 'answer_tokens': 2})
+
+    def test_loaded_context_is_read_from_api_ps_where_reported(self):
+        for context_length, expected in ((LOADED_CONTEXT, LOADED_CONTEXT), (None, None), (0, None)):
+            with self.subTest(context_length=context_length), FakeOllama(context_length=context_length) as fake:
+                client = client_for(fake.host)
+                self.assertIsNone(client.loaded_context_length())  # nothing is loaded before a chat
+                client.answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                self.assertEqual(client.loaded_context_length(), expected)
+
+    def test_versions_that_leave_cached_prompt_tokens_uncounted(self):
+        for version, expected in (('0.30.0', True), ('0.30.0-rc5', True), ('0.1.48', True), ('0.1.32', True),
+                                  ('0.30.1', False), ('0.1.49', False), ('0.29.9', False), ('0.32.14', False),
+                                  ('0.0.0', False), ('unknown', False)):
+            with self.subTest(version=version):
+                self.assertEqual(answer_model.undercounts_cached_prompt(version), expected)
 
 
 class RecordTest(unittest.TestCase):
@@ -326,12 +421,36 @@ class RecordTest(unittest.TestCase):
         self.result = self.folder / 'answer-result.json'
         self.grades = self.folder / 'answer-grades.json'
 
-    def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json'):
+    def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json',
+                 folder: Path | None = None, client: AnswerModel | None = None):
+        """answer_check.main writing into folder (default: this test's folder); (exit code, stdout, stderr)."""
+        folder = folder if folder is not None else self.folder
         out, err = io.StringIO(), io.StringIO()
-        client = client_for(host) if host else None
-        code = answer_check.main(argv, cases_path=cases, result_path=self.result, grades_path=self.grades,
-                                 client=client, out=out, err=err)
+        client = client if client is not None else client_for(host) if host else None
+        code = answer_check.main(argv, cases_path=cases, result_path=folder / 'answer-result.json',
+                                 grades_path=folder / 'answer-grades.json', client=client, out=out, err=err)
         return code, out.getvalue(), err.getvalue()
+
+    def uninterrupted(self) -> bytes:
+        """The recording one run against steady_reply writes, made in a folder of its own."""
+        folder = self.folder / 'uninterrupted'
+        folder.mkdir()
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record'], fake.host, folder=folder)
+        self.assertEqual(code, 0, err)
+        return (folder / 'answer-result.json').read_bytes()
+
+    def fail_at(self, number: int, **fake_options) -> str:
+        """Record until call number fails with a 503, leaving its answers in the partial file; stderr."""
+        def failing(body, n):
+            return (503, {'error': 'server busy'}) if n == number else steady_reply(body, n)
+        with FakeOllama(chat=failing, **fake_options) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual((code, len(fake.chats())), (2, number), err)
+        return err
+
+    def partial(self) -> dict:
+        return json.loads((self.folder / 'answer-result.partial.json').read_text())
 
     def expected_chats(self) -> list[dict]:
         """Every body record must send, in order, from the real strategies, cases and counter."""
@@ -349,12 +468,24 @@ class RecordTest(unittest.TestCase):
         with FakeOllama() as fake:
             code, out, err = self.run_main(['record'], fake.host)
         self.assertEqual(code, 0, err)
-        self.assertEqual([(m, p) for m, p, _ in fake.requests[:2]], [('GET', '/api/version'), ('GET', '/api/tags')])
-        self.assertEqual(len(fake.requests), 122)
+        # The loaded context is asked for once, after the first answer.
+        self.assertEqual([(m, p) for m, p, _ in fake.requests],
+                         [('GET', '/api/version'), ('GET', '/api/tags'), ('POST', '/api/chat'), ('GET', '/api/ps')]
+                         + [('POST', '/api/chat')] * 119)
         self.assertEqual(fake.chats(), self.expected_chats())
-        self.assertIn('call 120 of 120: hybrid held-buried seed 5', err)
+        calls = [line for line in err.splitlines() if line.startswith('call ')]
+        self.assertEqual(len(calls), 120)
+        for number, line in enumerate(calls, 1):
+            self.assertRegex(line, rf'^call {number} of 120: \S+ held-\S+ seed \d: \d+\.\d s, '
+                                   r'about (\d+ min )?\d+ s left$')
+        self.assertTrue(calls[-1].startswith('call 120 of 120: hybrid held-buried seed 5: '), calls[-1])
+        self.assertTrue(calls[-1].endswith(', about 0 s left'), calls[-1])
+        self.assertIn(f'the server loaded gemma4:e2b with a context of {LOADED_CONTEXT} tokens; num_ctx 384 only '
+                      'decides which old messages it would drop', err)
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()), ['answer-grades.json', 'answer-result.json'])
         recorded = json.loads(self.result.read_text())
-        self.assertEqual(recorded['model'], {**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertEqual(recorded['model'], {**load_model(), 'ollama_version': SERVER_VERSION,
+                                             'loaded_context_length': LOADED_CONTEXT})
         self.assertEqual(list(recorded['answers']), ['recent', 'relevant', 'notes', 'hybrid'])
         flat = [a for cases in recorded['answers'].values() for answers in cases.values() for a in answers]
         sent = [raw for _, path, raw in fake.requests if path == '/api/chat']
@@ -380,9 +511,83 @@ class RecordTest(unittest.TestCase):
         grades = json.loads(self.grades.read_text())
         self.assertEqual(grades['prompt_token_mismatches'], [
             {'strategy': 'recent', 'case': 'held-old-decision', 'seed': 2,
-             'prompt_tokens': counted - 7, 'input_tokens': counted}])
+             'prompt_tokens': counted - 7, 'input_tokens': counted, 'probably_cache_accounting': False}])
         self.assertIn(f'  recent held-old-decision seed 2: server read {counted - 7} tokens, '
-                      f'the lab counted {counted}', out)
+                      f'the lab counted {counted}\n', out)
+
+    def test_version_that_leaves_cached_tokens_out_is_named_before_the_first_call_and_marked(self):
+        def cached(body, number):
+            status, payload = steady_reply(body, number)
+            if body['options']['seed'] > 1:  # the same prompt again: all but its last token come from the cache
+                payload['prompt_eval_count'] = 1
+            return status, payload
+        with FakeOllama(chat=cached, version='0.30.0') as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        lines = err.splitlines()
+        note = ('note: Ollama 0.30.0 leaves cached prompt tokens out of prompt_eval_count, so the second and later '
+                'seeds of each request will show as prompt-token mismatches; grading marks them so.')
+        self.assertLess(lines.index(note), next(i for i, line in enumerate(lines) if line.startswith('call 1 ')))
+        mismatches = json.loads(self.grades.read_text())['prompt_token_mismatches']
+        self.assertEqual(len(mismatches), 96)
+        self.assertTrue(all(m['probably_cache_accounting'] and m['seed'] > 1 for m in mismatches))
+        self.assertEqual(out.count('(probably the accounting of Ollama 0.30.0, which leaves cached prompt tokens '
+                                   'out)'), 96)
+
+    def test_unfinished_reply_fails_the_call_and_nothing_from_it_is_kept(self):
+        def runaway(body, number):
+            return (200, unfinished('RabbitMQ RabbitMQ RabbitMQ')) if number == 7 else steady_reply(body, number)
+        with FakeOllama(chat=runaway) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual((code, out, len(fake.chats())), (2, '', 7))
+        self.assertEqual(err.splitlines()[-1],
+                         f'answer_check.py: call 7 of 120 (recent held-old-decision seed 2): Ollama at {fake.host} '
+                         'stopped before finishing the reply (done is false), so nothing from it is kept: run again, '
+                         'and read the server log if it happens again; the 6 answers so far are kept in '
+                         'answer-result.partial.json')
+        self.assertFalse(self.result.exists())
+        kept = self.partial()['answers']['recent']
+        self.assertEqual({case: [a['seed'] for a in answers] for case, answers in kept.items()},
+                         {'held-latest': [1, 2, 3, 4, 5], 'held-old-decision': [1]})
+        self.assertNotIn('RabbitMQ', json.dumps(kept))
+
+    def test_cut_off_answers_are_listed_and_counted_and_their_verdicts_stand(self):
+        def answers(cut_off: set):
+            def chat(body, number):
+                status, payload = steady_reply(body, number)
+                if number == 3:  # recent held-latest seed 3 names the reviewer before it is cut off
+                    payload['message']['content'] = 'Mateo reviews the pricing page, and'
+                payload['done_reason'] = 'length' if number in cut_off else 'stop'
+                return status, payload
+            return chat
+        graded = {}
+        for name, cut_off in (('none cut off', set()), ('three cut off', {3, 40, 41})):
+            folder = self.folder / name
+            folder.mkdir()
+            with FakeOllama(chat=answers(cut_off)) as fake:
+                code, out, err = self.run_main(['record'], fake.host, folder=folder)
+            self.assertEqual(code, 0, err)
+            graded[name] = json.loads((folder / 'answer-grades.json').read_text())
+        grades = graded['three cut off']
+        self.assertEqual(grades['cut_off_answers'], [{'strategy': 'recent', 'case': 'held-latest', 'seed': 3},
+                                                     {'strategy': 'relevant', 'case': 'held-old-decision', 'seed': 5},
+                                                     {'strategy': 'relevant', 'case': 'held-correction', 'seed': 1}])
+        self.assertEqual(grades['cut_off_per_strategy'], {'recent': 1, 'relevant': 2, 'notes': 0, 'hybrid': 0})
+        self.assertEqual(graded['none cut off']['cut_off_per_strategy'],
+                         {'recent': 0, 'relevant': 0, 'notes': 0, 'hybrid': 0})
+        self.assertEqual(grades['graded']['recent']['held-latest'][2],
+                         {'seed': 3, 'verdict': 'pass', 'reason': 'every required fact'})
+        for field in ('summary', 'graded'):
+            self.assertEqual(grades[field], graded['none cut off'][field])
+        self.assertIn('\nCut off at num_predict (graded as they stand): recent 1, relevant 2, notes 0, hybrid 0\n', out)
+
+    def test_loaded_context_is_left_out_where_the_server_reports_none(self):
+        with FakeOllama(context_length=None) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(self.result.read_text())['model'],
+                         {**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertNotIn('the server loaded', err)
 
     def test_server_error_halfway_leaves_the_recording_byte_identical(self):
         previous = b'{"model": {}, "answers": {}}\n  previous recording, kept byte for byte \xc3\xa9\n'
@@ -397,10 +602,107 @@ class RecordTest(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertEqual(len(fake.chats()), 61)
         self.assertEqual(self.result.read_bytes(), previous)
-        self.assertEqual(sorted(p.name for p in self.folder.iterdir()), ['answer-result.json'])
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()),
+                         ['answer-result.json', 'answer-result.partial.json'])
         last = err.strip().splitlines()[-1]
-        self.assertTrue(last.startswith(f'answer_check.py: Ollama at {fake.host} is busy (503'), last)
+        self.assertTrue(last.startswith(f'answer_check.py: call 61 of 120 (notes held-latest seed 1): Ollama at '
+                                        f'{fake.host} is busy (503'), last)
+        self.assertTrue(last.endswith('; the 60 answers so far are kept in answer-result.partial.json'), last)
         self.assertNotIn('Traceback', err)
+
+    def test_rerun_after_a_failure_asks_only_for_the_missing_answers_and_writes_the_same_bytes(self):
+        whole = self.uninterrupted()
+        for number in (1, 50, 120):
+            with self.subTest(failed_at=number):
+                self.fail_at(number)
+                with FakeOllama(chat=steady_reply) as fake:
+                    code, out, err = self.run_main(['record'], fake.host)
+                self.assertEqual(code, 0, err)
+                self.assertEqual(fake.chats(), self.expected_chats()[number - 1:])
+                if number > 1:
+                    self.assertIn(f'reusing {number - 1} answers from answer-result.partial.json; asking for '
+                                  f'{121 - number} of 120\n', err)
+                self.assertEqual(self.result.read_bytes(), whole)
+                self.assertFalse((self.folder / 'answer-result.partial.json').exists())
+
+    def test_fresh_discards_the_kept_answers_and_asks_for_all_120(self):
+        whole = self.uninterrupted()
+        self.fail_at(50)
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record', '--fresh'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 120)
+        self.assertTrue(err.startswith('discarded answer-result.partial.json\n'), err)
+        self.assertEqual(self.result.read_bytes(), whole)
+
+    def test_kept_answers_from_another_server_version_are_not_reused(self):
+        self.fail_at(50, version='0.99.0')
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 120)
+        self.assertIn('answer-result.partial.json holds answers from digest b37049369adf on Ollama 0.99.0, not from '
+                      'this server; none is reused\n', err)
+
+    def test_ctrl_c_during_a_call_keeps_both_files_valid(self):
+        previous = b'{"previous": "recording"}\n'
+        self.result.write_bytes(previous)
+        with FakeOllama(chat=steady_reply) as fake:
+            client = client_for(fake.host)
+            asked = client.answer
+
+            def interrupted_at_10(*args, **kwargs):
+                if len(fake.chats()) == 9:
+                    raise KeyboardInterrupt
+                return asked(*args, **kwargs)
+            client.answer = interrupted_at_10
+            code, out, err = self.run_main(['record'], client=client)
+        self.assertEqual(code, 130)
+        self.assertEqual(err.splitlines()[-1], 'answer_check.py: interrupted; answer-result.json is unchanged; the '
+                                               'answers so far are kept in answer-result.partial.json for the next '
+                                               '`record`')
+        self.assertEqual(self.result.read_bytes(), previous)
+        partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
+        self.assertEqual(sum(len(a) for by_case in partial['answers'].values() for a in by_case.values()), 9)
+
+    def test_ctrl_c_while_a_file_is_replaced_keeps_both_files_valid(self):
+        # Each answer replaces the partial file once; answer-result.json is the 121st replacement.
+        whole = self.uninterrupted()
+        real_replace = os.replace
+        for stop_at in (1, 2, 60, 121):
+            with self.subTest(stop_at=stop_at):
+                replaced = []
+
+                def replace(source, target):
+                    replaced.append(target)
+                    if len(replaced) == stop_at:
+                        raise KeyboardInterrupt
+                    real_replace(source, target)
+                with FakeOllama(chat=steady_reply) as fake, mock.patch.object(os, 'replace', replace):
+                    code, out, err = self.run_main(['record'], fake.host)
+                self.assertEqual(code, 130, err)
+                self.assertFalse(self.result.exists())
+                self.assertEqual([p.name for p in self.folder.iterdir() if p.name.endswith('.tmp')], [])
+                partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
+                kept = 0 if partial is None else sum(len(a) for by_case in partial['answers'].values()
+                                                     for a in by_case.values())
+                self.assertEqual(kept, min(stop_at - 1, 120))
+                with FakeOllama(chat=steady_reply) as fake:
+                    self.assertEqual(self.run_main(['record'], fake.host)[0], 0)
+                self.assertEqual(len(fake.chats()), 120 - kept)
+                self.assertEqual(self.result.read_bytes(), whole)
+                self.result.unlink()
+
+    def test_unreadable_partial_file_gives_one_line_and_fresh_recovers(self):
+        partial = self.folder / 'answer-result.partial.json'
+        partial.write_text('{"ollama_digest": ')
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+            self.assertEqual((code, fake.chats()), (2, []))
+            self.assertTrue(err.endswith(f'answer_check.py: {partial}: not valid JSON (Expecting value: line 1 '
+                                         'column 19 (char 18)); discard it with `python answer_check.py record '
+                                         '--fresh`\n'), err)
+            self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
 
     def test_non_pinned_digest_refuses_record_and_keeps_the_recording(self):
         self.result.write_text('kept\n')
@@ -509,7 +811,7 @@ class InputFilesTest(unittest.TestCase):
         self.assertEqual(err.getvalue().count('\n'), 1)
 
     def test_usage_errors_exit_2(self):
-        for module, argv in ((answer_check, ['grade']), (answer_check, ['record', 'again']),
+        for module, argv in ((answer_check, ['grade']), (answer_check, ['record', 'again']), (answer_check, ['--fresh']),
                              (answer_model, ['--host'])):
             with self.subTest(module=module.__name__, argv=argv), contextlib.redirect_stderr(io.StringIO()):
                 with self.assertRaises(SystemExit) as caught:
@@ -635,6 +937,13 @@ class RecordingValidationTest(Rejecting):
         del model['ollama_version']
         self.assertIn('model.ollama_version must name the server', self.load(one_answer_recording(model)))
 
+    def test_loaded_context_length_must_be_a_positive_integer(self):
+        for value, got in ((0, '0'), (4096.0, '4096.0'), ('4096', '"4096"'), (True, 'true'), (None, 'null')):
+            with self.subTest(value=value):
+                model = {**load_model(), 'loaded_context_length': value}
+                self.assertIn(f'model.loaded_context_length must be a positive integer, got {got}',
+                              self.load(one_answer_recording(model)))
+
     def test_malformed_answer_exits_2_without_a_traceback(self):
         recorded = one_answer_recording()
         recorded['answers']['recent']['held-latest'][0]['seed'] = [1]
@@ -680,6 +989,12 @@ class PinnedBuildTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertEqual(written['model']['ollama_version'], SERVER_VERSION)
         self.assertEqual(written['summary']['recent']['pass'], 2)
+
+    def test_the_context_the_server_loaded_is_graded_not_refused(self):
+        model = {**load_model(), 'ollama_version': SERVER_VERSION, 'loaded_context_length': LOADED_CONTEXT}
+        code, out, err, written, _ = self.grade_main(model)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(written['model'], model)
 
 
 class ShippedFilesTest(unittest.TestCase):
