@@ -1019,6 +1019,20 @@ class ShippedFilesTest(unittest.TestCase):
                                              Path(folder) / 'answer-grades.json')
         self.assertEqual(json.loads((HERE / 'answer-grades.json').read_text()), fresh)
 
+    def test_the_partial_file_record_keeps_is_git_ignored_and_named_in_the_readme(self):
+        name = answer_record.partial_path(answer_check.RESULT_PATH).name
+        self.assertEqual(name, 'answer-result.partial.json')
+        self.assertIn(name, (HERE / '.gitignore').read_text().splitlines())
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        self.assertIn(f'`{name}`', readme)
+        self.assertIn('python answer_check.py record --fresh', readme)
+
+    def test_thirty_of_the_120_requests_repeat_another_strategys_and_each_is_still_a_call_of_its_own(self):
+        plan = answer_check.planned_requests(held_out_cases(), load_model(), STRATEGIES, count_request)
+        shas = [answer_model.request_sha256(item['body']) for item in plan]
+        self.assertEqual((len(shas), len(set(shas))), (120, 90))
+        self.assertEqual(len({answer_record.plan_key(item) for item in plan}), 120)
+
     def test_nothing_recorded_says_so_and_shows_how_to_record(self):
         with tempfile.TemporaryDirectory() as folder:
             result = Path(folder) / 'answer-result.json'
