@@ -81,13 +81,28 @@ def turn_facts(case: dict, grade: Callable) -> tuple[dict[int, frozenset], dict[
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
     ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
     """
+    messages = [message for turn in case['history'] for message in as_messages(turn)]
     required, stale = {}, {}
-    for index, turn in enumerate(case['history']):
-        row = grade(case, {'messages': as_messages(turn), 'turns': [index], 'notes': 0, 'input_tokens': 0})
+
+    # Grade a run of turns at once and split only runs that hold a fact: a long history with a few
+    # fact-holding turns costs a few dozen gradings, not one per turn. A fact is a turn's only if
+    # the grader finds it in that turn alone.
+    def visit(first: int, end: int) -> None:
+        row = grade(case, {'messages': messages[2 * first:2 * end], 'turns': list(range(first, end)), 'notes': 0,
+                           'input_tokens': 0})
+        if not row['required_found'] and not row['stale_included']:
+            return
+        if end - first > 1:
+            visit(first, (first + end) // 2)
+            visit((first + end) // 2, end)
+            return
         if row['required_found']:
-            required[index] = frozenset(fact for fact in case['required'] if fact not in row['missing'])
+            required[first] = frozenset(fact for fact in case['required'] if fact not in row['missing'])
         if row['stale_included']:
-            stale[index] = frozenset(row['stale_included'])
+            stale[first] = frozenset(row['stale_included'])
+
+    if messages:
+        visit(0, len(case['history']))
     return required, stale
 
 
