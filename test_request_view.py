@@ -173,6 +173,30 @@ class ColourTest(unittest.TestCase):
                     mock.patch.object(sys.stdout, 'isatty', return_value=tty):
                 self.assertEqual(evaluate.colour_wanted(), wanted)
 
+    @unittest.skipUnless(sys.platform != 'win32', 'needs a pseudo-terminal')
+    def test_a_terminal_gets_colour_unless_no_color_is_set(self):
+        import pty
+        environment = {key: value for key, value in os.environ.items() if key != 'NO_COLOR'}
+        for env, coloured in ((environment, True), (dict(environment, NO_COLOR='1'), False)):
+            with self.subTest(no_color=env.get('NO_COLOR')):
+                leader, follower = pty.openpty()
+                # The output (under 1 KB) fits the terminal's buffer, so reading it after the run cannot block.
+                subprocess.run([sys.executable, 'evaluate.py', '--show', 'dev-correction', '--strategy', 'relevant'],
+                               cwd=HERE, stdout=follower, stderr=subprocess.DEVNULL, env=env, timeout=300)
+                os.close(follower)
+                seen = b''
+                while True:
+                    try:
+                        chunk = os.read(leader, 65536)
+                    except OSError:  # Linux reports the closed terminal as an error rather than end of file
+                        break
+                    if not chunk:
+                        break
+                    seen += chunk
+                os.close(leader)
+                self.assertIn(b'relevant on dev-correction', seen)
+                self.assertEqual(b'\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m' in seen, coloured)
+
     def test_colour_marks_the_facts_in_red_and_green(self):
         case = cases()['dev-correction']
         selected = notes(case, count_request)
