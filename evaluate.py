@@ -5,12 +5,19 @@
     python evaluate.py --cases my-cases.json        # evaluate another case set
     python evaluate.py --output evaluation-result.json   # also record the report (atomically)
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
+    python evaluate.py --format turns               # which turns each rule kept, case by case
+    python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
 
 A row per (strategy, case) says which required facts and which stale (replaced)
 facts appear, character for character, in the selected messages; a fact the
 notes block escaped still counts. So the report is about the request, not the
 reply: nothing here calls a model (answer_check.py does). Selection and
 counting have no randomness, so there is a single trial and no timing.
+
+Beside the four rules the report holds, per case, the best possible selection
+of whole turns (best_possible.py; it reads the labels, so it is no strategy).
+The report's `turns` are 0-based indices into `history`; every view meant for
+people (the table, --format turns, --show, --compare) says `turn N` from 1.
 
 Alongside the results the report keeps hashes of its three inputs (the case
 file, strategies.py, tokenizer-manifest.json), which ties a recording to the
@@ -26,6 +33,8 @@ import platform
 import sys
 import tempfile
 
+import best_possible
+import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from tokenizer import THINKING_MARKERS, CounterError, count_request, counter, sha256_file
 
@@ -39,6 +48,9 @@ PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
 # Every row of the report has these fields; --compare reads them from the older report.
 ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
               'required_total', 'missing', 'stale_included')
+# Every best-possible row has these (turns, input_tokens, found, missing and stale are null if not searched).
+BEST_ROW_FIELDS = ('case', 'split', 'kind', 'history_turns', 'fact_turns', 'stale_turns', 'turns', 'input_tokens',
+                   'required_found', 'required_total', 'missing', 'stale_included', 'not_searched')
 
 
 class CaseError(ValueError):
@@ -180,6 +192,12 @@ def summarize(rows: list[dict]) -> dict:
             'mean_input_tokens': round(sum(tokens) / len(tokens), 1)}
 
 
+def by_split(rows: list[dict], totals=summarize) -> dict:
+    """totals() of the rows of each split present, in SPLITS order."""
+    return {split: totals([row for row in rows if row['split'] == split])
+            for split in SPLITS if any(row['split'] == split for row in rows)}
+
+
 def evaluate_cases(cases: list[dict], count=count_request, progress=None) -> dict:
     """Per-strategy rows for every case, in case-set order."""
     rows = {name: [] for name in STRATEGIES}
@@ -212,6 +230,7 @@ def run(path: Path = CASES) -> dict:
     check_bare_requests(path, cases)
     progress = report_progress if len(cases) > PROGRESS_ABOVE else None
     rows = evaluate_cases(cases, count_request, progress)
+    best = [best_possible.best_row(case, grade) for case in cases]
     return {
         'case_set': path.name,
         'case_set_sha256': sha256_file(path),
@@ -221,10 +240,10 @@ def run(path: Path = CASES) -> dict:
         'counter': counter().profile(),
         'trials': 1,
         'grader': GRADER,
-        'summary': {name: {split: summarize([row for row in strategy_rows if row['split'] == split])
-                           for split in SPLITS if any(row['split'] == split for row in strategy_rows)}
-                    for name, strategy_rows in rows.items()},
+        'summary': {name: by_split(strategy_rows) for name, strategy_rows in rows.items()},
         'cases': rows,
+        'best_possible': {'label': best_possible.LABEL, 'summary': by_split(best, best_possible.summarize),
+                          'cases': best},
     }
 
 
@@ -246,6 +265,14 @@ def table(report: dict) -> str:
             lines.append(f"| {name} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
                          f"{s['complete_cases']} of {s['cases']} | {s['cases_with_stale_facts']} | "
                          f"{plain_number(s['mean_input_tokens'])} |")
+    best = report.get('best_possible', {'summary': {}})
+    for split, s in best['summary'].items():
+        searched = s['cases'] - s['not_searched']
+        complete = f"{s['complete_cases']} of {searched}" + (f" ({s['not_searched']} not searched)"
+                                                             if s['not_searched'] else '')
+        mean = '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])
+        lines.append(f"| {best['label']} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
+                     f"{complete} | {s['cases_with_stale_facts']} | {mean} |")
     return '\n'.join(lines) + '\n'
 
 
@@ -255,21 +282,57 @@ def facts_delta(label: str, old: list[str], new: list[str]) -> list[str]:
     return ([f'{label} gone: {gone}'] if gone else []) + ([f'{label} appeared: {came}'] if came else [])
 
 
-def row_changes(old: dict, new: dict) -> list[str]:
-    """What changed in one (strategy, case) row, in reviewer's terms.
+def people_turns(indices: list[int] | None) -> str:
+    """Report turn indices in a line for people: [0, 2] -> 'turns 1, 3'; None (not searched) -> 'no search'."""
+    return 'no search' if indices is None else request_view.turn_numbers(indices)
 
-    Old missing ['x'] and new missing [] give ["facts gained: ['x']"].
+
+def row_changes(old: dict, new: dict) -> list[str]:
+    """What changed in one (strategy or best-possible, case) row, in reviewer's terms, turns counted from 1.
+
+    Old missing ['x'] and new missing [] give ["facts gained: ['x']"]; old turns [2]
+    and new turns [0, 2] give ['kept turn 3 -> turns 1, 3'].
     """
     out = []
-    lost = [fact for fact in new['missing'] if fact not in old['missing']]
-    gained = [fact for fact in old['missing'] if fact not in new['missing']]
+    old_missing, new_missing = old['missing'] or [], new['missing'] or []  # None: the row was not searched
+    lost = [fact for fact in new_missing if fact not in old_missing]
+    gained = [fact for fact in old_missing if fact not in new_missing]
     out += [f'facts lost: {lost}'] if lost else []
     out += [f'facts gained: {gained}'] if gained else []
-    out += facts_delta('stale facts', old['stale_included'], new['stale_included'])
-    for field in ('turns', 'notes', 'input_tokens', 'within_budget', 'required_total', 'split', 'kind'):
-        if old[field] != new[field]:
-            out.append(f'{field} {old[field]} -> {new[field]}')
+    out += facts_delta('stale facts', old['stale_included'] or [], new['stale_included'] or [])
+    for field, label in (('turns', 'kept'), ('fact_turns', 'required facts in'), ('stale_turns', 'stale facts in')):
+        if old.get(field) != new.get(field):
+            out.append(f'{label} {people_turns(old.get(field))} -> {people_turns(new.get(field))}')
+    for field in ('notes', 'input_tokens', 'within_budget', 'required_total', 'history_turns', 'not_searched',
+                  'split', 'kind'):
+        if old.get(field) != new.get(field):
+            out.append(f'{field} {old.get(field)} -> {new.get(field)}')
     return out
+
+
+def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[str]:
+    """One line per change between two lists of rows of one strategy (or of the best possible), by case."""
+    old_rows, new_rows = {row['case']: row for row in old_rows}, {row['case']: row for row in new_rows}
+    lines = []
+    for case_id in dict.fromkeys([*old_rows, *new_rows]):
+        if case_id not in new_rows:
+            lines.append(f'{name} {case_id}: case removed')
+        elif case_id not in old_rows:
+            lines.append(f'{name} {case_id}: case added')
+        else:
+            lines += [f'{name} {case_id}: {change}' for change in row_changes(old_rows[case_id], new_rows[case_id])]
+    return lines
+
+
+def summary_changes(name: str, old: dict, new: dict) -> list[str]:
+    """One line per changed summary figure of one strategy (or of the best possible), by split."""
+    lines = []
+    for split in dict.fromkeys([*old, *new]):
+        before, after = old.get(split, {}), new.get(split, {})
+        for field in dict.fromkeys([*before, *after]):
+            if before.get(field) != after.get(field):
+                lines.append(f'{name} {split} summary: {field} {before.get(field)} -> {after.get(field)}')
+    return lines
 
 
 def compare(old: dict, new: dict) -> list[str]:
@@ -280,21 +343,11 @@ def compare(old: dict, new: dict) -> list[str]:
         if old.get(key) != new.get(key):
             lines.append(f'{key}: {old.get(key)} -> {new.get(key)}')
     for name in dict.fromkeys([*old.get('cases', {}), *new.get('cases', {})]):
-        old_rows = {row['case']: row for row in old.get('cases', {}).get(name, [])}
-        new_rows = {row['case']: row for row in new.get('cases', {}).get(name, [])}
-        for case_id in dict.fromkeys([*old_rows, *new_rows]):
-            if case_id not in new_rows:
-                lines.append(f'{name} {case_id}: case removed')
-            elif case_id not in old_rows:
-                lines.append(f'{name} {case_id}: case added')
-            else:
-                lines += [f'{name} {case_id}: {change}' for change in row_changes(old_rows[case_id], new_rows[case_id])]
-        for split in dict.fromkeys([*old.get('summary', {}).get(name, {}), *new.get('summary', {}).get(name, {})]):
-            before = old.get('summary', {}).get(name, {}).get(split, {})
-            after = new.get('summary', {}).get(name, {}).get(split, {})
-            for field in dict.fromkeys([*before, *after]):
-                if before.get(field) != after.get(field):
-                    lines.append(f'{name} {split} summary: {field} {before.get(field)} -> {after.get(field)}')
+        lines += rows_changes(name, old.get('cases', {}).get(name, []), new.get('cases', {}).get(name, []))
+        lines += summary_changes(name, old.get('summary', {}).get(name, {}), new.get('summary', {}).get(name, {}))
+    old_best, new_best = old.get('best_possible', {}), new.get('best_possible', {})
+    lines += rows_changes('best possible', old_best.get('cases', []), new_best.get('cases', []))
+    lines += summary_changes('best possible', old_best.get('summary', {}), new_best.get('summary', {}))
     return lines
 
 
@@ -322,6 +375,17 @@ def check_report(path: Path, report) -> None:
     for name, splits in report['summary'].items():
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
             raise wrong(f'summary.{name} must map each split to its figures')
+    best = report.get('best_possible', {'cases': [], 'summary': {}})  # reports before it had none
+    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
+            or not isinstance(best.get('summary'), dict):
+        raise wrong('best_possible must be an object with cases and summary')
+    for index, row in enumerate(best['cases']):
+        absent = [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]
+        if absent:
+            raise wrong(f'best_possible.cases[{index}] lacks {absent}')
+        if not isinstance(row['case'], str) or not all(isinstance(row[field], (list, type(None)))
+                                                       for field in ('turns', 'missing', 'stale_included')):
+            raise wrong(f'best_possible.cases[{index}] must name its case and list its turns and facts')
 
 
 def write_report(path: Path, report: dict) -> None:
@@ -351,25 +415,80 @@ def write_atomically(path: Path, text: str) -> None:
             Path(temporary).unlink(missing_ok=True)
 
 
+def show(path: Path, case_id: str, names: list[str], prompt: bool = False, full: bool = False,
+         colour: bool = False) -> str:
+    """--show: the request each named strategy builds for one case, message by message, or (prompt) as rendered.
+
+    With all four strategies the best possible selection follows, so one command
+    answers both "what did the rule send?" and "could any selection do better?".
+    """
+    cases = {case['id']: case for case in load_cases(path)}
+    if case_id not in cases:
+        raise CaseError(f'{path}: no case {case_id!r}; the case ids are: {", ".join(cases)}')
+    case = cases[case_id]
+    check_bare_requests(path, [case])
+    selections = {name: STRATEGIES[name](case, count_request) for name in names}
+    if prompt:
+        if len(selections) == 1:
+            return counter().render(selections[names[0]]['messages'])
+        return ''.join(f"=== {name}: {selected['input_tokens']} input tokens ===\n"
+                       f"{counter().render(selected['messages'])}" for name, selected in selections.items())
+    where = f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})"
+    views = [request_view.show_request(case, f'{name} on {where}', selected, grade(case, selected), grade,
+                                       full, colour) for name, selected in selections.items()]
+    if len(selections) == len(STRATEGIES):
+        row = best_possible.best_row(case, grade)
+        title = f'{best_possible.LABEL} on {where}'
+        if row['turns'] is None:
+            views.append(f"{title}: not searched ({row['not_searched']})\n")
+        else:
+            selected = {'messages': render(case, row['turns']), 'turns': row['turns'], 'notes': 0}
+            views.append(request_view.show_request(case, title, selected, row, grade, full, colour))
+    return '\n'.join(views)
+
+
+def colour_wanted() -> bool:
+    """Colour only for a person at a terminal who has not set NO_COLOR."""
+    return sys.stdout.isatty() and 'NO_COLOR' not in os.environ
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Run the four context-selection strategies on a case set and grade which required and '
                     'stale facts reach each request. Prints the report as JSON by default.')
     parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
-    parser.add_argument('--format', choices=('json', 'table'), default='json',
-                        help='json: the full report (default); table: the summary as a Markdown table')
+    parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
+                        help='json: the full report (default); table: the summary as a Markdown table; '
+                             'turns: per case, which turns each rule and the best possible selection kept')
     parser.add_argument('--output', type=Path, help='also write the JSON report to this file (temp file, then rename)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
+    parser.add_argument('--show', metavar='CASE_ID',
+                        help='print the request each strategy builds for this case, message by message, '
+                             'then the best possible selection')
+    parser.add_argument('--strategy', choices=list(STRATEGIES), help='with --show: only this strategy')
+    parser.add_argument('--prompt', action='store_true',
+                        help='with --show: print the exact text the counter renders (what the model receives)')
+    parser.add_argument('--full', action='store_true', help='with --show: do not fold long messages')
     args = parser.parse_args(argv)
     if args.compare and args.format != 'json':
-        parser.error('--compare prints changes, not a table; use it without --format')
+        parser.error('--compare prints changes, not a table or a turn map; use it without --format')
+    if not args.show and (args.strategy or args.prompt or args.full):
+        parser.error('--strategy, --prompt and --full go with --show CASE_ID')
+    if args.show and (args.compare or args.output or args.format != 'json'):
+        parser.error('--show prints one case; use it without --format, --output and --compare')
+    if args.prompt and args.full:
+        parser.error('--prompt prints the whole text already; --full is for the folded view')
     return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
+        if args.show:
+            names = [args.strategy] if args.strategy else list(STRATEGIES)
+            print(show(args.cases, args.show, names, args.prompt, args.full, colour_wanted()), end='')
+            return 0
         old = read_json(args.compare, 'report to compare with') if args.compare else None
         if old is not None:
             check_report(args.compare, old)
@@ -383,7 +502,8 @@ def main(argv: list[str]) -> int:
         changes = compare(old, report)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')
         return 1 if changes else 0
-    print(table(report) if args.format == 'table' else to_json(report), end='')
+    views = {'json': to_json, 'table': table, 'turns': request_view.turn_map}
+    print(views[args.format](report), end='')
     return 0
 
 

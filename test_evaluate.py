@@ -18,7 +18,8 @@ import sys
 import tempfile
 import unittest
 
-from evaluate import CaseError, compare, evaluate_cases, grade, load_cases, run, summarize, table, to_json
+import best_possible
+from evaluate import CaseError, compare, evaluate_cases, grade, load_cases, row_changes, run, summarize, table, to_json
 from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
 from tokenizer import count_rendered, count_request
 
@@ -131,6 +132,36 @@ class RecordedReportTest(unittest.TestCase):
                 with self.subTest(strategy=name, split=split):
                     self.assertEqual(recorded['summary'][name][split],
                                      summarize([row for row in rows if row['split'] == split]))
+        best = recorded['best_possible']
+        for split in ('dev', 'held_out'):
+            with self.subTest(best_possible=split):
+                self.assertEqual(best['summary'][split],
+                                 best_possible.summarize([row for row in best['cases'] if row['split'] == split]))
+
+    def test_readme_distances_to_the_best_possible_follow_from_the_recording(self):
+        # The figures "Reading the failures" gives, read back from the recording.
+        recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
+        best = {row['case']: row for row in recorded['best_possible']['cases']}
+        found = {name: {row['case']: row['required_found'] for row in rows} for name, rows in recorded['cases'].items()}
+        gaps = {name: tuple(recorded['best_possible']['summary'][split]['facts_found'] - figures[split]['facts_found']
+                            for split in ('dev', 'held_out')) for name, figures in recorded['summary'].items()}
+        self.assertEqual(gaps, {'recent': (5, 4), 'relevant': (2, 2), 'notes': (1, 0), 'hybrid': (2, 2)})
+        self.assertEqual({case_id: (best[case_id]['turns'], best[case_id]['input_tokens'])
+                          for case_id in ('dev-old-decision', 'held-spread', 'held-correction', 'dev-no-overlap')},
+                         {'dev-old-decision': ([0], 60), 'held-spread': ([0, 2], 84), 'held-correction': ([1], 65),
+                          'dev-no-overlap': ([0], 61)})
+        self.assertEqual([found[name]['dev-no-overlap'] for name in STRATEGIES], [0, 0, 0, 0])
+        self.assertEqual((best['held-buried']['required_found'], found['notes']['held-buried']), (0, 1))
+
+    def test_recording_holds_a_best_possible_row_per_case_labelled_as_reading_the_labels(self):
+        recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
+        best = recorded['best_possible']
+        self.assertEqual(best['label'], 'best possible (reads the labels)')
+        self.assertEqual([row['case'] for row in best['cases']], [row['case'] for row in recorded['cases']['recent']])
+        self.assertNotIn('best_possible', STRATEGIES)
+        self.assertEqual({split: (s['facts_found'], s['facts_total'], s['complete_cases'], s['not_searched'])
+                          for split, s in best['summary'].items()},
+                         {'dev': (7, 7, 6, 0), 'held_out': (6, 7, 5, 0)})
 
 
 class OriginalFiguresTest(unittest.TestCase):
@@ -180,7 +211,7 @@ class OriginalFiguresTest(unittest.TestCase):
 class FailurePatternTest(unittest.TestCase):
     def test_recent_stops_at_a_long_turn(self):
         case = cases()['dev-old-decision']
-        # Turn 1 is a log larger than the whole allowance on its own, so the walk back ends there.
+        # Turn 2 (index 1) is a log larger than the whole allowance on its own, so the walk back ends there.
         log = case['history'][1]
         self.assertGreater(count_request([{'role': 'user', 'content': log['user']},
                                           {'role': 'assistant', 'content': log['assistant']}]), allowance(case))
@@ -431,7 +462,8 @@ class CommandLineTest(unittest.TestCase):
 
     def test_unprepared_counter_says_to_run_prepare(self):
         with tempfile.TemporaryDirectory() as folder:
-            for name in ('evaluate.py', 'strategies.py', 'tokenizer.py', 'tokenizer-manifest.json', 'cases.json'):
+            for name in ('evaluate.py', 'best_possible.py', 'request_view.py', 'strategies.py', 'tokenizer.py',
+                         'tokenizer-manifest.json', 'cases.json'):
                 shutil.copy(HERE / name, folder)
             result = evaluate_py(cwd=Path(folder))
         self.assertEqual(result.returncode, 2)
@@ -442,7 +474,7 @@ class CommandLineTest(unittest.TestCase):
     def test_help_explains_the_options(self):
         result = evaluate_py('--help')
         self.assertEqual(result.returncode, 0)
-        for option in ('--cases', '--format', '--output', '--compare'):
+        for option in ('--cases', '--format', '--output', '--compare', '--show', '--strategy', '--prompt', '--full'):
             self.assertIn(option, result.stdout)
 
     def test_table_format_prints_the_readme_table(self):
@@ -450,6 +482,33 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout, table(json.loads(RECORDED.read_text(encoding='utf-8'))))
         self.assertEqual(result.stdout.splitlines()[2], '| recent | dev | 2 of 7 | 1 of 6 | 0 | 51.3 |')
+        self.assertEqual(result.stdout.splitlines()[-2:], [
+            '| best possible (reads the labels) | dev | 7 of 7 | 6 of 6 | 0 | 65 |',
+            '| best possible (reads the labels) | held-out | 6 of 7 | 5 of 6 | 0 | 62.8 |'])
+
+    def test_table_says_how_many_cases_were_not_searched(self):
+        recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
+        recorded['best_possible']['summary']['dev'].update(not_searched=2, complete_cases=3, mean_input_tokens=None)
+        self.assertIn('| best possible (reads the labels) | dev | 7 of 7 | 3 of 4 (2 not searched) | 0 | - |',
+                      table(recorded))
+
+    def test_compare_names_kept_turns_counting_from_1(self):
+        old = json.loads(RECORDED.read_text(encoding='utf-8'))
+        new = copy.deepcopy(old)
+        new['cases']['recent'][1]['turns'] = [0, 2]  # dev-old-decision kept index 2; now indices 0 and 2
+        new['best_possible']['cases'][2]['turns'] = []  # dev-correction's best kept index 1
+        self.assertEqual(compare(old, new), ['recent dev-old-decision: kept turn 3 -> turns 1, 3',
+                                             'best possible dev-correction: kept turn 2 -> no turns'])
+        self.assertEqual(row_changes({**old['best_possible']['cases'][0], 'turns': None, 'missing': None},
+                                     old['best_possible']['cases'][0]), ['kept no search -> turn 2'])
+
+    def test_compare_with_a_report_from_before_the_best_possible_lists_its_rows_as_added(self):
+        old = json.loads(RECORDED.read_text(encoding='utf-8'))
+        new = copy.deepcopy(old)
+        del old['best_possible']
+        lines = compare(old, new)
+        self.assertEqual(lines[:2], ['best possible dev-latest: case added', 'best possible dev-old-decision: case added'])
+        self.assertEqual(len(lines), 12 + 2 * 7)  # twelve rows, seven figures for each split
 
     def test_compare_exits_0_when_nothing_changed(self):
         result = evaluate_py('--compare', str(RECORDED))
@@ -493,6 +552,13 @@ class CommandLineTest(unittest.TestCase):
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stderr),
                          (2, f'evaluate.py: {path}: not an evaluate.py report (cases.notes[0].case must be a string)\n'))
+
+    def test_compare_refuses_a_best_possible_part_without_its_fields(self):
+        old = json.loads(RECORDED.read_text(encoding='utf-8'))
+        del old['best_possible']['cases'][3]['fact_turns']
+        path, result = self.run_on_file('--compare', json.dumps(old))
+        self.assertEqual((result.returncode, result.stderr), (2, f"evaluate.py: {path}: not an evaluate.py report "
+                                                                 "(best_possible.cases[3] lacks ['fact_turns'])\n"))
 
     def test_compare_with_a_table_format_is_a_usage_error(self):
         result = evaluate_py('--compare', str(RECORDED), '--format', 'table')

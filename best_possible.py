@@ -1,0 +1,158 @@
+"""The best any selection of whole turns could do: an exact search that reads the fact labels.
+
+    from best_possible import search
+    search({0: (14, frozenset({'a'})), 2: (9, frozenset({'a'}))}, room=20)   # -> [2]
+
+evaluate.py runs this for every case (`python evaluate.py` puts the rows under
+`best_possible` in the report, and `--format table` and `--format turns` show
+them). It answers "could any rule have done better here?": among all sets of
+whole turns (no notes) whose request fits the case's allowance and that take no
+turn holding a stale fact, the one carrying the most required facts, then the
+fewest input tokens, then the earliest turns (the sorted turn indices compared
+as a tuple), so the answer is unique.
+
+It reads the labels, so it is not a strategy: it is not in strategies.STRATEGIES,
+answer_check.py never sends it, and every view names it "best possible (reads
+the labels)".
+
+Only turns that hold a required fact can raise the count and a turn holding a
+stale fact may not be taken, so the search runs over subsets of the fact-holding
+stale-free turns alone, and a subset whose cost already exceeds the room is not
+extended (costs are positive, so no superset can fit). Beyond MAX_CANDIDATES such
+turns it does not search at all, and the caller says so, rather than guess.
+
+Which turn holds which fact is decided by the report's own grader (evaluate.grade,
+handed in), and every cost by the same counter the strategies use; the chosen
+request is counted and graded like any strategy's. This module prints nothing
+and writes nothing.
+"""
+from collections.abc import Callable
+
+from strategies import allowance, as_messages, render
+from tokenizer import CounterError, count_request
+
+MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
+LABEL = 'best possible (reads the labels)'  # how every human-facing view names it
+
+
+def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:
+    """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left.
+
+    A turn's cost is what it adds to the request's count, which the counter
+    makes a plain sum (see tokenizer.py), so a set costs the sum of its turns.
+    Most facts first, then fewest tokens, then earliest turns:
+    search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2]
+    search({0: (50, frozenset({'a'}))}, 40) -> []
+    """
+    if len(candidates) > MAX_CANDIDATES:
+        raise ValueError(f'{len(candidates)} candidate turns; the exact search stops at {MAX_CANDIDATES}')
+    order = sorted(candidates)
+    # Facts still reachable from position i onwards: a branch that cannot reach the best count is cut.
+    reachable = [frozenset()] * (len(order) + 1)
+    for position in range(len(order) - 1, -1, -1):
+        reachable[position] = reachable[position + 1] | candidates[order[position]][1]
+    best = [(0, 0, ())]  # (-facts, tokens, turns): smaller is better
+
+    # Depth first, taking a turn before leaving it out, visits the sets in increasing order of their
+    # sorted turns, so a set visited later never wins a full tie: a branch that cannot carry more facts
+    # than the best so far, and already costs as much, is cut.
+    def visit(position: int, chosen: tuple, cost: int, facts: frozenset) -> None:
+        key = (-len(facts), cost, chosen)
+        if key < best[0]:
+            best[0] = key
+        if position == len(order):
+            return
+        bound, most = len(facts | reachable[position]), -best[0][0]
+        if bound < most or (bound == most and cost >= best[0][1]):
+            return
+        index = order[position]
+        extra, adds = candidates[index]
+        if cost + extra <= room:
+            visit(position + 1, chosen + (index,), cost + extra, facts | adds)
+        visit(position + 1, chosen, cost, facts)
+
+    visit(0, (), 0, frozenset())
+    return list(best[0][2])
+
+
+def turn_facts(case: dict, grade: Callable) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
+    """For each turn holding facts: index -> the required facts it holds, and index -> the stale facts it holds.
+
+    For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
+    ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
+    """
+    messages = [message for turn in case['history'] for message in as_messages(turn)]
+    required, stale = {}, {}
+
+    # Grade a run of turns at once and split only runs that hold a fact: a long history with a few
+    # fact-holding turns costs a few dozen gradings, not one per turn. A fact is a turn's only if
+    # the grader finds it in that turn alone.
+    def visit(first: int, end: int) -> None:
+        row = grade(case, {'messages': messages[2 * first:2 * end], 'turns': list(range(first, end)), 'notes': 0,
+                           'input_tokens': 0})
+        if not row['required_found'] and not row['stale_included']:
+            return
+        if end - first > 1:
+            visit(first, (first + end) // 2)
+            visit((first + end) // 2, end)
+            return
+        if row['required_found']:
+            required[first] = frozenset(fact for fact in case['required'] if fact not in row['missing'])
+        if row['stale_included']:
+            stale[first] = frozenset(row['stale_included'])
+
+    if messages:
+        visit(0, len(case['history']))
+    return required, stale
+
+
+def best_row(case: dict, grade: Callable, count: Callable = count_request) -> dict:
+    """The best-possible report row of a case: search() over its fact-holding, stale-free turns.
+
+    A candidate's cost is what it adds to the bare request's count. The chosen
+    request is then counted and graded like a strategy's, and a count that is not
+    the predicted sum stops the run rather than report a search that was not exact.
+    """
+    required, stale = turn_facts(case, grade)
+    row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
+           'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
+    candidates = [index for index in sorted(required) if index not in stale]
+    if len(candidates) > MAX_CANDIDATES:
+        row.update(turns=None, input_tokens=None, required_found=None, required_total=len(case['required']),
+                   missing=None, stale_included=None,
+                   not_searched=f'{len(candidates)} fact-holding turns without a stale fact; '
+                                f'the exact search stops at {MAX_CANDIDATES}')
+        return row
+    bare = render(case, [])
+    bare_tokens = count(bare)
+    # A fact the instructions or the question already carry is no gain for any turn.
+    carried = grade(case, {'messages': bare, 'turns': [], 'notes': 0, 'input_tokens': bare_tokens})
+    already = frozenset(case['required']) - frozenset(carried['missing'])
+    gains = {index: (count(render(case, [index])) - bare_tokens, required[index] - already) for index in candidates}
+    kept = search(gains, allowance(case) - bare_tokens)
+    request = render(case, kept)
+    graded = grade(case, {'messages': request, 'turns': kept, 'notes': 0, 'input_tokens': count(request)})
+    if graded['input_tokens'] != bare_tokens + sum(gains[index][0] for index in kept):
+        raise CounterError(f'case {case["id"]}: the counter is not additive over turns here, '
+                           'so the best possible selection cannot be searched exactly')
+    row.update({key: graded[key] for key in ('turns', 'input_tokens', 'required_found', 'required_total',
+                                             'missing', 'stale_included')})
+    row['not_searched'] = None
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Totals for a list of best-possible rows, of whatever grouping (split, kind) the caller chose.
+
+    Rows not searched (too many candidate turns) count as cases but add no facts or tokens:
+    one row with 1 of 1 facts in 40 tokens and one with 0 of 2 in 51 give
+    facts_found 1 of 3, complete_cases 1, mean_input_tokens 45.5, not_searched 0.
+    """
+    searched = [row for row in rows if row['turns'] is not None]
+    tokens = [row['input_tokens'] for row in searched]
+    return {'cases': len(rows), 'not_searched': len(rows) - len(searched),
+            'facts_found': sum(row['required_found'] for row in searched),
+            'facts_total': sum(row['required_total'] for row in searched),
+            'complete_cases': sum(1 for row in searched if not row['missing']),
+            'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
+            'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
