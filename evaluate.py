@@ -2,6 +2,7 @@
 
     python evaluate.py                              # JSON report on stdout
     python evaluate.py --format table               # the summary as a Markdown table
+    python evaluate.py --format table --group kind  # ... a row per kind of case instead of per split
     python evaluate.py --cases my-cases.json        # evaluate another case set
     python evaluate.py --output evaluation-result.json   # also record the report (atomically)
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
@@ -144,7 +145,40 @@ def load_cases(path: Path) -> list[dict]:
         if case['id'] in seen:
             raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
         seen.add(case['id'])
-    return cases
+    return share_equal_parts(cases)
+
+
+def share_equal_parts(cases: list[dict]) -> list[dict]:
+    """A copy of a checked case set in which equal texts, turns, histories and budgets are one object each.
+
+    Parsed JSON holds its own copy of every string, so 1,534 LoCoMo cases that
+    each carry one of ten 300-turn conversations would hold each conversation
+    hundreds of times. In the copy, cases with the same conversation share one
+    history list (copy[0]['history'] is copy[1]['history']). It is built from
+    new objects only: a string kept from the parsed JSON would pin the memory
+    around it, while with nothing kept all of it is freed and returned to the
+    system (measured on LoCoMo: 305 MB resident after loading becomes 43 MB).
+    The strategies never change a case; a caller that does must copy it first.
+    """
+    texts, turns, histories, budgets = {}, {}, {}, {}
+
+    def one(text: str) -> str:
+        if text not in texts:
+            texts[text] = text.encode('utf-8').decode('utf-8')  # a new object; str(text) would be the old one
+        return texts[text]
+
+    shared = []
+    for case in cases:
+        history = tuple((one(turn['user']), one(turn['assistant'])) for turn in case['history'])
+        if history not in histories:
+            histories[history] = [turns.setdefault(pair, {'user': pair[0], 'assistant': pair[1]}) for pair in history]
+        budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
+        budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
+        lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
+        lean.update(history=histories[history], budget=budgets[budget],
+                    required=[one(fact) for fact in case['required']], stale=[one(fact) for fact in case['stale']])
+        shared.append(lean)
+    return shared
 
 
 def grade(case: dict, selected: dict) -> dict:
@@ -237,13 +271,23 @@ def plain_number(value: float) -> str:
     return f'{value:.1f}'.removesuffix('.0')
 
 
-def table(report: dict) -> str:
-    """The summary as the Markdown table the README shows."""
-    lines = ['| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
+def grouped_summary(report: dict, group: str) -> dict:
+    """Summary figures per strategy and per split (as recorded) or per kind (in case-set order, from the rows)."""
+    if group == 'split':
+        return report['summary']
+    return {name: {value: summarize([row for row in rows if row[group] == value])
+                   for value in dict.fromkeys(row[group] for row in rows)}
+            for name, rows in report['cases'].items()}
+
+
+def table(report: dict, group: str = 'split') -> str:
+    """The summary as the Markdown table the README shows, a row per strategy and split (or kind)."""
+    lines = [f'| Strategy | {group.capitalize()} | Facts found | Complete cases | Cases with stale facts | '
+             'Mean input tokens |',
              '|---|---|---|---|---|---|']
-    for name, splits in report['summary'].items():
-        for split, s in splits.items():
-            lines.append(f"| {name} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
+    for name, groups in grouped_summary(report, group).items():
+        for value, s in groups.items():
+            lines.append(f"| {name} | {value.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
                          f"{s['complete_cases']} of {s['cases']} | {s['cases_with_stale_facts']} | "
                          f"{plain_number(s['mean_input_tokens'])} |")
     return '\n'.join(lines) + '\n'
@@ -358,12 +402,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
     parser.add_argument('--format', choices=('json', 'table'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table')
+    parser.add_argument('--group', choices=('split', 'kind'), default='split',
+                        help='rows of the table: one per split (default) or one per kind of case, '
+                             'e.g. per LoCoMo category')
     parser.add_argument('--output', type=Path, help='also write the JSON report to this file (temp file, then rename)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
     args = parser.parse_args(argv)
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table; use it without --format')
+    if args.group != 'split' and args.format != 'table':
+        parser.error('--group shapes the table; use it with --format table')
     return args
 
 
@@ -383,7 +432,7 @@ def main(argv: list[str]) -> int:
         changes = compare(old, report)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')
         return 1 if changes else 0
-    print(table(report) if args.format == 'table' else to_json(report), end='')
+    print(table(report, args.group) if args.format == 'table' else to_json(report), end='')
     return 0
 
 
