@@ -190,7 +190,8 @@ class ConversionTest(unittest.TestCase):
             self.assertEqual(result.returncode, 0, result.stderr)
             cases = json.loads(output.read_text(encoding='utf-8'))
         self.assertEqual([(case['id'], case['kind'], case['split']) for case in cases],
-                         [('one-q1', 'temporal', 'dev'), ('one-q3', 'adversarial', 'dev'), ('one-q8', 'temporal', 'dev')])
+                         [('one-q1', 'temporal', 'dev'), ('one-q3', 'adversarial', 'dev'),
+                          ('one-q8', 'temporal', 'dev')])
         self.assertEqual(cases[0]['budget'], {'context_limit': 16384, 'max_new_tokens': 256, 'margin': 0})
 
     def test_malformed_evidence_strings_are_read_as_their_ids(self):
@@ -271,7 +272,8 @@ class BadInputTest(unittest.TestCase):
             result = subprocess.run([sys.executable, 'locomo_cases.py', str(missing), '--output',
                                      str(Path(folder) / 'out.json')], cwd=HERE, capture_output=True, text=True)
             self.assertEqual((result.returncode, result.stderr),
-                             (2, f'locomo_cases.py: {missing}: cannot read the LoCoMo file: No such file or directory\n'))
+                             (2, f'locomo_cases.py: {missing}: cannot read the LoCoMo file: '
+                                 'No such file or directory\n'))
             output, result = convert(folder, locomo_sample(), '--context-limit', '512')
             self.assertEqual((result.returncode, result.stderr),
                              (2, 'locomo_cases.py: the budget options: field budget leaves no input allowance '
@@ -344,7 +346,8 @@ class GroupByKindTest(unittest.TestCase):
              'stale_included': ['old']}]
 
     def report(self) -> dict:
-        summary = {split: summarize([row for row in self.ROWS if row['split'] == split]) for split in ('dev', 'held_out')}
+        summary = {split: summarize([row for row in self.ROWS if row['split'] == split])
+                   for split in ('dev', 'held_out')}
         return {'summary': {'recent': summary}, 'cases': {'recent': self.ROWS}}
 
     def test_table_by_kind_has_a_row_per_kind_in_case_order(self):
