@@ -177,7 +177,7 @@ class Sample:
             raise self.error(where, 'must be an object')
         current = self.field(item, 'question', str, 'a non-empty string', where + '.')
         category = item.get('category')
-        if isinstance(category, bool) or category not in CATEGORIES:
+        if type(category) is not int or category not in CATEGORIES:  # not True, not 4.0
             raise self.error(f'{where}.category', f'must be one of {list(CATEGORIES)}, got {category!r}')
         evidence = self.field(item, 'evidence', list, 'a list of utterance ids', where + '.')
         if not all(isinstance(entry, str) for entry in evidence):

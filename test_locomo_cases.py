@@ -246,6 +246,8 @@ class BadInputTest(unittest.TestCase):
              "sample one: field conversation.session_2[0].dia_id repeats 'D1:1'"),
             ('unknown category', changed(lambda d: d[1]['qa'][0].update(category=6)),
              'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 6'),
+            ('category as a float', changed(lambda d: d[1]['qa'][0].update(category=4.0)),
+             'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 4.0'),
             ('evidence not a list', changed(lambda d: d[1]['qa'][0].update(evidence='D1:3')),
              'sample two: field qa[0].evidence must be a list of utterance ids'),
             ('evidence entry not a string', changed(lambda d: d[1]['qa'][0].update(evidence=[13])),
