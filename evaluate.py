@@ -2,6 +2,7 @@
 
     python evaluate.py                              # JSON report on stdout
     python evaluate.py --format table               # the summary as a Markdown table
+    python evaluate.py --format table --group kind  # ... a row per kind of case instead of per split
     python evaluate.py --cases my-cases.json        # evaluate another case set
     python evaluate.py --output evaluation-result.json   # also record the report (atomically)
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
@@ -156,7 +157,40 @@ def load_cases(path: Path) -> list[dict]:
         if case['id'] in seen:
             raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
         seen.add(case['id'])
-    return cases
+    return share_equal_parts(cases)
+
+
+def share_equal_parts(cases: list[dict]) -> list[dict]:
+    """A copy of a checked case set in which equal texts, turns, histories and budgets are one object each.
+
+    Parsed JSON holds its own copy of every string, so 1,534 LoCoMo cases that
+    each carry one of ten 300-turn conversations would hold each conversation
+    hundreds of times. In the copy, cases with the same conversation share one
+    history list (copy[0]['history'] is copy[1]['history']). It is built from
+    new objects only: a string kept from the parsed JSON would pin the memory
+    around it, while with nothing kept all of it is freed and returned to the
+    system (measured on LoCoMo: 298 MiB resident after loading becomes 42 MiB).
+    The strategies never change a case; a caller that does must copy it first.
+    """
+    texts, turns, histories, budgets = {}, {}, {}, {}
+
+    def one(text: str) -> str:
+        if text not in texts:
+            texts[text] = text.encode('utf-8').decode('utf-8')  # a new object; str(text) would be the old one
+        return texts[text]
+
+    shared = []
+    for case in cases:
+        history = tuple((one(turn['user']), one(turn['assistant'])) for turn in case['history'])
+        if history not in histories:
+            histories[history] = [turns.setdefault(pair, {'user': pair[0], 'assistant': pair[1]}) for pair in history]
+        budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
+        budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
+        lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
+        lean.update(history=histories[history], budget=budgets[budget],
+                    required=[one(fact) for fact in case['required']], stale=[one(fact) for fact in case['stale']])
+        shared.append(lean)
+    return shared
 
 
 def grade(case: dict, selected: dict) -> dict:
@@ -190,12 +224,6 @@ def summarize(rows: list[dict]) -> dict:
             'cases_with_stale_facts': sum(1 for row in rows if row['stale_included']),
             'over_budget': sum(1 for row in rows if not row['within_budget']),
             'mean_input_tokens': round(sum(tokens) / len(tokens), 1)}
-
-
-def by_split(rows: list[dict], totals=summarize) -> dict:
-    """totals() of the rows of each split present, in SPLITS order."""
-    return {split: totals([row for row in rows if row['split'] == split])
-            for split in SPLITS if any(row['split'] == split for row in rows)}
 
 
 def evaluate_cases(cases: list[dict], count=count_request, progress=None) -> dict:
@@ -240,9 +268,9 @@ def run(path: Path = CASES) -> dict:
         'counter': counter().profile(),
         'trials': 1,
         'grader': GRADER,
-        'summary': {name: by_split(strategy_rows) for name, strategy_rows in rows.items()},
+        'summary': {name: by_group(strategy_rows, 'split') for name, strategy_rows in rows.items()},
         'cases': rows,
-        'best_possible': {'label': best_possible.LABEL, 'summary': by_split(best, best_possible.summarize),
+        'best_possible': {'label': best_possible.LABEL, 'summary': by_group(best, 'split', best_possible.summarize),
                           'cases': best},
     }
 
@@ -256,23 +284,40 @@ def plain_number(value: float) -> str:
     return f'{value:.1f}'.removesuffix('.0')
 
 
-def table(report: dict) -> str:
-    """The summary as the Markdown table the README shows."""
-    lines = ['| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
+def by_group(rows: list[dict], group: str, totals=summarize) -> dict:
+    """totals() of the rows of each value of `group`: splits in SPLITS order, kinds in case-set order."""
+    values = [split for split in SPLITS if any(row['split'] == split for row in rows)] if group == 'split' \
+        else list(dict.fromkeys(row[group] for row in rows))
+    return {value: totals([row for row in rows if row[group] == value]) for value in values}
+
+
+def grouped_summaries(report: dict, group: str) -> tuple[dict, dict]:
+    """(per strategy, best possible) summary figures per split (as recorded) or per kind (from the rows)."""
+    best = report.get('best_possible', {'cases': [], 'summary': {}})  # reports before it had none
+    if group == 'split':
+        return report['summary'], best['summary']
+    return ({name: by_group(rows, group) for name, rows in report['cases'].items()},
+            by_group(best['cases'], group, best_possible.summarize))
+
+
+def table(report: dict, group: str = 'split') -> str:
+    """The summary as the Markdown table the README shows, a row per strategy and split (or kind)."""
+    lines = [f'| Strategy | {group.capitalize()} | Facts found | Complete cases | Cases with stale facts | '
+             'Mean input tokens |',
              '|---|---|---|---|---|---|']
-    for name, splits in report['summary'].items():
-        for split, s in splits.items():
-            lines.append(f"| {name} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
+    strategies, best = grouped_summaries(report, group)
+    for name, groups in strategies.items():
+        for value, s in groups.items():
+            lines.append(f"| {name} | {value.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
                          f"{s['complete_cases']} of {s['cases']} | {s['cases_with_stale_facts']} | "
                          f"{plain_number(s['mean_input_tokens'])} |")
-    best = report.get('best_possible', {'summary': {}})
-    for split, s in best['summary'].items():
+    for value, s in best.items():
         searched = s['cases'] - s['not_searched']
         complete = f"{s['complete_cases']} of {searched}" + (f" ({s['not_searched']} not searched)"
                                                              if s['not_searched'] else '')
         mean = '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])
-        lines.append(f"| {best['label']} | {split.replace('_', '-')} | {s['facts_found']} of {s['facts_total']} | "
-                     f"{complete} | {s['cases_with_stale_facts']} | {mean} |")
+        lines.append(f"| {best_possible.LABEL} | {value.replace('_', '-')} | {s['facts_found']} of "
+                     f"{s['facts_total']} | {complete} | {s['cases_with_stale_facts']} | {mean} |")
     return '\n'.join(lines) + '\n'
 
 
@@ -460,6 +505,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
                              'turns: per case, which turns each rule and the best possible selection kept')
+    parser.add_argument('--group', choices=('split', 'kind'), default='split',
+                        help='rows of the table: one per split (default) or one per kind of case, '
+                             'e.g. per LoCoMo category')
     parser.add_argument('--output', type=Path, help='also write the JSON report to this file (temp file, then rename)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
@@ -479,6 +527,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error('--show prints one case; use it without --format, --output and --compare')
     if args.prompt and args.full:
         parser.error('--prompt prints the whole text already; --full is for the folded view')
+    if args.group != 'split' and args.format != 'table':
+        parser.error('--group shapes the table; use it with --format table')
     return args
 
 
@@ -502,7 +552,7 @@ def main(argv: list[str]) -> int:
         changes = compare(old, report)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')
         return 1 if changes else 0
-    views = {'json': to_json, 'table': table, 'turns': request_view.turn_map}
+    views = {'json': to_json, 'table': lambda report: table(report, args.group), 'turns': request_view.turn_map}
     print(views[args.format](report), end='')
     return 0
 

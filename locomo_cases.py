@@ -1,0 +1,277 @@
+"""Turn LoCoMo's long two-person conversations into a case set that evaluate.py runs unchanged.
+
+    python locomo_cases.py locomo10.json --output locomo-cases.json
+    python locomo_cases.py locomo10.json --output locomo-16k.json --context-limit 16384
+    python evaluate.py --cases locomo-cases.json --format table --group kind
+
+The input is `data/locomo10.json` of the snap-research/LoCoMo repository
+(CC BY-NC 4.0): the user downloads it; nothing of it is kept here. Every
+question of the chosen categories becomes one case: its id is
+`<sample_id>-q<index in qa, from 0>`, its kind the category's name, its history
+the whole conversation, oldest first, and its required facts the text of each
+evidence utterance exactly as it stands in that history. LoCoMo labels no
+replaced facts, so `stale` is always empty.
+
+How a conversation becomes a history:
+    speaker_a is the user, speaker_b the assistant, and the two alternate;
+    a turn never spans two sessions, so a session that ends with speaker_a ends
+    with an empty assistant message;
+    each session's first user message begins with SESSION_HEADER on its own
+    line; when speaker_b opens the session, that line is the whole user side
+    of its first turn;
+    an utterance with a shared image keeps its text unchanged, followed by
+    IMAGE_NOTE with LoCoMo's caption; speaker names are not added, so the
+    texts the rules match words against are LoCoMo's own.
+
+Evidence ids are read as numbers, so `D30:05` names utterance `D30:5`; the
+malformed forms in locomo10.json are read too: several ids in one string
+(`D8:6; D9:17`, `D9:1 D4:4 D4:6`), a stray colon (`D:11:26`), and a lone `D`,
+which holds no id and is ignored. A question is skipped, and counted by
+reason, when its category was not chosen, it has no evidence id, an id names
+no utterance of its conversation, or an entry is not an id at all.
+
+The output is one case per line, ASCII only (json's \\u escapes), so the same
+input and options always give the same bytes, and it is written atomically.
+stderr ends with one line: conversations, questions read, cases written and
+questions skipped by reason. Input that is not in LoCoMo's shape prints one
+line naming the sample and field and exits 2, writing nothing.
+
+It does not call a model, count tokens, or judge answers: LoCoMo's answers are
+not used, only its evidence labels.
+"""
+import argparse
+from collections import Counter
+import json
+from pathlib import Path
+import re
+import sys
+
+from evaluate import SPLITS, CaseError, check_budget, check_case, read_json, write_atomically
+
+# What a case looks like. Changing any of these changes every case written.
+CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
+CHOSEN = '1,2,3,4'  # category 5 asks about things the conversation never says, so it has nothing to find
+INSTRUCTIONS = ('The conversation below is between two people, the user and the assistant, over several dated '
+                'sessions. Answer the last question from it.')
+SESSION_HEADER = 'Session {number}, {date_time}'  # the first line of each session's first user message
+IMAGE_NOTE = '{text} [shared an image: {caption}]'  # an utterance that shares an image, with LoCoMo's caption
+BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}  # defaults of the options
+SPLIT = 'held_out'  # nobody tuned the rules on LoCoMo
+
+SESSION_KEY = re.compile(r'session_(\d+)')
+UTTERANCE_ID = re.compile(r'D(\d+):(\d+)')  # the dia_id of an utterance
+EVIDENCE_ID = re.compile(r'D:?(\d+):(\d+)')  # an evidence id, allowing LoCoMo's stray colon ('D:11:26')
+EVIDENCE_SEPARATOR = re.compile(r'[\s;,]+')  # between several ids in one evidence string
+# Why a question gives no case, in the order the summary line lists them.
+SKIP_REASONS = ('category not chosen', 'no evidence id', 'evidence names no utterance', 'evidence not an id')
+
+
+def evidence_ids(entries: list[str]) -> list[tuple[int, int]] | None:
+    """The (session, index) pairs an evidence list names, in order; None if an entry is not ids at all.
+
+    evidence_ids(['D8:6; D9:17', 'D', 'D:11:26', 'D30:05']) -> [(8, 6), (9, 17), (11, 26), (30, 5)]
+    evidence_ids(['page 3']) -> None
+    """
+    ids = []
+    for entry in entries:
+        for token in EVIDENCE_SEPARATOR.split(entry.strip()):
+            match = EVIDENCE_ID.fullmatch(token)
+            if match:
+                ids.append((int(match[1]), int(match[2])))
+            elif token not in ('', 'D'):  # a lone 'D' is a stray with no id in it
+                return None
+    return ids
+
+
+def shown(utterance: dict) -> str:
+    """An utterance as its message text: the text itself, then the image caption if it shared one.
+
+    {'text': 'Look!', 'blip_caption': 'a photo of a dog'} -> 'Look! [shared an image: a photo of a dog]'
+    """
+    if 'blip_caption' in utterance:
+        return IMAGE_NOTE.format(text=utterance['text'], caption=utterance['blip_caption'])
+    return utterance['text']
+
+
+def session_turns(number: int, date_time: str, utterances: list[dict], speaker_a: str) -> list[dict]:
+    """One session as history turns; speaker_a speaks on the user side.
+
+    Session 2 at '9 am on 1 May, 2023' with B 'Hi', A 'Hey', B 'Bye' gives
+    [{'user': 'Session 2, 9 am on 1 May, 2023', 'assistant': 'Hi'},
+     {'user': 'Hey', 'assistant': 'Bye'}]
+    """
+    messages = [shown(utterance) for utterance in utterances]
+    header = SESSION_HEADER.format(number=number, date_time=date_time)
+    if utterances[0]['speaker'] == speaker_a:
+        messages[0] = f'{header}\n{messages[0]}'
+    else:
+        messages.insert(0, header)
+    if len(messages) % 2:
+        messages.append('')  # the session ends on the user side; the next session starts a new turn
+    return [{'user': user, 'assistant': assistant} for user, assistant in zip(messages[::2], messages[1::2])]
+
+
+class Sample:
+    """One conversation, checked for LoCoMo's shape: its history and its utterance texts by id."""
+
+    def __init__(self, path: Path, index: int, sample):
+        self.where = f'{path}: sample at index {index}'
+        if not isinstance(sample, dict):
+            raise CaseError(f'{self.where}: expected an object, got {type(sample).__name__}')
+        self.sample_id = self.field(sample, 'sample_id', str, 'a non-empty string')
+        self.where = f'{path}: sample {self.sample_id}'
+        conversation = self.field(sample, 'conversation', dict, 'an object')
+        self.qa = self.field(sample, 'qa', list, 'a list of questions')
+        speakers = [self.field(conversation, name, str, 'a string', 'conversation.') for name in
+                    ('speaker_a', 'speaker_b')]
+        if speakers[0] == speakers[1]:
+            raise self.error('conversation.speaker_b', 'must differ from speaker_a')
+        numbers = sorted(int(match[1]) for key in conversation if (match := SESSION_KEY.fullmatch(key)))
+        if not numbers:
+            raise self.error('conversation', 'holds no session_N list')
+        self.history, self.texts = [], {}
+        for number in numbers:  # a session_N_date_time without a session_N (conv-26 has some) holds nothing
+            self.read_session(conversation, number, speakers)
+
+    def error(self, field: str, expected: str) -> CaseError:
+        return CaseError(f'{self.where}: field {field} {expected}')
+
+    def field(self, holder: dict, name: str, kind: type, described: str, prefix: str = ''):
+        value = holder.get(name)
+        if not isinstance(value, kind) or (kind is str and not value.strip()):
+            raise self.error(prefix + name, f'must be {described}' + ('' if name in holder else ', and is missing'))
+        return value
+
+    def read_session(self, conversation: dict, number: int, speakers: list[str]) -> None:
+        name = f'session_{number}'
+        utterances = self.field(conversation, name, list, 'a non-empty list of utterances', 'conversation.')
+        date_time = self.field(conversation, f'{name}_date_time', str, 'a non-empty string', 'conversation.')
+        if not utterances:
+            raise self.error(f'conversation.{name}', 'must be a non-empty list of utterances')
+        for index, utterance in enumerate(utterances):
+            where = f'conversation.{name}[{index}]'
+            if not isinstance(utterance, dict):
+                raise self.error(where, 'must be an object')
+            speaker = self.field(utterance, 'speaker', str, f'one of {speakers}', where + '.')
+            if speaker not in speakers:
+                raise self.error(f'{where}.speaker', f'must be one of {speakers}, got {speaker!r}')
+            if index and utterances[index - 1]['speaker'] == speaker:
+                raise self.error(f'{where}.speaker', 'repeats the previous speaker; LoCoMo alternates speakers')
+            text = self.field(utterance, 'text', str, 'a non-empty string', where + '.')
+            if 'blip_caption' in utterance:
+                self.field(utterance, 'blip_caption', str, 'a non-empty string', where + '.')
+            match = UTTERANCE_ID.fullmatch(self.field(utterance, 'dia_id', str, 'an id like D1:3', where + '.'))
+            if not match:
+                raise self.error(f'{where}.dia_id', f'must be an id like D1:3, got {utterance["dia_id"]!r}')
+            key = (int(match[1]), int(match[2]))
+            if key in self.texts:
+                raise self.error(f'{where}.dia_id', f'repeats {utterance["dia_id"]!r}')
+            self.texts[key] = text
+        self.history += session_turns(number, date_time, utterances, speakers[0])
+
+    def question(self, index: int) -> tuple[str, int, list[str]]:
+        """Question text, category and evidence list of qa[index], checked."""
+        item = self.qa[index]
+        where = f'qa[{index}]'
+        if not isinstance(item, dict):
+            raise self.error(where, 'must be an object')
+        current = self.field(item, 'question', str, 'a non-empty string', where + '.')
+        category = item.get('category')
+        if type(category) is not int or category not in CATEGORIES:  # not True, not 4.0
+            raise self.error(f'{where}.category', f'must be one of {list(CATEGORIES)}, got {category!r}')
+        evidence = self.field(item, 'evidence', list, 'a list of utterance ids', where + '.')
+        if not all(isinstance(entry, str) for entry in evidence):
+            raise self.error(f'{where}.evidence', 'must be a list of strings')
+        return current, category, evidence
+
+
+def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str, skipped: Counter) -> list[dict]:
+    """The cases of one conversation, in qa order; each skipped question is counted in `skipped` by reason."""
+    cases = []
+    for index in range(len(sample.qa)):
+        current, category, evidence = sample.question(index)
+        ids = evidence_ids(evidence)
+        reason = ('category not chosen' if category not in categories else
+                  'evidence not an id' if ids is None else
+                  'no evidence id' if not ids else
+                  'evidence names no utterance' if any(key not in sample.texts for key in ids) else None)
+        if reason:
+            skipped[reason] += 1
+            continue
+        case = {'id': f'{sample.sample_id}-q{index}', 'split': split, 'kind': CATEGORIES[category],
+                'instructions': INSTRUCTIONS, 'current': current, 'history': sample.history, 'budget': budget,
+                'required': list(dict.fromkeys(sample.texts[key] for key in ids)), 'stale': []}
+        check_case(f'{sample.where}: question qa[{index}] as case {case["id"]}', case)  # what load_cases will demand
+        cases.append(case)
+    return cases
+
+
+def convert(path: Path, categories: set[int], budget: dict, split: str) -> tuple[list[dict], str]:
+    """All cases of a LoCoMo file, and the summary line; CaseError names the sample and field of bad input."""
+    samples = read_json(path, 'LoCoMo file')
+    if not isinstance(samples, list) or not samples:
+        raise CaseError(f'{path}: expected LoCoMo\'s shape, a non-empty list of samples')
+    cases, skipped, seen, questions = [], Counter(), set(), 0
+    for index, raw in enumerate(samples):
+        sample = Sample(path, index, raw)
+        if sample.sample_id in seen:
+            raise sample.error('sample_id', 'repeats an earlier sample')
+        seen.add(sample.sample_id)
+        cases += sample_cases(sample, categories, budget, split, skipped)
+        questions += len(sample.qa)
+    if not cases:
+        raise CaseError(f'{path}: no question of categories {sorted(categories)} has usable evidence; nothing written')
+    reasons = ', '.join(f'{skipped[reason]} {reason}' for reason in SKIP_REASONS if skipped[reason]) or 'none'
+    return cases, (f'{len(samples)} conversations, {questions} questions read, {len(cases)} cases written; '
+                   f'skipped: {reasons}')
+
+
+def to_text(cases: list[dict]) -> str:
+    """The case set as JSON, one case a line; ASCII keeps even the 146 MB of LoCoMo at one byte a character."""
+    return '[\n' + ',\n'.join(json.dumps(case, ensure_ascii=True) for case in cases) + '\n]\n'
+
+
+def category_set(text: str) -> set[int]:
+    """'1,2,4' -> {1, 2, 4}; anything but LoCoMo's category numbers is refused."""
+    try:
+        chosen = {int(part) for part in text.split(',')}
+    except ValueError:
+        chosen = set()
+    if not chosen or not chosen <= set(CATEGORIES):
+        raise argparse.ArgumentTypeError(f'expected category numbers from {list(CATEGORIES)} separated by commas, '
+                                         f'got {text!r}')
+    return chosen
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Convert LoCoMo (locomo10.json) into a case set for evaluate.py.')
+    parser.add_argument('locomo', type=Path, help="LoCoMo's data/locomo10.json, downloaded by you")
+    parser.add_argument('--output', type=Path, required=True, help='case set to write (temp file, then rename)')
+    for name, value in BUDGET.items():
+        parser.add_argument(f'--{name.replace("_", "-")}', type=int, default=value,
+                            help=f'budget.{name} of every case (default {value})')
+    parser.add_argument('--categories', type=category_set, default=category_set(CHOSEN),
+                        help=f'categories to convert, of {CATEGORIES} (default {CHOSEN})')
+    parser.add_argument('--split', choices=SPLITS, default=SPLIT, help=f'split of every case (default {SPLIT})')
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    budget = {name: getattr(args, name) for name in BUDGET}
+    try:
+        check_budget('the budget options', budget)
+        cases, summary = convert(args.locomo, args.categories, budget, args.split)
+        try:
+            write_atomically(args.output, to_text(cases))
+        except OSError as error:
+            raise CaseError(f'{args.output}: cannot write the case set: {error.strerror}') from None
+    except CaseError as error:
+        print(f'locomo_cases.py: {error}', file=sys.stderr)
+        return 2
+    print(f'locomo_cases.py: {summary}', file=sys.stderr)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,407 @@
+"""Tests for the LoCoMo conversion, the memory-lean loader and the per-kind table.
+
+    python -m unittest -v test_locomo_cases.py
+    LOCOMO10=/path/to/locomo10.json python -m unittest -v test_locomo_cases.py   # also checks the README
+
+LoCoMo's data is not in this repository (CC BY-NC 4.0), so the conversion is
+tested on a small file in its shape written here. With LOCOMO10 naming the real
+file, one more test converts it and checks the README's case counts against it.
+Each test is named after the failure it pins; files are only ever written into
+temporary directories.
+"""
+import copy
+import hashlib
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+from evaluate import load_cases, read_json, summarize, table
+from locomo_cases import INSTRUCTIONS, evidence_ids
+
+HERE = Path(__file__).resolve().parent
+LOCOMO_SHA256 = '79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4'
+
+
+def utterance(speaker: str, dia_id: str, text: str, **image) -> dict:
+    return {'speaker': speaker, 'dia_id': dia_id, 'text': text, **image}
+
+
+def question(text: str, category: int, evidence: list[str]) -> dict:
+    if category == 5:
+        return {'question': text, 'adversarial_answer': 'never said', 'evidence': evidence, 'category': category}
+    return {'question': text, 'answer': 'an answer the conversion ignores', 'evidence': evidence, 'category': category}
+
+
+def locomo_sample() -> list[dict]:
+    """Two conversations in LoCoMo's shape, with every awkward form the real file has."""
+    first = {
+        'speaker_a': 'Ann', 'speaker_b': 'Ben',
+        'session_1_date_time': '9:00 am on 1 May, 2023',
+        'session_1': [utterance('Ann', 'D1:1', 'Hi Ben, I adopted a cat.'),
+                      utterance('Ben', 'D1:2', 'Nice! What is her name?', img_url=['https://example.org/cat.jpg'],
+                                blip_caption='a photo of a cat on a sofa', query='cat sofa'),
+                      utterance('Ann', 'D1:3', 'Her name is Miso.')],  # ends on Ann: the turn has no reply
+        'session_2_date_time': '2:00 pm on 3 May, 2023',
+        'session_2': [utterance('Ben', 'D2:1', 'How is Miso settling in?'),  # Ben opens the session
+                      utterance('Ann', 'D2:2', 'She sleeps all day.'),
+                      utterance('Ben', 'D2:3', 'Cats do that.')],
+        'session_3_date_time': '1:00 pm on 9 May, 2023',  # a date with no session, as in conv-26
+    }
+    second = {
+        'speaker_a': 'Cy', 'speaker_b': 'Di',
+        'session_1_date_time': '8:15 pm on 2 June, 2023',
+        'session_1': [utterance('Cy', 'D1:1', 'I ran my first marathon on Sunday.'),
+                      utterance('Di', 'D1:2', 'Congratulations! How long did it take?'),
+                      utterance('Cy', 'D1:3', 'Four hours and ten minutes.'),
+                      utterance('Di', 'D1:4', 'That is a great time.')],
+    }
+    return [
+        {'sample_id': 'one', 'conversation': first, 'event_summary': {}, 'observation': {}, 'session_summary': {},
+         'qa': [question('What is the cat called?', 4, ['D1:3']),
+                question('When did Ann adopt the cat?', 2, ['D1:1; D2:2']),
+                question('What does the cat do?', 1, ['D2:1 D1:2 D2:3']),
+                question('What is the dog called?', 5, ['D1:1']),
+                question('How does the cat spend its days?', 3, ['D:2:2']),
+                question('What pet did Ann adopt?', 4, ['D', 'D1:1']),
+                question('Where does the cat sleep?', 4, ['D9:9']),
+                question('Who is Ann?', 4, []),
+                question('When did Ben ask about Miso?', 2, ['D2:01']),
+                question('What colour is the cat?', 4, ['D']),
+                question('What breed is the cat?', 4, ['see D1:1'])]},
+        {'sample_id': 'two', 'conversation': second, 'event_summary': {}, 'observation': {}, 'session_summary': {},
+         'qa': [question('How long did the marathon take?', 4, ['D1:3', 'D1:3'])]},
+    ]
+
+
+BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}
+HISTORY_ONE = [
+    {'user': 'Session 1, 9:00 am on 1 May, 2023\nHi Ben, I adopted a cat.',
+     'assistant': 'Nice! What is her name? [shared an image: a photo of a cat on a sofa]'},
+    {'user': 'Her name is Miso.', 'assistant': ''},
+    {'user': 'Session 2, 2:00 pm on 3 May, 2023', 'assistant': 'How is Miso settling in?'},
+    {'user': 'She sleeps all day.', 'assistant': 'Cats do that.'},
+]
+HISTORY_TWO = [
+    {'user': 'Session 1, 8:15 pm on 2 June, 2023\nI ran my first marathon on Sunday.',
+     'assistant': 'Congratulations! How long did it take?'},
+    {'user': 'Four hours and ten minutes.', 'assistant': 'That is a great time.'},
+]
+
+
+def expected_case(case_id: str, kind: str, current: str, history: list[dict], required: list[str]) -> dict:
+    return {'id': case_id, 'split': 'held_out', 'kind': kind, 'instructions': INSTRUCTIONS, 'current': current,
+            'history': history, 'budget': BUDGET, 'required': required, 'stale': []}
+
+
+EXPECTED_CASES = [
+    expected_case('one-q0', 'single-hop', 'What is the cat called?', HISTORY_ONE, ['Her name is Miso.']),
+    expected_case('one-q1', 'temporal', 'When did Ann adopt the cat?', HISTORY_ONE,
+                  ['Hi Ben, I adopted a cat.', 'She sleeps all day.']),
+    expected_case('one-q2', 'multi-hop', 'What does the cat do?', HISTORY_ONE,
+                  ['How is Miso settling in?', 'Nice! What is her name?', 'Cats do that.']),
+    expected_case('one-q4', 'open-domain', 'How does the cat spend its days?', HISTORY_ONE, ['She sleeps all day.']),
+    expected_case('one-q5', 'single-hop', 'What pet did Ann adopt?', HISTORY_ONE, ['Hi Ben, I adopted a cat.']),
+    expected_case('one-q8', 'temporal', 'When did Ben ask about Miso?', HISTORY_ONE, ['How is Miso settling in?']),
+    expected_case('two-q0', 'single-hop', 'How long did the marathon take?', HISTORY_TWO,
+                  ['Four hours and ten minutes.']),
+]
+EXPECTED_SUMMARY = ('locomo_cases.py: 2 conversations, 12 questions read, 7 cases written; skipped: '
+                    '1 category not chosen, 2 no evidence id, 1 evidence names no utterance, 1 evidence not an id\n')
+
+
+def convert(folder: str, data, *options: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """Write `data` (JSON, or text as it is) and run locomo_cases.py on it; returns the output path and the run."""
+    source, output = Path(folder) / 'locomo10.json', Path(folder) / 'locomo-cases.json'
+    source.write_text(data if isinstance(data, str) else json.dumps(data), encoding='utf-8')
+    result = subprocess.run([sys.executable, 'locomo_cases.py', str(source), '--output', str(output), *options],
+                            cwd=HERE, capture_output=True, text=True, timeout=120)
+    return output, result
+
+
+class ConversionTest(unittest.TestCase):
+    def test_conversion_gives_exactly_the_expected_case_set(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample())
+            self.assertEqual((result.returncode, result.stdout, result.stderr), (0, '', EXPECTED_SUMMARY))
+            self.assertEqual(json.loads(output.read_text(encoding='utf-8')), EXPECTED_CASES)
+
+    def test_second_run_writes_identical_ascii_bytes(self):
+        with tempfile.TemporaryDirectory() as folder:
+            sample = locomo_sample()
+            sample[1]['conversation']['session_1'][3]['text'] = 'That is a great time \U0001f3c3\u200d\u2640\ufe0f'
+            output, first = convert(folder, sample)
+            before = output.read_bytes()
+            output, second = convert(folder, sample)
+            self.assertEqual((first.returncode, second.returncode), (0, 0))
+            self.assertEqual(output.read_bytes(), before)
+            self.assertTrue(before.isascii())
+            self.assertEqual(before.count(b'\n'), 2 + len(EXPECTED_CASES))  # one case a line between [ and ]
+            self.assertIn('That is a great time \U0001f3c3\u200d\u2640\ufe0f',
+                          json.loads(before)[-1]['history'][-1]['assistant'])
+
+    def test_every_utterance_text_appears_exactly_once_unchanged(self):
+        sample = locomo_sample()
+        for case, conversation in ((EXPECTED_CASES[0], sample[0]['conversation']),
+                                   (EXPECTED_CASES[-1], sample[1]['conversation'])):
+            said = '\n'.join(turn[role] for turn in case['history'] for role in ('user', 'assistant'))
+            for key, utterances in conversation.items():
+                for item in utterances if key.startswith('session_') and isinstance(utterances, list) else []:
+                    with self.subTest(item['dia_id']):
+                        self.assertEqual(said.count(item['text']), 1)
+
+    def test_the_output_loads_and_evaluate_runs_on_it(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample())
+            self.assertEqual(len(load_cases(output)), len(EXPECTED_CASES))
+            run = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(output), '--format', 'table',
+                                  '--group', 'kind'], cwd=HERE, capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        # Each whole conversation fits in 3,520 tokens: recent and notes keep every turn and find every fact,
+        # relevant and hybrid keep only turns sharing a word with the question ("Miso" is not "cat").
+        self.assertEqual(run.stdout, '\n'.join([
+            '| Strategy | Kind | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
+            '|---|---|---|---|---|---|',
+            '| recent | single-hop | 3 of 3 | 3 of 3 | 0 | 157.3 |',
+            '| recent | temporal | 3 of 3 | 2 of 2 | 0 | 179.5 |',
+            '| recent | multi-hop | 3 of 3 | 1 of 1 | 0 | 178 |',
+            '| recent | open-domain | 1 of 1 | 1 of 1 | 0 | 180 |',
+            '| relevant | single-hop | 0 of 3 | 0 of 3 | 0 | 82 |',
+            '| relevant | temporal | 2 of 3 | 1 of 2 | 0 | 134 |',
+            '| relevant | multi-hop | 1 of 3 | 0 of 1 | 0 | 106 |',
+            '| relevant | open-domain | 0 of 1 | 0 of 1 | 0 | 108 |',
+            '| notes | single-hop | 3 of 3 | 3 of 3 | 0 | 157.3 |',
+            '| notes | temporal | 3 of 3 | 2 of 2 | 0 | 179.5 |',
+            '| notes | multi-hop | 3 of 3 | 1 of 1 | 0 | 178 |',
+            '| notes | open-domain | 1 of 1 | 1 of 1 | 0 | 180 |',
+            '| hybrid | single-hop | 1 of 3 | 1 of 3 | 0 | 102 |',
+            '| hybrid | temporal | 3 of 3 | 2 of 2 | 0 | 153 |',
+            '| hybrid | multi-hop | 2 of 3 | 0 of 1 | 0 | 125 |',
+            '| hybrid | open-domain | 1 of 1 | 1 of 1 | 0 | 127 |',
+            # Every evidence turn fits, so the best possible selection finds every fact with the fewest turns.
+            '| best possible (reads the labels) | single-hop | 3 of 3 | 3 of 3 | 0 | 79 |',
+            '| best possible (reads the labels) | temporal | 3 of 3 | 2 of 2 | 0 | 105.5 |',
+            '| best possible (reads the labels) | multi-hop | 3 of 3 | 1 of 1 | 0 | 162 |',
+            '| best possible (reads the labels) | open-domain | 1 of 1 | 1 of 1 | 0 | 67 |']) + '\n')
+
+    def test_options_set_budget_split_and_categories(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample(), '--context-limit', '16384', '--max-new-tokens', '256',
+                                     '--margin', '0', '--categories', '5,2', '--split', 'dev')
+            self.assertEqual(result.returncode, 0, result.stderr)
+            cases = json.loads(output.read_text(encoding='utf-8'))
+        self.assertEqual([(case['id'], case['kind'], case['split']) for case in cases],
+                         [('one-q1', 'temporal', 'dev'), ('one-q3', 'adversarial', 'dev'),
+                          ('one-q8', 'temporal', 'dev')])
+        self.assertEqual(cases[0]['budget'], {'context_limit': 16384, 'max_new_tokens': 256, 'margin': 0})
+
+    def test_malformed_evidence_strings_are_read_as_their_ids(self):
+        self.assertEqual(evidence_ids(['D8:6; D9:17', 'D9:1 D4:4 D4:6', 'D:11:26', 'D', 'D30:05']),
+                         [(8, 6), (9, 17), (9, 1), (4, 4), (4, 6), (11, 26), (30, 5)])
+        self.assertEqual(evidence_ids(['D']), [])
+        self.assertIsNone(evidence_ids(['D1:1', 'session 2']))
+
+
+class BadInputTest(unittest.TestCase):
+    def test_each_bad_input_exits_2_with_one_line_and_writes_nothing(self):
+        def changed(change):
+            data = locomo_sample()
+            change(data)
+            return data
+
+        def conversation(data):
+            return data[0]['conversation']
+
+        table_of_inputs = [
+            ('invalid JSON', '[{"sample_id": ', 'invalid JSON at line 1 column 16: Expecting value'),
+            ('not a list', '{"sample_id": "one"}', "expected LoCoMo's shape, a non-empty list of samples"),
+            ('sample not an object', '[7]', 'sample at index 0: expected an object, got int'),
+            ('no sample id', changed(lambda d: d[1].pop('sample_id')),
+             'sample at index 1: field sample_id must be a non-empty string, and is missing'),
+            ('repeated sample id', changed(lambda d: d[1].update(sample_id='one')),
+             'sample one: field sample_id repeats an earlier sample'),
+            ('no conversation', changed(lambda d: d[0].pop('conversation')),
+             'sample one: field conversation must be an object, and is missing'),
+            ('qa not a list', changed(lambda d: d[1].update(qa={})),
+             'sample two: field qa must be a list of questions'),
+            ('no speaker_b', changed(lambda d: conversation(d).pop('speaker_b')),
+             'sample one: field conversation.speaker_b must be a string, and is missing'),
+            ('no sessions', changed(lambda d: d[1].update(conversation={'speaker_a': 'Cy', 'speaker_b': 'Di'})),
+             'sample two: field conversation holds no session_N list'),
+            ('no session date', changed(lambda d: conversation(d).pop('session_2_date_time')),
+             'sample one: field conversation.session_2_date_time must be a non-empty string, and is missing'),
+            ('empty session', changed(lambda d: conversation(d).update(session_2=[])),
+             'sample one: field conversation.session_2 must be a non-empty list of utterances'),
+            ('unknown speaker', changed(lambda d: conversation(d)['session_1'][1].update(speaker='Bob')),
+             "sample one: field conversation.session_1[1].speaker must be one of ['Ann', 'Ben'], got 'Bob'"),
+            ('speaker twice in a row', changed(lambda d: conversation(d)['session_2'][1].update(speaker='Ben')),
+             'sample one: field conversation.session_2[1].speaker repeats the previous speaker; '
+             'LoCoMo alternates speakers'),
+            ('no text', changed(lambda d: conversation(d)['session_1'][0].pop('text')),
+             'sample one: field conversation.session_1[0].text must be a non-empty string, and is missing'),
+            ('caption not text', changed(lambda d: conversation(d)['session_1'][1].update(blip_caption=None)),
+             'sample one: field conversation.session_1[1].blip_caption must be a non-empty string'),
+            ('bad utterance id', changed(lambda d: conversation(d)['session_1'][0].update(dia_id='1:1')),
+             "sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got '1:1'"),
+            ('repeated utterance id', changed(lambda d: conversation(d)['session_2'][0].update(dia_id='D1:1')),
+             "sample one: field conversation.session_2[0].dia_id repeats 'D1:1'"),
+            ('unknown category', changed(lambda d: d[1]['qa'][0].update(category=6)),
+             'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 6'),
+            ('category as a float', changed(lambda d: d[1]['qa'][0].update(category=4.0)),
+             'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 4.0'),
+            ('evidence not a list', changed(lambda d: d[1]['qa'][0].update(evidence='D1:3')),
+             'sample two: field qa[0].evidence must be a list of utterance ids'),
+            ('evidence entry not a string', changed(lambda d: d[1]['qa'][0].update(evidence=[13])),
+             'sample two: field qa[0].evidence must be a list of strings'),
+            ('no question', changed(lambda d: d[1]['qa'][0].pop('question')),
+             'sample two: field qa[0].question must be a non-empty string, and is missing'),
+            ('lone surrogate in a text', changed(lambda d: conversation(d)['session_1'][2].update(text='Miso\ud800')),
+             'sample one: question qa[0] as case one-q0: field history[1].user holds a lone surrogate, '
+             'which is not text'),
+            ('no usable question', changed(lambda d: [sample['qa'].clear() for sample in d]),
+             'no question of categories [1, 2, 3, 4] has usable evidence; nothing written'),
+        ]
+        for name, data, message in table_of_inputs:
+            with self.subTest(name), tempfile.TemporaryDirectory() as folder:
+                output, result = convert(folder, data)
+                source = Path(folder) / 'locomo10.json'
+                self.assertEqual((result.returncode, result.stdout, result.stderr),
+                                 (2, '', f'locomo_cases.py: {source}: {message}\n'))
+                self.assertEqual(sorted(path.name for path in Path(folder).iterdir()), ['locomo10.json'])
+
+    def test_missing_file_and_budget_without_allowance_exit_2_with_one_line(self):
+        with tempfile.TemporaryDirectory() as folder:
+            missing = Path(folder) / 'nowhere.json'
+            result = subprocess.run([sys.executable, 'locomo_cases.py', str(missing), '--output',
+                                     str(Path(folder) / 'out.json')], cwd=HERE, capture_output=True, text=True)
+            self.assertEqual((result.returncode, result.stderr),
+                             (2, f'locomo_cases.py: {missing}: cannot read the LoCoMo file: '
+                                 'No such file or directory\n'))
+            output, result = convert(folder, locomo_sample(), '--context-limit', '512')
+            self.assertEqual((result.returncode, result.stderr),
+                             (2, 'locomo_cases.py: the budget options: field budget leaves no input allowance '
+                                 '(context_limit - max_new_tokens - margin must be positive)\n'))
+            self.assertFalse(output.exists())
+
+    def test_unknown_category_option_is_a_usage_error(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample(), '--categories', '1,6')
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("expected category numbers from [1, 2, 3, 4, 5] separated by commas, got '1,6'", result.stderr)
+
+
+def parts(value) -> list:
+    """Every list, object and string of at least two characters inside a JSON value (shorter ones are shared
+    by Python itself)."""
+    if isinstance(value, dict):
+        return [value, *(part for item in value.values() for part in parts(item))]
+    if isinstance(value, list):
+        return [value, *(part for item in value for part in parts(item))]
+    return [value] if isinstance(value, str) and len(value) > 1 else []
+
+
+class LeanLoadingTest(unittest.TestCase):
+    def test_equal_texts_turns_and_histories_become_one_object(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample())
+            parsed = json.loads(output.read_text(encoding='utf-8'))
+            loaded = load_cases(output)
+        self.assertEqual(loaded, parsed)  # the shared copy holds the same case set
+        self.assertIsNot(parsed[0]['history'], parsed[1]['history'])  # plain parsing keeps a copy per case
+        self.assertIs(loaded[0]['history'], loaded[5]['history'])
+        self.assertIsNot(loaded[0]['history'], loaded[6]['history'])  # another conversation
+        self.assertIs(loaded[1]['required'][1], loaded[3]['required'][0])  # 'She sleeps all day.' twice
+        self.assertIs(loaded[0]['instructions'], loaded[6]['instructions'])
+        self.assertIs(loaded[0]['budget'], loaded[6]['budget'])
+
+    def test_loaded_cases_hold_no_object_of_the_parsed_json(self):
+        # One string kept from the parsed JSON would keep the memory around it from being freed.
+        parsed = []
+
+        def read_and_keep(path, what):
+            parsed.append(read_json(path, what))
+            return parsed[-1]
+
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample())
+            with mock.patch('evaluate.read_json', read_and_keep):
+                loaded = load_cases(output)
+        self.assertEqual(loaded, parsed[0])
+        self.assertFalse({id(part) for part in parts(loaded)} & {id(part) for part in parts(parsed[0])})
+
+    def test_a_change_to_a_deep_copy_leaves_the_other_cases_alone(self):
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample())
+            loaded = load_cases(output)
+        changed = copy.deepcopy(loaded[0])
+        changed['history'][1]['user'] = 'Her name is Tofu.'
+        self.assertEqual(loaded[5]['history'][1]['user'], 'Her name is Miso.')
+
+
+class GroupByKindTest(unittest.TestCase):
+    ROWS = [{'case': 'a', 'split': 'dev', 'kind': 'temporal', 'turns': [0], 'notes': 0, 'input_tokens': 40,
+             'within_budget': True, 'required_found': 1, 'required_total': 1, 'missing': [], 'stale_included': []},
+            {'case': 'b', 'split': 'dev', 'kind': 'multi-hop', 'turns': [], 'notes': 0, 'input_tokens': 20,
+             'within_budget': True, 'required_found': 0, 'required_total': 2, 'missing': ['x', 'y'],
+             'stale_included': []},
+            {'case': 'c', 'split': 'held_out', 'kind': 'temporal', 'turns': [1], 'notes': 1, 'input_tokens': 61,
+             'within_budget': True, 'required_found': 1, 'required_total': 2, 'missing': ['z'],
+             'stale_included': ['old']}]
+
+    def report(self) -> dict:
+        summary = {split: summarize([row for row in self.ROWS if row['split'] == split])
+                   for split in ('dev', 'held_out')}
+        return {'summary': {'recent': summary}, 'cases': {'recent': self.ROWS}}
+
+    def test_table_by_kind_has_a_row_per_kind_in_case_order(self):
+        self.assertEqual(table(self.report(), 'kind'), '\n'.join([
+            '| Strategy | Kind | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
+            '|---|---|---|---|---|---|',
+            '| recent | temporal | 2 of 3 | 1 of 2 | 1 | 50.5 |',
+            '| recent | multi-hop | 0 of 2 | 0 of 1 | 0 | 20 |']) + '\n')
+
+    def test_table_by_split_is_unchanged_by_default(self):
+        self.assertEqual(table(self.report()), '\n'.join([
+            '| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
+            '|---|---|---|---|---|---|',
+            '| recent | dev | 1 of 3 | 1 of 2 | 0 | 30 |',
+            '| recent | held-out | 1 of 2 | 0 of 1 | 1 | 61 |']) + '\n')
+
+    def test_group_without_a_table_is_a_usage_error(self):
+        result = subprocess.run([sys.executable, 'evaluate.py', '--group', 'kind'], cwd=HERE, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual((result.returncode, result.stdout), (2, ''))
+        self.assertIn('--group shapes the table; use it with --format table', result.stderr)
+
+
+@unittest.skipUnless(os.environ.get('LOCOMO10'), 'set LOCOMO10 to the downloaded locomo10.json to check the README')
+class RealFileTest(unittest.TestCase):
+    def test_readme_counts_match_a_conversion_of_the_real_file(self):
+        source = Path(os.environ['LOCOMO10'])
+        self.assertEqual(hashlib.sha256(source.read_bytes()).hexdigest(), LOCOMO_SHA256)
+        with tempfile.TemporaryDirectory() as folder:
+            output = Path(folder) / 'locomo-cases.json'
+            result = subprocess.run([sys.executable, 'locomo_cases.py', str(source), '--output', str(output)],
+                                    cwd=HERE, capture_output=True, text=True, timeout=300)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            cases = load_cases(output)
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        self.assertIn(result.stderr.strip().removeprefix('locomo_cases.py: '), readme)
+        for kind in dict.fromkeys(case['kind'] for case in cases):
+            of_kind = [case for case in cases if case['kind'] == kind]
+            facts = sum(len(case['required']) for case in of_kind)
+            with self.subTest(kind):
+                self.assertIn(f'| {kind} | ', readme)
+                for line in readme.splitlines():
+                    if line.startswith(('| recent | ', '| relevant | ', '| notes | ', '| hybrid | ')) \
+                            and f' | {kind} | ' in line:
+                        self.assertIn(f' of {facts} | ', line)
+                        self.assertIn(f' of {len(of_kind)} | ', line)
+
+
+if __name__ == '__main__':
+    unittest.main()
