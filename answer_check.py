@@ -45,6 +45,10 @@ from pathlib import Path
 import re
 import sys
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from answer_model import (HEX64, MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, read_json,
                           request_sha256)
 from evaluate import CaseError, load_cases, write_atomically
@@ -468,4 +472,4 @@ def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_p
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    cli.run(main)

@@ -26,6 +26,10 @@ import platform
 import sys
 import tempfile
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from strategies import STRATEGIES, allowance, escape, render
 from tokenizer import THINKING_MARKERS, CounterError, count_request, counter, sha256_file
 
@@ -47,7 +51,7 @@ class CaseError(ValueError):
 
 def read_json(path: Path, what: str):
     try:
-        text = path.read_text(encoding='utf-8')
+        text = path.read_text(encoding='utf-8-sig')  # with or without the BOM some Windows editors write
     except OSError as error:
         raise CaseError(f'{path}: cannot read the {what}: {error.strerror}') from None
     except UnicodeDecodeError as error:
@@ -388,8 +392,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        print('evaluate.py: interrupted; nothing was written', file=sys.stderr)
-        sys.exit(130)
+    cli.run(main, 'nothing was written')
