@@ -55,6 +55,10 @@ from pathlib import Path
 import re
 import sys
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from answer_model import (MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model, read_json,
                           request_sha256, undercounts_cached_prompt)
 from answer_record import AnswerCheckError, check_answer, is_count, partial_path, record_answers, shown, write_json
@@ -443,4 +447,4 @@ def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_p
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    cli.run(main)

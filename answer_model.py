@@ -40,6 +40,10 @@ import re
 import sys
 from urllib.parse import urlsplit
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 import requests
 
 HERE = Path(__file__).parent
@@ -78,7 +82,7 @@ def read_json(path: Path, what_to_do: str, error_type: type[Exception] = AnswerM
     """The JSON in path; any way the file can be unreadable becomes one error_type naming it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding='utf-8')
+        text = path.read_text(encoding='utf-8-sig')  # with or without the BOM some Windows editors write
     except FileNotFoundError:
         raise error_type(f'{path}: file not found; {what_to_do}') from None
     except UnicodeDecodeError as error:
@@ -346,4 +350,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    cli.run(main)

@@ -21,6 +21,10 @@ import resource
 import sys
 import time
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from evaluate import check_case, grade
 from strategies import STRATEGIES
 from tokenizer import CounterError, counter, piece
@@ -157,8 +161,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        print('benchmark.py: interrupted', file=sys.stderr)
-        sys.exit(130)
+    cli.run(main)

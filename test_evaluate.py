@@ -462,7 +462,8 @@ class CommandLineTest(unittest.TestCase):
 
     def test_unprepared_counter_says_to_run_prepare(self):
         with tempfile.TemporaryDirectory() as folder:
-            for name in ('evaluate.py', 'best_possible.py', 'request_view.py', 'strategies.py', 'tokenizer.py',
+            for name in ('cli.py', 'requirements.txt', 'evaluate.py', 'best_possible.py', 'request_view.py',
+                         'strategies.py', 'tokenizer.py',
                          'tokenizer-manifest.json', 'cases.json'):
                 shutil.copy(HERE / name, folder)
             result = evaluate_py(cwd=Path(folder))

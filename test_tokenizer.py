@@ -7,16 +7,19 @@ copy when prepare.py fetched one, else ../shared/gemma-4-E2B-it/chat_template.ji
 Property tests run a bounded number of examples, keep no example database, and
 point Hypothesis's own folder at a temporary directory instead of ./.hypothesis.
 """
+from collections import UserDict
 import hashlib
 import json
 from pathlib import Path
 import tempfile
+from types import MappingProxyType
 import unittest
 
 from hypothesis import configuration, given, settings, strategies as st
 from jinja2.ext import loopcontrols
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import Markup
 from tokenizers import AddedToken, Tokenizer, models
 
 from evaluate import load_cases
@@ -159,6 +162,12 @@ class OfficialTemplateTest(unittest.TestCase):
     def test_awkward_chats_render_byte_identical(self, messages):
         self.assertEqual(counter().render(messages), official_render(messages))
 
+    def test_markup_content_renders_as_the_official_template_renders_it(self):
+        # Jinja escapes plain text joined to a Markup; the official template never joins content that way.
+        messages = [{'role': 'user', 'content': Markup('hello')}]
+        self.assertEqual(counter().render(messages), official_render(messages))
+        self.assertEqual(len(counter().encode(official_render(messages))), 10)
+
 
 class FastCountTest(unittest.TestCase):
     def test_fast_count_equals_the_full_count_for_every_strategy_request(self):
@@ -210,6 +219,61 @@ class FastCountTest(unittest.TestCase):
                     {'role': 'user', 'content': 'Q?'}]
         count_request(messages)
         self.assertIn(('system', 'A cached system line for this test only.'), counter().pieces)
+
+
+class LookAlikeInputTest(unittest.TestCase):
+    """Values that only look like text or like a dict count as their plain equivalents, on both paths."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cold = Counter()  # a second counter whose cache each test empties
+
+    def counters(self):
+        """Both counting paths: the cached one with a cold and with a warm cache, and the full render."""
+        self.cold.pieces.clear()
+        return {'count, cold cache': self.cold.count, 'count, warm cache': counter().count,
+                'count_rendered': counter().count_rendered}
+
+    def assert_counts_as(self, messages, plain_messages, expected):
+        counter().count(plain_messages)  # warm the cache with the plain text first
+        for name, count in self.counters().items():
+            with self.subTest(name):
+                self.assertEqual(count(messages), expected)
+
+    def test_markup_content_counts_as_its_plain_text(self):
+        self.assert_counts_as([{'role': 'user', 'content': Markup('hello')}],
+                              [{'role': 'user', 'content': 'hello'}], 10)
+        self.cold.pieces.clear()
+        self.cold.count([{'role': 'user', 'content': Markup(' a < b & c ')}])
+        self.assertEqual([type(text) for key in self.cold.pieces for text in key], [str, str])
+
+    def test_markup_role_counts_as_its_plain_role(self):
+        # The official template itself escapes '<|turn>' joined to a Markup role; this counter counts plain text.
+        messages = [{'role': Markup('user'), 'content': 'hello'}]
+        self.assert_counts_as(messages, [{'role': 'user', 'content': 'hello'}], 10)
+        self.assertEqual(counter().render(messages), '<bos><|turn>user\nhello<turn|>\n<|turn>model\n')
+
+    def test_non_dict_mapping_counts_as_the_dict_on_both_paths(self):
+        message = {'role': 'user', 'content': 'Which database will we use?'}
+        expected = count_rendered([message])
+        for mapping in (MappingProxyType(message), UserDict(message)):
+            with self.subTest(type(mapping).__name__):
+                self.assert_counts_as([mapping], [message], expected)
+
+    def test_unhashable_role_or_content_is_a_counter_error_on_both_paths(self):
+        table = [
+            ('list role', [{'role': ['user'], 'content': 'x'}],
+             "message 0: unknown role ['user']; expected one of ['assistant', 'system', 'user']"),
+            ('dict role', [{'role': {}, 'content': 'x'}],
+             "message 0: unknown role {}; expected one of ['assistant', 'system', 'user']"),
+            ('list content', [{'role': 'user', 'content': ['x']}], 'message 0: content must be a string, got list'),
+        ]
+        for name, messages, message in table:
+            for path, count in self.counters().items():
+                with self.subTest(name, path=path):
+                    with self.assertRaises(CounterError) as caught:
+                        count(messages)
+                    self.assertEqual(str(caught.exception), message)
 
 
 class RefusalTest(unittest.TestCase):

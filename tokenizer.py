@@ -26,17 +26,29 @@ every count falls back to the full render.
 
 `python tokenizer.py` prints the counter's profile and the count of a small
 example request, which is a quick check that the preparation worked.
+
+The prepared folder is prepared/ beside this file, or the folder the
+environment variable CONTEXT_LAB_PREPARED names (for a checkout you cannot
+write to); prepare.py writes it and every script reads it through PREPARED.
 """
+from collections.abc import Mapping
 from functools import lru_cache
 import hashlib
 import json
 from operator import itemgetter
+import os
 from pathlib import Path
+import sys
+
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HERE = Path(__file__).resolve().parent
-PREPARED = HERE / 'prepared'  # written by prepare.py, git-ignored
+PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
+PREPARED = Path(os.environ.get(PREPARED_ENV) or HERE / 'prepared').resolve()  # written by prepare.py, git-ignored
 MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity
 # What prepare.py writes there (this module says what a valid folder is; prepare.py checks with it too).
 PREPARED_JSON = 'prepared.json'  # written last: its presence means "complete"
@@ -76,14 +88,27 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def plain(text: str) -> str:
+    """The characters of a str, as an exact str.
+
+    A str subclass renders differently: Jinja escapes plain text joined to a markupsafe.Markup, so
+    '<|turn>' + Markup('hi') would become '&lt;|turn&gt;hi'. str.__str__ ignores a subclass's overrides.
+    plain(Markup('hi')) -> 'hi' (type str)
+    """
+    return str.__str__(text)
+
+
 def check_message(index: int, message, previous_role: str | None) -> str:
-    """Return the message's role, or raise CounterError if the E2B text format cannot hold it at `index`."""
-    if not isinstance(message, dict) or set(message) != {'role', 'content'}:
-        keys = sorted(message) if isinstance(message, dict) else type(message).__name__
+    """Return the message's role, or raise CounterError if the E2B text format cannot hold it at `index`.
+
+    A message may be any mapping (a dict, or e.g. a MappingProxyType); turns() copies it into a plain dict.
+    """
+    if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
+        keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
         raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
                            '(tool calls, images and thinking are not counted by this lab)')
     role, content = message['role'], message['content']
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
         raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
     if not isinstance(content, str):
         raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
@@ -108,7 +133,7 @@ def turns(messages: list[dict]) -> list[dict]:
     out = []
     for index, message in enumerate(messages):
         role = check_message(index, message, messages[index - 1]['role'] if index else None)
-        out.append({'role': ROLES[role], 'content': message['content']})
+        out.append({'role': ROLES[role], 'content': plain(message['content'])})
     return out
 
 
@@ -278,9 +303,13 @@ class Counter:
         return [self.piece_size(message['role'], message['content']) for message in messages]
 
     def piece_size(self, role: str, content: str) -> int:
-        """Tokens of one message's piece, encoded the first time it is asked for and cached after."""
+        """Tokens of one message's piece, encoded the first time it is asked for and cached after.
+
+        The cache holds exact strs only; a str subclass equal to a cached text finds that text's size.
+        """
         size = self.pieces.get((role, content))
         if size is None:
+            role, content = plain(role), plain(content)
             size = self.pieces[role, content] = len(self.encode(piece(role, content)))
         return size
 
@@ -321,13 +350,23 @@ def count_rendered(messages: list[dict]) -> int:
     return counter().count_rendered(messages)
 
 
-if __name__ == '__main__':
-    import sys
+def main(argv: list[str]) -> int:
+    import argparse
 
+    argparse.ArgumentParser(
+        prog='tokenizer.py',
+        description="Print the counter's profile and the token count of a small example request: a quick check "
+                    f'that `python prepare.py` worked. Reads {PREPARED} (set {PREPARED_ENV} to read another '
+                    'prepared folder).').parse_args(argv)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
     try:
         print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
     except CounterError as error:
         print(f'tokenizer.py: {error}', file=sys.stderr)
-        sys.exit(2)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    cli.run(main)

@@ -1,0 +1,112 @@
+"""What every script of the lab does at its entry point: check the locked packages, then run its main.
+
+    python cli.py          # does this interpreter have every package requirements.txt pins?
+
+A script opens with
+
+    import cli
+    cli.require_packages(__name__)   # before it imports any locked package
+
+and ends with
+
+    if __name__ == '__main__':
+        cli.run(main, 'nothing was written')
+
+require_packages turns "this interpreter lacks a locked package" (a script
+started with a Python other than the lab's .venv) into one line on stderr that
+names the package and the command that installs the lock, and exit status 2.
+Imported as a module instead of run, it raises ModuleNotFoundError with that
+line, so a caller sees the same advice.
+
+run passes the arguments to main and exits with what it returns. Ctrl-C is one
+line on stderr and exit 130. A reader that stops reading early (`python
+evaluate.py | head -1`) ends the script quietly with exit 1, not with a
+BrokenPipeError traceback.
+
+It writes nothing and changes nothing about what the scripts compute.
+"""
+from collections.abc import Callable
+from functools import lru_cache
+import importlib.metadata
+import os
+from pathlib import Path
+import sys
+
+HERE = Path(__file__).resolve().parent
+REQUIREMENTS = HERE / 'requirements.txt'  # the direct pins; requirements.lock holds them with every hash
+INSTALL = 'python3 -m venv .venv && .venv/bin/python -m pip install --require-hashes -r requirements.lock'
+EXIT_MISSING = 2  # as for any other error the user can act on
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_READER_GONE = 1  # stdout was closed before everything was written
+
+
+def pinned_names(text: str) -> list[str]:
+    """The distribution names pinned in a requirements file.
+
+    pinned_names('# comment\\ntokenizers==0.23.3   # counts tokens\\n') -> ['tokenizers']
+    """
+    lines = (line.split('#', 1)[0].strip() for line in text.splitlines())
+    return [line.split('==', 1)[0].strip() for line in lines if line]
+
+
+@lru_cache(maxsize=1)
+def missing_packages() -> tuple[str, ...]:
+    """The pinned distributions this interpreter does not have installed (checked once per process)."""
+    missing = []
+    for name in pinned_names(REQUIREMENTS.read_text(encoding='utf-8')):
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    return tuple(missing)
+
+
+def script_name() -> str:
+    return Path(sys.argv[0]).name or 'python'
+
+
+def require_packages(module_name: str) -> None:
+    """Stop with one line if a locked package is missing: exit 2 when run as a script, else raise."""
+    missing = missing_packages()
+    if not missing:
+        return
+    what = f"the locked package{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    advice = f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
+    if module_name != '__main__':
+        raise ModuleNotFoundError(advice, name=missing[0])
+    print(f'{script_name()}: {advice}', file=sys.stderr)
+    sys.exit(EXIT_MISSING)
+
+
+def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
+    """Exit with main(arguments); Ctrl-C and a closed stdout end it without a traceback.
+
+    interrupted says, after 'interrupted; ', what state a Ctrl-C leaves behind.
+    """
+    try:
+        status = main(sys.argv[1:])
+        sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
+    except KeyboardInterrupt:
+        print(f"{script_name()}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would fail the same way; the signal module's
+        # documentation advises pointing stdout at devnull first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_READER_GONE)
+    sys.exit(status)
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    argparse.ArgumentParser(
+        prog='cli.py', description='Say whether this interpreter has every package requirements.txt pins; '
+                                   'the lab\'s scripts make the same check when they start.').parse_args(argv)
+    require_packages('__main__')
+    print(f'{sys.executable} has every locked package of {REQUIREMENTS.name}')
+    return 0
+
+
+if __name__ == '__main__':
+    run(main)

@@ -1,0 +1,221 @@
+"""Tests for what a newcomer meets first: the README's commands, and every script's entry point.
+
+    python -m unittest -v test_cli.py   (about 15 s)
+
+Each test is named after the failure it pins: a README command CI does not run as written, a script that
+ends in a traceback (missing packages, a closed stdout, Ctrl-C), a script without --help, a prepared
+folder only some scripts can find, a JSON file refused for its byte-order mark. Scripts that would write
+beside themselves run in a copy of the lab in a temp folder, reading the prepared counter through
+CONTEXT_LAB_PREPARED.
+"""
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import answer_check
+import answer_model
+import cli
+import evaluate
+from tokenizer import PREPARED, PREPARED_ENV
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.startswith('test_'))
+NEEDS_NO_PACKAGE = {'strategies.py'}  # standard library only
+TIMEOUT = 120
+BOM = b'\xef\xbb\xbf'
+
+
+def readme_commands() -> list[str]:
+    """The shell commands of the README's Setup section, one per ```sh block."""
+    text = (HERE / 'README.md').read_text(encoding='utf-8')
+    section = text.split('\n## Setup\n', 1)[1].split('\n## ', 1)[0]
+    return [block.strip() for block in re.findall(r'```sh\n(.*?)```', section, flags=re.DOTALL)]
+
+
+def copy_lab(folder: Path) -> Path:
+    """A copy of the lab's scripts and data files in folder/lab, without prepared/."""
+    lab = folder / 'lab'
+    lab.mkdir()
+    for path in [*HERE.glob('*.py'), *HERE.glob('*.json'), HERE / 'requirements.txt']:
+        shutil.copy2(path, lab / path.name)
+    return lab
+
+
+def linked_prepared(folder: Path) -> Path:
+    """folder/elsewhere holding links to the prepared files: a prepared folder that is not beside the scripts."""
+    elsewhere = folder / 'elsewhere'
+    elsewhere.mkdir()
+    for path in PREPARED.iterdir():
+        (elsewhere / path.name).symlink_to(path)
+    return elsewhere
+
+
+def run(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
+    """Run a script as a user would; prepared, if given, is passed as CONTEXT_LAB_PREPARED."""
+    env = {name: value for name, value in os.environ.items() if name != PREPARED_ENV}
+    if prepared is not None:
+        env[PREPARED_ENV] = str(prepared)
+    return subprocess.run([sys.executable, *python_options, *script_and_args], cwd=cwd, env=env,
+                          stdin=subprocess.DEVNULL, text=True, timeout=TIMEOUT, check=False, **kwargs)
+
+
+class TempFolderTest(unittest.TestCase):
+    def setUp(self):
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.tmp = Path(temp.name)
+
+
+class ReadmeCommandsTest(unittest.TestCase):
+    def test_readme_has_a_setup_command_and_a_test_command_that_need_no_activated_venv(self):
+        commands = readme_commands()
+        self.assertEqual(len(commands), 2, commands)
+        setup, tests = commands
+        self.assertEqual([line for command in commands for line in command.splitlines()], commands)  # one line each
+        steps = setup.split(' && ')
+        self.assertEqual(steps[0], 'python3 -m venv .venv')
+        for step in [*steps[1:], tests]:
+            self.assertTrue(step.startswith('.venv/bin/python '), step)  # not `python`, not `activate`
+        self.assertTrue(setup.endswith('evaluate.py --format table'), setup)  # ends in what a person reads
+
+    def test_ci_runs_the_readme_commands_exactly_each_in_a_fresh_shell(self):
+        ci = (HERE / '.ci' / 'run').read_text(encoding='utf-8')
+        lines = ci.splitlines()
+        positions = [lines.index(command) if command in lines else -1 for command in readme_commands()]
+        self.assertNotIn(-1, positions, 'a README command is not a line of .ci/run')
+        self.assertEqual(positions, sorted(positions))  # set-up first
+        self.assertIn('env -i HOME="$HOME" PATH="$PATH" bash', ci)  # nothing of CI's own environment leaks in
+        self.assertNotIn('bin/activate', ci)
+        self.assertNotIn('VIRTUAL_ENV', ci)
+
+
+class MissingPackagesTest(unittest.TestCase):
+    def test_every_script_without_the_locked_packages_says_so_in_one_line(self):
+        missing = ', '.join(cli.pinned_names((HERE / 'requirements.txt').read_text(encoding='utf-8')))
+        for script in SCRIPTS:
+            if script in NEEDS_NO_PACKAGE:
+                continue
+            with self.subTest(script):
+                # -S: no site-packages, like an interpreter the lock was never installed into
+                result = run([script], python_options=['-S'], capture_output=True)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(result.stdout, '')
+                self.assertEqual(result.stderr, f'{script}: {sys.executable} lacks the locked packages {missing};'
+                                 f' in {HERE} run `{cli.INSTALL}` and start the scripts with .venv/bin/python\n')
+
+    def test_importing_a_module_without_the_packages_raises_with_the_same_advice(self):
+        result = run(['-c', 'import evaluate'], python_options=['-S'], capture_output=True)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f'ModuleNotFoundError: {sys.executable} lacks the locked packages tokenizers', result.stderr)
+
+    def test_script_that_needs_no_package_runs_without_them(self):
+        for script in sorted(NEEDS_NO_PACKAGE):
+            with self.subTest(script):
+                result = run([script], python_options=['-S'], capture_output=True)
+                self.assertEqual((result.returncode, result.stderr), (0, ''))
+
+
+class HelpTest(unittest.TestCase):
+    def test_every_script_answers_help_with_its_usage(self):
+        for script in SCRIPTS:
+            with self.subTest(script):
+                result = run([script, '--help'], capture_output=True)
+                self.assertEqual((result.returncode, result.stderr), (0, ''))
+                self.assertTrue(result.stdout.startswith(f'usage: {script} [-h]'), result.stdout[:200])
+
+
+class ClosedStdoutTest(TempFolderTest):
+    def run_with_closed_stdout(self, script_and_args: list[str]) -> subprocess.CompletedProcess:
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the first line, as after `| head -0`
+        try:
+            return run(script_and_args, cwd=copy_lab(self.tmp), prepared=PREPARED, stdout=write_end,
+                       stderr=subprocess.PIPE)
+        finally:
+            os.close(write_end)
+
+    def test_reader_that_stops_reading_ends_each_script_quietly(self):
+        for command in (['answer_check.py'], ['benchmark.py', '--cases', '1', '--turns', '3'],
+                        ['evaluate.py'], ['evaluate.py', '--format', 'table'], ['tokenizer.py']):
+            with self.subTest(' '.join(command)):
+                result = self.run_with_closed_stdout(command)
+                self.assertEqual((result.returncode, result.stderr), (cli.EXIT_READER_GONE, ''))
+                shutil.rmtree(self.tmp / 'lab')
+
+
+class InterruptTest(unittest.TestCase):
+    def test_ctrl_c_is_one_line_and_exit_130(self):
+        def interrupted_main(argv):
+            raise KeyboardInterrupt
+
+        err = io.StringIO()
+        with mock.patch.object(sys, 'argv', ['evaluate.py']), contextlib.redirect_stderr(err):
+            with self.assertRaises(SystemExit) as exited:
+                cli.run(interrupted_main, 'nothing was written')
+        self.assertEqual(exited.exception.code, 130)
+        self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; nothing was written\n')
+
+
+class PreparedElsewhereTest(TempFolderTest):
+    """CONTEXT_LAB_PREPARED names the prepared folder for every script: prepare.py and those that count."""
+
+    def test_scripts_read_the_counter_from_the_folder_the_variable_names(self):
+        lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
+        for command in (['tokenizer.py'], ['evaluate.py', '--format', 'table']):
+            with self.subTest(' '.join(command)):
+                result = run(command, cwd=lab, prepared=elsewhere, capture_output=True)
+                self.assertEqual((result.returncode, result.stderr), (0, ''))
+        result = run(['evaluate.py', '--format', 'table'], cwd=lab, prepared=elsewhere, capture_output=True)
+        self.assertEqual(result.stdout, run(['evaluate.py', '--format', 'table'], capture_output=True).stdout)
+
+    def test_prepare_finds_the_folder_the_variable_names_complete(self):
+        lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
+        result = run(['prepare.py'], cwd=lab, prepared=elsewhere, capture_output=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertTrue(result.stdout.startswith(f'{elsewhere} is already complete and valid'), result.stdout)
+        self.assertFalse((lab / 'prepared').exists())
+
+    def test_unprepared_folder_is_named_whichever_folder_it_is(self):
+        lab, empty = copy_lab(self.tmp), self.tmp / 'empty'
+        for prepared, folder in ((None, lab / 'prepared'), (empty, empty)):
+            with self.subTest(str(folder)):
+                result = run(['tokenizer.py'], cwd=lab, prepared=prepared, capture_output=True)
+                self.assertEqual(result.returncode, 2)
+                self.assertEqual(result.stderr, f'tokenizer.py: the tokenizer is not prepared '
+                                 f'({folder / "prepared.json"} is missing): run `python prepare.py`\n')
+
+
+class ByteOrderMarkTest(TempFolderTest):
+    """JSON saved by an editor that writes a UTF-8 byte-order mark reads as the same JSON."""
+
+    def with_bom(self, path: Path) -> Path:
+        copy = self.tmp / path.name
+        copy.write_bytes(BOM + path.read_bytes())
+        return copy
+
+    def test_case_file_and_report_with_a_bom_are_read(self):
+        self.assertEqual(evaluate.load_cases(self.with_bom(HERE / 'cases.json')), evaluate.load_cases(HERE / 'cases.json'))
+        report = HERE / 'evaluation-result.json'
+        self.assertEqual(evaluate.read_json(self.with_bom(report), 'report'), evaluate.read_json(report, 'report'))
+
+    def test_answer_files_with_a_bom_are_graded_as_without(self):
+        names = ('cases.json', 'answer-keys.json', 'answer-model.json', 'answer-result.json')
+        paths = [self.with_bom(HERE / name) for name in names]
+        for path in paths[1:]:
+            self.assertEqual(answer_model.read_json(path, 'restore it'),
+                             json.loads((HERE / path.name).read_text(encoding='utf-8')))
+        grades = answer_check.grade_files(*paths, self.tmp / 'grades.json')
+        self.assertEqual(grades, json.loads((HERE / 'answer-grades.json').read_text(encoding='utf-8')))
+
+
+if __name__ == '__main__':
+    unittest.main()
