@@ -44,6 +44,10 @@ from pathlib import Path
 import sys
 import time
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from answer_model import (HEX64, AnswerModel, AnswerModelError, read_json, request_sha256,
                           undercounts_cached_prompt)
 from evaluate import write_atomically
@@ -253,3 +257,8 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, *, 
     write_json(result_path, result)
     partial.unlink(missing_ok=True)
     return result
+
+
+if __name__ == '__main__':
+    cli.run(cli.module_main("Record the pinned model's answers to the held-out requests, resuming a stopped recording.",
+                            'python answer_check.py record'))

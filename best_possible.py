@@ -28,6 +28,10 @@ and writes nothing.
 """
 from collections.abc import Callable
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from strategies import allowance, as_messages, render
 from tokenizer import CounterError, count_request
 
@@ -156,3 +160,8 @@ def summarize(rows: list[dict]) -> dict:
             'complete_cases': sum(1 for row in searched if not row['missing']),
             'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
             'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
+
+
+if __name__ == '__main__':
+    cli.run(cli.module_main('The best possible selection of whole turns for each case (it reads the fact labels, so it is no strategy).',
+                            'python evaluate.py --format table'))

@@ -97,6 +97,22 @@ def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
     sys.exit(status)
 
 
+def module_main(description: str, command: str) -> Callable[[list[str]], int]:
+    """The main of a module with no command of its own: `--help` says what it is, and what runs it.
+
+    module_main('The exact best selection.', 'python evaluate.py') run with [] prints
+    '<module>.py is run by another script: python evaluate.py'.
+    """
+    def main(argv: list[str]) -> int:
+        import argparse
+
+        argparse.ArgumentParser(prog=script_name(), description=description,
+                                epilog=f'Run it with: {command}').parse_args(argv)
+        print(f'{script_name()} is run by another script: {command}')
+        return 0
+    return main
+
+
 def main(argv: list[str]) -> int:
     import argparse
 

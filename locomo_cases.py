@@ -46,6 +46,10 @@ from pathlib import Path
 import re
 import sys
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from evaluate import SPLITS, CaseError, check_budget, check_case, read_json, write_atomically
 
 # What a case looks like. Changing any of these changes every case written.
@@ -274,4 +278,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    cli.run(main, 'nothing was written')

@@ -14,6 +14,10 @@ when stdout is a terminal and NO_COLOR is unset). It writes nothing.
 from collections.abc import Callable
 import textwrap
 
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
 from strategies import allowance
 from tokenizer import counter
 
@@ -184,3 +188,8 @@ def turn_map(report: dict) -> str:
         strategy_rows = {name: rows[best['case']] for name, rows in by_case.items()}
         blocks.append(case_map(best, strategy_rows, report['best_possible']['label']))
     return '\n\n'.join(blocks) + '\n'
+
+
+if __name__ == '__main__':
+    cli.run(cli.module_main('Show the request each strategy built, and the turn map of every case.',
+                            'python evaluate.py --show dev-correction'))

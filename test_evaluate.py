@@ -9,6 +9,7 @@ directories.
 import copy
 import hashlib
 import json
+import os
 from pathlib import Path
 import random
 import re
@@ -21,7 +22,7 @@ import unittest
 import best_possible
 from evaluate import CaseError, compare, evaluate_cases, grade, load_cases, row_changes, run, summarize, table, to_json
 from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
-from tokenizer import count_rendered, count_request
+from tokenizer import PREPARED_ENV, count_rendered, count_request
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
@@ -94,8 +95,10 @@ def cases() -> dict:
 
 
 def evaluate_py(*args: str, cwd: Path = HERE) -> subprocess.CompletedProcess:
+    # A developer's own CONTEXT_LAB_PREPARED would point a copied lab at a prepared folder it should lack.
+    environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
     return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=environment)
 
 
 class RecordedReportTest(unittest.TestCase):
