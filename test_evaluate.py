@@ -20,7 +20,8 @@ import tempfile
 import unittest
 
 import best_possible
-from evaluate import CaseError, compare, evaluate_cases, grade, load_cases, row_changes, run, summarize, table, to_json
+from compare_reports import compare
+from evaluate import CaseError, evaluate_cases, grade, load_cases, run, summarize, table, to_json
 from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
 from tokenizer import PREPARED_ENV, count_rendered, count_request
 
@@ -465,9 +466,8 @@ class CommandLineTest(unittest.TestCase):
 
     def test_unprepared_counter_says_to_run_prepare(self):
         with tempfile.TemporaryDirectory() as folder:
-            for name in ('cli.py', 'requirements.txt', 'evaluate.py', 'best_possible.py', 'request_view.py',
-                         'strategies.py', 'tokenizer.py',
-                         'tokenizer-manifest.json', 'cases.json'):
+            for name in ('cli.py', 'requirements.txt', 'evaluate.py', 'best_possible.py', 'compare_reports.py',
+                         'request_view.py', 'strategies.py', 'tokenizer.py', 'tokenizer-manifest.json', 'cases.json'):
                 shutil.copy(HERE / name, folder)
             result = evaluate_py(cwd=Path(folder))
         self.assertEqual(result.returncode, 2)
@@ -495,24 +495,6 @@ class CommandLineTest(unittest.TestCase):
         recorded['best_possible']['summary']['dev'].update(not_searched=2, complete_cases=3, mean_input_tokens=None)
         self.assertIn('| best possible (reads the labels) | dev | 7 of 7 | 3 of 4 (2 not searched) | 0 | - |',
                       table(recorded))
-
-    def test_compare_names_kept_turns_counting_from_1(self):
-        old = json.loads(RECORDED.read_text(encoding='utf-8'))
-        new = copy.deepcopy(old)
-        new['cases']['recent'][1]['turns'] = [0, 2]  # dev-old-decision kept index 2; now indices 0 and 2
-        new['best_possible']['cases'][2]['turns'] = []  # dev-correction's best kept index 1
-        self.assertEqual(compare(old, new), ['recent dev-old-decision: kept turn 3 -> turns 1, 3',
-                                             'best possible dev-correction: kept turn 2 -> no turns'])
-        self.assertEqual(row_changes({**old['best_possible']['cases'][0], 'turns': None, 'missing': None},
-                                     old['best_possible']['cases'][0]), ['kept no search -> turn 2'])
-
-    def test_compare_with_a_report_from_before_the_best_possible_lists_its_rows_as_added(self):
-        old = json.loads(RECORDED.read_text(encoding='utf-8'))
-        new = copy.deepcopy(old)
-        del old['best_possible']
-        lines = compare(old, new)
-        self.assertEqual(lines[:2], ['best possible dev-latest: case added', 'best possible dev-old-decision: case added'])
-        self.assertEqual(len(lines), 12 + 2 * 7)  # twelve rows, seven figures for each split
 
     def test_compare_exits_0_when_nothing_changed(self):
         result = evaluate_py('--compare', str(RECORDED))
