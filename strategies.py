@@ -32,7 +32,7 @@ This module writes nothing and prints nothing; evaluate.py runs it.
 from collections.abc import Callable, Iterable, Iterator
 import re
 
-from tokenizer import Tally
+from tokenizer import CounterError, Tally
 
 Messages = list[dict]
 Count = Callable[[Messages], int]
@@ -150,8 +150,11 @@ class Draft:
     def selection(self) -> dict:
         """What every strategy hands back: the request, which turns and how many notes it holds, and its size."""
         request = self.tally.messages()
-        return dict(messages=request, turns=sorted(self.tally.groups), notes=len(self.notes),
-                    input_tokens=self.count(request))
+        size = self.count(request)
+        if size != self.tally.size:  # every fit decision rested on tally.size, so it must be the true count
+            raise CounterError(f'case {self.case.get("id")}: the request was counted {self.tally.size} tokens '
+                               f'as it was built and {size} whole; the counter cannot be summed piece by piece')
+        return dict(messages=request, turns=sorted(self.tally.groups), notes=len(self.notes), input_tokens=size)
 
 
 def newest_run(newest_first: Iterable, take: Callable[[object], bool]) -> list:
