@@ -18,7 +18,7 @@ from unittest import mock
 from hypothesis import configuration, given, settings, strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from strategies import (CUES, NOTES_RESERVE, SENTENCE_BREAK, STRATEGIES, allowance, by_overlap, escape, note_lines,
+from strategies import (CUES, NOTES_HEADER, NOTES_RESERVE, SENTENCE_BREAK, STRATEGIES, allowance, by_overlap, escape, note_lines,
                         render)
 from tokenizer import LINE_START, Counter, Tally, count_rendered, count_request, counter, lines_split_cleanly, piecewise
 
@@ -223,6 +223,22 @@ class LinearTimeTest(unittest.TestCase):
             with self.subTest(turns=turns):
                 self.assertEqual(self.looked_up(self.chat(turns, 1_000_000)), 4 * (2 + 2 * turns + 2 + 2 * turns))
         self.assertLess(self.looked_up(self.chat(200, 1000)), self.looked_up(self.chat(200, 1_000_000)))
+
+
+class CacheTest(unittest.TestCase):
+    def test_refused_notes_blocks_are_not_cached(self):
+        history = [{'user': f'We decided that plan {n} must hold.', 'assistant': 'Noted.'} for n in range(30)]
+        case = {'instructions': 'Be brief.', 'current': 'Which plan holds?', 'history': history,
+                'budget': {'context_limit': 0, 'max_new_tokens': 0, 'margin': 0}}
+        case['budget']['context_limit'] = count_request(render(case, [29])) + NOTES_RESERVE + 5
+        for lines_apart in (True, False):
+            with self.subTest(lines_apart=lines_apart), mock.patch.dict(vars(counter()), {'lines_apart': lines_apart}):
+                before = set(counter().pieces)
+                selected = STRATEGIES['notes'](case, count_request)
+                blocks = {content for role, content in set(counter().pieces) - before if NOTES_HEADER in content}
+                self.assertEqual((selected['turns'], blocks), ([29], {selected['messages'][-1]['content']}))
+                self.assertEqual(selected['notes'], 2)  # blocks of one, two and three notes were offered
+                counter().pieces.pop(('user', selected['messages'][-1]['content']))
 
 
 class TallyTest(unittest.TestCase):

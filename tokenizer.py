@@ -22,7 +22,9 @@ turn, and the closing `model\n`. `count_request` counts each distinct piece
 once and sums; `count_rendered` renders the whole prompt and encodes it, and is
 the reference the fast path is tested against. Where the prepared tokenizer
 could let a special token straddle a piece boundary (see `splits_cleanly`),
-every count falls back to the full render.
+every count falls back to the full render. `Tally` keeps the count of a request
+while it is built up, from the same sums, so a strategy pays only for what each
+candidate adds.
 
 `python tokenizer.py` prints the counter's profile and the count of a small
 example request, which is a quick check that the preparation worked.
