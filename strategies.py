@@ -133,12 +133,12 @@ class Draft:
         self.case, self.count, self.notes = case, count, []
         self.tally = Tally(count, [system(case)], [ask(case, [])])  # counts every candidate exactly
 
-    def turns(self, limit: int) -> Callable[[int], bool]:
-        """Keep turn `index` if the request with it stays at or under `limit`; say whether it was kept."""
+    def turns_within(self, limit: int) -> Callable[[int], bool]:
+        """A `take` that keeps turn `index` if the request with it stays at or under `limit`."""
         return lambda index: self.tally.offer(index, as_messages(self.case['history'][index]), limit)
 
-    def notes_before(self, limit: int) -> Callable[[str], bool]:
-        """Put `line` first in the notes block if the request with it stays at or under `limit`."""
+    def notes_within(self, limit: int) -> Callable[[str], bool]:
+        """A `take` that puts `line` first in the notes block if the request with it stays at or under `limit`."""
         def take(line: str) -> bool:
             lines = [line, *self.notes]
             if not self.tally.offer_tail([ask(self.case, lines)], limit):
@@ -152,7 +152,7 @@ class Draft:
         request = self.tally.messages()
         size = self.count(request)
         if size != self.tally.size:  # every fit decision rested on tally.size, so it must be the true count
-            raise CounterError(f'case {self.case.get("id")}: the request was counted {self.tally.size} tokens '
+            raise CounterError(f'case {self.case.get("id", "?")}: the request was counted {self.tally.size} tokens '
                                f'as it was built and {size} whole; the counter cannot be summed piece by piece')
         return dict(messages=request, turns=sorted(self.tally.groups), notes=len(self.notes), input_tokens=size)
 
@@ -208,27 +208,27 @@ def note_lines(case: dict, before: int, cues: re.Pattern) -> Iterator[str]:
 
 def recent(case: dict, count: Count) -> dict:
     request = Draft(case, count)
-    newest_run(reversed(range(len(case['history']))), request.turns(allowance(case)))
+    newest_run(reversed(range(len(case['history']))), request.turns_within(allowance(case)))
     return request.selection()
 
 
 def relevant(case: dict, count: Count) -> dict:
     request = Draft(case, count)
-    greedy(by_overlap(case, range(len(case['history']))), request.turns(allowance(case)))
+    greedy(by_overlap(case, range(len(case['history']))), request.turns_within(allowance(case)))
     return request.selection()
 
 
 def notes(case: dict, count: Count, cues: re.Pattern = CUES) -> dict:
     request = Draft(case, count)
-    kept = newest_run(reversed(range(len(case['history']))), request.turns(allowance(case) - NOTES_RESERVE))
+    kept = newest_run(reversed(range(len(case['history']))), request.turns_within(allowance(case) - NOTES_RESERVE))
     # Notes are tried newest first, and the first one that does not fit ends the list.
-    newest_run(note_lines(case, len(case['history']) - len(kept), cues), request.notes_before(allowance(case)))
+    newest_run(note_lines(case, len(case['history']) - len(kept), cues), request.notes_within(allowance(case)))
     return request.selection()
 
 
 def hybrid(case: dict, count: Count) -> dict:
     request = Draft(case, count)
-    take = request.turns(allowance(case))
+    take = request.turns_within(allowance(case))
     newest = len(case['history']) - 1
     greedy([newest] if newest >= 0 else [], take)
     greedy(by_overlap(case, range(newest)), take)

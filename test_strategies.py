@@ -18,8 +18,8 @@ from unittest import mock
 from hypothesis import configuration, given, settings, strategies as st
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from strategies import (CUES, NOTES_HEADER, NOTES_RESERVE, SENTENCE_BREAK, STRATEGIES, allowance, by_overlap, escape, note_lines,
-                        render)
+from strategies import (CUES, NOTES_HEADER, NOTES_RESERVE, SENTENCE_BREAK, STRATEGIES, allowance, by_overlap, escape,
+                        note_lines, render)
 from tokenizer import LINE_START, Counter, Tally, count_rendered, count_request, counter, lines_split_cleanly, piecewise
 
 HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
