@@ -290,8 +290,9 @@ class LinesTest(unittest.TestCase):
         self.assertIs(lines_split_cleanly(counter().tokenizer), True)
 
     def test_tokenizers_that_could_merge_across_a_line_start_are_measured_whole(self):
-        def tiny(vocabulary: list[str], merges: list[tuple[str, str]] = (), normalizer=None, splitter=None):
-            tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(vocabulary)}, list(merges)))
+        def tiny(vocabulary: list[str], merges: list[tuple[str, str]] = (), normalizer=None, splitter=None,
+                 **options):
+            tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(vocabulary)}, list(merges), **options))
             if normalizer:
                 tokenizer.normalizer = normalizer
             if splitter:
@@ -306,6 +307,8 @@ class LinesTest(unittest.TestCase):
             ('a normalizer that makes newlines', tiny(['a', '\n'], normalizer=normalizers.Replace(' ', '\n')), False),
             ('a normalizer of another kind', tiny(['a', '\n'], normalizer=normalizers.NFKC()), False),
             ('a pre-tokenizer of another kind', tiny(['a', '\n'], splitter=pre_tokenizers.Whitespace()), False),
+            ('whole words looked up before merging', tiny(['a', '\n'], ignore_merges=True), False),
+            ('an end-of-word suffix', tiny(['a', '\n'], end_of_word_suffix='</w>'), False),
             ('a word-level model', Tokenizer(models.WordLevel({'a': 0, '\n': 1}, unk_token='a')), False),
         ]
         for name, tokenizer, expected in table:

@@ -413,8 +413,9 @@ def lines_split_cleanly(tokenizer) -> bool:
     That holds for a BPE model when no token, learned or added, holds a newline next to any other
     character (so no merge can join the two sides of a cut, and each side merges as it would alone), the
     normalizer at most replaces a string without newlines by one without newlines, the pre-tokenizer at
-    most splits at such a string, and no prefix or suffix marks where a word starts or ends. Gemma 4's
-    vocabulary keeps runs of newlines in tokens of their own, so this holds for the pinned tokenizer.
+    most splits at such a string, and nothing marks where a word starts or ends or looks whole words up
+    before merging. Gemma 4's vocabulary keeps runs of newlines in tokens of their own, so this holds
+    for the pinned tokenizer.
     """
     from tokenizers.models import BPE
 
@@ -426,7 +427,8 @@ def lines_split_cleanly(tokenizer) -> bool:
             and '\n' not in replace.get('content', '')
 
     model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
-    if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix:
+    if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix \
+            or model.ignore_merges:  # a whole-word look-up would see the line's neighbours
         return False
     if normalizer is not None and not (normalizer.get('type') == 'Replace' and newline_free(normalizer)):
         return False
