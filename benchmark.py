@@ -1,9 +1,9 @@
 """Time the strategies on generated case sets: both ways of counting, then chat-shaped histories at real budgets.
 
-    python benchmark.py                         # both parts (one to two minutes on 2 cores)
-    python benchmark.py --cases 10 --turns 30   # a quick look at the first part, then the sweep
-    python benchmark.py --sweep                 # only the sweep
-    python benchmark.py --no-sweep              # only the first part
+    python benchmark.py                                          # both parts (about a minute on 2 cores)
+    python benchmark.py --cases 10 --turns 30 --sweep-cases 10   # a quick look
+    python benchmark.py --sweep                                  # only the sweep
+    python benchmark.py --no-sweep                               # only the first part
 
 First part: a case set from a fixed seed (about 150 tokens a turn, some long
 log turns, facts and replaced facts planted at varied depths, a budget of
@@ -22,10 +22,11 @@ setting's pieces.
 Both parts compare their time with the lower bound for any exact counter:
 encoding once every distinct message the strategies measured (a candidate
 notes block that is measured once and dropped counts against the strategies,
-not the bound). The output is a table, then one JSON line with every figure;
-progress goes to stderr. It writes nothing to disk and needs the prepared
-counter (`python prepare.py`). It is not part of the test suite: timings depend
-on the machine.
+not the bound). Times are this process's CPU seconds. The output is a table,
+then one JSON line with every figure; progress goes to stderr. It writes
+nothing to disk and needs the prepared counter (`python prepare.py`). No test
+checks its timings, which depend on the machine; test_benchmark.py checks the
+workloads and the output.
 """
 import argparse
 import json
