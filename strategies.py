@@ -14,17 +14,29 @@
     hybrid    the newest turn if it fits, then relevant turns as above
 
 Every strategy gets the same allowance, context_limit - max_new_tokens - margin,
-measures every candidate request with the same counter, never exceeds the
-allowance with a turn or note it adds, never changes the case it is given, and
-lays out what it keeps the same way: the case's instructions as the system
+measures every candidate request exactly with the same counter, never exceeds
+the allowance with a turn or note it adds, never changes the case it is given,
+and lays out what it keeps the same way: the case's instructions as the system
 message, kept turns in conversation order, the question as the last user
 message. The strategies read only the conversation, never the required or
 stale fact labels that evaluate.py grades with.
 
+A request is built up one candidate at a time (`Draft`, on tokenizer.Tally).
+With the lab's counter a candidate costs only what it adds, so a case takes
+time in proportion to the history read, however large the budget; with any
+other count function every candidate request is counted whole, which gives the
+same selections, more slowly.
+
 This module writes nothing and prints nothing; evaluate.py runs it.
 """
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 import re
+
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
+from tokenizer import CounterError, Tally
 
 Messages = list[dict]
 Count = Callable[[Messages], int]
@@ -103,31 +115,65 @@ def as_messages(turn: dict) -> Messages:
     return [{'role': 'user', 'content': turn['user']}, {'role': 'assistant', 'content': turn['assistant']}]
 
 
+def system(case: dict) -> dict:
+    return {'role': 'system', 'content': case['instructions']}
+
+
+def ask(case: dict, notes: list[str]) -> dict:
+    return {'role': 'user', 'content': question(case['current'], notes)}
+
+
 def render(case: dict, kept: list[int], notes: list[str] = ()) -> Messages:
     """The request for a set of kept turn indices: instructions, those turns oldest first, then the question."""
     history = [message for index in sorted(kept) for message in as_messages(case['history'][index])]
-    return [{'role': 'system', 'content': case['instructions']}, *history,
-            {'role': 'user', 'content': question(case['current'], list(notes))}]
+    return [system(case), *history, ask(case, list(notes))]
 
 
-def selection(case: dict, kept: list[int], count: Count, notes: list[str] = ()) -> dict:
-    """What every strategy hands back: the request, which turns and how many notes it holds, and its size."""
-    request = render(case, kept, notes)
-    return dict(messages=request, turns=sorted(kept), notes=len(notes), input_tokens=count(request))
+class Draft:
+    """One strategy's request as it grows: the instructions and the question, then turns and notes that
+    are offered one at a time and kept only if the request still fits. Laid out as `render` lays it out."""
+
+    def __init__(self, case: dict, count: Count):
+        self.case, self.count, self.notes = case, count, []
+        self.tally = Tally(count, [system(case)], [ask(case, [])])  # counts every candidate exactly
+
+    def turns_within(self, limit: int) -> Callable[[int], bool]:
+        """A `take` that keeps turn `index` if the request with it stays at or under `limit`."""
+        return lambda index: self.tally.offer(index, as_messages(self.case['history'][index]), limit)
+
+    def notes_within(self, limit: int) -> Callable[[str], bool]:
+        """A `take` that puts `line` first in the notes block if the request with it stays at or under `limit`."""
+        def take(line: str) -> bool:
+            lines = [line, *self.notes]
+            if not self.tally.offer_tail([ask(self.case, lines)], limit):
+                return False
+            self.notes = lines
+            return True
+        return take
+
+    def selection(self) -> dict:
+        """What every strategy hands back: the request, which turns and how many notes it holds, and its size."""
+        request = self.tally.messages()
+        size = self.count(request)
+        if size != self.tally.size:  # every fit decision rested on tally.size, so it must be the true count
+            raise CounterError(f'case {self.case.get("id", "?")}: the request was counted {self.tally.size} tokens '
+                               f'as it was built and {size} whole; the counter cannot be summed piece by piece')
+        return dict(messages=request, turns=sorted(self.tally.groups), notes=len(self.notes), input_tokens=size)
 
 
-def newest_run(items: list, fits: Callable[[list], bool]) -> list:
-    """The newest items that fit together, found by walking back from the end.
+def newest_run(newest_first: Iterable, take: Callable[[object], bool]) -> list:
+    """Offer items to `take` newest first and stop at the first one it refuses; the taken ones, oldest first.
 
-    The walk ends at the first item that does not fit, even if older ones are small:
-    newest_run([1, 5, 2, 3], lambda run: sum(run) <= 6) -> [2, 3]
+    `take` keeps an item if it fits with those taken before and says whether it did. With a `take` that
+    keeps items while their sum stays at most 6, the walk ends at 5 even though 1 would fit:
+    newest_run(reversed([1, 5, 2, 3]), take) -> [2, 3]
     """
     run: list = []
-    for item in reversed(items):
-        if not fits([item, *run]):
+    for item in newest_first:
+        if not take(item):
             break
-        run.insert(0, item)
-    return run
+        run.append(item)
+    return run[::-1]
 
 
 def by_overlap(case: dict, indices) -> list[int]:
@@ -138,77 +184,64 @@ def by_overlap(case: dict, indices) -> list[int]:
     return sorted((i for i, n in shared.items() if n), key=lambda i: (-shared[i], -i))
 
 
-def greedy(order: list, chosen: list, fits: Callable[[list], bool]) -> list:
-    """Offer each item of `order` in turn; take it if everything taken still fits, else skip it.
+def greedy(order: list, take: Callable[[object], bool]) -> list:
+    """Offer each item of `order` to `take` in turn, skipping the ones it refuses; the taken ones.
 
-    greedy([5, 1, 3], [], lambda taken: sum(taken) <= 4) -> [1, 3]
+    With a `take` that keeps items while their sum stays at most 4: greedy([5, 1, 3], take) -> [1, 3]
     """
-    taken = list(chosen)
-    for item in order:
-        if item not in taken and fits(taken + [item]):
-            taken.append(item)
-    return taken
+    return [item for item in order if take(item)]
 
 
-def within(case: dict, count: Count, limit: int, notes: list[str] = ()) -> Callable[[list[int]], bool]:
-    """A test for a set of kept turns: does their request, with these notes, stay at or under `limit`?"""
-    return lambda kept: count(render(case, kept, notes)) <= limit
-
-
-def note_lines(case: dict, before: int, cues: re.Pattern) -> list[str]:
-    """Cue-word sentences from turns [0, before), oldest first, labelled with turn number and role.
+def note_lines(case: dict, before: int, cues: re.Pattern) -> Iterator[str]:
+    """Cue-word sentences from turns [0, before), newest first, labelled with turn number and role.
 
     A user turn 'Fine. We must ship on Friday.' at index 0 gives
-    ['- [turn 1, user] We must ship on Friday.']
+    ['- [turn 1, user] We must ship on Friday.']. A sentence said twice in one message is a note once, where
+    it was first said. The lines come one at a time, so older turns are read only if a note is still wanted.
     """
-    lines: list[str] = []
-    for index in range(before):
-        for role in ('user', 'assistant'):
+    for index in reversed(range(before)):
+        for role in ('assistant', 'user'):
             text = case['history'][index][role].strip()
             if not cues.search(text):
                 continue  # a cue inside a sentence is also a cue in the whole text, so nothing is lost
-            for sentence in SENTENCE_BREAK.split(text):
-                if cues.search(sentence):
-                    line = f'- [turn {index + 1}, {role}] {escape(sentence)}'
-                    if line not in lines:
-                        lines.append(line)
-    return lines
+            # The label makes lines of different messages differ, so repeats can only come from this one.
+            lines = dict.fromkeys(f'- [turn {index + 1}, {role}] {escape(sentence)}'
+                                  for sentence in SENTENCE_BREAK.split(text) if cues.search(sentence))
+            yield from reversed(list(lines))
 
 
 def recent(case: dict, count: Count) -> dict:
-    turns = list(range(len(case['history'])))
-    return selection(case, newest_run(turns, within(case, count, allowance(case))), count)
+    request = Draft(case, count)
+    newest_run(reversed(range(len(case['history']))), request.turns_within(allowance(case)))
+    return request.selection()
 
 
 def relevant(case: dict, count: Count) -> dict:
-    order = by_overlap(case, range(len(case['history'])))
-    return selection(case, greedy(order, [], within(case, count, allowance(case))), count)
+    request = Draft(case, count)
+    greedy(by_overlap(case, range(len(case['history']))), request.turns_within(allowance(case)))
+    return request.selection()
 
 
 def notes(case: dict, count: Count, cues: re.Pattern = CUES) -> dict:
-    turns = list(range(len(case['history'])))
-    kept = newest_run(turns, within(case, count, allowance(case) - NOTES_RESERVE))
-    candidates = note_lines(case, len(turns) - len(kept), cues)
+    request = Draft(case, count)
+    kept = newest_run(reversed(range(len(case['history']))), request.turns_within(allowance(case) - NOTES_RESERVE))
     # Notes are tried newest first, and the first one that does not fit ends the list.
-    chosen = newest_run(candidates, lambda lines: count(render(case, kept, lines)) <= allowance(case))
-    return selection(case, kept, count, chosen)
+    newest_run(note_lines(case, len(case['history']) - len(kept), cues), request.notes_within(allowance(case)))
+    return request.selection()
 
 
 def hybrid(case: dict, count: Count) -> dict:
+    request = Draft(case, count)
+    take = request.turns_within(allowance(case))
     newest = len(case['history']) - 1
-    fits = within(case, count, allowance(case))
-    kept = greedy([newest] if newest >= 0 else [], [], fits)
-    return selection(case, greedy(by_overlap(case, range(newest)), kept, fits), count)
+    greedy([newest] if newest >= 0 else [], take)
+    greedy(by_overlap(case, range(newest)), take)
+    return request.selection()
 
 
 STRATEGIES = {'recent': recent, 'relevant': relevant, 'notes': notes, 'hybrid': hybrid}
 
 
 if __name__ == '__main__':
-    import argparse
-
-    argparse.ArgumentParser(prog='strategies.py', description='The four rules for choosing history (recent, '
-                            'relevant, notes, hybrid). A module with no command of its own: evaluate.py runs it.',
-                            epilog='Run the strategies on the cases with: python evaluate.py --format table'
-                            ).parse_args()
-    print('strategies.py is run by evaluate.py: python evaluate.py --format table')
+    cli.run(cli.module_main('The four rules for choosing history: recent, relevant, notes, hybrid.',
+                            'python evaluate.py --format table'))

@@ -22,7 +22,9 @@ turn, and the closing `model\n`. `count_request` counts each distinct piece
 once and sums; `count_rendered` renders the whole prompt and encodes it, and is
 the reference the fast path is tested against. Where the prepared tokenizer
 could let a special token straddle a piece boundary (see `splits_cleanly`),
-every count falls back to the full render.
+every count falls back to the full render. `Tally` keeps the count of a request
+while it is built up, from the same sums, so a strategy pays only for what each
+candidate adds.
 
 `python tokenizer.py` prints the counter's profile and the count of a small
 example request, which is a quick check that the preparation worked.
@@ -31,13 +33,14 @@ The prepared folder is prepared/ beside this file, or the folder the
 environment variable CONTEXT_LAB_PREPARED names (for a checkout you cannot
 write to); prepare.py writes it and every script reads it through PREPARED.
 """
-from collections.abc import Mapping
-from functools import lru_cache
+from collections.abc import Callable, Mapping
+from functools import cached_property, lru_cache
 import hashlib
 import json
 from operator import itemgetter
 import os
 from pathlib import Path
+import re
 import sys
 
 import cli
@@ -74,6 +77,7 @@ ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message ro
 THINKING_MARKERS = ('<|channel>', '<channel|>')
 ROLE_AND_CONTENT = itemgetter('role', 'content')
 ROLE = itemgetter('role')
+LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
 
 
 class CounterError(RuntimeError):
@@ -239,6 +243,11 @@ class Counter:
         self.per_turn = 2 + len(self.encode('\n'))
         self.fixed = len(self.encode(BOS)) + 1 + len(self.encode('model\n'))
 
+    @cached_property
+    def lines_apart(self) -> bool:
+        """Can a piece be measured line by line (see Tally)? Checked on first use: it reads the whole vocabulary."""
+        return self.fast and lines_split_cleanly(self.tokenizer)
+
     def profile(self) -> dict:
         # Nothing here depends on which source prepared the files: both give the same counts.
         return {
@@ -313,6 +322,98 @@ class Counter:
             size = self.pieces[role, content] = len(self.encode(piece(role, content)))
         return size
 
+    def count_once(self, messages: list[dict]) -> int:
+        """count(messages), leaving the cache as it was: for a request that is measured once and dropped."""
+        known = len(self.pieces)
+        try:
+            return self.count(messages)
+        finally:
+            while len(self.pieces) > known:
+                self.pieces.popitem()  # a dict pops its newest entries first: exactly the ones this count added
+
+
+class Tally:
+    """A request under construction and its exact count: fixed first messages (`head`), groups of messages
+    offered one at a time (kept in key order), and a last message (`tail`) that may be swapped.
+
+    On the fast path a count is additive: every message adds per_turn plus the tokens of its own piece,
+    whatever stands next to it (see Counter.count), so for any head, groups and tail
+
+        count(head + groups + tail) == count(head + tail) + sum(count(group) - fixed for group in groups)
+
+    and offering a group costs a look-up of its own two messages, however much the request already holds.
+    A piece is additive in its lines too, where the tokenizer allows it (see lines_split_cleanly): its
+    tokens are the sum of the tokens of the parts LINE_START cuts it into, so a tail that differs from the
+    last one by a line costs the encoding of that line. These two identities are the only incremental
+    arithmetic in the lab. With any other count (the fallback path, or a function that is not a Counter's
+    count) every offer counts the whole candidate request: exact, and slower the more it holds. Either way
+    `size` is the count of `messages()`.
+    """
+
+    def __init__(self, count: Callable[[list[dict]], int], head: list[dict], tail: list[dict]):
+        self.count = count
+        self.counter = piecewise(count)  # None: count every candidate whole
+        self.head, self.tail = head, tail
+        self.groups: dict = {}  # key -> messages
+        self.lines: dict[str, int] = {}  # line -> tokens, for tails; kept only as long as this request
+        self.frame = count(head + tail)  # the part of `size` that head and tail make
+        self.size = self.frame
+
+    def messages(self, groups: dict | None = None, tail: list[dict] | None = None) -> list[dict]:
+        """The request: head, the groups in key order, then the tail (or the ones given instead)."""
+        groups = self.groups if groups is None else groups
+        return [*self.head, *(message for key in sorted(groups) for message in groups[key]),
+                *(self.tail if tail is None else tail)]
+
+    def offer(self, key, group: list[dict], limit: int) -> bool:
+        """Keep `group` under `key` if the request with it counts at most `limit`; say whether it was kept."""
+        if key in self.groups:
+            return False
+        if self.counter:
+            size = self.size + self.count(group) - self.counter.fixed
+        else:
+            size = self.count(self.messages({**self.groups, key: group}))
+        if size > limit:
+            return False
+        self.groups[key], self.size = group, size
+        return True
+
+    def offer_tail(self, tail: list[dict], limit: int) -> bool:
+        """Swap in `tail` if the request with it counts at most `limit`; say whether it was swapped in."""
+        if self.counter:
+            frame = self.tail_frame(tail)
+            size = self.size - self.frame + frame
+        else:
+            frame = size = self.count(self.messages(tail=tail))
+        if size > limit:
+            return False
+        self.tail, self.frame, self.size = tail, frame, size
+        return True
+
+    def tail_frame(self, tail: list[dict]) -> int:
+        """count(head + tail) on the fast path, leaving the counter's cache as it was: a tail is offered once."""
+        if not self.counter.lines_apart:
+            return self.counter.count_once(self.head + tail)
+        turns(self.head + tail)  # refuse what count would refuse
+        pieces = [piece(message['role'], message['content']) for message in tail]
+        return self.count(self.head) + sum(self.counter.per_turn + sum(map(self.line_size, LINE_START.split(text)))
+                                           for text in pieces)
+
+    def line_size(self, line: str) -> int:
+        size = self.lines.get(line)
+        if size is None:
+            size = self.lines[line] = len(self.counter.encode(line))
+        return size
+
+
+def piecewise(count) -> Counter | None:
+    """The Counter whose cached pieces `count` adds up (count_request, or a fast Counter's own count), else None."""
+    owner = counter() if count is count_request else getattr(count, '__self__', None)
+    method = Counter.count if count is count_request else getattr(count, '__func__', None)
+    if isinstance(owner, Counter) and method is Counter.count and owner.fast:
+        return owner
+    return None
+
 
 def splits_cleanly(tokenizer) -> bool:
     """True when counting piece by piece must give the full count for this tokenizer.
@@ -332,6 +433,38 @@ def splits_cleanly(tokenizer) -> bool:
             return False
     contents = {token.content for token in added}
     return {BOS, '<|turn>', '<turn|>'} <= contents
+
+
+def lines_split_cleanly(tokenizer) -> bool:
+    """True when a text's tokens are the tokens of its parts cut at every newline followed by other text.
+
+    That holds for a BPE model when no token, learned or added, holds a newline next to any other
+    character (so no merge can join the two sides of a cut, and each side merges as it would alone), the
+    normalizer at most replaces a string without newlines by one without newlines, the pre-tokenizer at
+    most splits at such a string, and nothing marks where a word starts or ends or looks whole words up
+    before merging. Gemma 4's vocabulary keeps runs of newlines in tokens of their own, so this holds
+    for the pinned tokenizer.
+    """
+    from tokenizers.models import BPE
+
+    def state(part) -> dict | None:  # a normalizer's or pre-tokenizer's settings, as tokenizer.json holds them
+        return None if part is None else json.loads(part.__getstate__())
+
+    def newline_free(replace: dict) -> bool:
+        return set(replace.get('pattern', {})) == {'String'} and '\n' not in replace['pattern']['String'] \
+            and '\n' not in replace.get('content', '')
+
+    model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
+    if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix \
+            or model.ignore_merges:  # a whole-word look-up would see the line's neighbours
+        return False
+    if normalizer is not None and not (normalizer.get('type') == 'Replace' and newline_free(normalizer)):
+        return False
+    if splitter is not None and not (splitter.get('type') == 'Split' and not splitter.get('invert')
+                                     and newline_free(splitter)):
+        return False
+    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
+    return '\n' in vocabulary and not any('\n' in token and token.strip('\n') for token in vocabulary)
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,79 @@
+"""Tests for benchmark.py's workloads and output; its timings are not tested (they depend on the machine).
+
+    python -m unittest -v test_benchmark.py
+"""
+import contextlib
+import io
+import json
+from pathlib import Path
+import random
+import subprocess
+import sys
+import unittest
+
+import benchmark
+from strategies import as_messages
+from tokenizer import counter
+
+HERE = Path(__file__).resolve().parent
+
+
+def turn_tokens(turn: dict) -> int:
+    """What a turn adds to a request: its two messages with their delimiters."""
+    return counter().count(as_messages(turn)) - counter().fixed
+
+
+class ChatWorkloadTest(unittest.TestCase):
+    def test_short_turns_are_20_to_80_tokens_and_pasted_logs_1000_to_2000(self):
+        rng = random.Random(1)
+        short = [turn_tokens(benchmark.short_turn(rng)) for _ in range(300)]
+        pasted = [turn_tokens(benchmark.log_turn(rng, 7, rng.randint(*benchmark.PASTE_LINES))) for _ in range(40)]
+        self.assertGreaterEqual(min(short), 20)
+        self.assertLessEqual(max(short), 80)
+        self.assertGreaterEqual(min(pasted), 1000)
+        self.assertLessEqual(max(pasted), 2000)
+
+    def test_every_case_has_its_own_history_and_facts_at_varied_depths(self):
+        cases = benchmark.generated_cases(benchmark.chat_case, 12, 300, benchmark.SWEEP_SEED)
+        turns = [turn['user'] for case in cases for turn in case['history']]
+        self.assertEqual(len(set(turns)), len(turns))
+        depths = {next(i for i, turn in enumerate(case['history']) if case['required'][0] in turn['user'])
+                  for case in cases}
+        self.assertGreater(len(depths), 8)
+
+    def test_settings_share_histories_and_differ_only_in_budget(self):
+        cases = benchmark.generated_cases(benchmark.chat_case, 2, 300, benchmark.SWEEP_SEED)
+        small, large = benchmark.with_budget(cases, 4096), benchmark.with_budget(cases, 65536)
+        self.assertIs(small[0]['history'], large[0]['history'])
+        self.assertEqual((small[0]['budget'], large[0]['budget']['context_limit']),
+                         ({'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}, 65536))
+
+
+class OutputTest(unittest.TestCase):
+    def test_sweep_reports_every_setting_in_the_json_line_and_progress_on_stderr(self):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = benchmark.main(['--sweep', '--sweep-cases', '1'])
+        figures = json.loads(out.getvalue().splitlines()[-1])
+        settings = [(s['context_limit'], s['turns'], s['cases']) for s in figures['sweep']]
+        self.assertEqual((status, settings), (0, [(4096, 300, 1), (16384, 300, 1), (65536, 300, 1), (4096, 1200, 1)]))
+        seconds = {(s['context_limit'], s['turns']): s['seconds'] for s in figures['sweep']}
+        self.assertEqual(figures['worst_over_bound'], max(s['over_bound'] for s in figures['sweep']))
+        # The growths come from unrounded seconds; the rounded ones give them to within a few per cent.
+        self.assertAlmostEqual(figures['budget_growth'] / (seconds[65536, 300] / seconds[4096, 300]), 1, delta=0.1)
+        self.assertAlmostEqual(figures['turns_growth'] / (seconds[4096, 1200] / seconds[4096, 300]), 1, delta=0.1)
+        self.assertEqual(sorted(figures['targets_met']), ['budget_growth', 'turns_growth', 'worst_over_bound'])
+        self.assertGreater(figures['peak_rss_mb'], 0)
+        self.assertIn('benchmark.py: sweep 4096 context, 1200 turns: 1 of 1 cases\n', err.getvalue())
+        self.assertNotIn('benchmark.py:', out.getvalue())
+        self.assertEqual(counter().pieces, {})  # the sweep leaves no cached pieces behind
+
+    def test_help_prints_the_usage_and_exits_0(self):
+        result = subprocess.run([sys.executable, 'benchmark.py', '--help'], cwd=HERE, capture_output=True, text=True)
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        self.assertTrue(result.stdout.startswith('usage: benchmark.py'))
+        self.assertIn('--sweep', result.stdout)
+
+
+if __name__ == '__main__':
+    unittest.main()
