@@ -433,7 +433,9 @@ def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_p
         partial = partial_path(result_path)
         kept = (f'; the answers so far are kept in {partial.name} for the next `record`'
                 if args.command == 'record' and partial.exists() else '')
-        print(f'answer_check.py: interrupted; {Path(result_path).name} is unchanged{kept}', file=err)
+        # During record, the recording is replaced only in its last step, after every answer arrived.
+        state = 'is replaced only once every answer has arrived' if args.command == 'record' else 'is unchanged'
+        print(f'answer_check.py: interrupted; {Path(result_path).name} {state}{kept}', file=err)
         return 130
     if grades['answers_recorded']:
         print(table(grades), checks(grades), sep='\n\n', file=out)

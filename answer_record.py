@@ -202,6 +202,19 @@ def nested(plan: list[dict], keys: list[tuple], answers: dict) -> dict:
     return by_strategy
 
 
+def loaded_context(client: AnswerModel, num_ctx: int, say) -> int | None:
+    """The context length /api/ps reports for the loaded tag, or None; a failing /api/ps only costs the note."""
+    try:
+        length = client.loaded_context_length()
+    except AnswerModelError as error:
+        say(f'the server did not say what context it loaded the model with ({error}); recording goes on')
+        return None
+    if length:
+        say(f'the server loaded {client.model["ollama_tag"]} with a context of {length} tokens; '
+            f'num_ctx {num_ctx} only decides which old messages it would drop')
+    return length
+
+
 def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, *, fresh: bool = False,
                    progress=None) -> dict:
     """Ask for every planned answer not already kept; write result_path only when all of them are present.
@@ -241,13 +254,11 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, *, 
             raise AnswerModelError(f'call {number} of {len(plan)} ({label(item)}): {error}; {kept}') from None
         seconds.append(time.monotonic() - started)
         answers[key] = {**reply, 'request_sha256': key[2], 'input_tokens': item['input_tokens']}
-        if len(seconds) == 1:  # the model is loaded now, so the server can say with what context
-            context_length = client.loaded_context_length() or context_length
-            if context_length:
-                say(f'the server loaded {model["ollama_tag"]} with a context of {context_length} tokens; '
-                    f'num_ctx {body["options"]["num_ctx"]} only decides which old messages it would drop')
+        # Kept before anything else is asked, so no later failure can lose this answer.
         write_json(partial, {**server, 'loaded_context_length': context_length,
                              'answers': nested(plan, keys, answers)})
+        if len(seconds) == 1:  # the model is loaded now, so the server can say with what context
+            context_length = loaded_context(client, body['options']['num_ctx'], say) or context_length
         left = sum(seconds) / len(seconds) * (asking - len(seconds))
         say(f'call {number} of {len(plan)}: {label(item)}: {seconds[-1]:.1f} s, about {duration(left)} left')
     model_block = {**model, 'ollama_version': version}

@@ -106,11 +106,13 @@ class FakeOllama:
 
     chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1);
     version is what /api/version says; context_length is what /api/ps reports for a loaded model
-    (None: the field is left out, as servers before 0.9.7 do).
+    (None: the field is left out, as servers before 0.9.7 do); ps_status other than 200 makes /api/ps
+    fail with that status, as a proxy in front of the server might.
     """
 
     def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply,
-                 version: str = SERVER_VERSION, context_length: int | None = LOADED_CONTEXT):
+                 version: str = SERVER_VERSION, context_length: int | None = LOADED_CONTEXT,
+                 ps_status: int = 200):
         self.requests: list[tuple[str, str, bytes]] = []
         fake = self
 
@@ -142,7 +144,8 @@ class FakeOllama:
                 if self.path == '/api/version':
                     self.send_json(200, {'version': version})
                 elif self.path == '/api/ps':
-                    self.send_json(200, {'models': loaded()})
+                    self.send_json(*((200, {'models': loaded()}) if ps_status == 200
+                                     else (ps_status, {'error': 'internal server error'})))
                 elif self.path == '/api/tags':
                     self.send_json(200, {'models': [
                         {'name': tag, 'model': tag, 'modified_at': '2026-10-20T00:00:00Z', 'size': 7162394016,
@@ -589,6 +592,16 @@ class RecordTest(unittest.TestCase):
                          {**load_model(), 'ollama_version': SERVER_VERSION})
         self.assertNotIn('the server loaded', err)
 
+    def test_failing_api_ps_neither_loses_the_first_answer_nor_stops_the_recording(self):
+        with FakeOllama(ps_status=500) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 120)
+        self.assertEqual(json.loads(self.result.read_text())['model'],
+                         {**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertIn('the server did not say what context it loaded the model with (', err)
+        self.assertIn('); recording goes on\n', err)
+
     def test_server_error_halfway_leaves_the_recording_byte_identical(self):
         previous = b'{"model": {}, "answers": {}}\n  previous recording, kept byte for byte \xc3\xa9\n'
         self.result.write_bytes(previous)
@@ -658,9 +671,9 @@ class RecordTest(unittest.TestCase):
             client.answer = interrupted_at_10
             code, out, err = self.run_main(['record'], client=client)
         self.assertEqual(code, 130)
-        self.assertEqual(err.splitlines()[-1], 'answer_check.py: interrupted; answer-result.json is unchanged; the '
-                                               'answers so far are kept in answer-result.partial.json for the next '
-                                               '`record`')
+        self.assertEqual(err.splitlines()[-1], 'answer_check.py: interrupted; answer-result.json is replaced only '
+                                               'once every answer has arrived; the answers so far are kept in '
+                                               'answer-result.partial.json for the next `record`')
         self.assertEqual(self.result.read_bytes(), previous)
         partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
         self.assertEqual(sum(len(a) for by_case in partial['answers'].values() for a in by_case.values()), 9)
