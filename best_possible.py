@@ -148,15 +148,16 @@ def best_row(case: dict, grade: Callable, count: Callable = count_request) -> di
 def summarize(rows: list[dict]) -> dict:
     """Totals for a list of best-possible rows, of whatever grouping (split, kind) the caller chose.
 
-    Rows not searched (too many candidate turns) count as cases but add no facts or tokens:
-    one row with 1 of 1 facts in 40 tokens and one with 0 of 2 in 51 give
-    facts_found 1 of 3, complete_cases 1, mean_input_tokens 45.5, not_searched 0.
+    A row not searched (too many candidate turns) adds its facts to the total, as the strategies' rows of
+    the same case do, but no facts found, complete case or tokens: one row with 1 of 1 facts in 40 tokens,
+    one with 0 of 2 in 51 and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1,
+    mean_input_tokens 45.5, not_searched 1.
     """
     searched = [row for row in rows if row['turns'] is not None]
     tokens = [row['input_tokens'] for row in searched]
     return {'cases': len(rows), 'not_searched': len(rows) - len(searched),
             'facts_found': sum(row['required_found'] for row in searched),
-            'facts_total': sum(row['required_total'] for row in searched),
+            'facts_total': sum(row['required_total'] for row in rows),
             'complete_cases': sum(1 for row in searched if not row['missing']),
             'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
             'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}

@@ -109,6 +109,11 @@ def compare(old: dict, new: dict) -> list[str]:
     return lines
 
 
+def is_turn_list(value) -> bool:
+    """Is value a list of 0-based turn indices, as a report row holds them? [0, 2] -> True; ['x'] -> False"""
+    return isinstance(value, list) and all(type(index) is int and index >= 0 for index in value)
+
+
 def check_report(path: Path, report) -> None:
     """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
     def wrong(what: str) -> ReportError:
@@ -130,6 +135,8 @@ def check_report(path: Path, report) -> None:
             for field in ('missing', 'stale_included'):
                 if not isinstance(row[field], list) or not all(isinstance(fact, str) for fact in row[field]):
                     raise wrong(f'cases.{name}[{index}].{field} must be a list of facts')
+            if not is_turn_list(row['turns']):
+                raise wrong(f'cases.{name}[{index}].turns must be a list of turn indices')
     for name, splits in report['summary'].items():
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
             raise wrong(f'summary.{name} must map each split to its figures')
@@ -144,6 +151,9 @@ def check_report(path: Path, report) -> None:
         if not isinstance(row['case'], str) or not all(isinstance(row[field], (list, type(None)))
                                                        for field in ('turns', 'missing', 'stale_included')):
             raise wrong(f'best_possible.cases[{index}] must name its case and list its turns and facts')
+        for field in ('turns', 'fact_turns', 'stale_turns'):
+            if not (is_turn_list(row[field]) or (field == 'turns' and row[field] is None)):
+                raise wrong(f'best_possible.cases[{index}].{field} must be a list of turn indices')
 
 
 if __name__ == '__main__':

@@ -151,14 +151,15 @@ class BestRowTest(unittest.TestCase):
 
 
 class SummaryTest(unittest.TestCase):
-    def test_summary_counts_unsearched_rows_as_cases_only(self):
+    def test_summary_counts_the_facts_of_unsearched_rows_as_not_found(self):
         rows = [{'turns': [0], 'input_tokens': 40, 'required_found': 1, 'required_total': 1, 'missing': [],
                  'stale_included': []},
                 {'turns': [], 'input_tokens': 51, 'required_found': 0, 'required_total': 2, 'missing': ['a', 'b'],
                  'stale_included': []},
                 {'turns': None, 'input_tokens': None, 'required_found': None, 'required_total': 3, 'missing': None,
                  'stale_included': None}]
-        self.assertEqual(summarize(rows), {'cases': 3, 'not_searched': 1, 'facts_found': 1, 'facts_total': 3,
+        # The strategies' rows of these cases hold 6 facts in all, so the best possible total must too.
+        self.assertEqual(summarize(rows), {'cases': 3, 'not_searched': 1, 'facts_found': 1, 'facts_total': 6,
                                            'complete_cases': 1, 'cases_with_stale_facts': 0,
                                            'mean_input_tokens': 45.5})
         self.assertIsNone(summarize(rows[2:])['mean_input_tokens'])

@@ -546,6 +546,19 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual((result.returncode, result.stderr), (2, f"evaluate.py: {path}: not an evaluate.py report "
                                                                  "(best_possible.cases[3] lacks ['fact_turns'])\n"))
 
+    def test_compare_refuses_turns_that_are_not_turn_indices_instead_of_a_traceback(self):
+        for where, change, expected in (
+                ('cases.recent[1].turns', lambda old: old['cases']['recent'][1].update(turns='x'), 'turns'),
+                ('best_possible.cases[2].fact_turns',
+                 lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), 'fact_turns')):
+            with self.subTest(where):
+                old = json.loads(RECORDED.read_text(encoding='utf-8'))
+                change(old)
+                path, result = self.run_on_file('--compare', json.dumps(old))
+                self.assertEqual((result.returncode, result.stderr),
+                                 (2, f'evaluate.py: {path}: not an evaluate.py report ({where} must be a list of '
+                                     'turn indices)\n'))
+
     def test_compare_with_a_table_format_is_a_usage_error(self):
         result = evaluate_py('--compare', str(RECORDED), '--format', 'table')
         self.assertEqual(result.returncode, 2)

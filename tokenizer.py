@@ -345,7 +345,9 @@ class Tally:
     A piece is additive in its lines too, where the tokenizer allows it (see lines_split_cleanly): its
     tokens are the sum of the tokens of the parts LINE_START cuts it into, so a tail that differs from the
     last one by a line costs the encoding of that line. These two identities are the only incremental
-    arithmetic in the lab. With any other count (the fallback path, or a function that is not a Counter's
+    arithmetic in the lab's selection. Two views outside it read the first identity back: best_possible.py
+    prices each turn as count(head + [turn] + tail) - count(head + tail) and checks the chosen request's real
+    count against the sum, and request_view.py shows each message's share. With any other count (the fallback path, or a function that is not a Counter's
     count) every offer counts the whole candidate request: exact, and slower the more it holds. Either way
     `size` is the count of `messages()`.
     """
