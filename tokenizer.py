@@ -347,9 +347,9 @@ class Tally:
     last one by a line costs the encoding of that line. These two identities are the only incremental
     arithmetic in the lab's selection. Two views outside it read the first identity back: best_possible.py
     prices each turn as count(head + [turn] + tail) - count(head + tail) and checks the chosen request's real
-    count against the sum, and request_view.py shows each message's share. With any other count (the fallback path, or a function that is not a Counter's
-    count) every offer counts the whole candidate request: exact, and slower the more it holds. Either way
-    `size` is the count of `messages()`.
+    count against the sum, and request_view.py shows each message's share. With any other count (the
+    fallback path, or a function that is not a Counter's count) every offer counts the whole candidate
+    request: exact, and slower the more it holds. Either way `size` is the count of `messages()`.
     """
 
     def __init__(self, count: Callable[[list[dict]], int], head: list[dict], tail: list[dict]):
