@@ -169,17 +169,28 @@ def loaded_counter():
 def cold_start() -> None:
     """Empty the piece cache and the tokenizer's own cache, as in a fresh process."""
     counter().pieces.clear()
-    # The BPE model remembers recent short texts (under about 256 characters); a warm one would encode
-    # them again about twice as fast and make the bound look lower than any fresh count could be.
-    # (_clear_cache is the BPE model's own method in the pinned tokenizers.)
-    counter().tokenizer.model._clear_cache()
+    clear_tokenizer_cache()
+
+
+def clear_tokenizer_cache() -> None:
+    """Forget the texts the BPE model remembers, so every timing starts as cold as a fresh process.
+
+    The model caches recent short texts (under about 256 characters); a warm one would encode them again
+    about twice as fast and make the bound look lower than any fresh count could be. `_clear_cache` is the
+    BPE model's own method in the pinned tokenizers; without it the figures would not compare like with like.
+    """
+    clear = getattr(counter().tokenizer.model, '_clear_cache', None)
+    if clear is None:
+        raise CounterError('this tokenizers version has no BPE _clear_cache, so timings cannot start cold; '
+                           'install the locked versions (requirements.lock)')
+    clear()
 
 
 def bound_seconds() -> float:
     """Encode every distinct piece the counter cached once: no exact counter can do less tokenizer work."""
     encode = counter().encode
     texts = [piece(role, content) for role, content in counter().pieces]
-    counter().tokenizer.model._clear_cache()  # see cold_start
+    clear_tokenizer_cache()
     start = cpu_seconds()
     for text in texts:
         encode(text)

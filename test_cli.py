@@ -99,7 +99,8 @@ class ReadmeCommandsTest(unittest.TestCase):
 
 class MissingPackagesTest(unittest.TestCase):
     def test_every_script_without_the_locked_packages_says_so_in_one_line(self):
-        missing = ', '.join(cli.pinned_names((HERE / 'requirements.txt').read_text(encoding='utf-8')))
+        pinned = cli.pinned_names((HERE / 'requirements.txt').read_text(encoding='utf-8'))
+        missing = ', '.join(name for name in pinned if name != 'hypothesis')  # only the test suite needs it
         for script in SCRIPTS:
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
