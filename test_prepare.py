@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -724,6 +725,34 @@ def running(pid: int) -> bool:
 
 class InterruptedPipTest(TempFolderTest):
     def test_ctrl_c_during_pip_download_leaves_no_temporary_files_and_no_process(self) -> None:
+        self.interrupt_during_pip(signal.SIGINT)  # what Ctrl-C sends; pip, in its own session, gets nothing
+
+    def test_sigterm_or_a_closed_terminal_during_pip_download_clean_up_as_ctrl_c_does(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            with self.subTest(signal.Signals(signum).name):
+                self.interrupt_during_pip(signum)
+
+    def test_a_folder_left_by_a_killed_run_is_removed_and_a_running_ones_is_kept(self) -> None:
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        self.dest.mkdir()
+        abandoned, alive, old_style = (self.dest / f"{prepare.TMP_PREFIX}{dead.pid}-abc",
+                                       self.dest / f"{prepare.TMP_PREFIX}{os.getpid()}-def",
+                                       self.dest / f"{prepare.TMP_PREFIX}ghi")
+        for folder in (abandoned, alive, old_style):
+            (folder / "pip-tmp").mkdir(parents=True)
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            workdir = prepare.new_workdir(self.dest)
+        self.assertEqual(sorted(os.listdir(self.dest)), sorted([alive.name, workdir.name]))
+        self.assertIn(f"prepare.py: removed {abandoned.name}, left in {self.dest} by an earlier run that was stopped\n",
+                      said.getvalue())
+        self.assertTrue(workdir.name.startswith(f"{prepare.TMP_PREFIX}{os.getpid()}-"))
+
+    def interrupt_during_pip(self, signum: int) -> None:
+        for folder in (self.dest, self.tmp / "fake", self.tmp / "system-tmp"):  # from an earlier signal's run
+            shutil.rmtree(folder, ignore_errors=True)
+        (self.tmp / "marker").unlink(missing_ok=True)
         fake = self.tmp / "fake"
         (fake / "pip").mkdir(parents=True)
         (fake / "pip" / "__init__.py").write_text("", encoding="utf-8")
@@ -745,7 +774,7 @@ class InterruptedPipTest(TempFolderTest):
             self.addCleanup(lambda pid=pid: running(pid) and os.kill(pid, signal.SIGKILL))
         self.assertEqual(Path(pip_tmp).parent.parent, self.dest)  # dest/.prepare-tmp-*/pip-tmp
         self.assertTrue((Path(pip_tmp) / "pip-build-env").exists())
-        process.send_signal(signal.SIGINT)  # what Ctrl-C sends; pip, in its own session, gets nothing
+        process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=SUBPROCESS_TIMEOUT)
         self.assertEqual(process.returncode, 130, stderr)
         self.assertNotIn("Traceback", stderr)
