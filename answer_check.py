@@ -74,7 +74,8 @@ GRADES_PATH = HERE / 'answer-grades.json'
 
 SPLIT = 'held_out'  # the only split sent to the model
 TOOLS: list[dict] = []  # the requests offer the model no tools
-REDO = 'record again with `python answer_check.py record`, or restore it from version control'
+REDO = (f'record again with `{cli.python_command()} answer_check.py record`, '  # pasteable: the venv's python
+        'or restore it from version control')
 # What record() adds to answer-model.json's block from the server: the only fields a recording's model block
 # may have that the pin does not, or may hold differently.
 SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
@@ -443,7 +444,7 @@ def main(argv: list[str] | None = None, *, cases_path: Path = CASES_PATH, keys_p
         print(f'Nothing is recorded: {Path(result_path).name} holds the pinned model block and no answers.\n'
               f'To record, start Ollama, run `ollama pull {grades["model"]["ollama_tag"]}`, check that the ID '
               f'column of `ollama list` starts with {grades["model"]["ollama_digest"][:12]}, then run '
-              '`python answer_check.py record` (120 calls).', file=out)
+              f'`{cli.python_command()} answer_check.py record` (120 calls).', file=out)
     print(f'\n{Path(grades_path).name}:\n{json.dumps(grades, indent=1, ensure_ascii=False)}', file=out)
     return 0
 

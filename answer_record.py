@@ -53,7 +53,7 @@ from answer_model import (HEX64, AnswerModel, AnswerModelError, read_json, reque
 from evaluate import write_atomically
 
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
-FRESH = 'discard it with `python answer_check.py record --fresh`'
+FRESH = f'discard it with `{cli.python_command()} answer_check.py record --fresh`'
 # What identifies the server behind a stored answer; an answer is reused only when all of it matches.
 SERVER_FIELDS = ('ollama_digest', 'ollama_version')
 PARTIAL_FIELDS = (*SERVER_FIELDS, 'loaded_context_length', 'answers')

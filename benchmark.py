@@ -22,8 +22,8 @@ setting's pieces.
 Both parts compare their time with the lower bound for any exact counter:
 encoding once every distinct message the strategies measured (a candidate
 notes block that is measured once and dropped counts against the strategies,
-not the bound). Times are this process's CPU seconds. The output is a table,
-then one JSON line with every figure; progress goes to stderr. It writes
+not the bound). Times are this process's CPU seconds. The output is Markdown
+tables (the figures of each part and the targets), then one JSON line with every figure; progress goes to stderr. It writes
 nothing to disk and needs the prepared counter (`python prepare.py`). No test
 checks its timings, which depend on the machine; test_benchmark.py checks the
 workloads and the output.
@@ -296,8 +296,8 @@ def summary_table(figures: dict, rows: list[tuple]) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Time the four strategies on generated case sets: full against cached counting, then a sweep '
-                    'of chat-shaped histories over context sizes and history lengths. Prints a table, then one '
-                    'JSON line; progress on stderr.')
+                    'of chat-shaped histories over context sizes and history lengths. Prints Markdown tables, then '
+                    'one JSON line with every figure; progress on stderr.')
     parser.add_argument('--cases', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
     parser.add_argument('--turns', type=int, default=TURNS, help=f'turns per case in the first part (default {TURNS})')
     parser.add_argument('--seed', type=int, default=SEED, help='seed of the first part')

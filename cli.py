@@ -1,6 +1,6 @@
 """What every script of the lab does at its entry point: check the locked packages, then run its main.
 
-    python cli.py          # does this interpreter have every package requirements.txt pins?
+    python cli.py          # does this interpreter have the packages the scripts need, at their pinned versions?
 
 A script opens with
 
@@ -41,27 +41,42 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_READER_GONE = 1  # stdout was closed before everything was written
 
 
-def pinned_names(text: str) -> list[str]:
-    """The distribution names pinned in a requirements file.
+def pins(text: str) -> dict[str, str]:
+    """The distributions pinned in a requirements file, with their versions.
 
-    pinned_names('# comment\\ntokenizers==0.23.3   # counts tokens\\n') -> ['tokenizers']
+    pins('# comment\ntokenizers==0.23.3   # counts tokens\n') -> {'tokenizers': '0.23.3'}
     """
     lines = (line.split('#', 1)[0].strip() for line in text.splitlines())
-    return [line.split('==', 1)[0].strip() for line in lines if line]
+    return dict((part.strip() for part in line.split('==', 1)) for line in lines if line)
 
 
 @lru_cache(maxsize=1)
 def missing_packages() -> tuple[str, ...]:
-    """The pinned distributions the scripts need that this interpreter lacks (checked once per process)."""
+    """The pins the scripts need that this interpreter lacks or holds at another version (checked once).
+
+    A missing tokenizers gives 'tokenizers==0.23.3'; an installed 0.22.0 gives 'tokenizers==0.23.3 (it has
+    0.22.0)': another version may count differently, so it is not the locked package.
+    """
     missing = []
-    for name in pinned_names(REQUIREMENTS.read_text(encoding='utf-8')):
+    for name, version in pins(REQUIREMENTS.read_text(encoding='utf-8')).items():
         if name in TESTS_ONLY:
             continue
         try:
-            importlib.metadata.distribution(name)
+            installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            missing.append(name)
+            missing.append(f'{name}=={version}')
+            continue
+        if installed != version:
+            missing.append(f'{name}=={version} (it has {installed})')
     return tuple(missing)
+
+
+def python_command() -> str:
+    """How a message should tell the user to start Python: the lab's own .venv/bin/python when that is the
+    interpreter running (so the advice works pasted into a new terminal in the lab's folder), else `python`.
+    """
+    executable = Path(sys.executable)  # not resolved: .venv/bin/python is a link to the base interpreter
+    return str(executable.relative_to(HERE)) if executable.is_relative_to(HERE) else 'python'
 
 
 def script_name() -> str:
@@ -76,7 +91,7 @@ def require_packages(module_name: str) -> None:
     what = f"the locked package{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
     advice = f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
     if module_name != '__main__':
-        raise ModuleNotFoundError(advice, name=missing[0])
+        raise ModuleNotFoundError(advice, name=missing[0].split('==', 1)[0])
     print(f'{script_name()}: {advice}', file=sys.stderr)
     sys.exit(EXIT_MISSING)
 
@@ -120,10 +135,11 @@ def main(argv: list[str]) -> int:
     import argparse
 
     argparse.ArgumentParser(
-        prog='cli.py', description='Say whether this interpreter has every package requirements.txt pins; '
+        prog='cli.py', description='Say whether this interpreter has the packages the scripts need, at the versions '
+                                   'requirements.txt pins; '
                                    'the lab\'s scripts make the same check when they start.').parse_args(argv)
     require_packages('__main__')
-    print(f'{sys.executable} has every locked package of {REQUIREMENTS.name}')
+    print(f'{sys.executable} has every package the scripts need, at the versions {REQUIREMENTS.name} pins')
     return 0
 
 

@@ -408,9 +408,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table or a turn map; use it without --format')
-    if not args.show and (args.strategy or args.prompt or args.full):
+    if args.show is None and (args.strategy or args.prompt or args.full):
         parser.error('--strategy, --prompt and --full go with --show CASE_ID')
-    if args.show and (args.compare or args.output or args.format != 'json'):
+    if args.show is not None and (args.compare or args.output or args.format != 'json'):
         parser.error('--show prints one case; use it without --format, --output and --compare')
     if args.prompt and args.full:
         parser.error('--prompt prints the whole text already; --full is for the folded view')
@@ -422,7 +422,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
-        if args.show:
+        if args.show is not None:  # --show '' is a case id too, and an unknown one
             names = [args.strategy] if args.strategy else list(STRATEGIES)
             print(show(args.cases, args.show, names, args.prompt, args.full, colour_wanted()), end='')
             return 0

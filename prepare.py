@@ -623,6 +623,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def remove_if_made_empty(dest: Path, existed: bool) -> None:
+    """Take back a dest folder this run created and left empty, so a failed run leaves things as they were."""
+    if not existed:
+        with contextlib.suppress(OSError):  # not empty, or already gone: leave it
+            dest.rmdir()
+
+
 def interrupt_on(signum: int, frame) -> None:
     """A signal handler: SIGTERM or SIGHUP (a closed terminal) ends this run as Ctrl-C does, cleanup included."""
     raise KeyboardInterrupt
@@ -631,14 +638,17 @@ def interrupt_on(signum: int, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    existed = args.dest.exists()
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         source, downloaded = prepare(args.dest, args.source, manifest, manifest_sha256)
     except PrepareError as exc:
+        remove_if_made_empty(args.dest, existed)
         print(f"prepare.py: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         # Files are moved into dest only once verified, and every temp folder (pip's too) is gone by now.
+        remove_if_made_empty(args.dest, existed)
         print(f"prepare.py: interrupted; {args.dest} is as it was and no temporary files are left", file=sys.stderr)
         return 130
     files = ", ".join(json.loads((args.dest / PREPARED_JSON).read_text(encoding="utf-8"))["files"])

@@ -40,9 +40,11 @@ from answer_check import AnswerCheckError, grade, load_keys, load_recording, sum
 from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
 from evaluate import load_cases
 from strategies import STRATEGIES
+from cli import python_command
 from tokenizer import count_request
 
 HERE = Path(__file__).parent
+PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'
 OTHER = 'a' * 64
 HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
@@ -713,7 +715,7 @@ class RecordTest(unittest.TestCase):
             code, out, err = self.run_main(['record'], fake.host)
             self.assertEqual((code, fake.chats()), (2, []))
             self.assertTrue(err.endswith(f'answer_check.py: {partial}: not valid JSON (Expecting value: line 1 '
-                                         'column 19 (char 18)); discard it with `python answer_check.py record '
+                                         f'column 19 (char 18)); discard it with `{PYTHON} answer_check.py record '
                                          '--fresh`\n'), err)
             self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
 
@@ -968,7 +970,7 @@ class RecordingValidationTest(Rejecting):
                                      out=io.StringIO(), err=err)
         self.assertEqual(code, 2)
         self.assertEqual(err.getvalue(), f'answer_check.py: {result}: answers.recent.held-latest[0].seed: '
-                                         'must be an integer, got [1]; record again with `python answer_check.py '
+                                         f'must be an integer, got [1]; record again with `{PYTHON} answer_check.py '
                                          'record`, or restore it from version control\n')
 
 
@@ -994,7 +996,7 @@ class PinnedBuildTest(unittest.TestCase):
                 self.assertEqual((code, out, written), (2, '', None))
                 self.assertEqual(err, f'answer_check.py: {result}: recorded with a build other than the one '
                                       f'{HERE / "answer-model.json"} pins ({changed} differ), so its answers are '
-                                      'not graded; record again with `python answer_check.py record`, or restore '
+                                      f'not graded; record again with `{PYTHON} answer_check.py record`, or restore '
                                       'it from version control\n')
 
     def test_another_server_version_with_the_pinned_build_is_graded(self):
@@ -1056,7 +1058,7 @@ class ShippedFilesTest(unittest.TestCase):
         self.assertEqual(code, 0)
         self.assertTrue(out.getvalue().startswith('Nothing is recorded: answer-result.json holds the pinned '
                                                   'model block and no answers.\n'))
-        self.assertIn('run `python answer_check.py record` (120 calls)', out.getvalue())
+        self.assertIn(f'run `{PYTHON} answer_check.py record` (120 calls)', out.getvalue())
 
 
 if __name__ == '__main__':

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.startswith('test_'))
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
+REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 
 def readme_commands() -> list[str]:
@@ -99,8 +100,9 @@ class ReadmeCommandsTest(unittest.TestCase):
 
 class MissingPackagesTest(unittest.TestCase):
     def test_every_script_without_the_locked_packages_says_so_in_one_line(self):
-        pinned = cli.pinned_names((HERE / 'requirements.txt').read_text(encoding='utf-8'))
-        missing = ', '.join(name for name in pinned if name != 'hypothesis')  # only the test suite needs it
+        pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
+        missing = ', '.join(f'{name}=={version}' for name, version in pinned.items()
+                            if name != 'hypothesis')  # only the test suite needs it
         for script in SCRIPTS:
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
@@ -145,6 +147,30 @@ class ClosedStdoutTest(TempFolderTest):
                 progress = [line for line in result.stderr.splitlines() if not line.startswith(f'{command[0]}: ')]
                 self.assertEqual(progress, [])
                 self.assertNotIn('Broken pipe', result.stderr)
+
+
+class LockedVersionTest(unittest.TestCase):
+    def test_a_package_at_another_version_counts_as_missing(self):
+        def installed(name: str) -> str:
+            return '0.22.0' if name == 'tokenizers' else cli.pins(REQUIREMENTS_TEXT)[name]
+        cli.missing_packages.cache_clear()
+        self.addCleanup(cli.missing_packages.cache_clear)
+        with mock.patch.object(cli.importlib.metadata, 'version', side_effect=installed):
+            self.assertEqual(cli.missing_packages(), ('tokenizers==0.23.3 (it has 0.22.0)',))
+
+    def test_pins_reads_names_and_versions_and_skips_comments(self):
+        self.assertEqual(cli.pins('# a comment\ntokenizers==0.23.3   # counts tokens\n\njinja2==3.1.6\n'),
+                         {'tokenizers': '0.23.3', 'jinja2': '3.1.6'})
+
+
+class PythonCommandTest(unittest.TestCase):
+    def test_advice_names_the_labs_venv_python_so_it_works_pasted_in_a_new_terminal(self):
+        with mock.patch.object(sys, 'executable', str(HERE / '.venv' / 'bin' / 'python')):
+            self.assertEqual(cli.python_command(), '.venv/bin/python')
+
+    def test_advice_says_python_for_an_interpreter_outside_the_lab(self):
+        with mock.patch.object(sys, 'executable', '/usr/bin/python3'):
+            self.assertEqual(cli.python_command(), 'python')
 
 
 class InterruptTest(unittest.TestCase):

