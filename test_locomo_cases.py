@@ -22,6 +22,8 @@ from unittest import mock
 
 from evaluate import load_cases, read_json, summarize, table
 from locomo_cases import INSTRUCTIONS, evidence_ids
+from strategies import render
+from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
 LOCOMO_SHA256 = '79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4'
@@ -397,15 +399,43 @@ class RealFileTest(unittest.TestCase):
         readme = (HERE / 'README.md').read_text(encoding='utf-8')
         self.assertIn(stderr.strip(), readme)
 
-    def test_readme_tables_are_what_evaluate_prints_for_the_real_file(self):
+    def test_readme_tables_and_figures_are_what_evaluate_gives_for_the_real_file(self):
         readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        prose = ' '.join(readme.split())  # the figures in running text, whatever the line breaks
+        found, totals, best_most, whole = {}, set(), 0, []
         for context in ('4096', '16384'):
             with self.subTest(context=context), tempfile.TemporaryDirectory() as folder:
                 output, _ = self.convert(folder, '--context-limit', context)
+                report_path = Path(folder) / 'report.json'
                 result = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(output), '--format', 'table',
-                                         '--group', 'kind'], cwd=HERE, capture_output=True, text=True, timeout=1800)
+                                         '--group', 'kind', '--output', str(report_path)],
+                                        cwd=HERE, capture_output=True, text=True, timeout=1800)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn('\n' + result.stdout + '\n', readme)
+                report = read_json(report_path, 'report')
+                found[context] = [f"{sum(row['required_found'] for row in rows):,}" for rows in report['cases'].values()]
+                totals.add(sum(row['required_total'] for row in report['cases']['recent']))
+                best_most = max(best_most, *(row['input_tokens'] for row in report['best_possible']['cases']))
+                if context == '4096':
+                    whole = self.whole_conversations(load_cases(output))
+        self.assertEqual(len(totals), 1)
+        four, sixteen = found['4096'], found['16384']
+        self.assertIn(f'In total, at 4,096: `recent` finds {four[0]} of the {totals.pop():,} evidence utterances, '
+                      f'`relevant` {four[1]}, `notes` {four[2]} and `hybrid` {four[3]}; at 16,384: {sixteen[0]}, '
+                      f'{sixteen[1]}, {sixteen[2]} and {sixteen[3]}.', prose)
+        self.assertIn(f'at most {best_most:,} in any case', prose)
+        turns, tokens = zip(*whole)
+        self.assertIn(f'({min(turns)} to {max(turns)} turns here; as one request with this lab\'s counter, '
+                      f'{min(tokens):,} to {max(tokens):,} tokens)', prose)
+
+    def whole_conversations(self, cases: list[dict]) -> list[tuple[int, int]]:
+        """(turns, tokens of the whole conversation as one request) for each distinct conversation."""
+        seen = {}
+        for case in cases:
+            history = case['history']
+            if id(history) not in seen:  # load_cases shares one history among the cases of a conversation
+                seen[id(history)] = (len(history), count_request(render(case, range(len(history)))))
+        return list(seen.values())
 
 
 if __name__ == '__main__':
