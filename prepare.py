@@ -10,12 +10,12 @@ What it does
           size and sha256.
     pypi  The PyPI mirror: the llama-cpp-python source distribution pinned in the manifest is downloaded
           with pip (pip's own configuration decides where from; --require-hashes pins the exact bytes).
-          Only three members are extracted from it: the vocab-only GGUF of the model and llama.cpp's
-          tokenizer test vectors (.inp strings, .out ids). tokenizer.json is built from the GGUF with the
-          gguf and tokenizers packages; every test vector must encode to exactly the ids llama.cpp expects,
-          and the built file must then have the manifest's pypi_mirror.built_tokenizer size and sha256
-          (so it is byte for byte the file that was pinned; that needs the tokenizers and gguf versions of
-          requirements.lock).
+          The rest is gguf_tokenizer.py's step: only three members are extracted from the sdist, the vocab-only
+          GGUF of the model and llama.cpp's tokenizer test vectors (.inp strings, .out ids); tokenizer.json
+          is built from the GGUF with the gguf and tokenizers packages; every test vector must encode to
+          exactly the ids llama.cpp expects, and the built file must then have the manifest's
+          pypi_mirror.built_tokenizer size and sha256 (so it is byte for byte the file that was pinned; that
+          needs the tokenizers and gguf versions of requirements.lock).
 
     By default the Hub is tried first; if it cannot be reached at all (no connection, name resolution
     fails, HF_HUB_OFFLINE is set) the PyPI mirror is used instead.
@@ -64,32 +64,31 @@ What it deliberately does not do
 import argparse
 import contextlib
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
 import httpx2  # huggingface_hub's HTTP client: its exception types tell "unreachable" from "refused"
-from gguf import GGUFReader
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 # What a complete prepared folder is, and how a file is hashed, is defined once, in tokenizer.py.
 from tokenizer import (HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES, TOKENIZER_JSON,
                        VECTOR_FILES, check_prepared, sha256_file)
+# Building tokenizer.json from the sdist is a step of its own. PrepareError and check_file are defined there,
+# in the module this one imports, so both modules raise the one error class main() reports.
+from gguf_tokenizer import (MEMBERS, PrepareError, build_tokenizer, check_built_tokenizer, check_file, check_vectors,
+                            extract_members)
 
 # --- Constants --------------------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent
@@ -102,12 +101,10 @@ PIP = (sys.executable, "-m", "pip")  # the pip of the interpreter running this s
 # Without a handler these end the script at once, skipping the cleanup that removes pip's temp files.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 ELSEWHERE = f"set {PREPARED_ENV} to a folder you can write to (every script then reads the counter from there)"
-SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
 EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad arguments
 # Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
 # Anything else the Hub answers (404, 401, 5xx, wrong bytes) is an error, not a reason to switch sources.
 HUB_UNREACHABLE = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
-MEMBERS = ("vocab", *VECTOR_FILES)  # the sdist members the manifest pins, by key
 
 
 def _required_manifest_keys() -> dict[tuple[str, ...], type]:
@@ -129,10 +126,6 @@ def _required_manifest_keys() -> dict[tuple[str, ...], type]:
 
 
 REQUIRED_MANIFEST_KEYS = _required_manifest_keys()
-
-
-class PrepareError(Exception):
-    """A failure the user can act on; main() prints it as one line and exits EXIT_ERROR (2)."""
 
 
 class HubUnreachable(PrepareError):
@@ -182,16 +175,6 @@ def read_manifest(path: Path) -> tuple[dict, str]:
         raise PrepareError(f"{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds"
                            f" {TOKENIZER_JSON}; restore the manifest with git checkout")
     return manifest, hashlib.sha256(data).hexdigest()
-
-
-def check_file(path: Path, label: str, size: int, sha256: str, advice: str = "refusing it") -> None:
-    """Refuse a file whose size or sha256 differs from what the manifest pins (size first: it is free)."""
-    actual_size = path.stat().st_size
-    if actual_size != size:
-        raise PrepareError(f"{label}: size is {actual_size} bytes, expected {size}; {advice}")
-    actual_sha = sha256_file(path)
-    if actual_sha != sha256:
-        raise PrepareError(f"{label}: sha256 is {actual_sha}, expected {sha256}; {advice}")
 
 
 def file_record(path: Path) -> dict:
@@ -376,145 +359,6 @@ def run_pip(args: list[str], tmp: Path) -> int:
             with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def _safe_member_path(path: str) -> bool:
-    parts = PurePosixPath(path).parts
-    return bool(parts) and not PurePosixPath(path).is_absolute() and ".." not in parts
-
-
-def extract_members(sdist: Path, outdir: Path, manifest: dict) -> dict[str, Path]:
-    """Extract exactly the manifest's members (regular files only) into outdir; ignore everything else.
-
-    Only a member whose name equals a manifest path is touched, so '../x', absolute names and links in the
-    archive are never written; filter='data' (where this Python has it) is a second guard.
-    """
-    members = manifest["pypi_mirror"]["members"]
-    wanted = {members[key]["path"]: key for key in MEMBERS}
-    for path in wanted:
-        if not _safe_member_path(path):
-            raise PrepareError(f"manifest member path {path!r} is not a plain relative path; refusing it")
-    extract_options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-    found: dict[str, Path] = {}
-    try:
-        with tarfile.open(sdist, "r:gz") as tar:
-            for member in tar:
-                key = wanted.get(member.name)
-                if key is None:
-                    continue
-                if key in found:
-                    raise PrepareError(f"{sdist.name}: member {member.name} occurs twice; refusing the archive")
-                if not member.isreg():
-                    raise PrepareError(f"{sdist.name}: member {member.name} is not a regular file; refusing it")
-                tar.extract(member, outdir, **extract_options)
-                found[key] = outdir / member.name
-    except (tarfile.TarError, EOFError, zlib.error) as exc:
-        raise PrepareError(f"{sdist}: not a readable .tar.gz archive ({exc})") from exc
-    missing = [members[key]["path"] for key in MEMBERS if key not in found]
-    if missing:
-        raise PrepareError(f"{sdist.name}: member {missing[0]} is missing from the archive")
-    return found
-
-
-def build_tokenizer(gguf_path: Path, out_path: Path, manifest: dict) -> None:
-    """Build tokenizer.json from the vocab-only GGUF; the test vectors and the built_tokenizer pin check it.
-
-    The recipe rebuilds Gemma's SentencePiece-style BPE tokenizer from the GGUF's three tokenizer arrays:
-    the vocabulary is the token list (a token's id is its position), the merges are applied in their
-    order, a piece with no token falls back to its UTF-8 bytes (<0x..> tokens) and <unk> is id 3. Every
-    space becomes '\u2581' before BPE runs, and the decoder turns it back. The pre-tokenizer that splits on
-    ' ' finds no space left after that, so the text reaches BPE whole; it stays because it is part of the
-    pinned bytes. Control and user-defined tokens (manifest special_token_types) are added as special
-    tokens, so text such as '<start_of_turn>' is matched whole and never split by BPE.
-    """
-    mirror = manifest["pypi_mirror"]
-    reader = GGUFReader(gguf_path)
-
-    def strings(key: str) -> list[str]:
-        field = reader.fields[key]
-        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-    def ints(key: str) -> list[int]:
-        field = reader.fields[key]
-        return [int(field.parts[i][0]) for i in field.data]
-
-    try:
-        tokens = strings("tokenizer.ggml.tokens")
-        types = ints("tokenizer.ggml.token_type")
-        merges = strings("tokenizer.ggml.merges")
-    except KeyError as exc:
-        raise PrepareError(f"{gguf_path.name}: GGUF has no {exc.args[0]} field; it is not a vocab file") from None
-    if (len(tokens), len(merges)) != (mirror["vocab_tokens"], mirror["bpe_merges"]):
-        raise PrepareError(
-            f"{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected"
-            f" {mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest pypi_mirror)"
-        )
-    bpe = models.BPE(
-        {token: i for i, token in enumerate(tokens)},
-        [tuple(merge.split(" ", 1)) for merge in merges],
-        byte_fallback=True,
-        unk_token=tokens[3],  # Gemma's <unk> is id 3
-        fuse_unk=True,
-    )
-    tokenizer = Tokenizer(bpe)
-    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")  # SentencePiece-style: spaces become '▁'
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
-    tokenizer.decoder = decoders.Sequence(
-        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
-    )
-    special = set(mirror["special_token_types"])  # control and user-defined tokens are never split
-    tokenizer.add_special_tokens(
-        [AddedToken(token, normalized=False, special=True) for token, kind in zip(tokens, types) if kind in special]
-    )
-    tokenizer.save(str(out_path))
-
-
-def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, manifest: dict) -> int:
-    """Encode every llama.cpp test string and demand exactly the expected ids; return how many matched."""
-    mirror = manifest["pypi_mirror"]
-    strings = inp_path.read_text(encoding="utf-8").split(f"\n{mirror['vector_separator']}\n")
-    lines = out_path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the file ends with a newline
-    expected_count = mirror["test_vectors"]
-    if (len(strings), len(lines)) != (expected_count, expected_count):
-        raise PrepareError(
-            f"test vectors: {inp_path.name} has {len(strings)} strings and {out_path.name} has {len(lines)}"
-            f" id lines, expected {expected_count} of each (manifest pypi_mirror.test_vectors)"
-        )
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    for index, (text, line) in enumerate(zip(strings, lines)):
-        want = [int(x) for x in line.split()]
-        got = tokenizer.encode(text, add_special_tokens=False).ids
-        if got != want:
-            raise PrepareError(
-                f"test vector {index} {text[:SHOWN_CHARS]!r}: built tokenizer gives {str(got)[:SHOWN_CHARS]},"
-                f" llama.cpp expects {str(want)[:SHOWN_CHARS]}; refusing the built tokenizer.json"
-            )
-    return len(strings)
-
-
-def _installed(package: str) -> str:
-    try:
-        return f"{package}=={importlib.metadata.version(package)}"
-    except importlib.metadata.PackageNotFoundError:
-        return f"no {package}"
-
-
-def check_built_tokenizer(tokenizer_path: Path, manifest: dict) -> None:
-    """Refuse a built tokenizer.json that is not byte for byte the one pinned in pypi_mirror.built_tokenizer.
-
-    Passing the test vectors shows the tokenizer counts right on those strings; the pin shows it is the very
-    file that was checked when the manifest was written. Other tokenizers or gguf versions may serialise
-    it differently, hence the advice.
-    """
-    pin = manifest["pypi_mirror"]["built_tokenizer"]
-    advice = (
-        f"refusing it (manifest pypi_mirror.built_tokenizer). Rebuilding it byte for byte needs"
-        f" {pin['built_with']}; this environment has {_installed('tokenizers')}, {_installed('gguf')}"
-        " (pip install --require-hashes -r requirements.lock)"
-    )
-    check_file(tokenizer_path, f"the {TOKENIZER_JSON} built from the GGUF", pin["size"], pin["sha256"], advice)
 
 
 def _say(message: str) -> None:
