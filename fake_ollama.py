@@ -1,0 +1,211 @@
+"""A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.
+
+    python -m unittest -v test_answer_check.py test_answer_record.py   (they import it)
+
+test_answer_check.py (the client and the grader) and test_answer_record.py (the
+recording run) both run the real requests-based client against FakeOllama,
+which speaks the /api wire format as Ollama 0.32.14 writes it (api/types.go,
+server/routes.go): counts left out when zero, a reply with done false and no
+counts where generation ended without a final response, done_reason "length",
+a thinking field, /api/ps with or without context_length, and any version
+string, such as one that leaves cached prompt tokens out of its counts; no
+model is called. Each test file calls only_loopback() from its setUpModule, so
+every HTTP request its tests make is checked to go to 127.0.0.1 and
+OLLAMA_HOST points at a closed loopback port: no test can reach a real server.
+This module holds no test methods (AnswerFilesTest is only a base class), so
+unittest runs none from it, and none twice from the files that import it.
+"""
+import http.server
+import json
+import os
+from pathlib import Path
+import socket
+import tempfile
+import threading
+import unittest
+from unittest import mock
+
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
+import requests
+
+from answer_model import AnswerModel, load_model
+from evaluate import load_cases
+from tokenizer import count_request
+
+HERE = Path(__file__).parent
+PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'  # answer-model.json's digest
+OTHER = 'a' * 64  # a digest the tag might point to after it moved
+SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
+LOADED_CONTEXT = 4096  # what the fake's /api/ps reports; a real server loads gemma4:e2b with at least 2048
+TIMEOUT = 5.0  # seconds for every request a test makes; the fake answers in milliseconds
+
+
+REAL_REQUEST = requests.Session.request
+
+
+def loopback_only(session, method, url, *args, **kwargs):
+    """requests.Session.request for the tests: anything but 127.0.0.1 is a test failure, not a request."""
+    if not url.startswith('http://127.0.0.1:'):
+        raise AssertionError(f'a test tried to reach {url}; tests talk only to 127.0.0.1')
+    return REAL_REQUEST(session, method, url, *args, **kwargs)
+
+
+def only_loopback():
+    """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1."""
+    for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
+                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'})):
+        patcher.start()
+        unittest.addModuleCleanup(patcher.stop)
+
+
+def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_reason: str = 'stop',
+          thinking: str = '') -> dict:
+    """A non-streamed /api/chat response as Ollama sends it: empty and zero fields are left out."""
+    message = {'role': 'assistant', 'content': content}
+    if thinking:
+        message['thinking'] = thinking
+    payload = {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z', 'message': message,
+               'done_reason': done_reason, 'done': True, 'total_duration': 1000}
+    if prompt_tokens:
+        payload['prompt_eval_count'] = prompt_tokens
+    if answer_tokens:
+        payload['eval_count'] = answer_tokens
+    return payload
+
+
+def unfinished(content: str) -> dict:
+    """What the server sends with stream false when generation ends without a final response (a token
+    repeated over and over): the text so far, done false, and no done_reason, durations or counts."""
+    return {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z',
+            'message': {'role': 'assistant', 'content': content}, 'done': False}
+
+
+def counted_reply(body: dict, number: int) -> tuple[int, dict]:
+    """The server reads exactly the prompt the lab counted."""
+    return 200, reply(f'answer {number}', count_request(body['messages']), 3)
+
+
+class FakeOllama:
+    """An Ollama stand-in on 127.0.0.1 that records every request it receives.
+
+    chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1);
+    version is what /api/version says; context_length is what /api/ps reports for a loaded model
+    (None: the field is left out, as servers before 0.9.7 do); ps_status other than 200 makes /api/ps
+    fail with that status, as a proxy in front of the server might.
+    """
+
+    def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply,
+                 version: str = SERVER_VERSION, context_length: int | None = LOADED_CONTEXT,
+                 ps_status: int = 200):
+        self.requests: list[tuple[str, str, bytes]] = []
+        fake = self
+
+        def loaded() -> list[dict]:
+            """/api/ps: the model is loaded once a chat request has reached it."""
+            if not fake.chats():
+                return []
+            entry = {'name': tags[0], 'model': tags[0], 'size': 7162394016, 'digest': digest,
+                     'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'},
+                     'expires_at': '2026-10-20T00:05:00Z', 'size_vram': 0}
+            if context_length is not None:
+                entry['context_length'] = context_length
+            return [entry]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def send_json(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header('Content-Type', 'application/json; charset=utf-8')
+                self.send_header('Content-Length', str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client already gave up, as in the timeout test
+
+            def do_GET(self):
+                fake.requests.append(('GET', self.path, b''))
+                if self.path == '/api/version':
+                    self.send_json(200, {'version': version})
+                elif self.path == '/api/ps':
+                    self.send_json(*((200, {'models': loaded()}) if ps_status == 200
+                                     else (ps_status, {'error': 'internal server error'})))
+                elif self.path == '/api/tags':
+                    self.send_json(200, {'models': [
+                        {'name': tag, 'model': tag, 'modified_at': '2026-10-20T00:00:00Z', 'size': 7162394016,
+                         'digest': digest, 'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'}}
+                        for tag in tags]})
+                else:
+                    self.send_json(404, {'error': 'not found'})
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get('Content-Length', 0)))
+                fake.requests.append(('POST', self.path, raw))
+                body = json.loads(raw)
+                if self.path != '/api/chat':
+                    self.send_json(404, {'error': 'not found'})
+                elif body.get('model') not in tags:
+                    self.send_json(404, {'error': f"model '{body.get('model')}' not found"})
+                else:
+                    self.send_json(*chat(body, len(fake.chats())))
+
+            def log_message(self, *args):
+                pass  # keep test output clean
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05},
+                                       daemon=True)
+
+    @property
+    def host(self) -> str:
+        return f'http://127.0.0.1:{self.server.server_address[1]}'
+
+    def chats(self) -> list[dict]:
+        return [json.loads(raw) for method, path, raw in self.requests if path == '/api/chat']
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=TIMEOUT)
+
+
+def closed_port() -> int:
+    """A loopback port that nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+def client_for(host: str, timeout: float = TIMEOUT) -> AnswerModel:
+    """The real client, finding the server through OLLAMA_HOST as a user's would."""
+    with mock.patch.dict(os.environ, {'OLLAMA_HOST': host}):
+        return AnswerModel(load_model(), timeout=timeout, check_timeout=timeout)
+
+
+def held_out_cases() -> list[dict]:
+    """The held-out cases of the shipped cases.json, picked here rather than by the code under test."""
+    return [case for case in load_cases(HERE / 'cases.json') if case['split'] == 'held_out']
+
+
+class AnswerFilesTest(unittest.TestCase):
+    """A temporary folder for each test, and where the recording and the grades go in it."""
+
+    def setUp(self):
+        folder = tempfile.TemporaryDirectory()
+        self.addCleanup(folder.cleanup)
+        self.folder = Path(folder.name)
+        self.result = self.folder / 'answer-result.json'
+        self.grades = self.folder / 'answer-grades.json'
+
+
+if __name__ == '__main__':
+    cli.run(cli.module_main('A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.',
+                            'python -m unittest test_answer_check.py test_answer_record.py'))

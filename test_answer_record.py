@@ -1,0 +1,393 @@
+"""Tests for the recording run: `python answer_check.py record`, which answer_record.py carries out.
+
+    python -m unittest -v test_answer_record.py
+
+They run the real requests-based client and the real recording, with the real
+strategies, cases and prepared counter (so `python prepare.py` must have run),
+against the fake Ollama server of fake_ollama.py, which this file starts on
+127.0.0.1; no model is called. Pinned: the 120 requests in order, progress on
+stderr, the note on the server's version and on the context /api/ps reports,
+the partial file that lets a stopped run resume (after a server error, an
+unfinished reply or Ctrl-C) and `--fresh` that discards it, cut-off answers
+graded as they stand, and the recording left byte-identical until every answer
+is in. Every file a test writes goes to a temporary directory; the shipped
+files are only read. Every HTTP request the client makes in these tests is
+checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port,
+so no test can reach a real server.
+"""
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+import unittest
+from unittest import mock
+
+import answer_check
+import answer_model
+import answer_record
+from answer_model import AnswerModel, load_model
+from cli import python_command
+from fake_ollama import (LOADED_CONTEXT, OTHER, SERVER_VERSION, AnswerFilesTest, FakeOllama, client_for,
+                         closed_port, counted_reply, held_out_cases, only_loopback, reply, unfinished)
+from strategies import STRATEGIES
+from tokenizer import count_request
+
+HERE = Path(__file__).parent
+PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
+
+
+def setUpModule():
+    only_loopback()
+
+
+def steady_reply(body: dict, number: int) -> tuple[int, dict]:
+    """An answer that depends only on the request, as a resumed run must be able to reproduce it."""
+    sha = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    return 200, reply(f'answer to {sha[:16]}', count_request(body['messages']), 3)
+
+
+class RecordTest(AnswerFilesTest):
+    def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json',
+                 folder: Path | None = None, client: AnswerModel | None = None):
+        """answer_check.main writing into folder (default: this test's folder); (exit code, stdout, stderr)."""
+        folder = folder if folder is not None else self.folder
+        out, err = io.StringIO(), io.StringIO()
+        client = client if client is not None else client_for(host) if host else None
+        code = answer_check.main(argv, cases_path=cases, result_path=folder / 'answer-result.json',
+                                 grades_path=folder / 'answer-grades.json', client=client, out=out, err=err)
+        return code, out.getvalue(), err.getvalue()
+
+    def uninterrupted(self) -> bytes:
+        """The recording one run against steady_reply writes, made in a folder of its own."""
+        folder = self.folder / 'uninterrupted'
+        folder.mkdir()
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record'], fake.host, folder=folder)
+        self.assertEqual(code, 0, err)
+        return (folder / 'answer-result.json').read_bytes()
+
+    def fail_at(self, number: int, **fake_options) -> str:
+        """Record until call number fails with a 503, leaving its answers in the partial file; stderr."""
+        def failing(body, n):
+            return (503, {'error': 'server busy'}) if n == number else steady_reply(body, n)
+        with FakeOllama(chat=failing, **fake_options) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual((code, len(fake.chats())), (2, number), err)
+        return err
+
+    def partial(self) -> dict:
+        return json.loads((self.folder / 'answer-result.partial.json').read_text())
+
+    def expected_chats(self) -> list[dict]:
+        """Every body record must send, in order, from the real strategies, cases and counter."""
+        bodies = []
+        for strategy in STRATEGIES.values():
+            for case in held_out_cases():
+                messages = strategy(case, count_request)['messages']
+                for seed in (1, 2, 3, 4, 5):
+                    bodies.append({'model': 'gemma4:e2b', 'messages': messages, 'stream': False, 'think': False,
+                                   'options': {'temperature': 1.0, 'top_k': 64, 'top_p': 0.95, 'seed': seed,
+                                               'num_ctx': 384, 'num_predict': 96}})
+        return bodies
+
+    def test_record_sends_the_pinned_request_for_every_strategy_case_and_seed(self):
+        with FakeOllama() as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        # The loaded context is asked for once, after the first answer.
+        self.assertEqual([(m, p) for m, p, _ in fake.requests],
+                         [('GET', '/api/version'), ('GET', '/api/tags'), ('POST', '/api/chat'), ('GET', '/api/ps')]
+                         + [('POST', '/api/chat')] * 119)
+        self.assertEqual(fake.chats(), self.expected_chats())
+        calls = [line for line in err.splitlines() if line.startswith('call ')]
+        self.assertEqual(len(calls), 120)
+        for number, line in enumerate(calls, 1):
+            self.assertRegex(line, rf'^call {number} of 120: \S+ held-\S+ seed \d: \d+\.\d s, '
+                                   r'about (\d+ min )?\d+ s left$')
+        self.assertTrue(calls[-1].startswith('call 120 of 120: hybrid held-buried seed 5: '), calls[-1])
+        self.assertTrue(calls[-1].endswith(', about 0 s left'), calls[-1])
+        self.assertIn(f'the server loaded gemma4:e2b with a context of {LOADED_CONTEXT} tokens; num_ctx 384 only '
+                      'decides which old messages it would drop', err)
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()), ['answer-grades.json', 'answer-result.json'])
+        recorded = json.loads(self.result.read_text())
+        self.assertEqual(recorded['model'], {**load_model(), 'ollama_version': SERVER_VERSION,
+                                             'loaded_context_length': LOADED_CONTEXT})
+        self.assertEqual(list(recorded['answers']), ['recent', 'relevant', 'notes', 'hybrid'])
+        flat = [a for cases in recorded['answers'].values() for answers in cases.values() for a in answers]
+        sent = [raw for _, path, raw in fake.requests if path == '/api/chat']
+        for number, (a, raw, body) in enumerate(zip(flat, sent, fake.chats()), 1):
+            with self.subTest(call=number):
+                self.assertEqual(a['answer'], f'answer {number}')
+                self.assertEqual(a['request_sha256'], hashlib.sha256(raw).hexdigest())
+                self.assertEqual(a['input_tokens'], count_request(body['messages']))
+        grades = json.loads(self.grades.read_text())
+        self.assertEqual((grades['answers_recorded'], grades['prompt_token_mismatches'],
+                          grades['outdated_requests']), (120, [], []))
+
+    def test_prompt_token_mismatch_is_reported_apart_from_the_grades(self):
+        def truncating(body, number):
+            status, payload = counted_reply(body, number)
+            if number == 7:  # recent, held-old-decision, seed 2: the server cut the prompt
+                payload['prompt_eval_count'] -= 7
+            return status, payload
+        with FakeOllama(chat=truncating) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        counted = count_request(fake.chats()[6]['messages'])
+        grades = json.loads(self.grades.read_text())
+        self.assertEqual(grades['prompt_token_mismatches'], [
+            {'strategy': 'recent', 'case': 'held-old-decision', 'seed': 2,
+             'prompt_tokens': counted - 7, 'input_tokens': counted, 'probably_cache_accounting': False}])
+        self.assertIn(f'  recent held-old-decision seed 2: server read {counted - 7} tokens, '
+                      f'the lab counted {counted}\n', out)
+
+    def test_version_that_leaves_cached_tokens_out_is_named_before_the_first_call_and_marked(self):
+        def cached(body, number):
+            status, payload = steady_reply(body, number)
+            if body['options']['seed'] > 1:  # the same prompt again: all but its last token come from the cache
+                payload['prompt_eval_count'] = 1
+            return status, payload
+        with FakeOllama(chat=cached, version='0.30.0') as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        lines = err.splitlines()
+        note = ('note: Ollama 0.30.0 leaves cached prompt tokens out of prompt_eval_count, so the second and later '
+                'seeds of each request will show as prompt-token mismatches; grading marks them so.')
+        self.assertLess(lines.index(note), next(i for i, line in enumerate(lines) if line.startswith('call 1 ')))
+        mismatches = json.loads(self.grades.read_text())['prompt_token_mismatches']
+        self.assertEqual(len(mismatches), 96)
+        self.assertTrue(all(m['probably_cache_accounting'] and m['seed'] > 1 for m in mismatches))
+        self.assertEqual(out.count('(probably the accounting of Ollama 0.30.0, which leaves cached prompt tokens '
+                                   'out)'), 96)
+
+    def test_unfinished_reply_fails_the_call_and_nothing_from_it_is_kept(self):
+        def runaway(body, number):
+            return (200, unfinished('RabbitMQ RabbitMQ RabbitMQ')) if number == 7 else steady_reply(body, number)
+        with FakeOllama(chat=runaway) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual((code, out, len(fake.chats())), (2, '', 7))
+        self.assertEqual(err.splitlines()[-1],
+                         f'answer_check.py: call 7 of 120 (recent held-old-decision seed 2): Ollama at {fake.host} '
+                         'stopped before finishing the reply (done is false), so nothing from it is kept: run again, '
+                         'and read the server log if it happens again; the 6 answers so far are kept in '
+                         'answer-result.partial.json')
+        self.assertFalse(self.result.exists())
+        kept = self.partial()['answers']['recent']
+        self.assertEqual({case: [a['seed'] for a in answers] for case, answers in kept.items()},
+                         {'held-latest': [1, 2, 3, 4, 5], 'held-old-decision': [1]})
+        self.assertNotIn('RabbitMQ', json.dumps(kept))
+
+    def test_cut_off_answers_are_listed_and_counted_and_their_verdicts_stand(self):
+        def answers(cut_off: set):
+            def chat(body, number):
+                status, payload = steady_reply(body, number)
+                if number == 3:  # recent held-latest seed 3 names the reviewer before it is cut off
+                    payload['message']['content'] = 'Mateo reviews the pricing page, and'
+                payload['done_reason'] = 'length' if number in cut_off else 'stop'
+                return status, payload
+            return chat
+        graded = {}
+        for name, cut_off in (('none cut off', set()), ('three cut off', {3, 40, 41})):
+            folder = self.folder / name
+            folder.mkdir()
+            with FakeOllama(chat=answers(cut_off)) as fake:
+                code, out, err = self.run_main(['record'], fake.host, folder=folder)
+            self.assertEqual(code, 0, err)
+            graded[name] = json.loads((folder / 'answer-grades.json').read_text())
+        grades = graded['three cut off']
+        self.assertEqual(grades['cut_off_answers'], [{'strategy': 'recent', 'case': 'held-latest', 'seed': 3},
+                                                     {'strategy': 'relevant', 'case': 'held-old-decision', 'seed': 5},
+                                                     {'strategy': 'relevant', 'case': 'held-correction', 'seed': 1}])
+        self.assertEqual(grades['cut_off_per_strategy'], {'recent': 1, 'relevant': 2, 'notes': 0, 'hybrid': 0})
+        self.assertEqual(graded['none cut off']['cut_off_per_strategy'],
+                         {'recent': 0, 'relevant': 0, 'notes': 0, 'hybrid': 0})
+        self.assertEqual(grades['graded']['recent']['held-latest'][2],
+                         {'seed': 3, 'verdict': 'pass', 'reason': 'every required fact'})
+        for field in ('summary', 'graded'):
+            self.assertEqual(grades[field], graded['none cut off'][field])
+        self.assertIn('\nCut off at num_predict (graded as they stand): recent 1, relevant 2, notes 0, hybrid 0\n', out)
+
+    def test_loaded_context_is_left_out_where_the_server_reports_none(self):
+        with FakeOllama(context_length=None) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(self.result.read_text())['model'],
+                         {**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertNotIn('the server loaded', err)
+
+    def test_failing_api_ps_neither_loses_the_first_answer_nor_stops_the_recording(self):
+        with FakeOllama(ps_status=500) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 120)
+        self.assertEqual(json.loads(self.result.read_text())['model'],
+                         {**load_model(), 'ollama_version': SERVER_VERSION})
+        self.assertIn('the server did not say what context it loaded the model with (', err)
+        self.assertIn('); recording goes on\n', err)
+
+    def test_server_error_halfway_leaves_the_recording_byte_identical(self):
+        previous = b'{"model": {}, "answers": {}}\n  previous recording, kept byte for byte \xc3\xa9\n'
+        self.result.write_bytes(previous)
+
+        def failing(body, number):
+            if number == 61:
+                return 503, {'error': 'server busy, please try again.  maximum pending requests exceeded'}
+            return counted_reply(body, number)
+        with FakeOllama(chat=failing) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 2)
+        self.assertEqual(len(fake.chats()), 61)
+        self.assertEqual(self.result.read_bytes(), previous)
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()),
+                         ['answer-result.json', 'answer-result.partial.json'])
+        last = err.strip().splitlines()[-1]
+        self.assertTrue(last.startswith(f'answer_check.py: call 61 of 120 (notes held-latest seed 1): Ollama at '
+                                        f'{fake.host} is busy (503'), last)
+        self.assertTrue(last.endswith('; the 60 answers so far are kept in answer-result.partial.json'), last)
+        self.assertNotIn('Traceback', err)
+
+    def test_rerun_after_a_failure_asks_only_for_the_missing_answers_and_writes_the_same_bytes(self):
+        whole = self.uninterrupted()
+        for number in (1, 50, 120):
+            with self.subTest(failed_at=number):
+                self.fail_at(number)
+                with FakeOllama(chat=steady_reply) as fake:
+                    code, out, err = self.run_main(['record'], fake.host)
+                self.assertEqual(code, 0, err)
+                self.assertEqual(fake.chats(), self.expected_chats()[number - 1:])
+                if number > 1:
+                    self.assertIn(f'reusing {number - 1} answers from answer-result.partial.json; asking for '
+                                  f'{121 - number} of 120\n', err)
+                self.assertEqual(self.result.read_bytes(), whole)
+                self.assertFalse((self.folder / 'answer-result.partial.json').exists())
+
+    def test_fresh_discards_the_kept_answers_and_asks_for_all_120(self):
+        whole = self.uninterrupted()
+        self.fail_at(50)
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record', '--fresh'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 120)
+        self.assertTrue(err.startswith('discarded answer-result.partial.json\n'), err)
+        self.assertEqual(self.result.read_bytes(), whole)
+
+    def test_kept_answers_from_another_server_version_are_not_reused(self):
+        self.fail_at(50, version='0.99.0')
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 120)
+        self.assertIn('answer-result.partial.json holds answers from digest b37049369adf on Ollama 0.99.0, not from '
+                      'this server; none is reused\n', err)
+
+    def test_ctrl_c_during_a_call_keeps_both_files_valid(self):
+        previous = b'{"previous": "recording"}\n'
+        self.result.write_bytes(previous)
+        with FakeOllama(chat=steady_reply) as fake:
+            client = client_for(fake.host)
+            asked = client.answer
+
+            def interrupted_at_10(*args, **kwargs):
+                if len(fake.chats()) == 9:
+                    raise KeyboardInterrupt
+                return asked(*args, **kwargs)
+            client.answer = interrupted_at_10
+            code, out, err = self.run_main(['record'], client=client)
+        self.assertEqual(code, 130)
+        self.assertEqual(err.splitlines()[-1], 'answer_check.py: interrupted; answer-result.json is replaced only '
+                                               'once every answer has arrived; the answers so far are kept in '
+                                               'answer-result.partial.json for the next `record`')
+        self.assertEqual(self.result.read_bytes(), previous)
+        partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
+        self.assertEqual(sum(len(a) for by_case in partial['answers'].values() for a in by_case.values()), 9)
+
+    def test_ctrl_c_while_a_file_is_replaced_keeps_both_files_valid(self):
+        # Each answer replaces the partial file once; answer-result.json is the 121st replacement.
+        whole = self.uninterrupted()
+        real_replace = os.replace
+        for stop_at in (1, 2, 60, 121):
+            with self.subTest(stop_at=stop_at):
+                replaced = []
+
+                def replace(source, target):
+                    replaced.append(target)
+                    if len(replaced) == stop_at:
+                        raise KeyboardInterrupt
+                    real_replace(source, target)
+                with FakeOllama(chat=steady_reply) as fake, mock.patch.object(os, 'replace', replace):
+                    code, out, err = self.run_main(['record'], fake.host)
+                self.assertEqual(code, 130, err)
+                self.assertFalse(self.result.exists())
+                self.assertEqual([p.name for p in self.folder.iterdir() if p.name.endswith('.tmp')], [])
+                partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
+                kept = 0 if partial is None else sum(len(a) for by_case in partial['answers'].values()
+                                                     for a in by_case.values())
+                self.assertEqual(kept, min(stop_at - 1, 120))
+                with FakeOllama(chat=steady_reply) as fake:
+                    self.assertEqual(self.run_main(['record'], fake.host)[0], 0)
+                self.assertEqual(len(fake.chats()), 120 - kept)
+                self.assertEqual(self.result.read_bytes(), whole)
+                self.result.unlink()
+
+    def test_unreadable_partial_file_gives_one_line_and_fresh_recovers(self):
+        partial = self.folder / 'answer-result.partial.json'
+        partial.write_text('{"ollama_digest": ')
+        with FakeOllama(chat=steady_reply) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+            self.assertEqual((code, fake.chats()), (2, []))
+            self.assertTrue(err.endswith(f'answer_check.py: {partial}: not valid JSON (Expecting value: line 1 '
+                                         f'column 19 (char 18)); discard it with `{PYTHON} answer_check.py record '
+                                         '--fresh`\n'), err)
+            self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
+
+    def test_non_pinned_digest_refuses_record_and_keeps_the_recording(self):
+        self.result.write_text('kept\n')
+        with FakeOllama(digest=OTHER) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        self.assertEqual((code, fake.chats(), self.result.read_text()), (2, [], 'kept\n'))
+        self.assertEqual(len(err.strip().splitlines()), 1)
+
+    def test_server_that_is_down_prints_one_line_and_no_traceback(self):
+        host = f'http://127.0.0.1:{closed_port()}'
+        code, out, err = self.run_main(['record'], host)
+        self.assertEqual((code, out), (2, ''))
+        self.assertEqual(err, f'answer_check.py: no Ollama server answers at {host}: start it with '
+                              '`ollama serve`, or set OLLAMA_HOST to the address it listens on\n')
+
+    def test_recording_for_requests_that_changed_is_reported(self):
+        with FakeOllama() as fake:
+            self.assertEqual(self.run_main(['record'], fake.host)[0], 0)
+        cases = json.loads((HERE / 'cases.json').read_text())
+        for case in cases:
+            if case['id'] == 'held-latest':
+                case['current'] += ' Answer briefly.'
+        changed = self.folder / 'cases.json'
+        changed.write_text(json.dumps(cases))
+        code, out, err = self.run_main([], cases=changed)
+        self.assertEqual(code, 0, err)
+        grades = json.loads(self.grades.read_text())
+        self.assertEqual(grades['outdated_requests'],
+                         [{'strategy': s, 'case': 'held-latest', 'seed': seed, 'reason': 'request changed'}
+                          for s in STRATEGIES for seed in (1, 2, 3, 4, 5)])
+        self.assertIn('20 answers recorded for requests that the current strategies', out)
+
+
+class ShippedFilesTest(unittest.TestCase):
+    def test_the_partial_file_record_keeps_is_git_ignored_and_named_in_the_readme(self):
+        name = answer_record.partial_path(answer_check.RESULT_PATH).name
+        self.assertEqual(name, 'answer-result.partial.json')
+        self.assertIn(name, (HERE / '.gitignore').read_text().splitlines())
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        self.assertIn(f'`{name}`', readme)
+        self.assertIn('python answer_check.py record --fresh', readme)
+
+    def test_thirty_of_the_120_requests_repeat_another_strategys_and_each_is_still_a_call_of_its_own(self):
+        plan = answer_check.planned_requests(held_out_cases(), load_model(), STRATEGIES, count_request)
+        shas = [answer_model.request_sha256(item['body']) for item in plan]
+        self.assertEqual((len(shas), len(set(shas))), (120, 90))
+        self.assertEqual(len({answer_record.plan_key(item) for item in plan}), 120)
+
+
+if __name__ == '__main__':
+    unittest.main()
