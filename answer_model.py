@@ -78,32 +78,14 @@ class PinError(AnswerModelError):
 HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
 
 
-def read_json(path: Path, what_to_do: str, error_type: type[Exception] = AnswerModelError):
-    """The JSON in path; any way the file can be unreadable becomes one error_type naming it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding='utf-8-sig')  # with or without the BOM some Windows editors write
-    except FileNotFoundError:
-        raise error_type(f'{path}: file not found; {what_to_do}') from None
-    except UnicodeDecodeError as error:
-        raise error_type(f'{path}: not UTF-8 text (byte {error.start} cannot be decoded); {what_to_do}') from None
-    except OSError as error:
-        raise error_type(f'{path}: cannot be read ({error.strerror}); {what_to_do}') from None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise error_type(f'{path}: JSON nested too deeply to read; {what_to_do}') from None
-    except ValueError as error:  # JSONDecodeError, or an integer too long for Python to convert
-        raise error_type(f'{path}: not valid JSON ({error}); {what_to_do}') from None
-
-
 def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
     """Read and check the pinned model block."""
-    model = read_json(path, 'it pins the answer model and ships with the lab: restore it from version control')
+    model = cli.read_json(path, 'answer model pin', AnswerModelError,
+                          'it pins the answer model and ships with the lab: restore it from version control')
     if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
         raise AnswerModelError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
     for field in ('ollama_tag', 'ollama_version'):

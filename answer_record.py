@@ -48,7 +48,7 @@ import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
-from answer_model import (HEX64, AnswerModel, AnswerModelError, read_json, request_sha256,
+from answer_model import (HEX64, AnswerModel, AnswerModelError, request_sha256,
                           undercounts_cached_prompt)
 from evaluate import write_atomically
 
@@ -129,7 +129,7 @@ def load_partial(path: Path) -> dict | None:
     """
     if not path.exists():
         return None
-    partial = read_json(path, FRESH, AnswerCheckError)
+    partial = cli.read_json(path, 'partial recording', AnswerCheckError, FRESH)
     if not isinstance(partial, dict) or set(partial) != set(PARTIAL_FIELDS):
         raise AnswerCheckError(f'{path}: fields must be exactly {list(PARTIAL_FIELDS)}; {FRESH}')
     length = partial['loaded_context_length']

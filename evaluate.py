@@ -58,20 +58,8 @@ class CaseError(ValueError):
 
 
 def read_json(path: Path, what: str):
-    try:
-        text = path.read_text(encoding='utf-8-sig')  # with or without the BOM some Windows editors write
-    except OSError as error:
-        raise CaseError(f'{path}: cannot read the {what}: {error.strerror}') from None
-    except UnicodeDecodeError as error:
-        raise CaseError(f'{path}: the {what} is not UTF-8 text (byte {error.start})') from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CaseError(f'{path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}') from None
-    except ValueError as error:  # e.g. an integer longer than Python will convert
-        raise CaseError(f'{path}: the {what} cannot be read as JSON: {error}') from None
-    except RecursionError:
-        raise CaseError(f'{path}: the {what} is nested too deeply to read') from None
+    """The JSON of an input file, or a CaseError naming the file (cli.read_json says how)."""
+    return cli.read_json(path, what, CaseError)
 
 
 def check_budget(where: str, budget) -> None:

@@ -287,9 +287,9 @@ class InputFilesTest(AnswerFilesTest):
 
     def test_unreadable_json_files_give_exit_2_and_one_line_naming_the_file(self):
         for name, content, says in (('not-utf8.json', b'{"keys": "\xff\xfe"}', 'not UTF-8 text (byte 10'),
-                                    ('nested.json', '[' * 100000, 'JSON nested too deeply'),
-                                    ('broken.json', '{"keys": ', 'not valid JSON'),
-                                    ('huge-int.json', '1' * 5000, 'not valid JSON')):
+                                    ('nested.json', '[' * 100000, 'nested too deeply to read'),
+                                    ('broken.json', '{"keys": ', 'invalid JSON at line 1 column 10'),
+                                    ('huge-int.json', '1' * 5000, 'cannot be read as JSON')):
             for argument in ('keys_path', 'model_path', 'result_path'):
                 with self.subTest(file=name, argument=argument):
                     bad = self.write(name, content)
@@ -297,8 +297,10 @@ class InputFilesTest(AnswerFilesTest):
 
     def test_missing_file_and_folder_give_exit_2(self):
         missing = self.folder / 'nowhere.json'
-        self.assert_one_line_error(f'{missing}: file not found', keys_path=missing)
-        self.assert_one_line_error(f'{self.folder}: cannot be read', result_path=self.folder)
+        self.assert_one_line_error(f'{missing}: cannot read the answer keys: No such file or directory',
+                                   keys_path=missing)
+        self.assert_one_line_error(f'{self.folder}: cannot read the recording: Is a directory',
+                                   result_path=self.folder)
         unwritable = self.folder / 'no-such-folder' / 'answer-grades.json'
         self.assertIn('cannot be written', self.assert_one_line_error(f'{unwritable}: ', grades_path=unwritable))
 

@@ -336,9 +336,8 @@ class RecordTest(AnswerFilesTest):
         with FakeOllama(chat=steady_reply) as fake:
             code, out, err = self.run_main(['record'], fake.host)
             self.assertEqual((code, fake.chats()), (2, []))
-            self.assertTrue(err.endswith(f'answer_check.py: {partial}: not valid JSON (Expecting value: line 1 '
-                                         f'column 19 (char 18)); discard it with `{PYTHON} answer_check.py record '
-                                         '--fresh`\n'), err)
+            self.assertTrue(err.endswith(f'answer_check.py: {partial}: invalid JSON at line 1 column 19: Expecting '
+                                         f'value; discard it with `{PYTHON} answer_check.py record --fresh`\n'), err)
             self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
 
     def test_non_pinned_digest_refuses_record_and_keeps_the_recording(self):

@@ -22,7 +22,6 @@ import unittest
 from unittest import mock
 
 import answer_check
-import answer_model
 import cli
 import evaluate
 from tokenizer import PREPARED, PREPARED_ENV
@@ -232,7 +231,7 @@ class ByteOrderMarkTest(TempFolderTest):
         names = ('cases.json', 'answer-keys.json', 'answer-model.json', 'answer-result.json')
         paths = [self.with_bom(HERE / name) for name in names]
         for path in paths[1:]:
-            self.assertEqual(answer_model.read_json(path, 'restore it'),
+            self.assertEqual(cli.read_json(path, 'answer file', ValueError),
                              json.loads((HERE / path.name).read_text(encoding='utf-8')))
         grades = answer_check.grade_files(*paths, self.tmp / 'grades.json')
         self.assertEqual(grades, json.loads((HERE / 'answer-grades.json').read_text(encoding='utf-8')))
