@@ -23,8 +23,8 @@ Both parts compare their time with the lower bound for any exact counter:
 encoding once every distinct message the strategies measured (a candidate
 notes block that is measured once and dropped counts against the strategies,
 not the bound). Times are this process's CPU seconds. The output is Markdown
-tables (the figures of each part and the targets), then one JSON line with every figure; progress goes to stderr. It writes
-nothing to disk and needs the prepared counter (`python prepare.py`). No test
+tables (the figures of each part and the targets), then one JSON line with
+every figure; progress goes to stderr. It writes nothing to disk and needs the prepared counter (`python prepare.py`). No test
 checks its timings, which depend on the machine; test_benchmark.py checks the
 workloads and the output.
 """

@@ -164,5 +164,6 @@ def summarize(rows: list[dict]) -> dict:
 
 
 if __name__ == '__main__':
-    cli.run(cli.module_main('The best possible selection of whole turns for each case (it reads the fact labels, so it is no strategy).',
+    cli.run(cli.module_main('The best possible selection of whole turns for each case '
+                            '(it reads the fact labels, so it is no strategy).',
                             'python evaluate.py --format table'))
