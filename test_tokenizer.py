@@ -25,7 +25,8 @@ from tokenizers import AddedToken, Tokenizer, models
 from cli import python_command
 from evaluate import load_cases
 from strategies import STRATEGIES, render
-from tokenizer import PREPARED, Counter, CounterError, count_rendered, count_request, counter, splits_cleanly
+from prepared_folder import PREPARED
+from tokenizer import Counter, CounterError, count_rendered, count_request, counter, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv

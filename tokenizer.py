@@ -31,14 +31,13 @@ example request, which is a quick check that the preparation worked.
 
 The prepared folder is prepared/ beside this file, or the folder the
 environment variable CONTEXT_LAB_PREPARED names (for a checkout you cannot
-write to); prepare.py writes it and every script reads it through PREPARED.
+write to); prepared_folder.py says where it is and what makes it valid.
 """
 from collections.abc import Callable, Mapping
 from functools import cached_property, lru_cache
 import hashlib
 import json
 from operator import itemgetter
-import os
 from pathlib import Path
 import re
 import sys
@@ -49,17 +48,8 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-HERE = Path(__file__).resolve().parent
-PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
-PREPARED = Path(os.environ.get(PREPARED_ENV) or HERE / 'prepared').resolve()  # written by prepare.py, git-ignored
-MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity
-# What prepare.py writes there (this module says what a valid folder is; prepare.py checks with it too).
-PREPARED_JSON = 'prepared.json'  # written last: its presence means "complete"
-TOKENIZER_JSON = 'tokenizer.json'
-SOURCES = ('hub', 'pypi')
-HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # the files a Hub-prepared folder holds
-VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
-HASH_CHUNK = 1 << 20  # hash files in 1 MiB pieces
+# Where the counter's files are and what makes them valid is defined once, in prepared_folder.py.
+from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared
 
 # The text-only subset of the official Gemma 4 E2B chat template, thinking off:
 #   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n ... <|turn>model\n
@@ -82,14 +72,6 @@ LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see 
 
 class CounterError(RuntimeError):
     """The counter is not prepared, or a request is outside what it can count."""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as file:
-        while chunk := file.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def plain(text: str) -> str:
@@ -148,74 +130,6 @@ def piece(role: str, content: str) -> str:
     """
     # The template trims with Jinja's `trim`, which is Python's str.strip.
     return ROLES[role] + '\n' + content.strip()
-
-
-def pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
-    """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256)."""
-    if source == 'hub':
-        return {name: (f'hub_files.{name}', manifest['hub_files'][name]) for name in HUB_FILES}
-    mirror = manifest['pypi_mirror']
-    found = {TOKENIZER_JSON: ('pypi_mirror.built_tokenizer', mirror['built_tokenizer'])}
-    for key, name in VECTOR_FILES.items():
-        found[name] = (f'pypi_mirror.members.{key}', mirror['members'][key])
-    return found
-
-
-def size_and_sha(entry: object) -> tuple[int, str] | None:
-    """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
-    if isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str):
-        return entry['size'], entry['sha256']
-    return None
-
-
-def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
-                   source: str | None = None) -> tuple[str | None, str]:
-    """(source, '') when folder is complete and valid (for `source`, if given), else (None, why not).
-
-    Valid means: prepared.json is a JSON object made for this very manifest (same bytes), it lists exactly
-    the files of its source, and every file has both its recorded size and sha256 and the manifest's pin
-    (hub_files; built_tokenizer for a tokenizer.json built from PyPI; the sdist members for the test vectors).
-    """
-    record_path = Path(folder) / PREPARED_JSON
-    if not record_path.exists():
-        return None, f'{record_path} does not exist'
-    try:
-        record = json.loads(record_path.read_text(encoding='utf-8'))
-    except (OSError, ValueError, RecursionError) as error:  # unreadable, not UTF-8, not JSON, absurdly nested
-        return None, f'{record_path} is unreadable ({error})'
-    if not isinstance(record, dict):
-        return None, f'{record_path} is not a JSON object'
-    if record.get('source') not in SOURCES:
-        return None, f'{record_path} names no known source'
-    if source is not None and record['source'] != source:
-        return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
-    for key in ('publisher_model', 'revision'):
-        if record.get(key) != manifest[key]:
-            return None, f'it was prepared for another {key} ({record.get(key)})'
-    if record.get('manifest_sha256') != manifest_sha256:
-        return None, 'the manifest changed since it was prepared'
-    if record['source'] == 'pypi' and record.get('vectors_checked') != manifest['pypi_mirror']['test_vectors']:
-        return None, 'its record does not say that every test vector was checked'
-    wanted = pins(manifest, record['source'])
-    files = record.get('files')
-    if not isinstance(files, dict) or sorted(files) != sorted(wanted):
-        return None, f"its record does not list exactly {', '.join(wanted)}"
-    for name, (pinned_at, pin) in wanted.items():
-        recorded = size_and_sha(files[name])
-        if recorded is None:
-            return None, f'its record gives no size and sha256 for {name}'
-        path = Path(folder) / name
-        if not path.is_file():
-            return None, f'{path} is missing'
-        try:
-            actual = path.stat().st_size, sha256_file(path)
-        except OSError as error:
-            return None, f'{path} is unreadable ({error.strerror})'
-        if actual != recorded:
-            return None, f'{path} no longer matches its recorded size and sha256'
-        if actual != size_and_sha(pin):
-            return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
-    return record['source'], ''
 
 
 class Counter:
