@@ -62,7 +62,8 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 from answer_model import (MODEL_PATH, AnswerModel, AnswerModelError, chat_body, load_model,
                           request_sha256, undercounts_cached_prompt)
 from answer_record import AnswerCheckError, check_answer, is_count, partial_path, record_answers, shown, write_json
-from evaluate import CaseError, load_cases
+from case_set import CaseError, load_cases
+from lab_files import read_json
 from strategies import STRATEGIES
 from tokenizer import CounterError, count_request
 
@@ -119,7 +120,7 @@ def load_keys(path: Path = KEYS_PATH, case_ids: list[str] | None = None) -> dict
     case_ids defaults to the held-out ids of cases.json. Every pattern must compile.
     """
     case_ids = held_out_ids() if case_ids is None else case_ids
-    document = cli.read_json(path, 'answer keys', AnswerCheckError, 'restore it from version control')
+    document = read_json(path, 'answer keys', AnswerCheckError, 'restore it from version control')
     keys = document.get('keys') if isinstance(document, dict) else None
     if not isinstance(keys, dict):
         raise AnswerCheckError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
@@ -217,7 +218,7 @@ def load_recording(path: Path = RESULT_PATH, strategy_names=tuple(STRATEGIES),
     ids of cases.json).
     """
     case_ids = held_out_ids() if case_ids is None else case_ids
-    recorded = cli.read_json(path, 'recording', AnswerCheckError, REDO)
+    recorded = read_json(path, 'recording', AnswerCheckError, REDO)
     if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
         raise AnswerCheckError(f'{path}: expected exactly "model" and "answers"; {REDO}')
     model, answers = recorded['model'], recorded['answers']

@@ -46,6 +46,8 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 
 import requests
 
+from lab_files import read_json
+
 HERE = Path(__file__).parent
 MODEL_PATH = HERE / 'answer-model.json'
 
@@ -84,7 +86,7 @@ def is_number(value) -> bool:
 
 def load_model(path: Path = MODEL_PATH) -> dict:
     """Read and check the pinned model block."""
-    model = cli.read_json(path, 'answer model pin', AnswerModelError,
+    model = read_json(path, 'answer model pin', AnswerModelError,
                           'it pins the answer model and ships with the lab: restore it from version control')
     if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
         raise AnswerModelError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')

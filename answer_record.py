@@ -50,7 +50,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 
 from answer_model import (HEX64, AnswerModel, AnswerModelError, request_sha256,
                           undercounts_cached_prompt)
-from evaluate import write_atomically
+from lab_files import read_json, write_atomically
 
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
 FRESH = f'discard it with `{cli.python_command()} answer_check.py record --fresh`'
@@ -129,7 +129,7 @@ def load_partial(path: Path) -> dict | None:
     """
     if not path.exists():
         return None
-    partial = cli.read_json(path, 'partial recording', AnswerCheckError, FRESH)
+    partial = read_json(path, 'partial recording', AnswerCheckError, FRESH)
     if not isinstance(partial, dict) or set(partial) != set(PARTIAL_FIELDS):
         raise AnswerCheckError(f'{path}: fields must be exactly {list(PARTIAL_FIELDS)}; {FRESH}')
     length = partial['loaded_context_length']

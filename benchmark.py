@@ -39,7 +39,8 @@ import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
-from evaluate import check_case, evaluate_cases, grade
+from case_set import check_case
+from evaluate import evaluate_cases, grade
 from strategies import STRATEGIES
 from tokenizer import CounterError, counter, piece
 

@@ -72,33 +72,6 @@ def missing_packages() -> tuple[str, ...]:
     return tuple(missing)
 
 
-def read_json(path: Path, what: str, error_type: type[Exception], advice: str = ''):
-    """The JSON in a file the user gave or the lab ships; every way it can be unreadable is one error_type.
-
-    The message names the file and what it was meant to be, and ends with the advice, if any:
-    read_json(Path('x.json'), 'case set', ValueError) on '[1,' raises
-    ValueError('x.json: invalid JSON at line 1 column 4: Expecting value'). A byte-order mark, as some
-    Windows editors write, is read as no mark.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding='utf-8-sig')
-    except OSError as error:
-        problem = f'cannot read the {what}: {error.strerror}'
-    except UnicodeDecodeError as error:
-        problem = f'the {what} is not UTF-8 text (byte {error.start})'
-    else:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            problem = f'invalid JSON at line {error.lineno} column {error.colno}: {error.msg}'
-        except ValueError as error:  # e.g. an integer longer than Python will convert
-            problem = f'the {what} cannot be read as JSON: {error}'
-        except RecursionError:
-            problem = f'the {what} is nested too deeply to read'
-    raise error_type(f'{path}: {problem}' + (f'; {advice}' if advice else ''))
-
-
 def python_command() -> str:
     """How a message should tell the user to start Python: the lab's own .venv/bin/python when that is the
     interpreter running (so the advice works pasted into a new terminal in the lab's folder), else `python`.

@@ -20,9 +20,11 @@ of whole turns (best_possible.py; it reads the labels, so it is no strategy).
 The report's `turns` are 0-based indices into `history`; every view meant for
 people (the table, --format turns, --show, --compare) says `turn N` from 1.
 
-Alongside the results the report keeps hashes of its three inputs (the case
-file, strategies.py, tokenizer-manifest.json), which ties a recording to the
-exact code and data behind it. Expected mistakes (a malformed case set, an
+Alongside the results the report keeps the SHA-256 of the case file, of every
+module whose change can change a row (CODE_FILES: case loading, the strategies,
+the counter, the best possible search and the grader in this file) and of
+tokenizer-manifest.json, which pins the tokenizer files the counter accepts.
+The environment (Python version) is recorded but not compared. Expected mistakes (a malformed case set, an
 unprepared counter, an unreadable report to compare with, an unwritable
 --output) print one line and exit 2, without a traceback; Ctrl-C exits 130.
 """
@@ -32,153 +34,26 @@ import os
 from pathlib import Path
 import platform
 import sys
-import tempfile
 
 import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
 import best_possible
+from case_set import SPLITS, CaseError, load_cases, read_json
 from compare_reports import ReportError, check_report, compare
+from lab_files import write_atomically
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from prepared_folder import sha256_file
-from tokenizer import THINKING_MARKERS, CounterError, count_request, counter
+from tokenizer import CounterError, count_request, counter
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
-CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
-BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
-SPLITS = ('dev', 'held_out')  # reported separately, in this order
 GRADER = 'exact substring match of required and stale facts, raw or escaped, in the selected messages'
 PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
-
-
-class CaseError(ValueError):
-    """The case set is malformed; the message names the file, the case and the field."""
-
-
-def read_json(path: Path, what: str):
-    """The JSON of an input file, or a CaseError naming the file (cli.read_json says how)."""
-    return cli.read_json(path, what, CaseError)
-
-
-def check_budget(where: str, budget) -> None:
-    if not isinstance(budget, dict) or set(budget) != set(BUDGET_FIELDS):
-        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}')
-    for name in BUDGET_FIELDS:
-        value = budget[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CaseError(f'{where}: field budget.{name} must be a non-negative integer, got {value!r}')
-    if budget['context_limit'] - budget['max_new_tokens'] - budget['margin'] <= 0:
-        raise CaseError(f'{where}: field budget leaves no input allowance '
-                        '(context_limit - max_new_tokens - margin must be positive)')
-
-
-def check_encodable(where: str, case: dict) -> None:
-    """JSON can carry lone surrogates ("\\ud800") that no tokenizer or UTF-8 file accepts; name the field."""
-    fields = [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')]
-    fields += [(f'history[{i}].{role}', turn[role]) for i, turn in enumerate(case['history']) for role in turn]
-    fields += [(f'{name}[{i}]', fact) for name in ('required', 'stale') if isinstance(case[name], list)
-               for i, fact in enumerate(case[name]) if isinstance(fact, str)]
-    for name, text in fields:
-        try:
-            text.encode('utf-8')
-        except UnicodeEncodeError:
-            raise CaseError(f'{where}: field {name} holds a lone surrogate, which is not text') from None
-
-
-def check_case(where: str, case: dict) -> None:
-    """Raise CaseError for the first thing wrong with one case; `where` already names file and case."""
-    missing = [name for name in CASE_FIELDS if name not in case]
-    extra = sorted(set(case) - set(CASE_FIELDS))
-    if missing or extra:
-        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; '
-                        f'missing {missing}, unexpected {extra}')
-    for name in ('id', 'split', 'kind', 'instructions', 'current'):
-        if not isinstance(case[name], str) or not case[name].strip():
-            raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
-    if case['split'] not in SPLITS:
-        raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
-    if not isinstance(case['history'], list):
-        raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
-    for index, turn in enumerate(case['history']):
-        if not isinstance(turn, dict) or set(turn) != {'user', 'assistant'} \
-                or not all(isinstance(turn[role], str) for role in ('user', 'assistant')):
-            raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
-                            'the string fields user and assistant')
-        if any(marker in turn['assistant'] for marker in THINKING_MARKERS):
-            # The chat format would strip a thought channel out of a model turn, so it cannot be counted.
-            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
-                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
-    check_budget(where, case['budget'])
-    check_encodable(where, case)
-    for name in ('required', 'stale'):
-        facts = case[name]
-        if not isinstance(facts, list) or not all(isinstance(fact, str) and fact for fact in facts):
-            raise CaseError(f'{where}: field {name} must be a list of non-empty strings')
-    if not case['required']:
-        raise CaseError(f'{where}: field required is empty; a case needs at least one required fact')
-    said = [turn[role] for turn in case['history'] for role in ('user', 'assistant')]
-    for name in ('required', 'stale'):
-        for fact in case[name]:
-            # A fact the conversation never states would look like a strategy failure.
-            if not any(fact in text for text in said):
-                raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history')
-
-
-def load_cases(path: Path) -> list[dict]:
-    """Read and validate a case set; raise CaseError naming file, case and field on the first problem."""
-    path = Path(path)
-    cases = read_json(path, 'case set')
-    if not isinstance(cases, list):
-        raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
-    if not cases:
-        raise CaseError(f'{path}: the case set is empty')
-    seen = set()
-    for index, case in enumerate(cases):
-        if not isinstance(case, dict):
-            raise CaseError(f'{path}: case {index}: expected an object, got {type(case).__name__}')
-        label = case.get('id') if isinstance(case.get('id'), str) and case.get('id') else f'at index {index}'
-        where = f'{path}: case {label}'
-        check_case(where, case)
-        if case['id'] in seen:
-            raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
-        seen.add(case['id'])
-    return share_equal_parts(cases)
-
-
-def share_equal_parts(cases: list[dict]) -> list[dict]:
-    """A copy of a checked case set in which equal texts, turns, histories and budgets are one object each.
-
-    Parsed JSON holds its own copy of every string, so 1,534 LoCoMo cases that
-    each carry one of ten 300-turn conversations would hold each conversation
-    hundreds of times. In the copy, cases with the same conversation share one
-    history list (copy[0]['history'] is copy[1]['history']). It is built from
-    new objects only: a string kept from the parsed JSON would pin the memory
-    around it, while with nothing kept all of it is freed and returned to the
-    system (measured on LoCoMo: 298 MiB resident after loading becomes 42 MiB).
-    The strategies never change a case; a caller that does must copy it first.
-    """
-    texts, turns, histories, budgets = {}, {}, {}, {}
-
-    def one(text: str) -> str:
-        if text not in texts:
-            texts[text] = text.encode('utf-8').decode('utf-8')  # a new object; str(text) would be the old one
-        return texts[text]
-
-    shared = []
-    for case in cases:
-        history = tuple((one(turn['user']), one(turn['assistant'])) for turn in case['history'])
-        if history not in histories:
-            histories[history] = [turns.setdefault(pair, {'user': pair[0], 'assistant': pair[1]}) for pair in history]
-        budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
-        budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
-        lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
-        lean.update(history=histories[history], budget=budgets[budget],
-                    required=[one(fact) for fact in case['required']], stale=[one(fact) for fact in case['stale']])
-        shared.append(lean)
-    return shared
+# Every module whose change can change a row: reading the cases, choosing, counting, grading, the best possible.
+CODE_FILES = ('case_set.py', 'strategies.py', 'tokenizer.py', 'best_possible.py', 'evaluate.py')
 
 
 def grade(case: dict, selected: dict) -> dict:
@@ -239,6 +114,11 @@ def check_bare_requests(path: Path, cases: list[dict], count=count_request) -> N
                             f'but the instructions and question alone need {needed}')
 
 
+def code_hashes() -> dict[str, str]:
+    """SHA-256 of each file of CODE_FILES, by name: what ties a report to the code that made its rows."""
+    return {name: sha256_file(HERE / name) for name in CODE_FILES}
+
+
 def run(path: Path = CASES) -> dict:
     """The full report for a case set."""
     path = Path(path)
@@ -250,7 +130,7 @@ def run(path: Path = CASES) -> dict:
     return {
         'case_set': path.name,
         'case_set_sha256': sha256_file(path),
-        'strategies_sha256': sha256_file(HERE / 'strategies.py'),
+        'code_sha256': code_hashes(),
         'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
         'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
         'counter': counter().profile(),
@@ -314,26 +194,6 @@ def write_report(path: Path, report: dict) -> None:
         write_atomically(path, to_json(report))
     except OSError as error:
         raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace path with text through a temporary file beside it, so no reader ever sees half a file.
-
-    An OSError (or a UnicodeEncodeError for text that is not valid Unicode) reaches the caller, who knows
-    what to tell the user; the temporary file is gone either way.
-    """
-    path = Path(path)
-    temporary = None
-    try:
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-        with os.fdopen(handle, 'w', encoding='utf-8') as file:
-            file.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp makes the file private; recorded files are meant to be read
-        os.replace(temporary, path)
-        temporary = None
-    finally:
-        if temporary:
-            Path(temporary).unlink(missing_ok=True)
 
 
 def show(path: Path, case_id: str, names: list[str], prompt: bool = False, full: bool = False,

@@ -32,7 +32,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import requests
 
 from answer_model import AnswerModel, load_model
-from evaluate import load_cases
+from case_set import load_cases
 from tokenizer import count_request
 
 HERE = Path(__file__).parent

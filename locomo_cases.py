@@ -50,7 +50,8 @@ import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
-from evaluate import SPLITS, CaseError, check_budget, check_case, read_json, write_atomically
+from case_set import SPLITS, CaseError, check_budget, check_case, read_json
+from lab_files import write_atomically
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}

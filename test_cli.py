@@ -22,15 +22,18 @@ import unittest
 from unittest import mock
 
 import answer_check
+import case_set
 import cli
 import evaluate
+import lab_files
 from prepared_folder import PREPARED, PREPARED_ENV
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.startswith('test_'))
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
-NEEDS_NO_PACKAGE = {'prepared_folder.py'}  # standard library only: it checks files, it loads no tokenizer
+# Standard library only: they check and move files and cases; they load no tokenizer.
+NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py'}
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 
@@ -232,15 +235,15 @@ class ByteOrderMarkTest(TempFolderTest):
         return copy
 
     def test_case_file_and_report_with_a_bom_are_read(self):
-        self.assertEqual(evaluate.load_cases(self.with_bom(HERE / 'cases.json')), evaluate.load_cases(HERE / 'cases.json'))
+        self.assertEqual(case_set.load_cases(self.with_bom(HERE / 'cases.json')), case_set.load_cases(HERE / 'cases.json'))
         report = HERE / 'evaluation-result.json'
-        self.assertEqual(evaluate.read_json(self.with_bom(report), 'report'), evaluate.read_json(report, 'report'))
+        self.assertEqual(case_set.read_json(self.with_bom(report), 'report'), case_set.read_json(report, 'report'))
 
     def test_answer_files_with_a_bom_are_graded_as_without(self):
         names = ('cases.json', 'answer-keys.json', 'answer-model.json', 'answer-result.json')
         paths = [self.with_bom(HERE / name) for name in names]
         for path in paths[1:]:
-            self.assertEqual(cli.read_json(path, 'answer file', ValueError),
+            self.assertEqual(lab_files.read_json(path, 'answer file', ValueError),
                              json.loads((HERE / path.name).read_text(encoding='utf-8')))
         grades = answer_check.grade_files(*paths, self.tmp / 'grades.json')
         self.assertEqual(grades, json.loads((HERE / 'answer-grades.json').read_text(encoding='utf-8')))

@@ -21,7 +21,8 @@ import unittest
 
 import best_possible
 from compare_reports import compare
-from evaluate import CaseError, evaluate_cases, grade, load_cases, run, summarize, table, to_json
+from case_set import CaseError, load_cases
+from evaluate import CODE_FILES, evaluate_cases, grade, run, summarize, table, to_json
 from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
 from prepared_folder import PREPARED_ENV
 from tokenizer import count_rendered, count_request
@@ -120,10 +121,16 @@ class RecordedReportTest(unittest.TestCase):
 
     def test_recorded_hashes_match_the_files(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
-        files = {'case_set_sha256': 'cases.json', 'strategies_sha256': 'strategies.py',
-                 'tokenizer_manifest_sha256': 'tokenizer-manifest.json'}
+        files = {'case_set_sha256': 'cases.json', 'tokenizer_manifest_sha256': 'tokenizer-manifest.json'}
         on_disk = {key: hashlib.sha256((HERE / name).read_bytes()).hexdigest() for key, name in files.items()}
         self.assertEqual({key: recorded[key] for key in files}, on_disk)
+        self.assertEqual(recorded['code_sha256'], {name: hashlib.sha256((HERE / name).read_bytes()).hexdigest()
+                                                   for name in CODE_FILES})
+
+    def test_every_module_that_can_change_a_row_is_hashed(self):
+        # A row depends on what evaluate.py imports to choose, count and grade; each such lab module must be hashed.
+        needed = {'case_set.py', 'strategies.py', 'tokenizer.py', 'best_possible.py', 'evaluate.py'}
+        self.assertEqual(set(CODE_FILES), needed)
 
     def test_readme_shows_the_recorded_summary_table(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
@@ -468,6 +475,7 @@ class CommandLineTest(unittest.TestCase):
     def test_unprepared_counter_says_to_run_prepare(self):
         with tempfile.TemporaryDirectory() as folder:
             for name in ('cli.py', 'requirements.txt', 'evaluate.py', 'best_possible.py', 'compare_reports.py',
+                         'case_set.py', 'lab_files.py',
                          'request_view.py', 'strategies.py', 'tokenizer.py', 'prepared_folder.py',
                          'tokenizer-manifest.json', 'cases.json'):
                 shutil.copy(HERE / name, folder)

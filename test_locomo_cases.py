@@ -20,7 +20,8 @@ import tempfile
 import unittest
 from unittest import mock
 
-from evaluate import load_cases, read_json, summarize, table
+from case_set import load_cases, read_json
+from evaluate import summarize, table
 from locomo_cases import INSTRUCTIONS, evidence_ids
 from strategies import render
 from tokenizer import count_request
@@ -330,7 +331,7 @@ class LeanLoadingTest(unittest.TestCase):
 
         with tempfile.TemporaryDirectory() as folder:
             output, result = convert(folder, locomo_sample())
-            with mock.patch('evaluate.read_json', read_and_keep):
+            with mock.patch('case_set.read_json', read_and_keep):
                 loaded = load_cases(output)
         self.assertEqual(loaded, parsed[0])
         self.assertFalse({id(part) for part in parts(loaded)} & {id(part) for part in parts(parsed[0])})

@@ -49,6 +49,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Where the counter's files are and what makes them valid is defined once, in prepared_folder.py.
+from case_set import THINKING_MARKERS  # assistant text the official template would rewrite
 from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared
 
 # The text-only subset of the official Gemma 4 E2B chat template, thinking off:
@@ -63,8 +64,6 @@ TEMPLATE = (
 )
 BOS = '<bos>'
 ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
-# The official template rewrites assistant text that contains these (it strips thought channels).
-THINKING_MARKERS = ('<|channel>', '<channel|>')
 ROLE_AND_CONTENT = itemgetter('role', 'content')
 ROLE = itemgetter('role')
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
