@@ -74,6 +74,48 @@ class GradeTest(unittest.TestCase):
             with self.subTest(text=text):
                 self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
 
+    def test_sentence_offering_the_replaced_decision_as_current_passes_but_is_listed_to_read(self):
+        # The original rule reads 'not ' as a correction; the verdict must stay as it gives it.
+        text = 'The job queue uses RabbitMQ, not Redis streams. It was set up last year.'
+        self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
+        keys = shipped_keys()['keys']
+        self.assertEqual(answer_check.sentences_naming_both(text, keys['held-correction']),
+                         ['The job queue uses RabbitMQ, not Redis streams.'])
+
+    def test_sentences_that_do_not_name_both_facts_are_not_listed(self):
+        keys = shipped_keys()['keys']
+        for case_id, text in (('held-correction', 'We use RabbitMQ for the job queue.'),  # stale only: graded fail
+                              ('held-correction', 'The job queue uses Redis streams.'),  # must only
+                              ('held-correction', 'Use Redis streams. RabbitMQ was the earlier choice.'),
+                              ('held-correction', 'Redis streams now.\nRabbitMQ is gone.'),  # split at a newline
+                              ('held-correction', ''),
+                              ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
+            with self.subTest(case=case_id, text=text):
+                self.assertEqual(answer_check.sentences_naming_both(text, keys[case_id]), [])
+
+    def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
+        recorded = {'model': load_model(), 'answers': {
+            'recent': {'held-correction': [answer('The job queue uses RabbitMQ, not Redis streams.', 1),
+                                           answer('We use RabbitMQ.', 2),
+                                           answer('Redis replaced RabbitMQ. So: Redis, not RabbitMQ.', 3)],
+                       'held-latest': [answer('Mateo.', 1)]}}}
+        grades = answer_check.grade_recording(recorded, shipped_keys()['keys'], current={})
+        self.assertEqual(grades['answers_to_read'], [
+            {'strategy': 'recent', 'case': 'held-correction', 'seed': 1,
+             'sentence': 'The job queue uses RabbitMQ, not Redis streams.'},
+            {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'Redis replaced RabbitMQ.'},
+            {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'So: Redis, not RabbitMQ.'}])
+        self.assertEqual([entry['verdict'] for entry in grades['graded']['recent']['held-correction']],
+                         ['pass', 'fail', 'pass'])
+        lines = answer_check.table(grades).splitlines()
+        self.assertEqual(lines[-4], 'To read (a sentence names both the replaced and the current decision, so the '
+                                    'grader cannot tell which it offers as current; verdicts stand as graded): '
+                                    '2 answers')
+        self.assertEqual(lines[-3:], [
+            '  recent held-correction seed 1: The job queue uses RabbitMQ, not Redis streams.',
+            '  recent held-correction seed 3: Redis replaced RabbitMQ.',
+            '  recent held-correction seed 3: So: Redis, not RabbitMQ.'])
+
     def test_every_required_fact_passes(self):
         for case_id, text in (('held-latest', 'Mateo reviews the pricing page.'),
                               ('held-old-decision', 'Uploads go to object storage.'),
