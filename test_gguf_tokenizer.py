@@ -166,8 +166,8 @@ class SdistTest(TempFolderTest):
 
 class ExtractMembersTest(SdistTest):
     def test_path_traversal_member_is_never_extracted(self) -> None:
-        # '../../../evil' from the extraction folder (dest/.prepare-tmp-*/members) would land in self.tmp.
-        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good, extra=[("../../../evil", b"escaped")])
+        # '../../evil' from the extraction folder (.prepared.swap-*/members, beside dest) would land in self.tmp.
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good, extra=[("../../evil", b"escaped")])
         self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha), "")
         self.assertFalse((self.tmp / "evil").exists())
         self.assertEqual(list(self.tmp.rglob("evil")), [])
