@@ -1,6 +1,6 @@
 """Replace a folder as a whole: build the new one beside it, then swap it in with two renames.
 
-    (no command of its own: prepare.py replaces prepared/ with it; test_folder_swap.py tests it)
+    .venv/bin/python folder_swap.py --help   # no command of its own: prepare.py replaces prepared/ with it
 
 replace(path, fill, say) makes a temporary folder beside the target, in the same parent and so on the same
 filesystem, where a rename moves a folder without copying it: .NAME.swap-PID-RANDOM, named after the running
@@ -197,3 +197,10 @@ def clean_up(workdir: Path, made: list[Path], say) -> None:
     for folder in made:
         with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
             folder.rmdir()
+
+
+if __name__ == '__main__':
+    import cli  # standard library only, like this module
+
+    cli.run(cli.module_main('Replace a folder as a whole: build the new one beside it, then swap it in with two '
+                            'renames (a step of prepare.py).', f'{cli.python_command()} prepare.py'))

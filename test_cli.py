@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.startswith('test_'))
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
-NEEDS_NO_PACKAGE = {'prepared_folder.py'}  # standard library only: it checks files, it loads no tokenizer
+NEEDS_NO_PACKAGE = {'prepared_folder.py', 'folder_swap.py'}  # standard library only: they load no tokenizer
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 
