@@ -75,6 +75,8 @@ def process_exists(pid: int) -> bool:
 
 def remove(folder: Path) -> str | None:
     """Remove folder and what it holds; None once it is gone, else why not (it stays, perhaps in part)."""
+    if not os.path.lexists(folder):  # never made (its parent is missing or a file): nothing to remove
+        return None
     try:
         shutil.rmtree(folder)
     except FileNotFoundError:

@@ -723,8 +723,9 @@ class ReadManifestTest(TempFolderTest):
     def test_folder_that_cannot_be_made_suggests_the_environment_variable(self) -> None:
         (self.tmp / "a-file").write_bytes(b"")
         dest = self.tmp / "a-file" / "prepared"
-        with self.assertRaises(prepare.PrepareError) as raised:
+        with self.assertRaises(prepare.PrepareError) as raised, contextlib.redirect_stderr(io.StringIO()) as said:
             prepare.prepare_into(dest, lambda workdir: self.fail("nothing is staged where no folder can be made"))
+        self.assertEqual(said.getvalue(), "")  # no temporary folder was made, so none is said to be left
         message = str(raised.exception)
         self.assertTrue(message.startswith(f"cannot prepare {dest} ([Errno 20] Not a directory: "), message)
         self.assertTrue(message.endswith(f"); prepare.py builds the new folder beside it, in {self.tmp / 'a-file'},"
