@@ -35,8 +35,14 @@ leave cached prompt tokens out of that count, a shortfall is marked as
 probably the server's accounting), every answer cut off at num_predict
 (done_reason "length", listed and counted per strategy so that a truncated
 answer is not read as the model not knowing; its verdict stands as graded),
-and every recorded answer whose request the current strategies, cases and
-answer-model.json would no longer send. A recording whose model block is not
+every recorded answer whose request the current strategies, cases and
+answer-model.json would no longer send, and, as answers_to_read, every
+sentence that names both a stale and a must pattern of its case. The rule
+reads such a sentence as a correction (it is the original grader's, and the
+original's verdicts depend on it), so for held-correction "The job queue uses
+RabbitMQ, not Redis streams." passes although it keeps the replaced decision;
+only a person can tell which decision such a sentence offers as current, and
+the table says how many answers need that reading. A recording whose model block is not
 the build answer-model.json pins (any field but what the server reports,
 ollama_version and loaded_context_length, differs) is refused, not graded.
 
@@ -157,6 +163,25 @@ def offers_stale_as_current(text: str, key: dict) -> bool:
     uncorrected = (sentence for sentence in SENTENCE.split(text)
                    if not REPLACED.search(sentence) and not matches_any(key['must'], sentence))
     return any(matches_any(key['stale'], sentence) for sentence in uncorrected)
+
+
+def sentences_naming_both(text: str, key: dict) -> list[str]:
+    """The sentences of text that name a stale pattern and a must pattern of the key (stripped).
+
+    The grader reads such a sentence as a correction, but cannot tell which decision it offers as current:
+    with must ['redis'] and stale ['rabbitmq'], 'The job queue uses RabbitMQ, not Redis streams. It is fast.'
+    -> ['The job queue uses RabbitMQ, not Redis streams.'], which passes although it keeps the old decision.
+    """
+    return [sentence.strip() for sentence in SENTENCE.split(text)
+            if matches_any(key['stale'], sentence) and matches_any(key['must'], sentence)]
+
+
+def answers_to_read(recorded: dict, keys: dict) -> list[dict]:
+    """{strategy, case, seed, sentence} for every sentence a person must read to know what the answer offers;
+    the verdicts stay as the grader gives them."""
+    return [{'strategy': strategy, 'case': case_id, 'seed': answer['seed'], 'sentence': sentence}
+            for strategy, case_id, answer in each_answer(recorded)
+            for sentence in sentences_naming_both(answer['answer'], keys[case_id])]
 
 
 def grade(case_id: str, answer: dict, keys: dict | None = None) -> tuple[str, str]:
@@ -339,6 +364,7 @@ def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
         'cut_off_per_strategy': {strategy: sum(1 for c in cut_off if c['strategy'] == strategy)
                                  for strategy in verdicts},
         'outdated_requests': outdated_requests(recorded, current),
+        'answers_to_read': answers_to_read(recorded, keys),
         'graded': verdicts,
     }
 
@@ -356,6 +382,11 @@ def table(grades: dict) -> str:
         rows.append('Incomplete (empty answers): ' + ', '.join(f'{k} {v}' for k, v in incomplete.items()))
     rows.append('Cut off at num_predict (graded as they stand): '
                 + ', '.join(f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items()))
+    to_read = grades['answers_to_read']
+    answers = len({(a['strategy'], a['case'], a['seed']) for a in to_read})
+    rows.append(f'To read (a sentence names both the replaced and the current decision, so the grader cannot tell '
+                f'which it offers as current; verdicts stand as graded): {plural(answers, "answer")}'
+                + ''.join(f'\n  {a["strategy"]} {a["case"]} seed {a["seed"]}: {a["sentence"]}' for a in to_read))
     return '\n'.join(rows)
 
 

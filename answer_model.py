@@ -12,7 +12,8 @@ The server address comes from OLLAMA_HOST, read as the official ollama Python
 client reads it (default http://127.0.0.1:11434), except that an unspecified
 bind address (0.0.0.0, ::), which the server's own FAQ suggests setting, means
 this machine. Every failure a user can cause or fix, such as a server that is
-down, a model that is not pulled, a busy queue, a timeout or a reply the
+down (or Ollama not installed), a server at that address that is not Ollama
+(it does not answer /api/version with a version), a model that is not pulled, a busy queue, a timeout or a reply the
 server did not finish, raises AnswerModelError with one line naming the host
 and what to do. A reply counts as an answer only when the server says it is
 done; its done_reason ("stop", or "length" when the answer hit num_predict) is
@@ -37,6 +38,7 @@ import json
 import os
 from pathlib import Path
 import re
+import shutil
 import sys
 from urllib.parse import urlsplit
 
@@ -60,6 +62,9 @@ SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no
 # with its release candidates, counted only the tokens llama-server newly processed (fixed by #16428 in 0.30.1).
 CACHE_UNCOUNTED_BEFORE = (0, 1, 49)
 CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
+VERSION_PATH = '/api/version'  # every Ollama server answers it with {"version": "..."}; others are not Ollama
+CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
+BODY_QUOTED = 80  # characters of an unexpected reply body quoted in a message
 CHECK_TIMEOUT = 10.0   # seconds; /api/version and /api/tags answer at once on a live server
 CHAT_TIMEOUT = 600.0   # seconds; the first chat loads the weights, which can take minutes on a CPU
 
@@ -205,6 +210,29 @@ def parse_answer(payload: dict, seed: int) -> dict:
     }
 
 
+def json_object(response: requests.Response) -> dict | None:
+    """The reply's body as a JSON object, or None when it is anything else."""
+    try:
+        payload = response.json()
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def reply_detail(response: requests.Response, payload: dict | None) -> str:
+    """What a reply said, for a message: its JSON error, else the start of its body.
+
+    {"error": "model not found"} -> 'model not found'; '404 page not found\\n' -> 'the body "404 page not found"';
+    '' -> 'an empty body'; {"version": "0.32.14"} -> 'the body "{"version": "0.32.14"}"'
+    """
+    if payload is not None and isinstance(payload.get('error'), str):
+        return payload['error']
+    text = ' '.join(response.text.split())
+    if not text:
+        return 'an empty body'
+    return f'the body "{text[:BODY_QUOTED]}' + ('..."' if len(text) > BODY_QUOTED else '"')
+
+
 class AnswerModel:
     """A client for one Ollama server that talks only to the pinned build."""
 
@@ -223,10 +251,7 @@ class AnswerModel:
         """Check the server and the pinned digest once; return the server's version."""
         if self.version is not None:
             return self.version
-        version = self._call('GET', '/api/version', None, self.check_timeout).get('version')
-        if not isinstance(version, str) or not version:
-            raise AnswerModelError(f'{self.host}/api/version gave no version: '
-                                   'check that OLLAMA_HOST points at an Ollama server')
+        version = self._server_version()
         tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
         listed = self._call('GET', '/api/tags', None, self.check_timeout).get('models')
         if not isinstance(listed, list):
@@ -249,7 +274,7 @@ class AnswerModel:
         """One answer from the pinned build: {seed, answer, tool_calls, done_reason, prompt_tokens, answer_tokens}."""
         self.verify()
         body = chat_body(self.model, messages, tools, num_ctx, num_predict, seed)
-        payload = self._call('POST', '/api/chat', encode(body), self.timeout)
+        payload = self._call('POST', CHAT_PATH, encode(body), self.timeout)
         if payload.get('done') is not True:
             # Even with stream false the server answers 200 with what it has when generation ends
             # without a final response (it does so after one token repeats many times): no counts.
@@ -274,8 +299,20 @@ class AnswerModel:
         length = entry.get('context_length') if entry is not None else None
         return length if type(length) is int and length > 0 else None
 
-    def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
-        """One request; every way it can fail becomes one AnswerModelError naming the host."""
+    def _server_version(self) -> str:
+        """The version from /api/version; any other answer means the server at the host is not Ollama."""
+        response = self._send('GET', VERSION_PATH, None, self.check_timeout)
+        payload = json_object(response)
+        version = payload.get('version') if payload is not None else None
+        if response.status_code != 200 or not isinstance(version, str) or not version:
+            raise AnswerModelError(
+                f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
+                f'{response.status_code} ({reply_detail(response, payload)}), where Ollama gives its version; '
+                f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
+        return version
+
+    def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> requests.Response:
+        """One request; a server that cannot be reached becomes one AnswerModelError naming the host."""
         url = self.host + path
         headers = {'Content-Type': 'application/json'} if data is not None else {}
         try:
@@ -284,30 +321,36 @@ class AnswerModel:
             raise AnswerModelError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
                                    'check that the server is not stuck or overloaded, then run again') from None
         except requests.ConnectionError:
-            raise AnswerModelError(f'no Ollama server answers at {self.host}: start it with `ollama serve`, '
-                                   'or set OLLAMA_HOST to the address it listens on') from None
+            # Without the ollama command there is nothing to start: say so before the start advice.
+            install = ('' if shutil.which('ollama') else
+                       ', and no `ollama` command is on PATH: install Ollama (from its download page), then')
+            raise AnswerModelError(f'no Ollama server answers at {self.host}{install or ":"} start it with '
+                                   '`ollama serve`, or set OLLAMA_HOST to the address it listens on') from None
         except requests.RequestException as error:
             raise AnswerModelError(f'cannot send a request to {self.host} ({error}): '
                                    f'set OLLAMA_HOST like {DEFAULT_HOST}') from None
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        error = payload.get('error') if isinstance(payload, dict) else None
-        if response.status_code == 404:
+        return response
+
+    def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
+        """One request; every way it can fail becomes one AnswerModelError naming the host."""
+        response = self._send(method, path, data, timeout)
+        payload = json_object(response)
+        error = payload.get('error') if payload is not None else None
+        detail = reply_detail(response, payload)
+        if response.status_code == 404 and path == CHAT_PATH and error is not None:
             tag = self.model['ollama_tag']
             raise AnswerModelError(f'Ollama at {self.host} answered 404 to {path} ({error}): '
                                    f'run `ollama pull {tag}` and check that the ID column of `ollama list` starts with '
                                    f'{self.model["ollama_digest"][:12]}')
         if response.status_code == 503:
-            raise AnswerModelError(f'Ollama at {self.host} is busy (503: {error}): '
+            raise AnswerModelError(f'Ollama at {self.host} is busy (503: {detail}): '
                                    'wait for its other requests to finish, then run again')
         if response.status_code == 400:
-            raise AnswerModelError(f'Ollama at {self.host} rejected {path} as a bad request ({error}): '
+            raise AnswerModelError(f'Ollama at {self.host} rejected {path} as a bad request ({detail}): '
                                    f'upgrade Ollama; the pinned recording used {self.model["ollama_version"]}')
         if response.status_code != 200 or error is not None:
             raise AnswerModelError(f'Ollama at {self.host} answered HTTP {response.status_code} to {path} '
-                                   f'({error}): read the server log, then run again')
+                                   f'({detail}): read the server log, then run again')
         if not isinstance(payload, dict):
             raise AnswerModelError(f'{self.host}{path} did not answer with a JSON object: '
                                    'check that OLLAMA_HOST points at an Ollama server')

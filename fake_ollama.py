@@ -9,12 +9,15 @@ server/routes.go): counts left out when zero, a reply with done false and no
 counts where generation ended without a final response, done_reason "length",
 a thinking field, /api/ps with or without context_length, and any version
 string, such as one that leaves cached prompt tokens out of its counts; no
-model is called. Each test file calls only_loopback() from its setUpModule, so
+model is called. NotOllama is another kind of HTTP server on 127.0.0.1, for the
+message that names a server as not Ollama, and ollama_command() sets PATH with
+or without an `ollama` command, for the advice to install it. Each test file calls only_loopback() from its setUpModule, so
 every HTTP request its tests make is checked to go to 127.0.0.1 and
 OLLAMA_HOST points at a closed loopback port: no test can reach a real server.
 This module holds no test methods (AnswerFilesTest is only a base class), so
 unittest runs none from it, and none twice from the files that import it.
 """
+import contextlib
 import http.server
 import json
 import os
@@ -175,6 +178,49 @@ class FakeOllama:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=TIMEOUT)
+
+
+class NotOllama:
+    """Another kind of HTTP server on 127.0.0.1: the same status and body for every GET and POST. By default
+    404 '404 page not found', as a Go program answers a path it does not serve."""
+
+    def __init__(self, status: int = 404, body: bytes = b'404 page not found\n'):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(status)
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass  # keep test output clean
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.host = f'http://127.0.0.1:{self.server.server_address[1]}'
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=TIMEOUT)
+
+
+@contextlib.contextmanager
+def ollama_command(installed: bool):
+    """PATH holding only a temp folder, with an executable named ollama in it when installed is true."""
+    with tempfile.TemporaryDirectory() as folder:
+        if installed:
+            command = Path(folder) / 'ollama'
+            command.write_text('#!/bin/sh\nexit 0\n', encoding='utf-8')
+            command.chmod(0o755)
+        with mock.patch.dict(os.environ, {'PATH': folder}):
+            yield
 
 
 def closed_port() -> int:

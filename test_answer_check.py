@@ -28,7 +28,8 @@ from answer_check import AnswerCheckError, grade, load_keys, load_recording, sum
 from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
 from cli import python_command
 from fake_ollama import (LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, TIMEOUT, AnswerFilesTest, FakeOllama,
-                         client_for, closed_port, held_out_cases, only_loopback, reply, unfinished)
+                         NotOllama, client_for, closed_port, held_out_cases, ollama_command, only_loopback, reply,
+                         unfinished)
 
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
@@ -73,6 +74,48 @@ class GradeTest(unittest.TestCase):
                      'The job queue uses Redis streams, not RabbitMQ.'):
             with self.subTest(text=text):
                 self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
+
+    def test_sentence_offering_the_replaced_decision_as_current_passes_but_is_listed_to_read(self):
+        # The original rule reads 'not ' as a correction; the verdict must stay as it gives it.
+        text = 'The job queue uses RabbitMQ, not Redis streams. It was set up last year.'
+        self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
+        keys = shipped_keys()['keys']
+        self.assertEqual(answer_check.sentences_naming_both(text, keys['held-correction']),
+                         ['The job queue uses RabbitMQ, not Redis streams.'])
+
+    def test_sentences_that_do_not_name_both_facts_are_not_listed(self):
+        keys = shipped_keys()['keys']
+        for case_id, text in (('held-correction', 'We use RabbitMQ for the job queue.'),  # stale only: graded fail
+                              ('held-correction', 'The job queue uses Redis streams.'),  # must only
+                              ('held-correction', 'Use Redis streams. RabbitMQ was the earlier choice.'),
+                              ('held-correction', 'Redis streams now.\nRabbitMQ is gone.'),  # split at a newline
+                              ('held-correction', ''),
+                              ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
+            with self.subTest(case=case_id, text=text):
+                self.assertEqual(answer_check.sentences_naming_both(text, keys[case_id]), [])
+
+    def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
+        recorded = {'model': load_model(), 'answers': {
+            'recent': {'held-correction': [answer('The job queue uses RabbitMQ, not Redis streams.', 1),
+                                           answer('We use RabbitMQ.', 2),
+                                           answer('Redis replaced RabbitMQ. So: Redis, not RabbitMQ.', 3)],
+                       'held-latest': [answer('Mateo.', 1)]}}}
+        grades = answer_check.grade_recording(recorded, shipped_keys()['keys'], current={})
+        self.assertEqual(grades['answers_to_read'], [
+            {'strategy': 'recent', 'case': 'held-correction', 'seed': 1,
+             'sentence': 'The job queue uses RabbitMQ, not Redis streams.'},
+            {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'Redis replaced RabbitMQ.'},
+            {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'So: Redis, not RabbitMQ.'}])
+        self.assertEqual([entry['verdict'] for entry in grades['graded']['recent']['held-correction']],
+                         ['pass', 'fail', 'pass'])
+        lines = answer_check.table(grades).splitlines()
+        self.assertEqual(lines[-4], 'To read (a sentence names both the replaced and the current decision, so the '
+                                    'grader cannot tell which it offers as current; verdicts stand as graded): '
+                                    '2 answers')
+        self.assertEqual(lines[-3:], [
+            '  recent held-correction seed 1: The job queue uses RabbitMQ, not Redis streams.',
+            '  recent held-correction seed 3: Redis replaced RabbitMQ.',
+            '  recent held-correction seed 3: So: Redis, not RabbitMQ.'])
 
     def test_every_required_fact_passes(self):
         for case_id, text in (('held-latest', 'Mateo reviews the pricing page.'),
@@ -142,10 +185,49 @@ class ClientTest(unittest.TestCase):
 
     def test_server_that_is_down_gives_one_clear_message(self):
         host = f'http://127.0.0.1:{closed_port()}'
-        with self.assertRaises(AnswerModelError) as caught:
+        with ollama_command(installed=True), self.assertRaises(AnswerModelError) as caught:
             client_for(host).verify()
         self.assertEqual(str(caught.exception), f'no Ollama server answers at {host}: start it with '
                                                 '`ollama serve`, or set OLLAMA_HOST to the address it listens on')
+
+    def test_machine_without_ollama_is_told_to_install_it_before_serving(self):
+        host = f'http://127.0.0.1:{closed_port()}'
+        with ollama_command(installed=False), self.assertRaises(AnswerModelError) as caught:
+            client_for(host).verify()
+        self.assertEqual(str(caught.exception),
+                         f'no Ollama server answers at {host}, and no `ollama` command is on PATH: install Ollama '
+                         '(from its download page), then start it with `ollama serve`, or set OLLAMA_HOST to the '
+                         'address it listens on')
+
+    def test_server_that_answers_but_is_not_ollama_is_named_so_without_pull_advice(self):
+        with NotOllama() as other, self.assertRaises(AnswerModelError) as caught:
+            client_for(other.host).verify()
+        self.assertEqual(str(caught.exception),
+                         f'the server at {other.host} is not Ollama: it answered /api/version with HTTP 404 (the body '
+                         '"404 page not found"), where Ollama gives its version; set OLLAMA_HOST to the address '
+                         '`ollama serve` listens on (by default http://127.0.0.1:11434)')
+
+    def test_version_reply_without_a_version_is_not_ollama(self):
+        for status, body, shown in ((200, b'{}', 'the body "{}"'),
+                                    (200, b'{"version": ""}', 'the body "{"version": ""}"'),
+                                    (200, b'<html>\n<p>Hi</p>\n</html>', 'the body "<html> <p>Hi</p> </html>"'),
+                                    (401, b'{"error": "unauthorized"}', 'unauthorized'),
+                                    (502, b'', 'an empty body')):
+            with self.subTest(body=body), NotOllama(status, body) as other:
+                with self.assertRaises(AnswerModelError) as caught:
+                    client_for(other.host).verify()
+                self.assertEqual(str(caught.exception).split(', where')[0],
+                                 f'the server at {other.host} is not Ollama: it answered /api/version with HTTP '
+                                 f'{status} ({shown})')
+
+    def test_error_reply_without_an_error_field_names_its_body_not_none(self):
+        for status in (404, 503, 400, 500):
+            with self.subTest(status=status), FakeOllama(chat=lambda body, n: (status, {})) as fake:
+                with self.assertRaises(AnswerModelError) as caught:
+                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                self.assertIn('the body "{}"', str(caught.exception))
+                self.assertNotIn('None', str(caught.exception))
+                self.assertNotIn('pull', str(caught.exception))
 
     def test_timeout_gives_one_clear_message(self):
         def slow(body, number):

@@ -29,7 +29,7 @@ import answer_record
 from answer_model import AnswerModel, load_model
 from cli import python_command
 from fake_ollama import (LOADED_CONTEXT, OTHER, SERVER_VERSION, AnswerFilesTest, FakeOllama, client_for,
-                         closed_port, counted_reply, held_out_cases, only_loopback, reply, unfinished)
+                         closed_port, counted_reply, held_out_cases, ollama_command, only_loopback, reply, unfinished)
 from strategies import STRATEGIES
 from tokenizer import count_request
 
@@ -349,7 +349,8 @@ class RecordTest(AnswerFilesTest):
 
     def test_server_that_is_down_prints_one_line_and_no_traceback(self):
         host = f'http://127.0.0.1:{closed_port()}'
-        code, out, err = self.run_main(['record'], host)
+        with ollama_command(installed=True):  # without it the line adds advice to install Ollama first
+            code, out, err = self.run_main(['record'], host)
         self.assertEqual((code, out), (2, ''))
         self.assertEqual(err, f'answer_check.py: no Ollama server answers at {host}: start it with '
                               '`ollama serve`, or set OLLAMA_HOST to the address it listens on\n')

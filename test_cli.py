@@ -33,7 +33,7 @@ SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.starts
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
 # Standard library only: they check and move files and cases; they load no tokenizer.
-NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py'}
+NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py', 'folder_swap.py'}
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 

