@@ -251,7 +251,8 @@ def category_set(text: str) -> set[int]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Convert LoCoMo (locomo10.json) into a case set for evaluate.py.')
     parser.add_argument('locomo', type=Path, help="LoCoMo's data/locomo10.json, downloaded by you")
-    parser.add_argument('--output', type=Path, required=True, help='case set to write (temp file, then rename)')
+    parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
+                        'followed, a pipe or device written into)')
     for name, value in BUDGET.items():
         parser.add_argument(f'--{name.replace("_", "-")}', type=int, default=value,
                             help=f'budget.{name} of every case (default {value})')
