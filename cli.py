@@ -100,13 +100,16 @@ def require_packages(module_name: str) -> None:
 def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
     """Exit with main(arguments); Ctrl-C and a closed stdout end it without a traceback.
 
-    interrupted says, after 'interrupted; ', what state a Ctrl-C leaves behind.
+    interrupted says, after 'interrupted; ', what state a Ctrl-C leaves behind. A main whose state changes
+    as it goes (a file written before the report is printed) re-raises KeyboardInterrupt with a message
+    saying the state at that point, which is then said instead.
     """
     try:
         status = main(sys.argv[1:])
         sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
-    except KeyboardInterrupt:
-        print(f"{script_name()}: interrupted{'; ' + interrupted if interrupted else ''}", file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        state = stop.args[0] if stop.args and isinstance(stop.args[0], str) else interrupted
+        print(f"{script_name()}: interrupted{'; ' + state if state else ''}", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         # Python flushes stdout once more at exit, which would fail the same way; the signal module's

@@ -14,6 +14,7 @@ what moved, with turns counted from 1 as in every view meant for people:
 The test that compares a fresh run with the recorded report uses the same
 lines for its failure message. It reads and writes no file itself.
 """
+import json
 from pathlib import Path
 
 import cli
@@ -114,13 +115,21 @@ def is_turn_list(value) -> bool:
     return isinstance(value, list) and all(type(index) is int and index >= 0 for index in value)
 
 
+def json_kind(value) -> str:
+    """What a parsed JSON value is, in JSON's words: None -> 'null', [] -> 'a list', 3.5 -> 'a number'."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return {dict: 'an object', list: 'a list', str: 'a string'}.get(type(value), 'a number')
+
+
 def check_report(path: Path, report) -> None:
     """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
     def wrong(what: str) -> ReportError:
         return ReportError(f'{path}: not an evaluate.py report ({what})')
 
-    if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
-            or not isinstance(report.get('summary'), dict):
+    if not isinstance(report, dict):
+        raise wrong(f'expected an object with cases and summary, got {json_kind(report)}')
+    if not isinstance(report.get('cases'), dict) or not isinstance(report.get('summary'), dict):
         raise wrong('expected an object with cases and summary')
     for name, rows in report['cases'].items():
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):

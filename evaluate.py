@@ -26,7 +26,8 @@ the counter, the best possible search and the grader in this file) and of
 tokenizer-manifest.json, which pins the tokenizer files the counter accepts.
 The environment (Python version) is recorded but not compared. Expected mistakes (a malformed case set, an
 unprepared counter, an unreadable report to compare with, an unwritable
---output) print one line and exit 2, without a traceback; Ctrl-C exits 130.
+--output) print one line and exit 2, without a traceback; Ctrl-C exits 130
+and says whether --output was written.
 """
 import argparse
 import json
@@ -42,7 +43,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import best_possible
 from case_set import SPLITS, CaseError, load_cases, read_json
 from compare_reports import ReportError, check_report, compare
-from lab_files import write_atomically
+from lab_files import interrupted_while_writing, write_atomically
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from prepared_folder import sha256_file
@@ -190,10 +191,13 @@ def table(report: dict, group: str = 'split') -> str:
 
 
 def write_report(path: Path, report: dict) -> None:
+    """Write the report to path (lab_files.write_atomically says how); a Ctrl-C meanwhile says what may be there."""
     try:
         write_atomically(path, to_json(report))
     except OSError as error:
         raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
 
 
 def show(path: Path, case_id: str, names: list[str], prompt: bool = False, full: bool = False,
@@ -276,8 +280,9 @@ def main(argv: list[str]) -> int:
             names = [args.strategy] if args.strategy else list(STRATEGIES)
             print(show(args.cases, args.show, names, args.prompt, args.full, colour_wanted()), end='')
             return 0
-        old = read_json(args.compare, 'report to compare with') if args.compare else None
-        if old is not None:
+        old = None
+        if args.compare:  # a file holding null is no report either
+            old = read_json(args.compare, 'report to compare with')
             check_report(args.compare, old)
         report = run(args.cases)
         if args.output:
@@ -285,6 +290,16 @@ def main(argv: list[str]) -> int:
     except (CaseError, CounterError, ReportError) as error:
         print(f'evaluate.py: {error}', file=sys.stderr)
         return 2
+    try:
+        return print_result(args, old, report)
+    except KeyboardInterrupt:
+        if not args.output:
+            raise
+        raise KeyboardInterrupt(f'the report was written to {args.output}, its printing cut short') from None
+
+
+def print_result(args: argparse.Namespace, old: dict | None, report: dict) -> int:
+    """Print the changes against old (exit 1 if any) or the report in the chosen format."""
     if old is not None:
         changes = compare(old, report)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')

@@ -76,6 +76,12 @@ def write_atomically(path: Path, data: str | bytes) -> None:
         replace_file(Path(os.path.realpath(path)), data, mode)
 
 
+def interrupted_while_writing(path: Path) -> str:
+    """What a Ctrl-C during write_atomically(path, ...) may leave, for the message that reports it."""
+    return (f'while writing {path}: a file there holds what it held or all of the new contents, '
+            'a pipe or device may have received part of them')
+
+
 def write_into(path: Path, data: bytes) -> None:
     """Write data into a device or pipe as it stands: no creating, truncating, renaming or removing."""
     handle = os.open(path, os.O_WRONLY)

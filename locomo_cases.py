@@ -51,7 +51,7 @@ import cli
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
 from case_set import SPLITS, CaseError, check_budget, check_case, read_json
-from lab_files import write_atomically
+from lab_files import interrupted_while_writing, write_atomically
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -268,15 +268,25 @@ def main(argv: list[str]) -> int:
     try:
         check_budget('the budget options', budget)
         cases, summary = convert(args.locomo, args.categories, budget, args.split)
-        try:
-            write_atomically(args.output, to_text(cases))
-        except OSError as error:
-            raise CaseError(f'{args.output}: cannot write the case set: {error.strerror}') from None
+        write_cases(args.output, cases)
     except CaseError as error:
         print(f'locomo_cases.py: {error}', file=sys.stderr)
         return 2
-    print(f'locomo_cases.py: {summary}', file=sys.stderr)
+    try:
+        print(f'locomo_cases.py: {summary}', file=sys.stderr)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f'the case set was written to {args.output}') from None
     return 0
+
+
+def write_cases(path: Path, cases: list[dict]) -> None:
+    """Write the case set to path (lab_files.write_atomically says how); a Ctrl-C meanwhile says what may be there."""
+    try:
+        write_atomically(path, to_text(cases))
+    except OSError as error:
+        raise CaseError(f'{path}: cannot write the case set: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
 
 
 if __name__ == '__main__':

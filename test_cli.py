@@ -196,6 +196,35 @@ class InterruptTest(unittest.TestCase):
         self.assertEqual(exited.exception.code, 130)
         self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; nothing was written\n')
 
+    def test_ctrl_c_after_output_was_written_does_not_claim_nothing_was(self):
+        def interrupted_print(*args):
+            raise KeyboardInterrupt
+
+        err = io.StringIO()
+        with tempfile.TemporaryDirectory() as folder:
+            output = Path(folder) / 'report.json'
+            with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', str(output), '--format', 'table']), \
+                    mock.patch.object(evaluate, 'print_result', interrupted_print), contextlib.redirect_stderr(err):
+                with self.assertRaises(SystemExit) as exited:
+                    cli.run(evaluate.main, 'nothing was written')
+            self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['case_set'], 'cases.json')
+        self.assertEqual(exited.exception.code, 130)
+        self.assertEqual(err.getvalue(), f'evaluate.py: interrupted; the report was written to {output}, '
+                                         'its printing cut short\n')
+
+    def test_ctrl_c_while_writing_says_what_the_output_may_hold(self):
+        def interrupted_write(*args):
+            raise KeyboardInterrupt
+
+        err = io.StringIO()
+        with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', 'report.json']), \
+                mock.patch.object(evaluate, 'write_atomically', interrupted_write), contextlib.redirect_stderr(err):
+            with self.assertRaises(SystemExit):
+                cli.run(evaluate.main, 'nothing was written')
+        self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; while writing report.json: a file there holds '
+                                         'what it held or all of the new contents, a pipe or device may have '
+                                         'received part of them\n')
+
 
 class PreparedElsewhereTest(TempFolderTest):
     """CONTEXT_LAB_PREPARED names the prepared folder for every script: prepare.py and those that count."""

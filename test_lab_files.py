@@ -12,11 +12,15 @@ machine's /dev/null, which a regression would replace.
 import os
 from pathlib import Path
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import unittest
 
 from lab_files import NEW_FILE_MODE, write_atomically
+
+HERE = Path(__file__).resolve().parent
 
 
 class WriteTest(unittest.TestCase):
@@ -191,6 +195,52 @@ class WriteTest(unittest.TestCase):
             write_atomically(path, 'lone \ud800 surrogate')
         self.assertEqual(path.read_text(encoding='utf-8'), 'kept')
         self.assertEqual(self.leftovers(), [])
+
+
+
+class EvaluateOutputTest(unittest.TestCase):
+    """End to end: `evaluate.py --output` through a symlink and into a named pipe, as a user would run it."""
+
+    def setUp(self):
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.tmp = Path(temp.name)
+
+    def evaluate_py(self, output: Path, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, 'evaluate.py', '--format', 'table', '--output', str(output)],
+                                cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+    def test_output_to_a_symlink_writes_the_named_file_and_keeps_the_link(self):
+        (self.tmp / 'reports').mkdir()
+        target = self.tmp / 'reports' / 'latest.json'
+        target.write_text('old', encoding='utf-8')
+        link = self.tmp / 'report.json'
+        link.symlink_to('reports/latest.json')
+        process = self.evaluate_py(link)
+        out, err = process.communicate(timeout=300)
+        self.assertEqual((process.returncode, err), (0, ''))
+        self.assertEqual(os.readlink(link), 'reports/latest.json')
+        recorded = (HERE / 'evaluation-result.json').read_text(encoding='utf-8')
+        written = target.read_text(encoding='utf-8')
+        # Equal to the recording but for the environment, which the recording keeps from its own run.
+        self.assertEqual(written.split('"counter"')[1], recorded.split('"counter"')[1])
+        self.assertTrue(out.startswith('| Strategy |'), out[:100])
+
+    def test_output_to_a_named_pipe_is_read_by_the_reader_and_the_pipe_stays(self):
+        fifo = self.tmp / 'report.pipe'
+        os.mkfifo(fifo)
+        received = []  # read by a thread, so a run that fails before opening the pipe cannot hang the test
+        reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding='utf-8')), daemon=True)
+        reader.start()
+        process = self.evaluate_py(fifo)
+        out, err = process.communicate(timeout=300)
+        reader.join(timeout=10)
+        self.assertEqual((process.returncode, err), (0, ''))
+        received = received[0]
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        recorded = (HERE / 'evaluation-result.json').read_text(encoding='utf-8')
+        self.assertEqual(received.split('"counter"')[1], recorded.split('"counter"')[1])
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.pipe'])
 
 
 if __name__ == '__main__':
