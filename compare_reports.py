@@ -17,12 +17,6 @@ lines for its failure message. It reads and writes no file itself.
 import json
 from pathlib import Path
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
-import request_view
-
 # Every row of the report has these fields; --compare reads them from the older report.
 ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
               'required_total', 'missing', 'stale_included')
@@ -41,9 +35,28 @@ def facts_delta(label: str, old: list[str], new: list[str]) -> list[str]:
     return ([f'{label} gone: {gone}'] if gone else []) + ([f'{label} appeared: {came}'] if came else [])
 
 
+def turn_runs(indices) -> str:
+    """0-based turn indices as people count them, consecutive ones as one run: [2, 3, 4, 6] -> '3-5, 7'."""
+    runs = []  # [first, last] of each run of consecutive indices
+    for index in sorted(indices):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ', '.join(f'{first + 1}' if first == last else f'{first + 1}-{last + 1}' for first, last in runs)
+
+
+def turn_numbers(indices: list[int]) -> str:
+    """Turn indices in a line for people: [0, 2] -> 'turns 1, 3'; [1] -> 'turn 2'; [] -> 'no turns';
+    range(2, 15) plus [19] -> 'turns 3-15, 20'."""
+    if not indices:
+        return 'no turns'
+    return ('turn ' if len(indices) == 1 else 'turns ') + turn_runs(indices)
+
+
 def people_turns(indices: list[int] | None) -> str:
     """Report turn indices in a line for people: [0, 2] -> 'turns 1, 3'; None (not searched) -> 'no search'."""
-    return 'no search' if indices is None else request_view.turn_numbers(indices)
+    return 'no search' if indices is None else turn_numbers(indices)
 
 
 def row_changes(old: dict, new: dict) -> list[str]:
@@ -166,5 +179,7 @@ def check_report(path: Path, report) -> None:
 
 
 if __name__ == '__main__':
+    import cli  # standard library only, like this module
+
     cli.run(cli.module_main('What changed between two evaluate.py reports, in reviewer\'s terms.',
                             'python evaluate.py --compare evaluation-result.json'))

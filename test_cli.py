@@ -26,6 +26,7 @@ import case_set
 import cli
 import evaluate
 import lab_files
+import test_locomo_cases
 from prepared_folder import PREPARED, PREPARED_ENV
 
 HERE = Path(__file__).resolve().parent
@@ -33,7 +34,7 @@ SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.starts
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
 # Standard library only: they check and move files and cases; they load no tokenizer.
-NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py'}
+NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py', 'compare_reports.py', 'locomo_cases.py'}
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 
@@ -121,12 +122,23 @@ class MissingPackagesTest(unittest.TestCase):
         self.assertIn(f'ModuleNotFoundError: {sys.executable} lacks the locked packages tokenizers', result.stderr)
 
 
-class NoPackageTest(unittest.TestCase):
+class NoPackageTest(TempFolderTest):
+    def arguments(self, script: str) -> list[str]:
+        """Valid arguments for a script that needs some: locomo_cases.py converts a small LoCoMo-shaped file."""
+        if script != 'locomo_cases.py':
+            return []
+        locomo = self.tmp / 'locomo10.json'
+        locomo.write_text(json.dumps(test_locomo_cases.locomo_sample()), encoding='utf-8')
+        return [str(locomo), '--output', str(self.tmp / 'cases.json')]
+
     def test_a_script_that_needs_no_package_runs_without_them(self):
         for script in sorted(NEEDS_NO_PACKAGE):
             with self.subTest(script):
-                result = run([script], prepared=PREPARED, python_options=['-S'], capture_output=True)
-                self.assertEqual((result.returncode, result.stderr), (0, ''))
+                result = run([script, *self.arguments(script)], prepared=PREPARED, python_options=['-S'],
+                             capture_output=True)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn('lacks', result.stderr)
+        self.assertTrue(case_set.load_cases(self.tmp / 'cases.json'))  # the conversion did run
 
 
 class HelpTest(unittest.TestCase):

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 import unittest
 
-from compare_reports import compare, row_changes
+from compare_reports import compare, row_changes, turn_numbers
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
@@ -34,6 +34,11 @@ class CompareTest(unittest.TestCase):
         lines = compare(old, new)
         self.assertEqual(lines[:2], ['best possible dev-latest: case added', 'best possible dev-old-decision: case added'])
         self.assertEqual(len(lines), 12 + 2 * 7)  # twelve rows, seven figures for each split
+
+    def test_turns_are_named_from_1_and_consecutive_turns_as_one_run(self):
+        self.assertEqual([turn_numbers([]), turn_numbers([1]), turn_numbers([0, 2]), turn_numbers([0, 1]),
+                          turn_numbers([*range(2, 15), 19]), turn_numbers([9, 7, 8, 0])],
+                         ['no turns', 'turn 2', 'turns 1, 3', 'turns 1-2', 'turns 3-15, 20', 'turns 1, 8-10'])
 
     def test_identical_reports_give_no_line(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
