@@ -6,6 +6,7 @@
     python evaluate.py --cases my-cases.json        # evaluate another case set
     python evaluate.py --output evaluation-result.json   # also record the report (atomically)
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
+    python evaluate.py --compare evaluation-result.json --summary-only   # ... only in the summaries
     python evaluate.py --format turns               # which turns each rule kept, case by case
     python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
 
@@ -252,6 +253,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         'is followed, a pipe or device written into)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
+    parser.add_argument('--summary-only', action='store_true',
+                        help='with --compare: print only what changed in the summaries and identity hashes, '
+                             'and count the changes case by case in one line')
     parser.add_argument('--show', metavar='CASE_ID',
                         help='print the request each strategy builds for this case, message by message, '
                              'then the best possible selection')
@@ -262,6 +266,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table or a turn map; use it without --format')
+    if args.summary_only and not args.compare:
+        parser.error('--summary-only shortens --compare OLD.json; use it with --compare')
     if args.show is None and (args.strategy or args.prompt or args.full):
         parser.error('--strategy, --prompt and --full go with --show CASE_ID')
     if args.show is not None and (args.compare or args.output or args.format != 'json'):
@@ -301,7 +307,7 @@ def main(argv: list[str]) -> int:
 def print_result(args: argparse.Namespace, old: dict | None, report: dict) -> int:
     """Print the changes against old (exit 1 if any) or the report in the chosen format."""
     if old is not None:
-        changes = compare(old, report)
+        changes = compare(old, report, rows=not args.summary_only)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')
         return 1 if changes else 0
     views = {'json': to_json, 'table': lambda report: table(report, args.group), 'turns': request_view.turn_map}

@@ -152,7 +152,8 @@ def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
             merged[-1][1] = index
         else:
             merged.append([index, index, marks, cells])
-    return [(turn_runs(range(first, last + 1)) + marks, cells) for first, last, marks, cells in merged]
+    return [(turn_runs(range(first, last + 1))[0] + marks, cells)  # consecutive turns: a single run
+            for first, last, marks, cells in merged]
 
 
 def case_map(best: dict, strategy_rows: dict[str, dict], label: str) -> str:
