@@ -20,8 +20,10 @@ line, so a caller sees the same advice.
 
 run passes the arguments to main and exits with what it returns. Ctrl-C is one
 line on stderr and exit 130. A reader that stops reading early (`python
-evaluate.py | head -1`) ends the script quietly with exit 1, not with a
-BrokenPipeError traceback.
+evaluate.py | head -1`) ends the script quietly with exit 141, what a shell
+reports for a program ended by SIGPIPE, not with a BrokenPipeError traceback,
+and not with a code a script also uses for a result (evaluate.py --compare
+exits 1 for "something changed").
 
 It writes nothing and changes nothing about what the scripts compute.
 """
@@ -31,6 +33,7 @@ import importlib.metadata
 import json
 import os
 from pathlib import Path
+import signal
 import sys
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +42,7 @@ INSTALL = 'python3 -m venv .venv && .venv/bin/python -m pip install --require-ha
 TESTS_ONLY = frozenset({'hypothesis'})  # pinned for the test suite; no script imports it, so none asks for it
 EXIT_MISSING = 2  # as for any other error the user can act on
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-EXIT_READER_GONE = 1  # stdout was closed before everything was written
+EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 
 
 def pins(text: str) -> dict[str, str]:
