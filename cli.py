@@ -41,6 +41,7 @@ REQUIREMENTS = HERE / 'requirements.txt'  # the direct pins; requirements.lock h
 INSTALL = 'python3 -m venv .venv && .venv/bin/python -m pip install --require-hashes -r requirements.lock'
 TESTS_ONLY = frozenset({'hypothesis'})  # pinned for the test suite; no script imports it, so none asks for it
 EXIT_MISSING = 2  # as for any other error the user can act on
+HELP_OPTIONS = frozenset({'-h', '--help'})  # answered even without the packages, as argparse spells them
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 
@@ -88,7 +89,11 @@ def script_name() -> str:
 
 
 def require_packages(module_name: str) -> None:
-    """Stop with one line if a locked package is missing: exit 2 when run as a script, else raise."""
+    """Stop with one line if a locked package is missing: exit 2 when run as a script, else raise.
+
+    A script asked for -h or --help still answers, with its docstring (its options need the packages to be
+    listed) and the same advice, and exit 0: reading what a script does should not need the set-up.
+    """
     missing = missing_packages()
     if not missing:
         return
@@ -96,6 +101,10 @@ def require_packages(module_name: str) -> None:
     advice = f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
     if module_name != '__main__':
         raise ModuleNotFoundError(advice, name=missing[0].split('==', 1)[0])
+    if HELP_OPTIONS & set(sys.argv[1:]):
+        print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script_name()}: {advice}; "
+              'then --help lists every option')
+        sys.exit(0)
     print(f'{script_name()}: {advice}', file=sys.stderr)
     sys.exit(EXIT_MISSING)
 

@@ -116,6 +116,19 @@ class MissingPackagesTest(unittest.TestCase):
                 self.assertEqual(result.stderr, f'{script}: {sys.executable} lacks the locked packages {missing};'
                                  f' in {HERE} run `{cli.INSTALL}` and start the scripts with .venv/bin/python\n')
 
+    def test_help_without_the_locked_packages_prints_the_docstring_and_the_advice(self):
+        pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
+        missing = ', '.join(f'{name}=={version}' for name, version in pinned.items() if name != 'hypothesis')
+        for script in ('evaluate.py', 'prepare.py'):
+            for option in ('--help', '-h'):
+                with self.subTest(script=script, option=option):
+                    result = run([script, option], python_options=['-S'], capture_output=True)
+                    self.assertEqual((result.returncode, result.stderr), (0, ''))
+                    docstring = (HERE / script).read_text(encoding='utf-8').split('"""')[1].strip()
+                    self.assertEqual(result.stdout, f'{docstring}\n\n{script}: {sys.executable} lacks the locked '
+                                     f'packages {missing}; in {HERE} run `{cli.INSTALL}` and start the scripts '
+                                     'with .venv/bin/python; then --help lists every option\n')
+
     def test_importing_a_module_without_the_packages_raises_with_the_same_advice(self):
         result = run(['-c', 'import evaluate'], python_options=['-S'], capture_output=True)
         self.assertEqual(result.returncode, 1)
