@@ -249,8 +249,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--group', choices=('split', 'kind'), default='split',
                         help='rows of the table: one per split (default) or one per kind of case, '
                              'e.g. per LoCoMo category')
-    parser.add_argument('--output', type=Path, help='also write the JSON report to this file (replaced whole; a symlink '
-                        'is followed, a pipe or device written into)')
+    parser.add_argument('--output', type=Path,
+                        help='also write the JSON report to this file (replaced whole; a symlink is followed, '
+                             'a pipe or device written into)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
     parser.add_argument('--summary-only', action='store_true',

@@ -201,6 +201,45 @@ class LockedVersionTest(unittest.TestCase):
                          {'tokenizers': '0.23.3', 'jinja2': '3.1.6'})
 
 
+class RequirementsLineTest(TempFolderTest):
+    def test_a_line_that_pins_no_exact_version_asks_for_the_package_at_any_version(self):
+        self.assertEqual(cli.pins('numpy>=2\nrich\nidna[all] == 3.10\nsix==1.*  # a wildcard pins nothing\n'),
+                         {'numpy': None, 'rich': None, 'idna': '3.10', 'six': None})
+
+    def test_a_line_that_names_no_package_is_refused_naming_the_line(self):
+        for line in ('-r other.txt', 'git+https://example.org/x.git', '==1.0', 'two words'):
+            with self.subTest(line):
+                with self.assertRaises(cli.RequirementsError) as raised:
+                    cli.pins(f'# first line\n{line}\n')
+                self.assertEqual(str(raised.exception),
+                                 f'line 2: {line!r} is not a requirement; expected name==version')
+
+    def test_every_script_says_in_one_line_which_requirements_line_is_malformed(self):
+        lab = copy_lab(self.tmp)
+        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
+            file.write('-r more-requirements.txt\n')
+        lines = len(REQUIREMENTS_TEXT.splitlines()) + 1
+        for script in ('evaluate.py', 'cli.py'):
+            with self.subTest(script):
+                result = run([script], cwd=lab, prepared=PREPARED, capture_output=True)
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f"{script}: {lab / 'requirements.txt'}: line {lines}: "
+                                                "'-r more-requirements.txt' is not a requirement; expected "
+                                                'name==version\n')
+
+    def test_a_package_asked_for_at_any_version_is_only_checked_to_be_present(self):
+        lab = copy_lab(self.tmp)
+        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
+            file.write('pip>=1\n')  # pip is in every venv, at whatever version
+        result = run(['cli.py'], cwd=lab, capture_output=True)
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
+            file.write('no-such-distribution-of-the-lab>=1\n')
+        result = run(['cli.py'], cwd=lab, capture_output=True)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn('lacks the locked package no-such-distribution-of-the-lab (any version);', result.stderr)
+
+
 class PythonCommandTest(unittest.TestCase):
     def test_advice_names_the_labs_venv_python_so_it_works_pasted_in_a_new_terminal(self):
         with mock.patch.object(sys, 'executable', str(HERE / '.venv' / 'bin' / 'python')):
