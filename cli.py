@@ -30,7 +30,6 @@ It writes nothing and changes nothing about what the scripts compute.
 from collections.abc import Callable
 from functools import lru_cache
 import importlib.metadata
-import json
 import os
 from pathlib import Path
 import re
