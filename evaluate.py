@@ -44,7 +44,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import best_possible
 from case_set import SPLITS, CaseError, load_cases, read_json
 from compare_reports import ReportError, check_report, compare
-from lab_files import interrupted_while_writing, write_atomically
+from lab_files import interrupted_while_writing, path_text, write_atomically
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from prepared_folder import sha256_file
@@ -130,7 +130,7 @@ def run(path: Path = CASES) -> dict:
     rows = evaluate_cases(cases, count_request, progress)
     best = [best_possible.best_row(case, grade) for case in cases]
     return {
-        'case_set': path.name,
+        'case_set': path_text(path.name),  # a name that is not UTF-8 cannot be written as JSON text
         'case_set_sha256': sha256_file(path),
         'code_sha256': code_hashes(),
         'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),

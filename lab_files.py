@@ -47,6 +47,14 @@ def read_json(path: Path, what: str, error_type: type[Exception], advice: str = 
     raise error_type(f'{path}: {problem}' + (f'; {advice}' if advice else ''))
 
 
+def path_text(path: Path) -> str:
+    """A path as text any UTF-8 output accepts: a byte that is not UTF-8 shows as an escape.
+
+    path_text(Path(os.fsdecode(b'cases\\xff.json'))) -> 'cases\\\\xff.json' (a backslash, then xff)
+    """
+    return os.fsencode(path).decode('utf-8', 'backslashreplace')
+
+
 def write_atomically(path: Path, data: str | bytes) -> None:
     """Write data (text as UTF-8, or bytes) to path whole, without destroying what the path is.
 

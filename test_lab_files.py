@@ -18,7 +18,7 @@ import tempfile
 import threading
 import unittest
 
-from lab_files import NEW_FILE_MODE, write_atomically
+from lab_files import NEW_FILE_MODE, path_text, write_atomically
 
 HERE = Path(__file__).resolve().parent
 
@@ -241,6 +241,43 @@ class EvaluateOutputTest(unittest.TestCase):
         recorded = (HERE / 'evaluation-result.json').read_text(encoding='utf-8')
         self.assertEqual(received.split('"counter"')[1], recorded.split('"counter"')[1])
         self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.pipe'])
+
+
+
+class NameNotUtf8Test(unittest.TestCase):
+    """A case file whose name holds a byte that is not UTF-8 (0xff), as a Linux file name may."""
+
+    def setUp(self):
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.folder = os.fsencode(temp.name)
+
+    def evaluate_py(self, name: bytes, *options: str) -> subprocess.CompletedProcess:
+        # Strict UTF-8 on stdout and stderr, as under a desktop's en_US.UTF-8: a lone surrogate there would raise.
+        env = {**os.environ, 'PYTHONIOENCODING': 'utf-8:strict'}
+        return subprocess.run([sys.executable, 'evaluate.py', '--cases', self.folder + b'/' + name, *options],
+                              cwd=HERE, env=env, capture_output=True, timeout=300)
+
+    def test_the_name_is_shown_with_its_byte_escaped(self):
+        self.assertEqual(path_text(Path(os.fsdecode(b'cases\xff.json'))), 'cases\\xff.json')
+        self.assertEqual(path_text(Path('caf\u00e9.json')), 'caf\u00e9.json')  # UTF-8 names stay as they are
+
+    def test_a_case_file_so_named_is_evaluated_and_recorded_under_the_escaped_name(self):
+        named = Path(os.fsdecode(self.folder)) / os.fsdecode(b'cases\xff.json')
+        named.write_bytes((HERE / 'cases.json').read_bytes())
+        output = os.fsdecode(self.folder) + '/report.json'
+        result = self.evaluate_py(b'cases\xff.json', '--output', output)
+        self.assertEqual((result.returncode, result.stderr), (0, b''))
+        self.assertIn(b'"case_set": "cases\\\\xff.json"', result.stdout)  # JSON escapes the backslash
+        self.assertEqual(Path(output).read_bytes(), result.stdout)
+
+    def test_an_unreadable_case_file_so_named_is_one_line(self):
+        result = self.evaluate_py(b'missing\xff.json')
+        self.assertEqual((result.returncode, result.stdout), (2, b''))
+        self.assertTrue(result.stderr.startswith(b'evaluate.py: '), result.stderr)
+        self.assertTrue(result.stderr.endswith(b'.json: cannot read the case set: No such file or directory\n'),
+                        result.stderr)
+        self.assertEqual(result.stderr.count(b'\n'), 1)
 
 
 if __name__ == '__main__':
