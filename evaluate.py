@@ -6,6 +6,7 @@
     python evaluate.py --cases my-cases.json        # evaluate another case set
     python evaluate.py --output evaluation-result.json   # also record the report (atomically)
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
+    python evaluate.py --compare evaluation-result.json --summary-only   # ... only in the summaries
     python evaluate.py --format turns               # which turns each rule kept, case by case
     python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
 
@@ -26,7 +27,8 @@ the counter, the best possible search and the grader in this file) and of
 tokenizer-manifest.json, which pins the tokenizer files the counter accepts.
 The environment (Python version) is recorded but not compared. Expected mistakes (a malformed case set, an
 unprepared counter, an unreadable report to compare with, an unwritable
---output) print one line and exit 2, without a traceback; Ctrl-C exits 130.
+--output) print one line and exit 2, without a traceback; Ctrl-C exits 130
+and says whether --output was written.
 """
 import argparse
 import json
@@ -42,7 +44,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import best_possible
 from case_set import SPLITS, CaseError, load_cases, read_json
 from compare_reports import ReportError, check_report, compare
-from lab_files import write_atomically
+from lab_files import interrupted_while_writing, path_text, write_atomically
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from prepared_folder import sha256_file
@@ -128,7 +130,7 @@ def run(path: Path = CASES) -> dict:
     rows = evaluate_cases(cases, count_request, progress)
     best = [best_possible.best_row(case, grade) for case in cases]
     return {
-        'case_set': path.name,
+        'case_set': path_text(path.name),  # a name that is not UTF-8 cannot be written as JSON text
         'case_set_sha256': sha256_file(path),
         'code_sha256': code_hashes(),
         'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
@@ -190,10 +192,13 @@ def table(report: dict, group: str = 'split') -> str:
 
 
 def write_report(path: Path, report: dict) -> None:
+    """Write the report to path (lab_files.write_atomically says how); a Ctrl-C meanwhile says what may be there."""
     try:
         write_atomically(path, to_json(report))
     except OSError as error:
         raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
 
 
 def show(path: Path, case_id: str, names: list[str], prompt: bool = False, full: bool = False,
@@ -244,9 +249,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--group', choices=('split', 'kind'), default='split',
                         help='rows of the table: one per split (default) or one per kind of case, '
                              'e.g. per LoCoMo category')
-    parser.add_argument('--output', type=Path, help='also write the JSON report to this file (temp file, then rename)')
+    parser.add_argument('--output', type=Path,
+                        help='also write the JSON report to this file (replaced whole; a symlink is followed, '
+                             'a pipe or device written into)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
+    parser.add_argument('--summary-only', action='store_true',
+                        help='with --compare: print only what changed in the summaries and identity hashes, '
+                             'and count the changes case by case in one line')
     parser.add_argument('--show', metavar='CASE_ID',
                         help='print the request each strategy builds for this case, message by message, '
                              'then the best possible selection')
@@ -257,6 +267,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table or a turn map; use it without --format')
+    if args.summary_only and not args.compare:
+        parser.error('--summary-only shortens --compare OLD.json; use it with --compare')
     if args.show is None and (args.strategy or args.prompt or args.full):
         parser.error('--strategy, --prompt and --full go with --show CASE_ID')
     if args.show is not None and (args.compare or args.output or args.format != 'json'):
@@ -275,8 +287,9 @@ def main(argv: list[str]) -> int:
             names = [args.strategy] if args.strategy else list(STRATEGIES)
             print(show(args.cases, args.show, names, args.prompt, args.full, colour_wanted()), end='')
             return 0
-        old = read_json(args.compare, 'report to compare with') if args.compare else None
-        if old is not None:
+        old = None
+        if args.compare:  # a file holding null is no report either
+            old = read_json(args.compare, 'report to compare with')
             check_report(args.compare, old)
         report = run(args.cases)
         if args.output:
@@ -284,8 +297,18 @@ def main(argv: list[str]) -> int:
     except (CaseError, CounterError, ReportError) as error:
         print(f'evaluate.py: {error}', file=sys.stderr)
         return 2
+    try:
+        return print_result(args, old, report)
+    except KeyboardInterrupt:
+        if not args.output:
+            raise
+        raise KeyboardInterrupt(f'the report was written to {args.output}, its printing cut short') from None
+
+
+def print_result(args: argparse.Namespace, old: dict | None, report: dict) -> int:
+    """Print the changes against old (exit 1 if any) or the report in the chosen format."""
     if old is not None:
-        changes = compare(old, report)
+        changes = compare(old, report, rows=not args.summary_only)
         print('\n'.join(changes) if changes else f'no change against {args.compare}')
         return 1 if changes else 0
     views = {'json': to_json, 'table': lambda report: table(report, args.group), 'turns': request_view.turn_map}

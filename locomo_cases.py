@@ -46,12 +46,9 @@ from pathlib import Path
 import re
 import sys
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
+import cli  # standard library only, like every module this one imports: converting counts nothing
 from case_set import SPLITS, CaseError, check_budget, check_case, read_json
-from lab_files import write_atomically
+from lab_files import interrupted_while_writing, write_atomically
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -251,7 +248,8 @@ def category_set(text: str) -> set[int]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Convert LoCoMo (locomo10.json) into a case set for evaluate.py.')
     parser.add_argument('locomo', type=Path, help="LoCoMo's data/locomo10.json, downloaded by you")
-    parser.add_argument('--output', type=Path, required=True, help='case set to write (temp file, then rename)')
+    parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
+                        'followed, a pipe or device written into)')
     for name, value in BUDGET.items():
         parser.add_argument(f'--{name.replace("_", "-")}', type=int, default=value,
                             help=f'budget.{name} of every case (default {value})')
@@ -267,15 +265,25 @@ def main(argv: list[str]) -> int:
     try:
         check_budget('the budget options', budget)
         cases, summary = convert(args.locomo, args.categories, budget, args.split)
-        try:
-            write_atomically(args.output, to_text(cases))
-        except OSError as error:
-            raise CaseError(f'{args.output}: cannot write the case set: {error.strerror}') from None
+        write_cases(args.output, cases)
     except CaseError as error:
         print(f'locomo_cases.py: {error}', file=sys.stderr)
         return 2
-    print(f'locomo_cases.py: {summary}', file=sys.stderr)
+    try:
+        print(f'locomo_cases.py: {summary}', file=sys.stderr)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f'the case set was written to {args.output}') from None
     return 0
+
+
+def write_cases(path: Path, cases: list[dict]) -> None:
+    """Write the case set to path (lab_files.write_atomically says how); a Ctrl-C meanwhile says what may be there."""
+    try:
+        write_atomically(path, to_text(cases))
+    except OSError as error:
+        raise CaseError(f'{path}: cannot write the case set: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
 
 
 if __name__ == '__main__':

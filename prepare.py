@@ -67,7 +67,6 @@ What it deliberately does not do
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -84,12 +83,14 @@ import httpx2  # huggingface_hub's HTTP client: its exception types tell "unreac
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
 from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 
-# What a complete prepared folder is, and how a file is hashed, is defined once, in prepared_folder.py.
+# What a complete prepared folder and a valid manifest are, and how a file is hashed, is defined once, in
+# prepared_folder.py.
+import prepared_folder
 from prepared_folder import (HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES, TOKENIZER_JSON,
                              VECTOR_FILES, check_prepared, sha256_file)
 # Building tokenizer.json from the sdist is a step of its own. PrepareError and check_file are defined there,
 # in the module this one imports, so both modules raise the one error class main() reports.
-from gguf_tokenizer import (MEMBERS, PrepareError, build_tokenizer, check_built_tokenizer, check_file, check_vectors,
+from gguf_tokenizer import (PrepareError, build_tokenizer, check_built_tokenizer, check_file, check_vectors,
                             extract_members)
 # Replacing prepared/ as a whole (build beside it, swap in with renames) is a module of its own.
 from folder_swap import SwapError, identity, left_by_this_run, replace, target_of
@@ -112,74 +113,14 @@ EXIT_ERROR = 2  # an error the user can act on, as argparse uses for bad argumen
 HUB_UNREACHABLE = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
 
 
-def _required_manifest_keys() -> dict[tuple[str, ...], type]:
-    """Every manifest key this script reads and its type (list: a list of ints), checked up front so that a
-    damaged manifest fails with one clear line instead of a traceback halfway through."""
-    pinned = {"size": int, "sha256": str}
-    required = {("publisher_model",): str, ("revision",): str}
-    for name in HUB_FILES:
-        required |= {("hub_files", name, field): kind for field, kind in pinned.items()}
-    mirror = {"package": str, "version": str, "sdist": str, "sdist_sha256": str, "vocab_tokens": int,
-              "bpe_merges": int, "special_token_types": list, "test_vectors": int, "vector_separator": str}
-    required |= {("pypi_mirror", key): kind for key, kind in mirror.items()}
-    for member in MEMBERS:
-        fields = {"path": str} | pinned
-        required |= {("pypi_mirror", "members", member, field): kind for field, kind in fields.items()}
-    fields = {"file": str} | pinned | {"built_with": str}
-    required |= {("pypi_mirror", "built_tokenizer", field): kind for field, kind in fields.items()}
-    return required
-
-
-REQUIRED_MANIFEST_KEYS = _required_manifest_keys()
-
-
 class HubUnreachable(PrepareError):
     """The Hub could not be reached at all (the only reason the default run switches to PyPI)."""
 
 
 # --- Manifest and file checks -----------------------------------------------------------------------
-def _lookup(manifest: dict, keys: tuple[str, ...]) -> tuple[bool, object]:
-    """(True, value) at that key path, or (False, None) when some step of it is missing."""
-    node = manifest
-    for key in keys:
-        if not isinstance(node, dict) or key not in node:
-            return False, None
-        node = node[key]
-    return True, node
-
-
-KIND_NAMES = {str: "a string", int: "an integer", list: "a list of integers"}
-
-
-def _is_kind(value: object, kind: type) -> bool:
-    if kind is list:
-        return isinstance(value, list) and all(isinstance(item, int) for item in value)
-    return isinstance(value, kind)
-
-
 def read_manifest(path: Path) -> tuple[dict, str]:
-    """Return the manifest and the sha256 of its bytes (recorded in prepared.json)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise PrepareError(f"{path}: cannot read the manifest ({exc.strerror}); it ships with the repo") from exc
-    try:
-        manifest = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise PrepareError(f"{path}: not valid JSON ({exc}); restore it with git checkout") from exc
-    for keys, kind in REQUIRED_MANIFEST_KEYS.items():
-        found, value = _lookup(manifest, keys)
-        if not found:
-            raise PrepareError(f"{path}: missing key {'.'.join(keys)}; restore the manifest with git checkout")
-        if not _is_kind(value, kind):
-            raise PrepareError(
-                f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; restore the manifest with git checkout"
-            )
-    built = manifest["pypi_mirror"]["built_tokenizer"]["file"]
-    if built != TOKENIZER_JSON:
-        raise PrepareError(f"{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds"
-                           f" {TOKENIZER_JSON}; restore the manifest with git checkout")
-    return manifest, hashlib.sha256(data).hexdigest()
+    """Return the manifest and the sha256 of its bytes (recorded in prepared.json); prepared_folder.py checks it."""
+    return prepared_folder.read_manifest(path, PrepareError)
 
 
 def file_record(path: Path) -> dict:

@@ -34,6 +34,33 @@ SOURCES = ('hub', 'pypi')
 HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # the files a Hub-prepared folder holds
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
 HASH_CHUNK = 1 << 20  # hash files in 1 MiB pieces
+MEMBERS = ('vocab', *VECTOR_FILES)  # the sdist members the manifest pins, by key
+KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: 'a list of integers'}
+
+
+class ManifestError(ValueError):
+    """tokenizer-manifest.json is unreadable or damaged; the message names the file and what is off."""
+
+
+def manifest_keys() -> dict[tuple[str, ...], type]:
+    """Every manifest key a script reads (prepare.py, tokenizer.py) and its type (list: a list of ints)."""
+    pinned = {'size': int, 'sha256': str}
+    required = {('publisher_model',): str, ('revision',): str, ('chat_format', 'enable_thinking'): bool,
+                ('chat_format', 'count_scope'): str}
+    for name in HUB_FILES:
+        required |= {('hub_files', name, field): kind for field, kind in pinned.items()}
+    mirror = {'package': str, 'version': str, 'sdist': str, 'sdist_sha256': str, 'vocab_tokens': int,
+              'bpe_merges': int, 'special_token_types': list, 'test_vectors': int, 'vector_separator': str}
+    required |= {('pypi_mirror', key): kind for key, kind in mirror.items()}
+    for member in MEMBERS:
+        fields = {'path': str} | pinned
+        required |= {('pypi_mirror', 'members', member, field): kind for field, kind in fields.items()}
+    fields = {'file': str} | pinned | {'built_with': str}
+    required |= {('pypi_mirror', 'built_tokenizer', field): kind for field, kind in fields.items()}
+    return required
+
+
+REQUIRED_MANIFEST_KEYS = manifest_keys()
 
 
 def sha256_file(path: Path) -> str:
@@ -42,6 +69,53 @@ def sha256_file(path: Path) -> str:
         while chunk := file.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def lookup(manifest: dict, keys: tuple[str, ...]) -> tuple[bool, object]:
+    """(True, value) at that key path, or (False, None) when some step of it is missing."""
+    node = manifest
+    for key in keys:
+        if not isinstance(node, dict) or key not in node:
+            return False, None
+        node = node[key]
+    return True, node
+
+
+def is_kind(value: object, kind: type) -> bool:
+    """is_kind(3, int) -> True; is_kind([1, 'x'], list) -> False (a list of integers is meant)."""
+    if kind is list:
+        return isinstance(value, list) and all(isinstance(item, int) for item in value)
+    return isinstance(value, kind)
+
+
+def read_manifest(path: Path, error_type: type[Exception] = ManifestError) -> tuple[dict, str]:
+    """The manifest and the sha256 of its bytes, or one error_type naming the file and what is off.
+
+    Every key a script reads is checked up front (REQUIRED_MANIFEST_KEYS), so a damaged manifest fails in
+    one line instead of a traceback halfway through preparing or counting.
+    """
+    advice = 'restore the manifest with git checkout'
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise error_type(f'{path}: cannot read the manifest ({error.strerror}); it ships with the repo') from None
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, absurdly nested
+        raise error_type(f'{path}: not valid JSON ({error}); restore it with git checkout') from None
+    if not isinstance(manifest, dict):
+        raise error_type(f'{path}: not a JSON object; {advice}')
+    for keys, kind in REQUIRED_MANIFEST_KEYS.items():
+        found, value = lookup(manifest, keys)
+        if not found:
+            raise error_type(f"{path}: missing key {'.'.join(keys)}; {advice}")
+        if not is_kind(value, kind):
+            raise error_type(f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; {advice}")
+    built = manifest['pypi_mirror']['built_tokenizer']['file']
+    if built != TOKENIZER_JSON:
+        raise error_type(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
+                         f'{TOKENIZER_JSON}; {advice}')
+    return manifest, hashlib.sha256(data).hexdigest()
 
 
 def pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
@@ -118,8 +192,12 @@ def main(argv: list[str]) -> int:
     argparse.ArgumentParser(prog='prepared_folder.py', description='Say whether the prepared counter folder '
                             f'({PREPARED}) is complete and valid for {MANIFEST.name}; exit 0 if it is, 2 if not. '
                             f'Set {PREPARED_ENV} to check another folder.').parse_args(argv)
-    manifest_bytes = MANIFEST.read_bytes()
-    source, why = check_prepared(PREPARED, json.loads(manifest_bytes), hashlib.sha256(manifest_bytes).hexdigest())
+    try:
+        manifest, manifest_sha256 = read_manifest(MANIFEST)
+    except ManifestError as error:
+        print(f'prepared_folder.py: {error}', file=sys.stderr)
+        return 2
+    source, why = check_prepared(PREPARED, manifest, manifest_sha256)
     if source is None:
         print(f'prepared_folder.py: {PREPARED} is not a valid prepared counter: {why}; run prepare.py',
               file=sys.stderr)

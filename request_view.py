@@ -18,6 +18,7 @@ import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
+from compare_reports import turn_runs
 from strategies import allowance
 from tokenizer import counter
 
@@ -32,13 +33,6 @@ REQUIRED_MARK, STALE_MARK = '+', '!'  # a message or turn holding a required / a
 STYLES = {'title': '1', 'required': '32', 'stale': '31', 'fold': '2'}  # ANSI: bold, green, red, dim
 MAP_LEGEND = (f'Turns are numbered from 1. `{KEPT}`: the turn is in the request; in the header, `{REQUIRED_MARK}`: '
               f'the turn holds a required fact, `{STALE_MARK}`: it holds a stale fact.')
-
-
-def turn_numbers(indices: list[int]) -> str:
-    """0-based turn indices as people count them: [0, 2] -> 'turns 1, 3'; [1] -> 'turn 2'; [] -> 'no turns'."""
-    if not indices:
-        return 'no turns'
-    return ('turn ' if len(indices) == 1 else 'turns ') + ', '.join(str(index + 1) for index in indices)
 
 
 def paint(text: str, style: str, colour: bool) -> str:
@@ -158,7 +152,7 @@ def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
             merged[-1][1] = index
         else:
             merged.append([index, index, marks, cells])
-    return [(f'{first + 1}{marks}' if first == last else f'{first + 1}-{last + 1}', cells)
+    return [(turn_runs(range(first, last + 1))[0] + marks, cells)  # consecutive turns: a single run
             for first, last, marks, cells in merged]
 
 

@@ -26,6 +26,7 @@ import case_set
 import cli
 import evaluate
 import lab_files
+import test_locomo_cases
 from prepared_folder import PREPARED, PREPARED_ENV
 
 HERE = Path(__file__).resolve().parent
@@ -33,7 +34,8 @@ SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.starts
 TIMEOUT = 120
 BOM = b'\xef\xbb\xbf'
 # Standard library only: they check and move files and cases; they load no tokenizer.
-NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py', 'folder_swap.py'}
+NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py', 'folder_swap.py', 'compare_reports.py',
+                    'locomo_cases.py'}
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 
 
@@ -115,18 +117,42 @@ class MissingPackagesTest(unittest.TestCase):
                 self.assertEqual(result.stderr, f'{script}: {sys.executable} lacks the locked packages {missing};'
                                  f' in {HERE} run `{cli.INSTALL}` and start the scripts with .venv/bin/python\n')
 
+    def test_help_without_the_locked_packages_prints_the_docstring_and_the_advice(self):
+        pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
+        missing = ', '.join(f'{name}=={version}' for name, version in pinned.items() if name != 'hypothesis')
+        for script in ('evaluate.py', 'prepare.py'):
+            for option in ('--help', '-h'):
+                with self.subTest(script=script, option=option):
+                    result = run([script, option], python_options=['-S'], capture_output=True)
+                    self.assertEqual((result.returncode, result.stderr), (0, ''))
+                    docstring = (HERE / script).read_text(encoding='utf-8').split('"""')[1].strip()
+                    self.assertEqual(result.stdout, f'{docstring}\n\n{script}: {sys.executable} lacks the locked '
+                                     f'packages {missing}; in {HERE} run `{cli.INSTALL}` and start the scripts '
+                                     'with .venv/bin/python; then --help lists every option\n')
+
     def test_importing_a_module_without_the_packages_raises_with_the_same_advice(self):
         result = run(['-c', 'import evaluate'], python_options=['-S'], capture_output=True)
         self.assertEqual(result.returncode, 1)
         self.assertIn(f'ModuleNotFoundError: {sys.executable} lacks the locked packages tokenizers', result.stderr)
 
 
-class NoPackageTest(unittest.TestCase):
+class NoPackageTest(TempFolderTest):
+    def arguments(self, script: str) -> list[str]:
+        """Valid arguments for a script that needs some: locomo_cases.py converts a small LoCoMo-shaped file."""
+        if script != 'locomo_cases.py':
+            return []
+        locomo = self.tmp / 'locomo10.json'
+        locomo.write_text(json.dumps(test_locomo_cases.locomo_sample()), encoding='utf-8')
+        return [str(locomo), '--output', str(self.tmp / 'cases.json')]
+
     def test_a_script_that_needs_no_package_runs_without_them(self):
         for script in sorted(NEEDS_NO_PACKAGE):
             with self.subTest(script):
-                result = run([script], prepared=PREPARED, python_options=['-S'], capture_output=True)
-                self.assertEqual((result.returncode, result.stderr), (0, ''))
+                result = run([script, *self.arguments(script)], prepared=PREPARED, python_options=['-S'],
+                             capture_output=True)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn('lacks', result.stderr)
+        self.assertTrue(case_set.load_cases(self.tmp / 'cases.json'))  # the conversion did run
 
 
 class HelpTest(unittest.TestCase):
@@ -147,13 +173,15 @@ class ClosedStdoutTest(TempFolderTest):
         finally:
             os.close(write_end)
 
-    def test_reader_that_stops_reading_ends_each_script_quietly(self):
+    def test_reader_that_stops_reading_ends_each_script_quietly_with_the_shells_sigpipe_code(self):
         lab = copy_lab(self.tmp)
         for command in (['answer_check.py'], ['benchmark.py', '--cases', '1', '--turns', '3', '--no-sweep'],
-                        ['evaluate.py'], ['evaluate.py', '--format', 'table'], ['tokenizer.py']):
+                        ['evaluate.py'], ['evaluate.py', '--format', 'table'], ['tokenizer.py'],
+                        ['evaluate.py', '--compare', 'evaluation-result.json']):
             with self.subTest(' '.join(command)):
                 result = self.run_with_closed_stdout(lab, command)
-                self.assertEqual(result.returncode, cli.EXIT_READER_GONE, result.stderr)
+                # 141 as bash gives `yes | head -0`; not 1, which --compare uses for "something changed"
+                self.assertEqual(result.returncode, 141, result.stderr)
                 # Only the script's own progress lines may reach stderr (benchmark.py reports its steps).
                 progress = [line for line in result.stderr.splitlines() if not line.startswith(f'{command[0]}: ')]
                 self.assertEqual(progress, [])
@@ -172,6 +200,45 @@ class LockedVersionTest(unittest.TestCase):
     def test_pins_reads_names_and_versions_and_skips_comments(self):
         self.assertEqual(cli.pins('# a comment\ntokenizers==0.23.3   # counts tokens\n\njinja2==3.1.6\n'),
                          {'tokenizers': '0.23.3', 'jinja2': '3.1.6'})
+
+
+class RequirementsLineTest(TempFolderTest):
+    def test_a_line_that_pins_no_exact_version_asks_for_the_package_at_any_version(self):
+        self.assertEqual(cli.pins('numpy>=2\nrich\nidna[all] == 3.10\nsix==1.*  # a wildcard pins nothing\n'),
+                         {'numpy': None, 'rich': None, 'idna': '3.10', 'six': None})
+
+    def test_a_line_that_names_no_package_is_refused_naming_the_line(self):
+        for line in ('-r other.txt', 'git+https://example.org/x.git', '==1.0', 'two words'):
+            with self.subTest(line):
+                with self.assertRaises(cli.RequirementsError) as raised:
+                    cli.pins(f'# first line\n{line}\n')
+                self.assertEqual(str(raised.exception),
+                                 f'line 2: {line!r} is not a requirement; expected name==version')
+
+    def test_every_script_says_in_one_line_which_requirements_line_is_malformed(self):
+        lab = copy_lab(self.tmp)
+        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
+            file.write('-r more-requirements.txt\n')
+        lines = len(REQUIREMENTS_TEXT.splitlines()) + 1
+        for script in ('evaluate.py', 'cli.py'):
+            with self.subTest(script):
+                result = run([script], cwd=lab, prepared=PREPARED, capture_output=True)
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f"{script}: {lab / 'requirements.txt'}: line {lines}: "
+                                                "'-r more-requirements.txt' is not a requirement; expected "
+                                                'name==version\n')
+
+    def test_a_package_asked_for_at_any_version_is_only_checked_to_be_present(self):
+        lab = copy_lab(self.tmp)
+        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
+            file.write('pip>=1\n')  # pip is in every venv, at whatever version
+        result = run(['cli.py'], cwd=lab, capture_output=True)
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
+            file.write('no-such-distribution-of-the-lab>=1\n')
+        result = run(['cli.py'], cwd=lab, capture_output=True)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn('lacks the locked package no-such-distribution-of-the-lab (any version);', result.stderr)
 
 
 class PythonCommandTest(unittest.TestCase):
@@ -195,6 +262,35 @@ class InterruptTest(unittest.TestCase):
                 cli.run(interrupted_main, 'nothing was written')
         self.assertEqual(exited.exception.code, 130)
         self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; nothing was written\n')
+
+    def test_ctrl_c_after_output_was_written_does_not_claim_nothing_was(self):
+        def interrupted_print(*args):
+            raise KeyboardInterrupt
+
+        err = io.StringIO()
+        with tempfile.TemporaryDirectory() as folder:
+            output = Path(folder) / 'report.json'
+            with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', str(output), '--format', 'table']), \
+                    mock.patch.object(evaluate, 'print_result', interrupted_print), contextlib.redirect_stderr(err):
+                with self.assertRaises(SystemExit) as exited:
+                    cli.run(evaluate.main, 'nothing was written')
+            self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['case_set'], 'cases.json')
+        self.assertEqual(exited.exception.code, 130)
+        self.assertEqual(err.getvalue(), f'evaluate.py: interrupted; the report was written to {output}, '
+                                         'its printing cut short\n')
+
+    def test_ctrl_c_while_writing_says_what_the_output_may_hold(self):
+        def interrupted_write(*args):
+            raise KeyboardInterrupt
+
+        err = io.StringIO()
+        with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', 'report.json']), \
+                mock.patch.object(evaluate, 'write_atomically', interrupted_write), contextlib.redirect_stderr(err):
+            with self.assertRaises(SystemExit):
+                cli.run(evaluate.main, 'nothing was written')
+        self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; while writing report.json: a file there holds '
+                                         'what it held or all of the new contents, a pipe or device may have '
+                                         'received part of them\n')
 
 
 class PreparedElsewhereTest(TempFolderTest):

@@ -528,11 +528,13 @@ class CommandLineTest(unittest.TestCase):
             'notes dev summary: facts_found 5 -> 6',
         ])
 
-    def test_compare_refuses_a_file_that_is_not_a_report(self):
-        path, result = self.run_on_file('--compare', '[1, 2]')
-        self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
-                                        '(expected an object with cases and summary)\n')
+    def test_compare_refuses_a_file_that_is_not_a_report_even_null_instead_of_printing_the_report(self):
+        for text, kind in (('[1, 2]', 'a list'), ('null', 'null'), ('3', 'a number'), ('"x"', 'a string')):
+            with self.subTest(text):
+                path, result = self.run_on_file('--compare', text)
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
+                                                f'(expected an object with cases and summary, got {kind})\n')
 
     def test_compare_refuses_rows_without_the_report_fields(self):
         broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}}

@@ -52,5 +52,35 @@ class CommandTest(unittest.TestCase):
         self.assertEqual(result.stderr.count('\n'), 1)
 
 
+
+class DamagedManifestTest(unittest.TestCase):
+    """Both readers of tokenizer-manifest.json, prepared_folder.py and tokenizer.py, refuse a damaged one in one
+    line naming the file and what is off, with the checker prepare.py uses (test_prepare.py tests it key by key)."""
+
+    def run_with_manifest(self, script: str, text: str) -> tuple[Path, subprocess.CompletedProcess]:
+        with tempfile.TemporaryDirectory() as folder:
+            lab = Path(folder)
+            for path in [*HERE.glob('*.py'), HERE / 'requirements.txt']:
+                shutil.copy2(path, lab / path.name)
+            (lab / 'tokenizer-manifest.json').write_text(text, encoding='utf-8')
+            env = {**os.environ, PREPARED_ENV: str(PREPARED)}
+            return lab / 'tokenizer-manifest.json', subprocess.run(
+                [sys.executable, script], cwd=lab, env=env, capture_output=True, text=True, timeout=120)
+
+    def test_a_manifest_that_is_not_json_not_an_object_or_lacks_a_key_is_one_line(self):
+        real = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
+        del real['chat_format']['count_scope']  # tokenizer.py reads it; prepare.py never did
+        damages = (('{"publisher_model": ', 'not valid JSON (Expecting value: line 1 column 21 (char 20)); '
+                                            'restore it with git checkout'),
+                   ('[]', 'not a JSON object; restore the manifest with git checkout'),
+                   (json.dumps(real), 'missing key chat_format.count_scope; restore the manifest with git checkout'))
+        for script in ('prepared_folder.py', 'tokenizer.py'):
+            for text, problem in damages:
+                with self.subTest(script=script, problem=problem):
+                    path, result = self.run_with_manifest(script, text)
+                    self.assertEqual((result.returncode, result.stdout), (2, ''))
+                    self.assertEqual(result.stderr, f'{script}: {path}: {problem}\n')
+
+
 if __name__ == '__main__':
     unittest.main()

@@ -19,7 +19,7 @@ from unittest import mock
 import evaluate
 from evaluate import grade, load_cases
 import request_view
-from request_view import display_lines, message_labels, request_text, turn_map, turn_numbers
+from request_view import display_lines, message_labels, request_text, turn_map
 from strategies import STRATEGIES, notes
 from tokenizer import count_rendered, count_request, counter
 
@@ -211,8 +211,6 @@ class ColourTest(unittest.TestCase):
 
 class LayoutTest(unittest.TestCase):
     def test_turns_are_named_from_1(self):
-        self.assertEqual([turn_numbers([]), turn_numbers([1]), turn_numbers([0, 2])],
-                         ['no turns', 'turn 2', 'turns 1, 3'])
         self.assertEqual(message_labels([2, 0], 6, 1),
                          ['system', 'turn 1, user', 'turn 1, assistant', 'turn 3, user', 'turn 3, assistant',
                           'notes and question, user'])

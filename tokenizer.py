@@ -35,7 +35,6 @@ write to); prepared_folder.py says where it is and what makes it valid.
 """
 from collections.abc import Callable, Mapping
 from functools import cached_property, lru_cache
-import hashlib
 import json
 from operator import itemgetter
 from pathlib import Path
@@ -50,7 +49,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Where the counter's files are and what makes them valid is defined once, in prepared_folder.py.
 from case_set import THINKING_MARKERS  # assistant text the official template would rewrite
-from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared
+from prepared_folder import (MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared,
+                             read_manifest)
 
 # The text-only subset of the official Gemma 4 E2B chat template, thinking off:
 #   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n ... <|turn>model\n
@@ -137,12 +137,11 @@ class Counter:
     def __init__(self, folder: Path = PREPARED, manifest_path: Path = MANIFEST):
         from tokenizers import Tokenizer  # imported here so `--help` style uses need no tokenizer
 
-        manifest_bytes = manifest_path.read_bytes()
-        manifest = json.loads(manifest_bytes)
+        manifest, manifest_sha256 = read_manifest(manifest_path, CounterError)
         if not (folder / PREPARED_JSON).exists():
             raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
                                f'run `{cli.python_command()} prepare.py`')
-        source, why = check_prepared(folder, manifest, hashlib.sha256(manifest_bytes).hexdigest())
+        source, why = check_prepared(folder, manifest, manifest_sha256)
         if source is None:
             raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: '
                                f'run `{cli.python_command()} prepare.py`')
