@@ -9,7 +9,20 @@ server/routes.go): counts left out when zero, a reply with done false and no
 counts where generation ended without a final response, done_reason "length",
 a thinking field, /api/ps with or without context_length, and any version
 string, such as one that leaves cached prompt tokens out of its counts; no
-model is called. Each test file calls only_loopback() from its setUpModule, so
+model is called.
+
+What the fake stands for: a real server renders the chat with its own renderer
+for the model and reports how many tokens that prompt was (prompt_eval_count),
+independently of this lab. The fake's default reply does the same with the
+official Gemma 4 E2B chat template rendered by jinja2 and encoded by the
+tokenizers library straight from prepared/tokenizer.json (test_tokenizer.py's
+oracle, official_count), never with tokenizer.py's counter, so a recording
+test's prompt-token check compares the lab's count with an independent one.
+Where the official template file is absent, server_count gives None and the
+fake leaves prompt_eval_count out, as a server that reports no count would;
+the tests that check prompt counts then skip, naming the missing file.
+
+Each test file calls only_loopback() from its setUpModule, so
 every HTTP request its tests make is checked to go to 127.0.0.1 and
 OLLAMA_HOST points at a closed loopback port: no test can reach a real server.
 This module holds no test methods (AnswerFilesTest is only a base class), so
@@ -33,7 +46,7 @@ import requests
 
 from answer_model import AnswerModel, load_model
 from evaluate import load_cases
-from tokenizer import count_request
+from test_tokenizer import OFFICIAL_TEMPLATE, official_count
 
 HERE = Path(__file__).parent
 PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'  # answer-model.json's digest
@@ -83,9 +96,14 @@ def unfinished(content: str) -> dict:
             'message': {'role': 'assistant', 'content': content}, 'done': False}
 
 
+def server_count(messages: list[dict]) -> int | None:
+    """prompt_eval_count as a server with the official template would report it; None without that template."""
+    return None if OFFICIAL_TEMPLATE is None else official_count(messages)
+
+
 def counted_reply(body: dict, number: int) -> tuple[int, dict]:
-    """The server reads exactly the prompt the lab counted."""
-    return 200, reply(f'answer {number}', count_request(body['messages']), 3)
+    """A reply whose prompt_eval_count is the server's own count of the prompt it received."""
+    return 200, reply(f'answer {number}', server_count(body['messages']) or 0, 3)
 
 
 class FakeOllama:

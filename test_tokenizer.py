@@ -66,16 +66,22 @@ def oracle_template_path() -> Path | None:
     return None
 
 
-def official_render(messages: list[dict]) -> str:
-    """Render with the official template the way transformers' apply_chat_template does."""
+@lru_cache(maxsize=1)
+def official_template():
+    """The official template compiled once, in an environment set up as transformers' apply_chat_template sets it."""
     def raise_exception(message):
         raise TemplateError(message)
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     environment.globals['raise_exception'] = raise_exception
     environment.filters['tojson'] = lambda value, **_: json.dumps(value)
-    template = environment.from_string(OFFICIAL_TEMPLATE)
-    return template.render(messages=messages, bos_token='<bos>', add_generation_prompt=True, enable_thinking=False)
+    return environment.from_string(OFFICIAL_TEMPLATE)
+
+
+def official_render(messages: list[dict]) -> str:
+    """Render with the official template the way transformers' apply_chat_template does."""
+    return official_template().render(messages=messages, bos_token='<bos>', add_generation_prompt=True,
+                                      enable_thinking=False)
 
 
 @lru_cache(maxsize=1)
