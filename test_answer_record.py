@@ -5,7 +5,10 @@
 They run the real requests-based client and the real recording, with the real
 strategies, cases and prepared counter (so `python prepare.py` must have run),
 against the fake Ollama server of fake_ollama.py, which this file starts on
-127.0.0.1; no model is called. Pinned: the 120 requests in order, progress on
+127.0.0.1; no model is called. The fake reports each prompt's size as the
+official chat template and tokenizer give it, not as the lab counts it, so the
+prompt-token checks compare two independent counts (they skip, naming the file,
+where the official template is absent). Pinned: the 120 requests in order, progress on
 stderr, the note on the server's version and on the context /api/ps reports,
 the partial file that lets a stopped run resume (after a server error, an
 unfinished reply or Ctrl-C) and `--fresh` that discards it, cut-off answers
