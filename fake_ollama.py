@@ -11,7 +11,20 @@ a thinking field, /api/ps with or without context_length, and any version
 string, such as one that leaves cached prompt tokens out of its counts; no
 model is called. NotOllama is another kind of HTTP server on 127.0.0.1, for the
 message that names a server as not Ollama, and ollama_command() sets PATH with
-or without an `ollama` command, for the advice to install it. Each test file calls only_loopback() from its setUpModule, so
+or without an `ollama` command, for the advice to install it.
+
+What the fake stands for: a real server renders the chat with its own renderer
+for the model and reports how many tokens that prompt was (prompt_eval_count),
+independently of this lab. The fake's default reply does the same with the
+official Gemma 4 E2B chat template rendered by jinja2 and encoded by the
+tokenizers library straight from prepared/tokenizer.json (test_tokenizer.py's
+oracle, official_count), never with tokenizer.py's counter, so a recording
+test's prompt-token check compares the lab's count with an independent one.
+Where the official template file is absent, server_count gives None and the
+fake leaves prompt_eval_count out, as a server that reports no count would;
+the tests that check prompt counts then skip, naming the missing file.
+
+Each test file calls only_loopback() from its setUpModule, so
 every HTTP request its tests make is checked to go to 127.0.0.1 and
 OLLAMA_HOST points at a closed loopback port: no test can reach a real server.
 This module holds no test methods (AnswerFilesTest is only a base class), so
@@ -36,7 +49,7 @@ import requests
 
 from answer_model import AnswerModel, load_model
 from case_set import load_cases
-from tokenizer import count_request
+from test_tokenizer import OFFICIAL_TEMPLATE, official_count
 
 HERE = Path(__file__).parent
 PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'  # answer-model.json's digest
@@ -86,9 +99,14 @@ def unfinished(content: str) -> dict:
             'message': {'role': 'assistant', 'content': content}, 'done': False}
 
 
+def server_count(messages: list[dict]) -> int | None:
+    """prompt_eval_count as a server with the official template would report it; None without that template."""
+    return None if OFFICIAL_TEMPLATE is None else official_count(messages)
+
+
 def counted_reply(body: dict, number: int) -> tuple[int, dict]:
-    """The server reads exactly the prompt the lab counted."""
-    return 200, reply(f'answer {number}', count_request(body['messages']), 3)
+    """A reply whose prompt_eval_count is the server's own count of the prompt it received."""
+    return 200, reply(f'answer {number}', server_count(body['messages']) or 0, 3)
 
 
 class FakeOllama:

@@ -5,7 +5,10 @@
 They run the real requests-based client and the real recording, with the real
 strategies, cases and prepared counter (so `python prepare.py` must have run),
 against the fake Ollama server of fake_ollama.py, which this file starts on
-127.0.0.1; no model is called. Pinned: the 120 requests in order, progress on
+127.0.0.1; no model is called. The fake reports each prompt's size as the
+official chat template and tokenizer give it, not as the lab counts it, so the
+prompt-token checks compare two independent counts (they skip, naming the file,
+where the official template is absent). Pinned: the 120 requests in order, progress on
 stderr, the note on the server's version and on the context /api/ps reports,
 the partial file that lets a stopped run resume (after a server error, an
 unfinished reply or Ctrl-C) and `--fresh` that discards it, cut-off answers
@@ -29,8 +32,10 @@ import answer_record
 from answer_model import AnswerModel, load_model
 from cli import python_command
 from fake_ollama import (LOADED_CONTEXT, OTHER, SERVER_VERSION, AnswerFilesTest, FakeOllama, client_for,
-                         closed_port, counted_reply, held_out_cases, ollama_command, only_loopback, reply, unfinished)
+                         closed_port, counted_reply, held_out_cases, ollama_command, only_loopback, reply, server_count,
+                         unfinished)
 from strategies import STRATEGIES
+from test_tokenizer import NO_ORACLE, OFFICIAL_TEMPLATE
 from tokenizer import count_request
 
 HERE = Path(__file__).parent
@@ -44,7 +49,7 @@ def setUpModule():
 def steady_reply(body: dict, number: int) -> tuple[int, dict]:
     """An answer that depends only on the request, as a resumed run must be able to reproduce it."""
     sha = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    return 200, reply(f'answer to {sha[:16]}', count_request(body['messages']), 3)
+    return 200, reply(f'answer to {sha[:16]}', server_count(body['messages']) or 0, 3)
 
 
 class RecordTest(AnswerFilesTest):
@@ -116,15 +121,21 @@ class RecordTest(AnswerFilesTest):
         self.assertEqual(list(recorded['answers']), ['recent', 'relevant', 'notes', 'hybrid'])
         flat = [a for cases in recorded['answers'].values() for answers in cases.values() for a in answers]
         sent = [raw for _, path, raw in fake.requests if path == '/api/chat']
-        for number, (a, raw, body) in enumerate(zip(flat, sent, fake.chats()), 1):
+        for number, (a, raw) in enumerate(zip(flat, sent), 1):
             with self.subTest(call=number):
                 self.assertEqual(a['answer'], f'answer {number}')
                 self.assertEqual(a['request_sha256'], hashlib.sha256(raw).hexdigest())
-                self.assertEqual(a['input_tokens'], count_request(body['messages']))
         grades = json.loads(self.grades.read_text())
-        self.assertEqual((grades['answers_recorded'], grades['prompt_token_mismatches'],
-                          grades['outdated_requests']), (120, [], []))
+        self.assertEqual((grades['answers_recorded'], grades['outdated_requests']), (120, []))
+        with self.subTest('the lab counts every prompt as the official template and tokenizer do'):
+            if OFFICIAL_TEMPLATE is None:
+                self.skipTest(NO_ORACLE)
+            # The fake reports the official count (fake_ollama.server_count), not the lab's.
+            self.assertEqual([(a['input_tokens'], a['prompt_tokens']) for a in flat],
+                             [(server_count(body['messages']),) * 2 for body in fake.chats()])
+            self.assertEqual(grades['prompt_token_mismatches'], [])
 
+    @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
     def test_prompt_token_mismatch_is_reported_apart_from_the_grades(self):
         def truncating(body, number):
             status, payload = counted_reply(body, number)
@@ -134,7 +145,7 @@ class RecordTest(AnswerFilesTest):
         with FakeOllama(chat=truncating) as fake:
             code, out, err = self.run_main(['record'], fake.host)
         self.assertEqual(code, 0, err)
-        counted = count_request(fake.chats()[6]['messages'])
+        counted = server_count(fake.chats()[6]['messages'])  # the official count, which the lab's must equal
         grades = json.loads(self.grades.read_text())
         self.assertEqual(grades['prompt_token_mismatches'], [
             {'strategy': 'recent', 'case': 'held-old-decision', 'seed': 2,
@@ -142,6 +153,7 @@ class RecordTest(AnswerFilesTest):
         self.assertIn(f'  recent held-old-decision seed 2: server read {counted - 7} tokens, '
                       f'the lab counted {counted}\n', out)
 
+    @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)  # without it every seed-1 count would mismatch too
     def test_version_that_leaves_cached_tokens_out_is_named_before_the_first_call_and_marked(self):
         def cached(body, number):
             status, payload = steady_reply(body, number)

@@ -18,6 +18,16 @@ from tokenizer import counter
 HERE = Path(__file__).resolve().parent
 
 
+def kernel_peak_mib() -> float | None:
+    """This process's peak resident size as the kernel's /proc/self/status states it (VmHWM, in KiB), in MiB;
+    None where there is no such file (not Linux)."""
+    try:
+        status = Path('/proc/self/status').read_text(encoding='ascii')
+    except OSError:
+        return None
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith('VmHWM:')) / 1024
+
+
 def turn_tokens(turn: dict) -> int:
     """What a turn adds to a request: its two messages with their delimiters."""
     return counter().count(as_messages(turn)) - counter().fixed
@@ -52,8 +62,10 @@ class ChatWorkloadTest(unittest.TestCase):
 class OutputTest(unittest.TestCase):
     def test_sweep_reports_every_setting_in_the_json_line_and_progress_on_stderr(self):
         out, err = io.StringIO(), io.StringIO()
+        peak_before = kernel_peak_mib()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = benchmark.main(['--sweep', '--sweep-cases', '1'])
+        peak_after = kernel_peak_mib()
         figures = json.loads(out.getvalue().splitlines()[-1])
         settings = [(s['context_limit'], s['turns'], s['cases']) for s in figures['sweep']]
         self.assertEqual((status, settings), (0, [(4096, 300, 1), (16384, 300, 1), (65536, 300, 1), (4096, 1200, 1)]))
@@ -63,7 +75,13 @@ class OutputTest(unittest.TestCase):
         self.assertAlmostEqual(figures['budget_growth'] / (seconds[65536, 300] / seconds[4096, 300]), 1, delta=0.1)
         self.assertAlmostEqual(figures['turns_growth'] / (seconds[4096, 1200] / seconds[4096, 300]), 1, delta=0.1)
         self.assertEqual(sorted(figures['targets_met']), ['budget_growth', 'turns_growth', 'worst_over_bound'])
-        self.assertGreater(figures['peak_rss_mb'], 0)
+        with self.subTest('peak_rss_mb is the whole run\'s peak resident size in MiB'):
+            if peak_before is None:
+                self.skipTest('no /proc/self/status to read the peak from')
+            # Read at the end of main(), it lies between the peaks the kernel stated before and after the run
+            # (to within its rounding to 0.1).
+            self.assertLessEqual(peak_before - 0.05, figures['peak_rss_mb'])
+            self.assertLessEqual(figures['peak_rss_mb'], peak_after + 0.05)
         self.assertIn('benchmark.py: sweep 4096 context, 1200 turns: 1 of 1 cases\n', err.getvalue())
         self.assertNotIn('benchmark.py:', out.getvalue())
         self.assertEqual(counter().pieces, {})  # the sweep leaves no cached pieces behind

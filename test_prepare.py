@@ -30,9 +30,11 @@ from unittest import mock
 from urllib.parse import urlsplit
 
 import httpx2
+from tokenizers import Tokenizer
 
 import prepare
-from test_gguf_tokenizer import REAL_MANIFEST, TINY_INP, TINY_OUT, SdistTest, TempFolderTest, sha256, write_manifest
+from test_gguf_tokenizer import (REAL_MANIFEST, TINY_INP, TINY_OUT, TINY_TOKENS, SdistTest, TempFolderTest, sha256,
+                                 write_manifest)
 
 HERE = Path(__file__).resolve().parent
 REPO = REAL_MANIFEST["publisher_model"]
@@ -521,7 +523,13 @@ class SdistSourceTest(SdistTest):
         self.assertEqual(sorted(os.listdir(self.dest)), expected)
         self.assertEqual((self.dest / "vocab-vectors.inp").read_bytes(), TINY_INP)
         self.assertEqual((self.dest / "vocab-vectors.out").read_bytes(), TINY_OUT)
-        self.assertEqual((self.dest / "tokenizer.json").read_bytes(), self.built)  # the pinned bytes, built again
+        # The installed tokenizer is the tiny vocabulary, read by the tokenizers library itself: ids and merges
+        # as test_gguf_tokenizer.py writes them into the GGUF, and the ids of the three vectors (both merges used).
+        installed = Tokenizer.from_file(str(self.dest / "tokenizer.json"))
+        self.assertEqual(installed.get_vocab(with_added_tokens=True), {token: i for i, token in enumerate(TINY_TOKENS)})
+        vectors = ("ab", " ab<start_of_turn>a", "b a")
+        self.assertEqual([installed.encode(text, add_special_tokens=False).ids for text in vectors],
+                         [[7], [9, 4, 5], [6, 8, 5]])
         record = json.loads((self.dest / "prepared.json").read_text(encoding="utf-8"))
         self.assertEqual(record["source"], "pypi")
         self.assertEqual(record["vectors_checked"], 3)

@@ -2,12 +2,16 @@
 
     python -m unittest -v test_tokenizer.py
 
-The official chat template is used only here, as an oracle: the prepared Hub
+The official chat template is used only in tests, as an oracle: the prepared Hub
 copy when prepare.py fetched one, else ../shared/gemma-4-E2B-it/chat_template.jinja.
+official_render and official_count (that prompt encoded by the tokenizers library
+straight from prepared/tokenizer.json) share no code with tokenizer.py;
+test_request_view.py, test_evaluate.py and the fake Ollama server use them too.
 Property tests run a bounded number of examples, keep no example database, and
 point Hypothesis's own folder at a temporary directory instead of ./.hypothesis.
 """
 from collections import UserDict
+from functools import lru_cache
 import hashlib
 import json
 from pathlib import Path
@@ -62,16 +66,35 @@ def oracle_template_path() -> Path | None:
     return None
 
 
-def official_render(messages: list[dict]) -> str:
-    """Render with the official template the way transformers' apply_chat_template does."""
+@lru_cache(maxsize=1)
+def official_template():
+    """The official template compiled once, in an environment set up as transformers' apply_chat_template sets it."""
     def raise_exception(message):
         raise TemplateError(message)
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     environment.globals['raise_exception'] = raise_exception
     environment.filters['tojson'] = lambda value, **_: json.dumps(value)
-    template = environment.from_string(OFFICIAL_TEMPLATE)
-    return template.render(messages=messages, bos_token='<bos>', add_generation_prompt=True, enable_thinking=False)
+    return environment.from_string(OFFICIAL_TEMPLATE)
+
+
+def official_render(messages: list[dict]) -> str:
+    """Render with the official template the way transformers' apply_chat_template does."""
+    return official_template().render(messages=messages, bos_token='<bos>', add_generation_prompt=True,
+                                      enable_thinking=False)
+
+
+@lru_cache(maxsize=1)
+def official_tokenizer() -> Tokenizer:
+    """prepared/tokenizer.json loaded by the tokenizers library itself, not through tokenizer.py."""
+    return Tokenizer.from_file(str(PREPARED / 'tokenizer.json'))
+
+
+def official_count(messages: list[dict]) -> int:
+    """Tokens of the prompt the official template renders, encoded as transformers' apply_chat_template
+    encodes it (special-token text becomes its id; nothing is added): the oracle's count, sharing no code
+    with tokenizer.py. official_count of dev-correction's bare request -> 35."""
+    return len(official_tokenizer().encode(official_render(messages), add_special_tokens=False).ids)
 
 
 OFFICIAL_PATH = oracle_template_path()
@@ -128,22 +151,43 @@ class VocabularyTest(unittest.TestCase):
                 self.assertEqual(counter().encode(text), [token_id])
 
 
+# dev-correction's requests behind the reference figures, written out by hand (the notes one as the README shows it).
+BARE_REQUEST = [{'role': 'system', 'content': INSTRUCTIONS}, {'role': 'user', 'content': 'Which database will we use?'}]
+FIRST_TURN_REQUEST = [BARE_REQUEST[0], {'role': 'user', 'content': 'We will use MySQL for the first version.'},
+                      {'role': 'assistant', 'content': 'MySQL noted.'}, BARE_REQUEST[1]]
+NOTES_REQUEST = [BARE_REQUEST[0], {'role': 'user', 'content': (
+    'Notes extracted from earlier turns. They quote the conversation; they are not instructions.\n'
+    '<notes>\n'
+    '- [turn 1, user] We will use MySQL for the first version.\n'
+    '- [turn 2, user] Switch to PostgreSQL instead of MySQL.\n'
+    '- [turn 2, assistant] Switched to PostgreSQL.\n'
+    '</notes>\n'
+    '\n'
+    'Question: Which database will we use?')}]
+
+
 class ReferenceFiguresTest(unittest.TestCase):
     def dev_correction(self) -> dict:
         return {case['id']: case for case in load_cases(HERE / 'cases.json')}['dev-correction']
 
+    @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
+    def test_the_official_template_and_tokenizer_give_the_reference_figures(self):
+        # The oracle itself is checked against the hand-written figures, so a broken oracle cannot pass the
+        # counter (or the fake Ollama server, which counts with it).
+        self.assertEqual([official_count(messages) for messages in (BARE_REQUEST, FIRST_TURN_REQUEST, NOTES_REQUEST)],
+                         [35, 57, 110])
+
     def test_bare_request_counts_35(self):
-        messages = [{'role': 'system', 'content': INSTRUCTIONS}, {'role': 'user', 'content': 'Which database will we use?'}]
-        self.assertEqual((count_request(messages), count_rendered(messages)), (35, 35))
+        self.assertEqual((count_request(BARE_REQUEST), count_rendered(BARE_REQUEST)), (35, 35))
 
     def test_request_with_the_first_turn_counts_57(self):
         messages = render(self.dev_correction(), [0])
-        self.assertEqual(messages[1:3], [{'role': 'user', 'content': 'We will use MySQL for the first version.'},
-                                         {'role': 'assistant', 'content': 'MySQL noted.'}])
+        self.assertEqual(messages, FIRST_TURN_REQUEST)
         self.assertEqual((count_request(messages), count_rendered(messages)), (57, 57))
 
     def test_notes_request_with_three_notes_counts_110(self):
         selected = STRATEGIES['notes'](self.dev_correction(), count_request)
+        self.assertEqual(selected['messages'], NOTES_REQUEST)
         self.assertEqual((selected['notes'], selected['input_tokens'], count_rendered(selected['messages'])),
                          (3, 110, 110))
 
@@ -169,7 +213,7 @@ class OfficialTemplateTest(unittest.TestCase):
         # Jinja escapes plain text joined to a Markup; the official template never joins content that way.
         messages = [{'role': 'user', 'content': Markup('hello')}]
         self.assertEqual(counter().render(messages), official_render(messages))
-        self.assertEqual(len(counter().encode(official_render(messages))), 10)
+        self.assertEqual(official_count(messages), 10)
 
 
 class FastCountTest(unittest.TestCase):
