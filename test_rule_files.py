@@ -293,8 +293,11 @@ class CommandTest(RulesFolder):
         lines = compared.stdout.splitlines()
         self.assertTrue(lines[0].startswith("code_sha256: {'case_set.py'"))
         self.assertTrue(lines[1].startswith("rule_files: None -> [{'file': 'my_rules.py', 'sha256': '"))
-        self.assertEqual(lines[2:], [f'question_words_first {case}: case added' for case in
-                                     [row['case'] for row in json.loads(RECORDED.read_text())['cases']['recent']]])
+        self.assertEqual(lines[2:], ['question_words_first: rule added'])
+        same = evaluate_py('--rules', str(path), '--output', str(Path(self.folder.name, 'with-rules.json')))
+        self.assertEqual(same.returncode, 0)
+        unchanged = evaluate_py('--rules', str(path), '--compare', str(Path(self.folder.name, 'with-rules.json')))
+        self.assertEqual((unchanged.returncode, unchanged.stdout.startswith('no change against')), (0, True))
 
     def test_show_prompt_prints_the_best_possible_too(self):
         result = evaluate_py('--show', 'dev-correction', '--prompt')
