@@ -33,6 +33,7 @@ disabled: nothing is fetched at run time, and a missing file is an error, not
 a download. The rules read no labels (they never get them) and write nothing.
 """
 from functools import lru_cache
+import importlib
 import logging
 from pathlib import Path
 
@@ -43,13 +44,28 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import bm25s
 import numpy
 import Stemmer
-import wordllama
 
 from strategies import Draft, allowance, as_messages, greedy
 from tokenizer import piecewise
 
-# bm25s sets its own logger to DEBUG and wordllama gives the root logger a stderr handler on import, so every
-# index built would print a line; only warnings and errors are worth a user's stderr.
+
+
+def import_keeping_logging(name: str):
+    """importlib.import_module(name), undoing what it does to the root logger's handlers and level.
+
+    wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        return importlib.import_module(name)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+wordllama = import_keeping_logging('wordllama')
+# bm25s sets its own logger to DEBUG: under any handler a caller sets up, every index built would print a line.
 logging.getLogger('bm25s').setLevel(logging.WARNING)
 
 # What is measured. Changing any of these changes the rules' rows.
