@@ -151,7 +151,7 @@ def header_changes(old: dict, new: dict) -> list[str]:
     """A line per changed identity field; a field holding an object (code_sha256, counter) gets one per key."""
     lines = []
     for key in ('case_set', 'case_set_sha256', 'strategies_sha256', 'code_sha256', 'tokenizer_manifest_sha256',
-                'counter', 'trials', 'grader'):
+                'rule_files', 'counter', 'trials', 'grader'):
         before, after = old.get(key), new.get(key)
         if isinstance(before, dict) and isinstance(after, dict):
             lines += [f'{key} {name}: {before.get(name)} -> {after.get(name)}'
@@ -176,6 +176,10 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     parts.append(('best possible', old_best.get('cases', []), new_best.get('cases', []),
                   old_best.get('summary', {}), new_best.get('summary', {})))
     for name, old_rows, new_rows, old_summary, new_summary in parts:
+        if name != 'best possible' and (name not in old.get('cases', {}) or name not in new.get('cases', {})):
+            # A rules file's rule run in one report only: one line, not one per case and summary figure.
+            lines.append(f"{name}: rule {'added' if name in new.get('cases', {}) else 'removed'}")
+            continue
         changed = rows_changes(name, old_rows, new_rows)
         lines += changed if rows else []
         hidden += 0 if rows else len(changed)
