@@ -386,13 +386,13 @@ class RecordTest(AnswerFilesTest):
 
 
 class ShippedFilesTest(unittest.TestCase):
-    def test_the_partial_file_record_keeps_is_git_ignored_and_named_in_the_readme(self):
+    def test_the_partial_file_record_keeps_is_git_ignored_and_named_in_the_answer_check_page(self):
         name = answer_record.partial_path(answer_check.RESULT_PATH).name
         self.assertEqual(name, 'answer-result.partial.json')
         self.assertIn(name, (HERE / '.gitignore').read_text().splitlines())
-        readme = (HERE / 'README.md').read_text(encoding='utf-8')
-        self.assertIn(f'`{name}`', readme)
-        self.assertIn('python answer_check.py record --fresh', readme)
+        page = (HERE / 'docs' / 'answer-check.md').read_text(encoding='utf-8')
+        self.assertIn(f'`{name}`', page)
+        self.assertIn('\n.venv/bin/python answer_check.py record --fresh ', page)
 
     def test_thirty_of_the_120_requests_repeat_another_strategys_and_each_is_still_a_call_of_its_own(self):
         plan = answer_check.planned_requests(held_out_cases(), load_model(), STRATEGIES, count_request)

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 import random
+import re
 import subprocess
 import sys
 import unittest
@@ -85,6 +86,23 @@ class OutputTest(unittest.TestCase):
         self.assertIn('benchmark.py: sweep 4096 context, 1200 turns: 1 of 1 cases\n', err.getvalue())
         self.assertNotIn('benchmark.py:', out.getvalue())
         self.assertEqual(counter().pieces, {})  # the sweep leaves no cached pieces behind
+
+    def test_docs_speed_names_every_printed_table_and_figure_as_the_benchmark_prints_them(self):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            status = benchmark.main(['--cases', '2', '--turns', '5', '--sweep-cases', '1'])
+        *tables, last = out.getvalue().splitlines()
+        figures = json.loads(last)
+        docs = (HERE / 'docs' / 'speed.md').read_text(encoding='utf-8').splitlines()
+        headers = [line for line, below in zip(tables, tables[1:]) if below.startswith('|---')]
+        self.assertEqual((status, len(headers)), (0, 3))  # the first part's selections, the sweep, the measures
+        for header in headers:
+            self.assertIn(header, docs)
+        named = re.compile(r'^\| ([^|]+ \(`(\w+)`\)) \|')  # `| label (`key`) | value |`
+        printed = dict(match.group(2, 1) for match in map(named.match, tables) if match)
+        shown = dict(match.group(2, 1) for match in map(named.match, docs) if match)
+        self.assertEqual(sorted(printed), sorted(set(figures) - {'sweep', 'targets_met'}))  # every JSON figure named
+        self.assertEqual(shown, printed)
 
     def test_help_prints_the_usage_and_exits_0(self):
         result = subprocess.run([sys.executable, 'benchmark.py', '--help'], cwd=HERE, capture_output=True, text=True)

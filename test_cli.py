@@ -103,6 +103,40 @@ class ReadmeCommandsTest(unittest.TestCase):
         self.assertNotIn('VIRTUAL_ENV', ci)
 
 
+def pages() -> list[Path]:
+    """What a newcomer reads: the README and every reference page of docs/."""
+    return [HERE / 'README.md', *sorted((HERE / 'docs').glob('*.md'))]
+
+
+def shell_commands(text: str) -> list[str]:
+    """Each command of a page: every command of a ```sh, ```bash or ```text block's lines (split at &&, ||, ;
+    and |, without a leading `$ ` or VAR=value), and every inline code span.
+
+    'a\n```sh\nX=1 python a.py && ls  # b\n```\n`python c.py`' -> ['python a.py', 'ls', 'python c.py']
+    """
+    blocks = re.findall(r'^```(?:sh|bash|text)\n(.*?)^```$', text, flags=re.DOTALL | re.MULTILINE)
+    outside = re.sub(r'^```.*?^```$', '', text, flags=re.DOTALL | re.MULTILINE)
+    commands = []
+    for line in '\n'.join(blocks).splitlines():
+        for part in re.split(r'&&|\|\||;|\|', line.split('  #')[0]):
+            commands.append(re.sub(r'^(\$ )?(\w+=\S* )*', '', part.strip()))
+    spans = [' '.join(span.split()) for span in re.findall(r'`([^`]+)`', outside)]
+    return [command for command in commands + spans if command]
+
+
+class PastedCommandsTest(unittest.TestCase):
+    def test_shell_commands_of_a_page_are_found_in_blocks_and_spans(self):
+        text = 'a\n```sh\nX=1 python a.py && ls  # b\n```\n```json\n["python j"]\n```\n`python\nc.py`'
+        self.assertEqual(shell_commands(text), ['python a.py', 'ls', 'python c.py'])
+
+    def test_no_page_gives_a_bare_python_command_a_fresh_terminal_lacks(self):
+        for path in pages():
+            with self.subTest(path.name):
+                bare = [command for command in shell_commands(path.read_text(encoding='utf-8'))
+                        if command.startswith('python ')]
+                self.assertEqual(bare, [], f'{path.name}: write .venv/bin/python, not python')
+
+
 class MissingPackagesTest(unittest.TestCase):
     def test_every_script_without_the_locked_packages_says_so_in_one_line(self):
         pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))

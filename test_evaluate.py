@@ -364,6 +364,19 @@ class FailurePatternTest(unittest.TestCase):
         self.assertEqual(list(STRATEGIES), ['recent', 'relevant', 'notes', 'hybrid'])
 
 
+class ReadmeCaseTest(unittest.TestCase):
+    def test_the_readme_case_to_copy_loads_and_is_dev_correction_of_cases_json(self):
+        blocks = re.findall(r'^```json\n(.*?)^```$', (HERE / 'README.md').read_text(encoding='utf-8'),
+                            flags=re.DOTALL | re.MULTILINE)
+        self.assertEqual(len(blocks), 1)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'my-cases.json'
+            path.write_text(blocks[0], encoding='utf-8')
+            loaded = load_cases(path)  # the lab's own loader: it refuses whatever evaluate.py would refuse
+        shipped = {case['id']: case for case in load_cases(HERE / 'cases.json')}
+        self.assertEqual(loaded, [shipped['dev-correction']])
+
+
 class CaseValidationTest(unittest.TestCase):
     def write(self, folder: str, data) -> Path:
         path = Path(folder) / 'cases.json'

@@ -1,11 +1,13 @@
 """Tests for the LoCoMo conversion, the memory-lean loader and the per-kind table.
 
-    python -m unittest -v test_locomo_cases.py
-    LOCOMO10=/path/to/locomo10.json python -m unittest -v test_locomo_cases.py   # also checks the README
+    .venv/bin/python -m unittest -v test_locomo_cases.py
+    LOCOMO10=/path/to/locomo10.json .venv/bin/python -m unittest -v test_locomo_cases.py   # also checks the docs
 
 LoCoMo's data is not in this repository (CC BY-NC 4.0), so the conversion is
 tested on a small file in its shape written here. With LOCOMO10 naming the real
-file, one more test converts it and checks the README's case counts against it.
+file, two more tests convert it and check docs/locomo.md's and the README's
+figures against it; without it, a test still checks that the README's figures
+are the ones docs/locomo.md's tables hold.
 Each test is named after the failure it pins; files are only ever written into
 temporary directories.
 """
@@ -13,6 +15,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,6 +30,13 @@ from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
 LOCOMO_SHA256 = '79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4'
+README = HERE / 'README.md'
+PAGE = HERE / 'docs' / 'locomo.md'  # the conversion in detail and the full tables
+
+
+def prose(path: Path) -> str:
+    """A page's text with every run of whitespace one space: figures in running text, whatever the line breaks."""
+    return ' '.join(path.read_text(encoding='utf-8').split())
 
 
 def utterance(speaker: str, dia_id: str, text: str, **image) -> dict:
@@ -390,9 +400,62 @@ class GroupByKindTest(unittest.TestCase):
         self.assertIn('--group shapes the table; use it with --format table', result.stderr)
 
 
-@unittest.skipUnless(os.environ.get('LOCOMO10'), 'set LOCOMO10 to the downloaded locomo10.json to check the README')
+class ReadmeAgreesWithThePageTest(unittest.TestCase):
+    """The README's short LoCoMo figures against docs/locomo.md's full tables (which RealFileTest measures)."""
+
+    def page_tables(self) -> list[dict]:
+        """docs/locomo.md's per-kind tables in page order (4,096, then 16,384): (strategy, kind) -> the other cells."""
+        blocks = re.findall(r'^\| Strategy \| Kind \|.*\n\|[-|]+\|\n((?:\|.*\n)+)', PAGE.read_text(encoding='utf-8'),
+                            flags=re.MULTILINE)
+        self.assertEqual(len(blocks), 2)
+        tables = []
+        for block in blocks:
+            rows = [[cell.strip() for cell in line.strip('|').split('|')] for line in block.splitlines()]
+            tables.append({(row[0], row[1]): row[2:] for row in rows})
+        return tables
+
+    def test_readme_relevant_per_kind_is_what_the_full_tables_hold(self):
+        four, sixteen = self.page_tables()
+        rows = re.findall(r'^\| (temporal|open-domain|multi-hop|single-hop) \|(.*)\|$',
+                          README.read_text(encoding='utf-8'), flags=re.MULTILINE)
+        self.assertEqual([kind for kind, _ in rows], ['temporal', 'open-domain', 'multi-hop', 'single-hop'])
+        for kind, cells in rows:
+            with self.subTest(kind):
+                expected = []
+                for table in (four, sixteen):
+                    found, complete = table['relevant', kind][:2]
+                    expected.append((found.split(' of '), complete.split(' of ')))
+                (found4, complete4), (found16, complete16) = expected
+                self.assertEqual(found4[1], found16[1])  # the same evidence at either context
+                self.assertEqual([cell.strip() for cell in cells.split('|')],
+                                 [complete4[1], found4[1], found4[0], found16[0], complete4[0], complete16[0]])
+
+    def test_readme_totals_are_what_the_full_tables_hold(self):
+        totals = []
+        for table in self.page_tables():
+            found = {name: sum(int(table[name, kind][0].split(' of ')[0]) for kind in
+                               ('temporal', 'open-domain', 'multi-hop', 'single-hop'))
+                     for name in ('recent', 'relevant', 'notes', 'hybrid')}
+            totals.append(found)
+        four, sixteen = totals
+        evidence = sum(int(cells[0].split(' of ')[1]) for (name, _), cells in self.page_tables()[0].items()
+                       if name == 'recent')
+        sentence = (f"In total, at 4,096: `recent` finds {four['recent']:,} of the {evidence:,} evidence utterances, "
+                    f"`relevant` {four['relevant']:,}, `notes` {four['notes']:,} and `hybrid` {four['hybrid']:,}; "
+                    f"at 16,384: {sixteen['recent']:,}, {sixteen['relevant']:,}, {sixteen['notes']:,} and "
+                    f"{sixteen['hybrid']:,}.")
+        self.assertIn(sentence, prose(README))
+        self.assertIn(sentence, prose(PAGE))
+        summary = re.search(r'(\d+) questions read, (\d+) cases written', PAGE.read_text(encoding='utf-8'))
+        questions, cases = map(int, summary.groups())
+        self.assertIn(f'with {questions:,} questions whose evidence utterances are labelled', prose(README))
+        self.assertIn(f'({cases:,} cases; LoCoMo labels no stale facts)', prose(README))
+
+
+@unittest.skipUnless(os.environ.get('LOCOMO10'), 'set LOCOMO10 to the downloaded locomo10.json to check the docs')
 class RealFileTest(unittest.TestCase):
-    """The README's LoCoMo figures, measured again from the real file (a few minutes; not in CI, which lacks it)."""
+    """docs/locomo.md's and the README's LoCoMo figures, measured again from the real file (a few minutes; not in
+    CI, which lacks it)."""
 
     def convert(self, folder: str, *options: str) -> tuple[Path, str]:
         source = Path(os.environ['LOCOMO10'])
@@ -403,15 +466,16 @@ class RealFileTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         return output, result.stderr
 
-    def test_readme_summary_line_matches_a_conversion_of_the_real_file(self):
+    def test_summary_line_and_counts_match_a_conversion_of_the_real_file(self):
         with tempfile.TemporaryDirectory() as folder:
             _, stderr = self.convert(folder)
-        readme = (HERE / 'README.md').read_text(encoding='utf-8')
-        self.assertIn(stderr.strip(), readme)
+        self.assertIn(stderr.strip(), PAGE.read_text(encoding='utf-8'))
+        questions, cases = map(int, re.search(r'(\d+) questions read, (\d+) cases written', stderr).groups())
+        self.assertIn(f'with {questions:,} questions whose evidence utterances are labelled', prose(README))
+        self.assertIn(f'({cases:,} cases; LoCoMo labels no stale facts)', prose(README))
 
-    def test_readme_tables_and_figures_are_what_evaluate_gives_for_the_real_file(self):
-        readme = (HERE / 'README.md').read_text(encoding='utf-8')
-        prose = ' '.join(readme.split())  # the figures in running text, whatever the line breaks
+    def test_tables_and_figures_are_what_evaluate_gives_for_the_real_file(self):
+        page = PAGE.read_text(encoding='utf-8')
         found, totals, best_most, whole = {}, set(), 0, []
         for context in ('4096', '16384'):
             with self.subTest(context=context), tempfile.TemporaryDirectory() as folder:
@@ -421,7 +485,7 @@ class RealFileTest(unittest.TestCase):
                                          '--group', 'kind', '--output', str(report_path)],
                                         cwd=HERE, capture_output=True, text=True, timeout=1800)
                 self.assertEqual(result.returncode, 0, result.stderr)
-                self.assertIn('\n' + result.stdout + '\n', readme)
+                self.assertIn('\n' + result.stdout + '\n', page)
                 report = read_json(report_path, 'report')
                 found[context] = [f"{sum(row['required_found'] for row in rows):,}" for rows in report['cases'].values()]
                 totals.add(sum(row['required_total'] for row in report['cases']['recent']))
@@ -430,13 +494,17 @@ class RealFileTest(unittest.TestCase):
                     whole = self.whole_conversations(load_cases(output))
         self.assertEqual(len(totals), 1)
         four, sixteen = found['4096'], found['16384']
-        self.assertIn(f'In total, at 4,096: `recent` finds {four[0]} of the {totals.pop():,} evidence utterances, '
-                      f'`relevant` {four[1]}, `notes` {four[2]} and `hybrid` {four[3]}; at 16,384: {sixteen[0]}, '
-                      f'{sixteen[1]}, {sixteen[2]} and {sixteen[3]}.', prose)
-        self.assertIn(f'at most {best_most:,} in any case', prose)
         turns, tokens = zip(*whole)
-        self.assertIn(f'({min(turns)} to {max(turns)} turns here; as one request with this lab\'s counter, '
-                      f'{min(tokens):,} to {max(tokens):,} tokens)', prose)
+        in_total = (f'In total, at 4,096: `recent` finds {four[0]} of the {totals.pop():,} evidence utterances, '
+                    f'`relevant` {four[1]}, `notes` {four[2]} and `hybrid` {four[3]}; at 16,384: {sixteen[0]}, '
+                    f'{sixteen[1]}, {sixteen[2]} and {sixteen[3]}.')
+        size = (f'({min(turns)} to {max(turns)} turns here; as one request with this lab\'s counter, '
+                f'{min(tokens):,} to {max(tokens):,} tokens)')
+        for path in (README, PAGE):
+            with self.subTest(path.name):
+                self.assertIn(in_total, prose(path))
+                self.assertIn(size, prose(path))
+        self.assertIn(f'at most {best_most:,} in any case', prose(PAGE))
 
     def whole_conversations(self, cases: list[dict]) -> list[tuple[int, int]]:
         """(turns, tokens of the whole conversation as one request) for each distinct conversation."""

@@ -10,6 +10,7 @@ import copy
 import json
 import os
 from pathlib import Path
+import re
 import subprocess
 import sys
 import tempfile
@@ -273,14 +274,24 @@ class TurnMapTest(unittest.TestCase):
         recorded = json.loads((HERE / 'evaluation-result.json').read_text(encoding='utf-8'))
         self.assertEqual(self.result.stdout, turn_map(recorded))
 
-    def test_readme_shows_the_turn_map_of_the_development_cases(self):
+    def test_docs_show_the_turn_map_of_the_development_cases(self):
         # The map is the legend, then per case a title and a table, each part after a blank line.
         legend, *parts = self.result.stdout.rstrip('\n').split('\n\n')
         dev = [f'{title}\n\n{table}' for title, table in zip(parts[::2], parts[1::2]) if ' (dev, ' in title]
         excerpt = '\n\n'.join([legend, *dev])
         self.assertEqual(len(dev), 6)
-        self.assertTrue(excerpt + '\n' in (HERE / 'README.md').read_text(encoding='utf-8'),
-                        'README.md lacks the legend and dev maps of `python evaluate.py --format turns`:\n' + excerpt)
+        self.assertTrue(excerpt + '\n' in (HERE / 'docs' / 'strategies.md').read_text(encoding='utf-8'),
+                        'docs/strategies.md lacks the legend and dev maps of `evaluate.py --format turns`:\n' + excerpt)
+
+    def test_readme_shows_the_legend_and_two_case_maps_exactly_as_printed(self):
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        legend, *parts = self.result.stdout.rstrip('\n').split('\n\n')
+        shown = re.findall(r'^(\S+ \([^)]*\), \d+ turns?)\n\n((?:\|.*\n)+)', readme, flags=re.MULTILINE)
+        self.assertIn(legend + '\n', readme)
+        self.assertEqual([title.split()[0] for title, _ in shown], ['dev-old-decision', 'dev-correction'])
+        for title, table in shown:
+            with self.subTest(title):
+                self.assertIn(f'{title}\n\n{table}', self.result.stdout + '\n')
 
     def test_a_long_history_collapses_runs_of_alike_turns(self):
         best = {'case': 'long', 'split': 'held_out', 'kind': 'chat', 'history_turns': 50, 'fact_turns': [3, 47],
