@@ -1,8 +1,9 @@
 """Record the pinned model's answers to each strategy's held-out requests, and grade them offline.
 
-    python answer_check.py record           # needs Ollama serving gemma4:e2b at the pinned digest, and `python prepare.py`
-    python answer_check.py record --fresh   # the same, discarding the answers a stopped run kept
-    python answer_check.py                  # offline: re-grades what answer-result.json holds; no model is called
+    .venv/bin/python answer_check.py record           # needs Ollama serving gemma4:e2b at the pinned digest
+                                                      # and a prepared counter (.venv/bin/python prepare.py)
+    .venv/bin/python answer_check.py record --fresh   # the same, discarding the answers a stopped run kept
+    .venv/bin/python answer_check.py                  # offline: re-grades answer-result.json; calls no model
 
 record builds every strategy's request for the six held-out cases and sends
 each one with the five seeds of answer-model.json: 4 x 6 x 5 = 120 calls, with

@@ -1,6 +1,6 @@
 """Ask the pinned Gemma 4 E2B build for one answer through a local Ollama server.
 
-    python answer_model.py    # checks the server and the pinned build; sends no chat request
+    .venv/bin/python answer_model.py    # checks the server and the pinned build; sends no chat request
 
 answer-model.json pins the build: the Ollama tag gemma4:e2b, the sha256 digest
 of its manifest, and the sampling options. AnswerModel checks, before its first

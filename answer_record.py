@@ -1,7 +1,7 @@
 """Ask the pinned model for every planned answer, keeping each finished answer as it arrives.
 
-    python answer_check.py record           # resumes: reuses the answers a stopped run left behind
-    python answer_check.py record --fresh   # discards those first and asks for every answer
+    .venv/bin/python answer_check.py record           # resumes: reuses the answers a stopped run left behind
+    .venv/bin/python answer_check.py record --fresh   # discards those first and asks for every answer
 
 This is the recording step of the answer check: answer_check.py plans the
 requests (every strategy's request for each held-out case, once per seed of
@@ -272,4 +272,4 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, *, 
 
 if __name__ == '__main__':
     cli.run(cli.module_main("Record the pinned model's answers to the held-out requests, resuming a stopped recording.",
-                            'python answer_check.py record'))
+                            '.venv/bin/python answer_check.py record'))

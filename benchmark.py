@@ -1,9 +1,9 @@
 """Time the strategies on generated case sets: both ways of counting, then chat-shaped histories at real budgets.
 
-    python benchmark.py                                          # both parts (about a minute on 2 cores)
-    python benchmark.py --cases 10 --turns 30 --sweep-cases 10   # a quick look
-    python benchmark.py --sweep                                  # only the sweep
-    python benchmark.py --no-sweep                               # only the first part
+    .venv/bin/python benchmark.py                                          # both parts (about a minute on 2 cores)
+    .venv/bin/python benchmark.py --cases 10 --turns 30 --sweep-cases 10   # a quick look
+    .venv/bin/python benchmark.py --sweep                                  # only the sweep
+    .venv/bin/python benchmark.py --no-sweep                               # only the first part
 
 First part: a case set from a fixed seed (about 150 tokens a turn, some long
 log turns, facts and replaced facts planted at varied depths, a budget of
@@ -24,7 +24,8 @@ encoding once every distinct message the strategies measured (a candidate
 notes block that is measured once and dropped counts against the strategies,
 not the bound). Times are this process's CPU seconds. The output is Markdown
 tables (the figures of each part and the targets), then one JSON line with
-every figure; progress goes to stderr. It writes nothing to disk and needs the prepared counter (`python prepare.py`). No test
+every figure; progress goes to stderr. It writes nothing to disk and needs the prepared counter
+(`.venv/bin/python prepare.py`). No test
 checks its timings, which depend on the machine; test_benchmark.py checks the
 workloads and the output.
 """

@@ -3,7 +3,7 @@
     from best_possible import search
     search({0: (14, frozenset({'a'})), 2: (9, frozenset({'a'}))}, room=20)   # -> [2]
 
-evaluate.py runs this for every case (`python evaluate.py` puts the rows under
+evaluate.py runs this for every case (`.venv/bin/python evaluate.py` puts the rows under
 `best_possible` in the report, and `--format table` and `--format turns` show
 them). It answers "could any rule have done better here?": among all sets of
 whole turns (no notes) whose request fits the case's allowance and that take no
@@ -166,4 +166,4 @@ def summarize(rows: list[dict]) -> dict:
 if __name__ == '__main__':
     cli.run(cli.module_main('The best possible selection of whole turns for each case '
                             '(it reads the fact labels, so it is no strategy).',
-                            'python evaluate.py --format table'))
+                            '.venv/bin/python evaluate.py --format table'))

@@ -1,6 +1,6 @@
 """What every script of the lab does at its entry point: check the locked packages, then run its main.
 
-    python cli.py          # does this interpreter have the packages the scripts need, at their pinned versions?
+    .venv/bin/python cli.py   # does this interpreter have the packages the scripts need, at their pinned versions?
 
 A script opens with
 
@@ -31,6 +31,7 @@ from collections.abc import Callable
 from functools import lru_cache
 import importlib.metadata
 import os
+import shlex
 from pathlib import Path
 import re
 import signal
@@ -108,10 +109,11 @@ def missing_packages() -> tuple[str, ...]:
 
 def python_command() -> str:
     """How a message should tell the user to start Python: the lab's own .venv/bin/python when that is the
-    interpreter running (so the advice works pasted into a new terminal in the lab's folder), else `python`.
+    interpreter running (so the advice works pasted into a new terminal in the lab's folder), else the full
+    path of the interpreter running, quoted for a shell: a bare `python` may not exist in a new terminal.
     """
     executable = Path(sys.executable)  # not resolved: .venv/bin/python is a link to the base interpreter
-    return str(executable.relative_to(HERE)) if executable.is_relative_to(HERE) else 'python'
+    return str(executable.relative_to(HERE)) if executable.is_relative_to(HERE) else shlex.quote(sys.executable)
 
 
 def script_name() -> str:
@@ -170,8 +172,8 @@ def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
 def module_main(description: str, command: str) -> Callable[[list[str]], int]:
     """The main of a module with no command of its own: `--help` says what it is, and what runs it.
 
-    module_main('The exact best selection.', 'python evaluate.py') run with [] prints
-    '<module>.py is run by another script: python evaluate.py'.
+    module_main('The exact best selection.', '.venv/bin/python evaluate.py') run with [] prints
+    '<module>.py is run by another script: .venv/bin/python evaluate.py'.
     """
     def main(argv: list[str]) -> int:
         import argparse

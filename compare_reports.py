@@ -1,7 +1,7 @@
 """What changed between two evaluate.py reports, one line per change, in reviewer's terms.
 
-    python evaluate.py --compare evaluation-result.json                  # exit 0: no change; 1: what changed
-    python evaluate.py --compare evaluation-result.json --summary-only   # only the summary figures
+    .venv/bin/python evaluate.py --compare evaluation-result.json                  # exit 0: no change; 1: what changed
+    .venv/bin/python evaluate.py --compare evaluation-result.json --summary-only   # only the summary figures
 
 evaluate.py runs a fresh report and hands both reports to `compare`; this
 module holds the comparison and the check that the older file is a report at
@@ -248,4 +248,4 @@ if __name__ == '__main__':
     import cli  # standard library only, like this module
 
     cli.run(cli.module_main('What changed between two evaluate.py reports, in reviewer\'s terms.',
-                            'python evaluate.py --compare evaluation-result.json'))
+                            '.venv/bin/python evaluate.py --compare evaluation-result.json'))

@@ -1,15 +1,15 @@
 """Put each strategy through each case and report which facts its request carries.
 
-    python evaluate.py                              # JSON report on stdout
-    python evaluate.py --format table               # the summary as a Markdown table
-    python evaluate.py --format table --group kind  # ... a row per kind of case instead of per split
-    python evaluate.py --cases my-cases.json        # evaluate another case set
-    python evaluate.py --output evaluation-result.json   # also record the report (atomically)
-    python evaluate.py --compare evaluation-result.json  # what changed against an older report
-    python evaluate.py --compare evaluation-result.json --summary-only   # ... only in the summaries
-    python evaluate.py --format turns               # which turns each rule kept, case by case
-    python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
-    python evaluate.py --rules field_rules.py --format table   # also run the rules a file defines (rule_files.py)
+    .venv/bin/python evaluate.py                              # JSON report on stdout
+    .venv/bin/python evaluate.py --format table               # the summary as a Markdown table
+    .venv/bin/python evaluate.py --format table --group kind  # ... a row per kind of case instead of per split
+    .venv/bin/python evaluate.py --cases my-cases.json        # evaluate another case set
+    .venv/bin/python evaluate.py --output evaluation-result.json   # also record the report (atomically)
+    .venv/bin/python evaluate.py --compare evaluation-result.json  # what changed against an older report
+    .venv/bin/python evaluate.py --compare evaluation-result.json --summary-only   # ... only in the summaries
+    .venv/bin/python evaluate.py --format turns               # which turns each rule kept, case by case
+    .venv/bin/python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
+    .venv/bin/python evaluate.py --rules field_rules.py --format table   # also a file's rules (rule_files.py)
 
 A row per (strategy, case) says which required facts and which stale (replaced)
 facts appear, character for character, in the selected messages; a fact the
@@ -260,7 +260,8 @@ def colour_wanted() -> bool:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description='Run the four context-selection strategies (and the rules of any --rules file) on a case set and grade which required and '
+        description='Run the four context-selection strategies (and the rules of any --rules file) on a case set '
+                    'and grade which required and '
                     'stale facts reach each request. Prints the report as JSON by default.')
     parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',

@@ -1,6 +1,6 @@
 """A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.
 
-    python -m unittest -v test_answer_check.py test_answer_record.py   (they import it)
+    .venv/bin/python -m unittest -v test_answer_check.py test_answer_record.py   (they import it)
 
 test_answer_check.py (the client and the grader) and test_answer_record.py (the
 recording run) both run the real requests-based client against FakeOllama,
@@ -272,4 +272,4 @@ class AnswerFilesTest(unittest.TestCase):
 
 if __name__ == '__main__':
     cli.run(cli.module_main('A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.',
-                            'python -m unittest test_answer_check.py test_answer_record.py'))
+                            '.venv/bin/python -m unittest test_answer_check.py test_answer_record.py'))

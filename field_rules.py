@@ -1,7 +1,7 @@
 """The field's three standard retrievers as a rules file: BM25, dense (WordLlama) and both fused.
 
-    python evaluate.py --rules field_rules.py --format table
-    python evaluate.py --cases locomo-cases.json --rules field_rules.py --format table --group kind
+    .venv/bin/python evaluate.py --rules field_rules.py --format table
+    .venv/bin/python evaluate.py --cases locomo-cases.json --rules field_rules.py --format table --group kind
 
 Each rule ranks the history's turns (a turn's text is its user message, a
 newline, its assistant message) against the question and offers them in that
@@ -233,4 +233,4 @@ RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}
 
 if __name__ == '__main__':
     cli.run(cli.module_main('BM25, dense and fused retrieval as rules for evaluate.py --rules.',
-                            'python evaluate.py --rules field_rules.py --format table'))
+                            '.venv/bin/python evaluate.py --rules field_rules.py --format table'))

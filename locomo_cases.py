@@ -1,8 +1,8 @@
 """Turn LoCoMo's long two-person conversations into a case set that evaluate.py runs unchanged.
 
-    python locomo_cases.py locomo10.json --output locomo-cases.json
-    python locomo_cases.py locomo10.json --output locomo-16k.json --context-limit 16384
-    python evaluate.py --cases locomo-cases.json --format table --group kind
+    .venv/bin/python locomo_cases.py locomo10.json --output locomo-cases.json
+    .venv/bin/python locomo_cases.py locomo10.json --output locomo-16k.json --context-limit 16384
+    .venv/bin/python evaluate.py --cases locomo-cases.json --format table --group kind
 
 The input is `data/locomo10.json` of the snap-research/LoCoMo repository
 (CC BY-NC 4.0): the user downloads it; nothing of it is kept here. Every

@@ -1,6 +1,6 @@
 """What a prepared counter folder is: the contract prepare.py writes and tokenizer.py reads.
 
-    python prepared_folder.py   # is prepared/ (or $CONTEXT_LAB_PREPARED) complete and valid? exit 0 if so, else 2
+    .venv/bin/python prepared_folder.py   # is prepared/ (or $CONTEXT_LAB_PREPARED) complete and valid? exit 0 or 2
 
 prepare.py writes the pinned tokenizer files into a folder and, last, prepared.json,
 which records where they came from and each file's size and sha256. A folder is
@@ -189,6 +189,8 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
 def main(argv: list[str]) -> int:
     import argparse
 
+    import cli  # standard library only, like this module
+
     argparse.ArgumentParser(prog='prepared_folder.py', description='Say whether the prepared counter folder '
                             f'({PREPARED}) is complete and valid for {MANIFEST.name}; exit 0 if it is, 2 if not. '
                             f'Set {PREPARED_ENV} to check another folder.').parse_args(argv)
@@ -199,8 +201,8 @@ def main(argv: list[str]) -> int:
         return 2
     source, why = check_prepared(PREPARED, manifest, manifest_sha256)
     if source is None:
-        print(f'prepared_folder.py: {PREPARED} is not a valid prepared counter: {why}; run prepare.py',
-              file=sys.stderr)
+        print(f'prepared_folder.py: {PREPARED} is not a valid prepared counter: {why}; '
+              f'run `{cli.python_command()} prepare.py`', file=sys.stderr)
         return 2
     print(f'{PREPARED} is complete and valid (prepared from {source})')
     return 0

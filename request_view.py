@@ -1,8 +1,8 @@
 """Views for people: one request message by message, and a map of the turns each rule kept.
 
-    python evaluate.py --show dev-correction --strategy notes   # the request `notes` built, folded
-    python evaluate.py --show dev-correction --full             # every strategy and the best possible, unfolded
-    python evaluate.py --format turns                           # the turn map of every case
+    .venv/bin/python evaluate.py --show dev-correction --strategy notes   # the request `notes` built, folded
+    .venv/bin/python evaluate.py --show dev-correction --full             # every rule and the best possible, unfolded
+    .venv/bin/python evaluate.py --format turns                           # the turn map of every case
 
 evaluate.py runs the strategies, counts and grades; this module only lays out
 what it is handed, so every figure shown is one the report holds. Turns are
@@ -200,4 +200,4 @@ def turn_map(report: dict) -> str:
 
 if __name__ == '__main__':
     cli.run(cli.module_main('Show the request each strategy built, and the turn map of every case.',
-                            'python evaluate.py --show dev-correction'))
+                            '.venv/bin/python evaluate.py --show dev-correction'))

@@ -1,7 +1,7 @@
 """Rules from a user's file, run beside the four: the plug-in contract of `evaluate.py --rules FILE.py`.
 
-    python evaluate.py --rules my_rules.py --format table
-    python evaluate.py --rules field_rules.py --rules my_rules.py --show dev-correction --strategy mine
+    .venv/bin/python evaluate.py --rules my_rules.py --format table
+    .venv/bin/python evaluate.py --rules field_rules.py --rules my_rules.py --show dev-correction --strategy mine
 
 A rules file is plain Python that defines RULES, a dict of name -> function(case, count).
 The function returns the request it would send: a list of chat messages
@@ -219,4 +219,4 @@ def load_rule_files(paths: list) -> tuple[dict[str, Callable], list[dict]]:
 
 if __name__ == '__main__':
     cli.run(cli.module_main('Load rules files for evaluate.py --rules: the plug-in contract.',
-                            'python evaluate.py --rules my_rules.py --format table'))
+                            '.venv/bin/python evaluate.py --rules my_rules.py --format table'))

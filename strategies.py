@@ -244,4 +244,4 @@ STRATEGIES = {'recent': recent, 'relevant': relevant, 'notes': notes, 'hybrid': 
 
 if __name__ == '__main__':
     cli.run(cli.module_main('The four rules for choosing history: recent, relevant, notes, hybrid.',
-                            'python evaluate.py --format table'))
+                            '.venv/bin/python evaluate.py --format table'))

@@ -1,6 +1,6 @@
 """Tests for the answer grader and the pinned Ollama client.
 
-    python -m unittest -v test_answer_check.py
+    .venv/bin/python -m unittest -v test_answer_check.py
 
 Grading tests use the shipped answer-keys.json. Client tests run the real
 requests-based client against the fake Ollama server of fake_ollama.py, which

@@ -1,9 +1,9 @@
-"""Tests for the recording run: `python answer_check.py record`, which answer_record.py carries out.
+"""Tests for the recording run: `.venv/bin/python answer_check.py record`, which answer_record.py carries out.
 
-    python -m unittest -v test_answer_record.py
+    .venv/bin/python -m unittest -v test_answer_record.py
 
 They run the real requests-based client and the real recording, with the real
-strategies, cases and prepared counter (so `python prepare.py` must have run),
+strategies, cases and prepared counter (so `.venv/bin/python prepare.py` must have run),
 against the fake Ollama server of fake_ollama.py, which this file starts on
 127.0.0.1; no model is called. The fake reports each prompt's size as the
 official chat template and tokenizer give it, not as the lab counts it, so the

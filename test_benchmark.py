@@ -1,6 +1,6 @@
 """Tests for benchmark.py's workloads and output; its timings are not tested (they depend on the machine).
 
-    python -m unittest -v test_benchmark.py
+    .venv/bin/python -m unittest -v test_benchmark.py
 """
 import contextlib
 import io

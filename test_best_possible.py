@@ -1,6 +1,6 @@
 """Tests for the best possible selection: the exact search, its rows and its summary.
 
-    python -m unittest -v test_best_possible.py
+    .venv/bin/python -m unittest -v test_best_possible.py
 
 The search is checked against brute force written here: every subset of every
 history, each request rendered and counted by the reference counter and graded

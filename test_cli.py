@@ -1,6 +1,6 @@
 """Tests for what a newcomer meets first: the README's commands, and every script's entry point.
 
-    python -m unittest -v test_cli.py   (about 15 s)
+    .venv/bin/python -m unittest -v test_cli.py   (about 15 s)
 
 Each test is named after the failure it pins: a README command CI does not run as written, a script that
 ends in a traceback (missing packages, a closed stdout, Ctrl-C), a script without --help, a prepared
@@ -135,6 +135,18 @@ class PastedCommandsTest(unittest.TestCase):
                 bare = [command for command in shell_commands(path.read_text(encoding='utf-8'))
                         if command.startswith('python ')]
                 self.assertEqual(bare, [], f'{path.name}: write .venv/bin/python, not python')
+
+
+    def test_no_script_gives_a_bare_python_command_in_its_docstring_help_or_messages(self):
+        # Docstrings become --help texts; messages and help strings are literals in the source too.
+        bare = re.compile(r'(?<![/\w.-])python (?=[\w-]+\.py\b|-m )')
+        for path in sorted(HERE.glob('*.py')):
+            with self.subTest(path.name):
+                lines = [f'{number}: {line.strip()}' for number, line in
+                         enumerate(path.read_text(encoding='utf-8').splitlines(), 1)
+                         if bare.search(line) and 'python a.py' not in line and 'python c.py' not in line
+                         and '`python -m pip`' not in line]
+                self.assertEqual(lines, [], f'{path.name}: write .venv/bin/python, not python')
 
 
 class MissingPackagesTest(unittest.TestCase):
@@ -280,9 +292,11 @@ class PythonCommandTest(unittest.TestCase):
         with mock.patch.object(sys, 'executable', str(HERE / '.venv' / 'bin' / 'python')):
             self.assertEqual(cli.python_command(), '.venv/bin/python')
 
-    def test_advice_says_python_for_an_interpreter_outside_the_lab(self):
+    def test_advice_names_the_full_path_of_an_interpreter_outside_the_lab(self):
         with mock.patch.object(sys, 'executable', '/usr/bin/python3'):
-            self.assertEqual(cli.python_command(), 'python')
+            self.assertEqual(cli.python_command(), '/usr/bin/python3')
+        with mock.patch.object(sys, 'executable', '/opt/my python/bin/python3'):
+            self.assertEqual(cli.python_command(), "'/opt/my python/bin/python3'")
 
 
 class InterruptTest(unittest.TestCase):
@@ -353,7 +367,7 @@ class PreparedElsewhereTest(TempFolderTest):
                 result = run(['tokenizer.py'], cwd=lab, prepared=prepared, capture_output=True)
                 self.assertEqual(result.returncode, 2)
                 self.assertEqual(result.stderr, f'tokenizer.py: the tokenizer is not prepared '
-                                 f'({folder / "prepared.json"} is missing): run `python prepare.py`\n')
+                                 f'({folder / "prepared.json"} is missing): run `{sys.executable} prepare.py`\n')
 
 
 class ByteOrderMarkTest(TempFolderTest):

@@ -1,6 +1,6 @@
-"""Tests of compare_reports.py: the lines `python evaluate.py --compare` prints for a changed report.
+"""Tests of compare_reports.py: the lines `.venv/bin/python evaluate.py --compare` prints for a changed report.
 
-    python -m unittest -v test_compare_reports.py
+    .venv/bin/python -m unittest -v test_compare_reports.py
 
 The command-line behaviour of --compare (exit codes, refusing a file that is
 not a report) is tested with the other evaluate.py commands in test_evaluate.py.

@@ -1,6 +1,6 @@
 """Tests for the strategies, the case set, the grader and the recorded report.
 
-    python -m unittest -v test_evaluate.py
+    .venv/bin/python -m unittest -v test_evaluate.py
 
 Each test is named after the failure it pins. The figures are exact: selection
 and counting are deterministic. Files are only ever written into temporary
@@ -504,7 +504,7 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(result.returncode, 2)
         self.assertNotIn('Traceback', result.stderr)
         self.assertIn('the tokenizer is not prepared', result.stderr)
-        self.assertIn('run `python prepare.py`', result.stderr)
+        self.assertIn(f'run `{sys.executable} prepare.py`', result.stderr)
 
     def test_help_explains_the_options(self):
         result = evaluate_py('--help')

@@ -1,6 +1,6 @@
 """Tests for field_rules.py: BM25, dense and fused retrieval as rules, on conversations written for the test.
 
-    python -m unittest -v test_field_rules.py
+    .venv/bin/python -m unittest -v test_field_rules.py
 
 Each test is named after the failure it pins. BM25 scores are worked out by
 hand from the Lucene formula bm25s uses; fusion orders from the RRF sum. No
@@ -15,7 +15,7 @@ import tempfile
 import unittest
 
 from case_set import load_cases
-from evaluate import grade
+from evaluate import grade, run, table
 import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
 from rule_files import load_rule_files
@@ -129,6 +129,13 @@ class RequestTest(unittest.TestCase):
                            for case in load_cases(HERE / 'cases.json')) for name, rule in rules.items()}
         # Recorded by `evaluate.py --rules field_rules.py --format table` (dev + held-out, of 14 facts).
         self.assertEqual(found, {'bm25': 11, 'dense': 13, 'fused': 13})
+
+    def test_the_readme_shows_the_field_rules_rows_of_the_twelve_cases(self):
+        printed = table(run(HERE / 'cases.json', [HERE / 'field_rules.py'])).splitlines()
+        field_rows = [line for line in printed if line.split(' | ')[0] in ('| bm25', '| dense', '| fused')]
+        self.assertEqual(len(field_rows), 6)
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        self.assertIn('\n'.join([*printed[:2], *field_rows]) + '\n', readme)
 
 
 NO_NETWORK = '''

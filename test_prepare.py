@@ -1,6 +1,6 @@
 """Tests for prepare.py: each test is named after the failure it pins.
 
-Run: python -m unittest -v test_prepare.py   (about 10 s; no network: the "Hub" is a local fake server)
+Run: .venv/bin/python -m unittest -v test_prepare.py   (about 10 s; no network: the "Hub" is a local fake server)
 
 The Hub tests run prepare.py in a subprocess, because huggingface_hub reads HF_ENDPOINT when it is imported;
 the fake Hub speaks the wire format hf_hub_download uses (HEAD then GET on /{repo}/resolve/{revision}/{file},

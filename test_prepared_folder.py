@@ -1,6 +1,6 @@
 """Tests of prepared_folder.py as a command: does it tell a valid prepared folder from any other?
 
-    python -m unittest -v test_prepared_folder.py
+    .venv/bin/python -m unittest -v test_prepared_folder.py
 
 What makes a folder valid (check_prepared) is tested case by case in
 test_prepare.py, which prepares folders and damages them; here only the
@@ -15,7 +15,10 @@ import sys
 import tempfile
 import unittest
 
+from cli import python_command
 from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON
+
+PYTHON = python_command()  # how the advice starts Python: .venv/bin/python from the lab's venv
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,7 +41,7 @@ class CommandTest(unittest.TestCase):
             result = prepared_folder_py(Path(folder))
         self.assertEqual((result.returncode, result.stdout), (2, ''))
         self.assertEqual(result.stderr, f'prepared_folder.py: {folder} is not a valid prepared counter: '
-                                        f'{Path(folder) / PREPARED_JSON} does not exist; run prepare.py\n')
+                                        f'{Path(folder) / PREPARED_JSON} does not exist; run `{PYTHON} prepare.py`\n')
 
     def test_a_changed_file_is_refused_naming_it(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -1,6 +1,6 @@
 """Tests for the views for people: --show, --prompt, the turn map and its excerpt in the README.
 
-    python -m unittest -v test_request_view.py
+    .venv/bin/python -m unittest -v test_request_view.py
 
 Expected outputs are written out in full: the views are deterministic. The
 commands run as subprocesses with stdout a pipe, which is the plain (colourless)

@@ -1,6 +1,6 @@
 """Tests for rules files: the plug-in contract of `evaluate.py --rules FILE.py` (rule_files.py).
 
-    python -m unittest -v test_rule_files.py
+    .venv/bin/python -m unittest -v test_rule_files.py
 
 Each test is named after the failure it pins. Figures come from the recorded
 report or are worked out by hand; rules files are written into temporary folders only.
@@ -9,6 +9,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 import subprocess
 import sys
@@ -27,24 +28,9 @@ HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
 
 # The README's "Write your own rule" file, word for word: the test runs exactly this text.
-MY_RULES = '''\
-"""Turns that share a word with the question first, then the rest; newest first within each group."""
-from strategies import Draft, allowance, greedy, words
-
-
-def question_words_first(case, count):
-    asked = words(case['current'])  # the question's words, lowercase, minus stop words
-    history = case['history']  # the conversation; the fact labels are not in `case`
-    newest_first = list(reversed(range(len(history))))
-    shares = [bool(asked & words(turn['user'] + ' ' + turn['assistant'])) for turn in history]
-    order = [i for i in newest_first if shares[i]] + [i for i in newest_first if not shares[i]]
-    request = Draft(case, count)  # system message + question, counted exactly as turns are added
-    greedy(order, request.turns_within(allowance(case)))  # keep each turn that still fits
-    return request.selection()  # or return a list of {'role', 'content'} messages
-
-
-RULES = {'question_words_first': question_words_first}
-'''
+README = (HERE / 'README.md').read_text(encoding='utf-8')
+# The rules file of the README's "Your own rule", exactly as a reader would paste it.
+MY_RULES = re.search(r'Save this as `my_rules.py`.*?\n```python\n(.*?)```\n', README, re.S)[1]
 
 
 def evaluate_py(*args: str) -> subprocess.CompletedProcess:
@@ -273,8 +259,12 @@ class CommandTest(RulesFolder):
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         # Worked out from the turn maps: it keeps every turn that fits, question-word turns first, so it finds
         # what `relevant` finds plus dev-correction's turn 2, dev-no-overlap's turn 1 and held-spread's two facts.
-        self.assertIn('| question_words_first | dev | 7 of 7 | 6 of 6 | 1 | 78.7 |\n'
-                      '| question_words_first | held-out | 6 of 7 | 5 of 6 | 1 | 80.3 |\n', result.stdout)
+        rows = ['| question_words_first | dev | 7 of 7 | 6 of 6 | 1 | 78.7 |',
+                '| question_words_first | held-out | 6 of 7 | 5 of 6 | 1 | 80.3 |']
+        self.assertIn('\n'.join(rows) + '\n', result.stdout)
+        for row in rows:  # the README shows the same rows
+            self.assertIn(f'`{row}`', README)
+        self.assertIn('.venv/bin/python evaluate.py --rules my_rules.py --format table\n', README)
         self.assertEqual(result.stdout.count('\n'), 2 + 10 + 2)
 
     def test_show_and_turns_and_compare_work_with_a_rules_files_rule(self):

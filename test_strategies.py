@@ -1,6 +1,6 @@
 """Tests for incremental selection: the strategies choose exactly what the plain rules choose, in linear time.
 
-    python -m unittest -v test_strategies.py
+    .venv/bin/python -m unittest -v test_strategies.py
 
 The reference below is the four rules as the README states them, written here
 without strategies.py's helpers, rendering and counting every candidate request

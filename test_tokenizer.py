@@ -1,6 +1,6 @@
 """Tests for the request counter: the pinned vocabulary, the chat format and the fast path.
 
-    python -m unittest -v test_tokenizer.py
+    .venv/bin/python -m unittest -v test_tokenizer.py
 
 The official chat template is used only in tests, as an oracle: the prepared Hub
 copy when prepare.py fetched one, else ../shared/gemma-4-E2B-it/chat_template.jinja.

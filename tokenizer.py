@@ -9,7 +9,7 @@ turn with its delimiters, and the generation prompt that opens the model's
 turn, with thinking off. It is what every strategy in this lab must fit under
 its budget.
 
-Run `python prepare.py` once first: it writes the pinned tokenizer into
+Run `.venv/bin/python prepare.py` once first: it writes the pinned tokenizer into
 prepared/. This module only reads that folder; it writes nothing. It renders
 requests with its own small template for plain text chats (system, user and
 assistant messages) and refuses anything else (images, tool calls, thinking
@@ -26,7 +26,7 @@ every count falls back to the full render. `Tally` keeps the count of a request
 while it is built up, from the same sums, so a strategy pays only for what each
 candidate adds.
 
-`python tokenizer.py` prints the counter's profile and the count of a small
+`.venv/bin/python tokenizer.py` prints the counter's profile and the count of a small
 example request, which is a quick check that the preparation worked.
 
 The prepared folder is prepared/ beside this file, or the folder the
@@ -48,7 +48,8 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Where the counter's files are and what makes them valid is defined once, in prepared_folder.py.
-from case_set import THINKING_MARKERS  # assistant text the official template would rewrite
+# Assistant text holding these would be rewritten by the official template (case_set.py says so once).
+from case_set import THINKING_MARKERS
 from prepared_folder import (MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared,
                              read_manifest)
 
@@ -403,7 +404,7 @@ def main(argv: list[str]) -> int:
     argparse.ArgumentParser(
         prog='tokenizer.py',
         description="Print the counter's profile and the token count of a small example request: a quick check "
-                    f'that `python prepare.py` worked. Reads {PREPARED} (set {PREPARED_ENV} to read another '
+                    f'that `.venv/bin/python prepare.py` worked. Reads {PREPARED} (set {PREPARED_ENV} to read another '
                     'prepared folder).').parse_args(argv)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
