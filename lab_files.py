@@ -41,18 +41,20 @@ def read_json(path: Path, what: str, error_type: type[Exception], advice: str = 
     raise error_type(f'{path}: {problem}' + (f'; {advice}' if advice else ''))
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace path with text through a temporary file beside it, so no reader ever sees half a file.
+def write_atomically(path: Path, content: str | bytes) -> None:
+    """Replace path with content (text, written as UTF-8, or bytes such as a picture) through a temporary
+    file beside it, so no reader ever sees half a file.
 
     An OSError (or a UnicodeEncodeError for text that is not valid Unicode) reaches the caller, who knows
     what to tell the user; the temporary file is gone either way.
     """
     path = Path(path)
+    data = content if isinstance(content, bytes) else content.encode('utf-8')
     temporary = None
     try:
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-        with os.fdopen(handle, 'w', encoding='utf-8') as file:
-            file.write(text)
+        with os.fdopen(handle, 'wb') as file:
+            file.write(data)
         os.chmod(temporary, 0o644)  # mkstemp makes the file private; recorded files are meant to be read
         os.replace(temporary, path)
         temporary = None
