@@ -97,7 +97,7 @@ def compare(old: dict, new: dict) -> list[str]:
     """Every difference between two reports except the environment, one line each; [] when equal."""
     lines = []
     for key in ('case_set', 'case_set_sha256', 'strategies_sha256', 'code_sha256', 'tokenizer_manifest_sha256',
-                'counter', 'trials', 'grader'):
+                'rule_files', 'counter', 'trials', 'grader'):
         if old.get(key) != new.get(key):
             lines.append(f'{key}: {old.get(key)} -> {new.get(key)}')
     for name in dict.fromkeys([*old.get('cases', {}), *new.get('cases', {})]):

@@ -8,6 +8,7 @@
     python evaluate.py --compare evaluation-result.json  # what changed against an older report
     python evaluate.py --format turns               # which turns each rule kept, case by case
     python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
+    python evaluate.py --rules field_rules.py --format table   # also run the rules a file defines (rule_files.py)
 
 A row per (strategy, case) says which required facts and which stale (replaced)
 facts appear, character for character, in the selected messages; a fact the
@@ -24,6 +25,10 @@ Alongside the results the report keeps the SHA-256 of the case file, of every
 module whose change can change a row (CODE_FILES: case loading, the strategies,
 the counter, the best possible search and the grader in this file) and of
 tokenizer-manifest.json, which pins the tokenizer files the counter accepts.
+With --rules, each file's rules get rows after the four (rule_files.py says
+how they are run, counted and graded) and the report records each file's name
+and SHA-256 under `rule_files`; without it the report has no such key and is
+exactly what it was before rules files existed.
 The environment (Python version) is recorded but not compared. Expected mistakes (a malformed case set, an
 unprepared counter, an unreadable report to compare with, an unwritable
 --output) print one line and exit 2, without a traceback; Ctrl-C exits 130.
@@ -46,6 +51,7 @@ from lab_files import write_atomically
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from prepared_folder import sha256_file
+from rule_files import RuleError, load_rule_files
 from tokenizer import CounterError, count_request, counter
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +60,7 @@ GRADER = 'exact substring match of required and stale facts, raw or escaped, in 
 PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
 # Every module whose change can change a row: reading the cases, choosing, counting, grading, the best possible.
 CODE_FILES = ('case_set.py', 'strategies.py', 'tokenizer.py', 'best_possible.py', 'evaluate.py')
+RULES_CODE_FILE = 'rule_files.py'  # how rules files' rules are run and counted; hashed only in a report with --rules
 
 
 def grade(case: dict, selected: dict) -> dict:
@@ -89,11 +96,11 @@ def summarize(rows: list[dict]) -> dict:
             'mean_input_tokens': round(sum(tokens) / len(tokens), 1)}
 
 
-def evaluate_cases(cases: list[dict], count=count_request, progress=None) -> dict:
-    """Per-strategy rows for every case, in case-set order."""
-    rows = {name: [] for name in STRATEGIES}
+def evaluate_cases(cases: list[dict], count=count_request, progress=None, rules: dict = STRATEGIES) -> dict:
+    """Per-rule rows for every case, in case-set order, the rules in the order given."""
+    rows = {name: [] for name in rules}
     for done, case in enumerate(cases, 1):
-        for name, strategy in STRATEGIES.items():
+        for name, strategy in rules.items():
             rows[name].append(grade(case, strategy(case, count)))
         if progress:
             progress(done, len(cases))
@@ -114,23 +121,26 @@ def check_bare_requests(path: Path, cases: list[dict], count=count_request) -> N
                             f'but the instructions and question alone need {needed}')
 
 
-def code_hashes() -> dict[str, str]:
-    """SHA-256 of each file of CODE_FILES, by name: what ties a report to the code that made its rows."""
-    return {name: sha256_file(HERE / name) for name in CODE_FILES}
+def code_hashes(with_rules: bool = False) -> dict[str, str]:
+    """SHA-256 of each file of CODE_FILES (and rule_files.py with rules files), by name: what ties a report
+    to the code that made its rows."""
+    return {name: sha256_file(HERE / name) for name in (*CODE_FILES, *[RULES_CODE_FILE][:with_rules])}
 
 
-def run(path: Path = CASES) -> dict:
-    """The full report for a case set."""
+def run(path: Path = CASES, rule_paths: list = ()) -> dict:
+    """The full report for a case set: the four strategies, then the rules of each file of rule_paths."""
     path = Path(path)
+    rules, files = load_rule_files(rule_paths)
     cases = load_cases(path)
     check_bare_requests(path, cases)
     progress = report_progress if len(cases) > PROGRESS_ABOVE else None
-    rows = evaluate_cases(cases, count_request, progress)
+    rows = evaluate_cases(cases, count_request, progress, {**STRATEGIES, **rules})
     best = [best_possible.best_row(case, grade) for case in cases]
     return {
         'case_set': path.name,
         'case_set_sha256': sha256_file(path),
-        'code_sha256': code_hashes(),
+        'code_sha256': code_hashes(bool(rule_paths)),
+        **({'rule_files': files} if rule_paths else {}),  # no key at all without --rules: the report stays as it was
         'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
         'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
         'counter': counter().profile(),
@@ -186,6 +196,11 @@ def table(report: dict, group: str = 'split') -> str:
         mean = '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])
         lines.append(f"| {best_possible.LABEL} | {value.replace('_', '-')} | {s['facts_found']} of "
                      f"{s['facts_total']} | {complete} | {s['cases_with_stale_facts']} | {mean} |")
+    # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
+    over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
+            for name, groups in strategies.items() for value, s in groups.items() if s.get('over_budget')]
+    if over:
+        lines += ['', f"Requests over the input allowance (graded all the same): {'; '.join(over)}."]
     return '\n'.join(lines) + '\n'
 
 
@@ -197,35 +212,40 @@ def write_report(path: Path, report: dict) -> None:
 
 
 def show(path: Path, case_id: str, names: list[str], prompt: bool = False, full: bool = False,
-         colour: bool = False) -> str:
-    """--show: the request each named strategy builds for one case, message by message, or (prompt) as rendered.
+         colour: bool = False, rules: dict = STRATEGIES) -> str:
+    """--show: the request each named rule builds for one case, message by message, or (prompt) as rendered.
 
-    With all four strategies the best possible selection follows, so one command
-    answers both "what did the rule send?" and "could any selection do better?".
+    With every rule named (no --strategy) the best possible selection follows, in
+    both views, so one command answers both "what did the rule send?" and "could
+    any selection do better?".
     """
     cases = {case['id']: case for case in load_cases(path)}
     if case_id not in cases:
         raise CaseError(f'{path}: no case {case_id!r}; the case ids are: {", ".join(cases)}')
     case = cases[case_id]
     check_bare_requests(path, [case])
-    selections = {name: STRATEGIES[name](case, count_request) for name in names}
-    if prompt:
-        if len(selections) == 1:
-            return counter().render(selections[names[0]]['messages'])
-        return ''.join(f"=== {name}: {selected['input_tokens']} input tokens ===\n"
-                       f"{counter().render(selected['messages'])}" for name, selected in selections.items())
+    titled = {name: rules[name](case, count_request) for name in names}
     where = f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})"
-    views = [request_view.show_request(case, f'{name} on {where}', selected, grade(case, selected), grade,
-                                       full, colour) for name, selected in selections.items()]
-    if len(selections) == len(STRATEGIES):
+    rows = {name: grade(case, selected) for name, selected in titled.items()}
+    if len(names) == len(rules):
         row = best_possible.best_row(case, grade)
-        title = f'{best_possible.LABEL} on {where}'
-        if row['turns'] is None:
-            views.append(f"{title}: not searched ({row['not_searched']})\n")
+        rows[best_possible.LABEL] = row
+        titled[best_possible.LABEL] = None if row['turns'] is None else \
+            {'messages': render(case, row['turns']), 'turns': row['turns'], 'notes': 0,
+             'input_tokens': row['input_tokens']}
+    if prompt and len(titled) == 1:
+        return counter().render(titled[names[0]]['messages'])
+    views = []
+    for name, selected in titled.items():
+        if selected is None:
+            views.append(f"{name} on {where}: not searched ({rows[name]['not_searched']})\n")
+        elif prompt:
+            views.append(f"=== {name}: {selected['input_tokens']} input tokens ===\n"
+                         f"{counter().render(selected['messages'])}")
         else:
-            selected = {'messages': render(case, row['turns']), 'turns': row['turns'], 'notes': 0}
-            views.append(request_view.show_request(case, title, selected, row, grade, full, colour))
-    return '\n'.join(views)
+            views.append(request_view.show_request(case, f'{name} on {where}', selected, rows[name], grade,
+                                                   full, colour))
+    return ('' if prompt else '\n').join(views)
 
 
 def colour_wanted() -> bool:
@@ -235,7 +255,7 @@ def colour_wanted() -> bool:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description='Run the four context-selection strategies on a case set and grade which required and '
+        description='Run the four context-selection strategies (and the rules of any --rules file) on a case set and grade which required and '
                     'stale facts reach each request. Prints the report as JSON by default.')
     parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
@@ -250,7 +270,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--show', metavar='CASE_ID',
                         help='print the request each strategy builds for this case, message by message, '
                              'then the best possible selection')
-    parser.add_argument('--strategy', choices=list(STRATEGIES), help='with --show: only this strategy')
+    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
+                        help='also run the rules this file defines in RULES, after the four (repeatable; '
+                             'see rule_files.py)')
+    parser.add_argument('--strategy', metavar='NAME',
+                        help=f'with --show: only this rule ({", ".join(STRATEGIES)}, or one from --rules)')
     parser.add_argument('--prompt', action='store_true',
                         help='with --show: print the exact text the counter renders (what the model receives)')
     parser.add_argument('--full', action='store_true', help='with --show: do not fold long messages')
@@ -268,20 +292,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def shown_rules(strategy: str | None, rule_paths: list) -> tuple[list[str], dict]:
+    """(the names --show shows, every rule by name) for --strategy and the --rules files."""
+    rules = {**STRATEGIES, **load_rule_files(rule_paths)[0]}
+    if strategy is not None and strategy not in rules:
+        raise RuleError(f'--strategy {strategy}: no such rule; the rules are: {", ".join(rules)}')
+    return ([strategy] if strategy is not None else list(rules)), rules
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
         if args.show is not None:  # --show '' is a case id too, and an unknown one
-            names = [args.strategy] if args.strategy else list(STRATEGIES)
-            print(show(args.cases, args.show, names, args.prompt, args.full, colour_wanted()), end='')
+            names, rules = shown_rules(args.strategy, args.rules)
+            print(show(args.cases, args.show, names, args.prompt, args.full, colour_wanted(), rules), end='')
             return 0
         old = read_json(args.compare, 'report to compare with') if args.compare else None
         if old is not None:
             check_report(args.compare, old)
-        report = run(args.cases)
+        report = run(args.cases, args.rules)
         if args.output:
             write_report(args.output, report)
-    except (CaseError, CounterError, ReportError) as error:
+    except (CaseError, CounterError, ReportError, RuleError) as error:
         print(f'evaluate.py: {error}', file=sys.stderr)
         return 2
     if old is not None:

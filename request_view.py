@@ -18,7 +18,7 @@ import cli
 
 cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
-from strategies import allowance
+from strategies import allowance, as_messages
 from tokenizer import counter
 
 # What the views look like.
@@ -56,6 +56,20 @@ def message_labels(turns: list[int], count: int, notes: int) -> list[str]:
     if count != len(history) + 2:
         raise ValueError(f'a request of {count} messages cannot hold {len(turns)} turns')
     return ['system', *history, 'notes and question, user' if notes else 'question, user']
+
+
+def request_labels(case: dict, selected: dict) -> list[str]:
+    """message_labels() for a request laid out as the built-in strategies lay it out (system, kept turns in
+    order, question); else each message by position and role, since a rule from a rules file may send anything.
+
+    A request [user 'hi', assistant 'hello'] that is no such layout -> ['message 1, user', 'message 2, assistant']
+    """
+    messages, turns = selected['messages'], sorted(selected['turns'])
+    history = [message for index in turns for message in as_messages(case['history'][index])]
+    if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
+            and messages[1:-1] == history:
+        return message_labels(turns, len(messages), selected['notes'])
+    return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
 
 
 def display_lines(content: str, full: bool) -> list[str]:
@@ -107,7 +121,7 @@ def message_blocks(case: dict, selected: dict, grade: Callable) -> list[dict]:
     """
     tokens = counter()
     messages = selected['messages']
-    labels = message_labels(selected['turns'], len(messages), selected['notes'])
+    labels = request_labels(case, selected)
     blocks = []
     for label, message in zip(labels, messages):
         row = grade(case, {'messages': [message], 'turns': [], 'notes': 0, 'input_tokens': 0})

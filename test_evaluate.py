@@ -475,7 +475,7 @@ class CommandLineTest(unittest.TestCase):
     def test_unprepared_counter_says_to_run_prepare(self):
         with tempfile.TemporaryDirectory() as folder:
             for name in ('cli.py', 'requirements.txt', 'evaluate.py', 'best_possible.py', 'compare_reports.py',
-                         'case_set.py', 'lab_files.py',
+                         'case_set.py', 'lab_files.py', 'rule_files.py',
                          'request_view.py', 'strategies.py', 'tokenizer.py', 'prepared_folder.py',
                          'tokenizer-manifest.json', 'cases.json'):
                 shutil.copy(HERE / name, folder)

@@ -1,0 +1,176 @@
+"""The field's three standard retrievers as a rules file: BM25, dense (WordLlama) and both fused.
+
+    python evaluate.py --rules field_rules.py --format table
+    python evaluate.py --cases locomo-cases.json --rules field_rules.py --format table --group kind
+
+Each rule ranks the history's turns (a turn's text is its user message, a
+newline, its assistant message) against the question and offers them in that
+order to the lab's own request builder (strategies.Draft, on tokenizer.Tally),
+keeping each turn that still fits the allowance and skipping one that does
+not, as `relevant` does. So every request is counted exactly, and a case costs
+time in proportion to the history read, whatever the budget.
+
+    bm25   BM25 (bm25s, its default Lucene scoring) over English-stemmed words
+           (PyStemmer) without English stop words; only turns scoring above 0,
+           highest first, newer first on ties
+    dense  WordLlama's 256-dimension model (weights and tokenizer bundled in the
+           wordllama wheel); every turn, by cosine similarity to the question,
+           highest first, newer first on ties
+    fused  reciprocal-rank fusion of the two: a turn scores the sum of
+           1 / (RRF_K + rank) over the rankings that hold it (ranks from 1; a
+           turn bm25 leaves out gets nothing from that side), highest first,
+           newer first on ties
+
+Indexes are built once per conversation, not per question: cases of one
+conversation share its index, found by the conversation's text (the rules get
+copies of the cases, so identity cannot tell). The last CONVERSATIONS_KEPT
+conversations stay cached per retriever for the whole process, so a run over
+several budgets reuses them; an older one is dropped and rebuilt if it comes
+back, which bounds memory in a long process (LoCoMo's 10 conversations fit).
+
+The model is read from the wordllama package's own folder with downloads
+disabled: nothing is fetched at run time, and a missing file is an error, not
+a download. The rules read no labels (they never get them) and write nothing.
+"""
+from functools import lru_cache
+from pathlib import Path
+
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
+import bm25s
+import numpy
+import Stemmer
+import wordllama
+
+from strategies import Draft, allowance, greedy
+
+# What is measured. Changing any of these changes the rules' rows.
+STEMMER_LANGUAGE = 'english'  # PyStemmer's Snowball stemmer for BM25's words
+STOP_WORDS = 'en'  # bm25s's English stop-word list
+WORDLLAMA_CONFIG = 'l2_supercat'  # the model the wordllama wheel bundles ...
+WORDLLAMA_DIM = 256  # ... at the one dimension whose weights it ships
+RRF_K = 60  # reciprocal-rank fusion constant, the usual value
+# Not measured, only how much is kept: conversations whose indexes stay cached, per retriever.
+CONVERSATIONS_KEPT = 32
+
+Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
+
+
+def conversation(case: dict) -> Turns:
+    return tuple((turn['user'], turn['assistant']) for turn in case['history'])
+
+
+def turn_text(pair: tuple[str, str]) -> str:
+    """What a retriever reads of a turn: turn_text(('Hi', 'Hello')) -> 'Hi\\nHello'."""
+    return '\n'.join(pair)
+
+
+def ranked(scores, keep) -> list[int]:
+    """Turn indices whose score passes `keep`, highest score first, newer (higher index) first on ties.
+
+    ranked([0.5, 0.0, 0.5, 0.2], lambda s: s > 0) -> [2, 0, 3]
+    """
+    return sorted((index for index, score in enumerate(scores) if keep(score)),
+                  key=lambda index: (-scores[index], -index))
+
+
+@lru_cache(maxsize=1)
+def stemmer():
+    return Stemmer.Stemmer(STEMMER_LANGUAGE)
+
+
+def bm25_words(texts: list[str]) -> list[list[str]]:
+    return bm25s.tokenize(texts, stopwords=STOP_WORDS, stemmer=stemmer(), return_ids=False, show_progress=False)
+
+
+@lru_cache(maxsize=CONVERSATIONS_KEPT)
+def bm25_index(turns: Turns):
+    """A BM25 index of a conversation's turns; None when no turn has a word to index (bm25s cannot build one)."""
+    words = bm25_words([turn_text(pair) for pair in turns])
+    if not any(words):
+        return None
+    index = bm25s.BM25()
+    index.index(words, show_progress=False)
+    return index
+
+
+def bm25_ranking(case: dict) -> list[int]:
+    """Turns with a positive BM25 score for the question, highest first, newer first on ties."""
+    index = bm25_index(conversation(case))
+    query = bm25_words([case['current']])[0]
+    if index is None or not query:
+        return []
+    return ranked(index.get_scores(query).tolist(), lambda score: score > 0)
+
+
+@lru_cache(maxsize=1)
+def model():
+    """WordLlama from the files in its own package, never from the network.
+
+    The package looks for its tokenizer under a folder it does not ship and would then
+    download it; with the package folder as cache folder it finds the bundled file in
+    tokenizers/, and with downloads disabled a missing file raises instead of fetching.
+    """
+    folder = Path(wordllama.__file__).resolve().parent
+    return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder,
+                                    disable_download=True)
+
+
+@lru_cache(maxsize=CONVERSATIONS_KEPT)
+def turn_vectors(turns: Turns) -> numpy.ndarray:
+    """Unit-length embeddings of a conversation's turns, one row per turn."""
+    return model().embed([turn_text(pair) for pair in turns], norm=True)
+
+
+def dense_ranking(case: dict) -> list[int]:
+    """Every turn, by cosine similarity to the question, highest first, newer first on ties."""
+    turns = conversation(case)
+    if not turns:
+        return []
+    similarity = turn_vectors(turns) @ model().embed([case['current']], norm=True)[0]
+    return ranked(similarity.tolist(), lambda score: True)
+
+
+def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
+    """Reciprocal-rank fusion: by the sum of 1 / (k + rank) over the rankings holding a turn, newer first on ties.
+
+    fuse([[3, 1], [1, 2]], k=60): turn 1 scores 1/62 + 1/61, turn 3 1/61, turn 2 1/62 -> [1, 3, 2]
+    """
+    score: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, index in enumerate(ranking, 1):
+            score[index] = score.get(index, 0.0) + 1 / (k + rank)
+    return sorted(score, key=lambda index: (-score[index], -index))
+
+
+def fused_ranking(case: dict) -> list[int]:
+    return fuse([bm25_ranking(case), dense_ranking(case)])
+
+
+def keep_in_order(case: dict, count, order: list[int]) -> dict:
+    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
+    request = Draft(case, count)
+    greedy(order, request.turns_within(allowance(case)))
+    return request.selection()
+
+
+def bm25(case: dict, count) -> dict:
+    return keep_in_order(case, count, bm25_ranking(case))
+
+
+def dense(case: dict, count) -> dict:
+    return keep_in_order(case, count, dense_ranking(case))
+
+
+def fused(case: dict, count) -> dict:
+    return keep_in_order(case, count, fused_ranking(case))
+
+
+RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}
+
+
+if __name__ == '__main__':
+    cli.run(cli.module_main('BM25, dense and fused retrieval as rules for evaluate.py --rules.',
+                            'python evaluate.py --rules field_rules.py --format table'))
