@@ -56,6 +56,7 @@ from case_set import CaseError, load_cases
 import evaluate
 from lab_files import write_atomically
 from prepared_folder import sha256_file
+from rule_files import RuleError, load_rule_files
 from strategies import STRATEGIES, allowance, render
 from tokenizer import CounterError, count_request
 
@@ -100,7 +101,9 @@ def reserved(path: Path, cases: list[dict]) -> int:
 
     Two cases with {'max_new_tokens': 96, 'margin': 32} -> 128.
     """
-    kept = {case['budget']['max_new_tokens'] + case['budget']['margin']: case['id'] for case in cases}
+    kept = {}  # tokens kept -> the first case keeping them
+    for case in cases:
+        kept.setdefault(case['budget']['max_new_tokens'] + case['budget']['margin'], case['id'])
     if len(kept) > 1:
         (first, one), (second, other) = list(kept.items())[:2]
         raise SweepError(f'{path}: cases {one} and {other} keep {first} and {second} tokens for the answer and '
@@ -160,7 +163,7 @@ def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None =
         started, cpu = time.perf_counter(), time.process_time()
         limited = at_limit(cases, limit)
         room = allowance(limited[0])
-        rows = evaluate.evaluate_cases(limited, count_request)  # rules: wired when rule_files.py lands
+        rows = evaluate.evaluate_cases(limited, count_request, None, {**STRATEGIES, **rules})
         best = [best_possible.best_row(case, evaluate.grade, count_request, facts[case['id']]) for case in limited]
         points += [point(limit, room, name, rule_rows, group, evaluate.summarize) for name, rule_rows in rows.items()]
         points.append(point(limit, room, BEST, best, group, best_possible.summarize))
@@ -189,9 +192,9 @@ def run(path: Path, limits: list[int], rules: dict, files: list[dict], group: st
     return {
         'case_set': path.name,
         'case_set_sha256': sha256_file(path),
-        'code_sha256': {**evaluate.code_hashes(), Path(__file__).name: sha256_file(Path(__file__))},
+        'code_sha256': {**evaluate.code_hashes(bool(files)), Path(__file__).name: sha256_file(Path(__file__))},
         'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
-        'rules_files': files,
+        'rule_files': files,
         'context_limits': limits,
         'group': group,
         'points': sweep(cases, limits, rules, group, progress),
@@ -307,19 +310,12 @@ def main(argv: list[str]) -> int:
             write(output, evaluate.to_json(report), 'sweep')
         if plot:
             write(plot, drawn, 'picture')
-    except (SweepError, CaseError, CounterError) as error:
+    except (SweepError, CaseError, CounterError, RuleError) as error:
         print(f'budget_sweep.py: {error}', file=sys.stderr)
         return 2
     if not output:
         print(evaluate.to_json(report), end='')
     return 0
-
-
-def load_rule_files(paths: list[Path]) -> tuple[dict, list[dict]]:
-    """Stand-in until rule_files.py lands: no rules files."""
-    if paths:
-        raise SweepError('--rules is not available yet')
-    return {}, []
 
 
 if __name__ == '__main__':
