@@ -137,7 +137,8 @@ class SweepTest(unittest.TestCase):
     def test_progress_is_one_line_per_limit_with_times(self):
         lines = []
         run(CASES, [256, 512], {}, [], progress=lambda done, *_: lines.append(done))
-        self.assertEqual(lines, ['12 cases read and checked at every limit', 'which turn holds which fact, for 12 cases',
+        self.assertEqual(lines, ['12 cases read and checked at every limit',
+                                 'which turn holds which fact, for 12 cases',
                                  'context limit 256 (128 input tokens): 5 rules on 12 cases',
                                  'context limit 512 (384 input tokens): 5 rules on 12 cases'])
         status, _, err = sweep_main(['--context-limits', '256', '--output', str(Path(self.folder.name) / 'p.json')])
