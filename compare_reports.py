@@ -101,6 +101,10 @@ def compare(old: dict, new: dict) -> list[str]:
         if old.get(key) != new.get(key):
             lines.append(f'{key}: {old.get(key)} -> {new.get(key)}')
     for name in dict.fromkeys([*old.get('cases', {}), *new.get('cases', {})]):
+        if name not in old.get('cases', {}) or name not in new.get('cases', {}):
+            # A rules file's rule run in one report only: one line, not one per case.
+            lines.append(f"{name}: rule {'added' if name in new.get('cases', {}) else 'removed'}")
+            continue
         lines += rows_changes(name, old.get('cases', {}).get(name, []), new.get('cases', {}).get(name, []))
         lines += summary_changes(name, old.get('summary', {}).get(name, {}), new.get('summary', {}).get(name, {}))
     old_best, new_best = old.get('best_possible', {}), new.get('best_possible', {})

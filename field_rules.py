@@ -33,6 +33,8 @@ disabled: nothing is fetched at run time, and a missing file is an error, not
 a download. The rules read no labels (they never get them) and write nothing.
 """
 from functools import lru_cache
+import importlib
+import logging
 from pathlib import Path
 
 import cli
@@ -42,9 +44,29 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import bm25s
 import numpy
 import Stemmer
-import wordllama
 
-from strategies import Draft, allowance, greedy
+from strategies import Draft, allowance, as_messages, greedy
+from tokenizer import piecewise
+
+
+
+def import_keeping_logging(name: str):
+    """importlib.import_module(name), undoing what it does to the root logger's handlers and level.
+
+    wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        return importlib.import_module(name)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+wordllama = import_keeping_logging('wordllama')
+# bm25s sets its own logger to DEBUG: under any handler a caller sets up, every index built would print a line.
+logging.getLogger('bm25s').setLevel(logging.WARNING)
 
 # What is measured. Changing any of these changes the rules' rows.
 STEMMER_LANGUAGE = 'english'  # PyStemmer's Snowball stemmer for BM25's words
@@ -52,8 +74,9 @@ STOP_WORDS = 'en'  # bm25s's English stop-word list
 WORDLLAMA_CONFIG = 'l2_supercat'  # the model the wordllama wheel bundles ...
 WORDLLAMA_DIM = 256  # ... at the one dimension whose weights it ships
 RRF_K = 60  # reciprocal-rank fusion constant, the usual value
-# Not measured, only how much is kept: conversations whose indexes stay cached, per retriever.
+# Not measured, only how much is kept: conversations whose indexes stay cached, per retriever ...
 CONVERSATIONS_KEPT = 32
+QUESTIONS_KEPT = 4  # ... and rankings of the latest questions, so `fused` reuses what bm25 and dense just ranked
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
 
@@ -97,9 +120,14 @@ def bm25_index(turns: Turns):
 
 
 def bm25_ranking(case: dict) -> list[int]:
+    return bm25_ranked(conversation(case), case['current'])
+
+
+@lru_cache(maxsize=QUESTIONS_KEPT)
+def bm25_ranked(turns: Turns, current: str) -> list[int]:
     """Turns with a positive BM25 score for the question, highest first, newer first on ties."""
-    index = bm25_index(conversation(case))
-    query = bm25_words([case['current']])[0]
+    index = bm25_index(turns)
+    query = bm25_words([current])[0]
     if index is None or not query:
         return []
     return ranked(index.get_scores(query).tolist(), lambda score: score > 0)
@@ -125,11 +153,15 @@ def turn_vectors(turns: Turns) -> numpy.ndarray:
 
 
 def dense_ranking(case: dict) -> list[int]:
+    return dense_ranked(conversation(case), case['current'])
+
+
+@lru_cache(maxsize=QUESTIONS_KEPT)
+def dense_ranked(turns: Turns, current: str) -> list[int]:
     """Every turn, by cosine similarity to the question, highest first, newer first on ties."""
-    turns = conversation(case)
     if not turns:
         return []
-    similarity = turn_vectors(turns) @ model().embed([case['current']], norm=True)[0]
+    similarity = turn_vectors(turns) @ model().embed([current], norm=True)[0]
     return ranked(similarity.tolist(), lambda score: True)
 
 
@@ -149,10 +181,38 @@ def fused_ranking(case: dict) -> list[int]:
     return fuse([bm25_ranking(case), dense_ranking(case)])
 
 
+@lru_cache(maxsize=CONVERSATIONS_KEPT)
+def turn_costs(turns: Turns, count) -> tuple[int, ...] | None:
+    """What each turn adds to a request under an additive counter (tokenizer.Tally's first identity),
+    or None for a count that is not additive."""
+    counter = piecewise(count)
+    if counter is None:
+        return None
+    return tuple(count(as_messages({'user': user, 'assistant': assistant})) - counter.fixed
+                 for user, assistant in turns)
+
+
 def keep_in_order(case: dict, count, order: list[int]) -> dict:
-    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
+    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does).
+
+    A dense ranking holds every turn, and most are offered once the request is nearly full. Where the
+    count is additive, a turn costing more than the room left is passed over without being offered, and
+    the walk ends once no turn is small enough: exactly the turns offering them would keep, found sooner.
+    """
     request = Draft(case, count)
-    greedy(order, request.turns_within(allowance(case)))
+    limit = allowance(case)
+    take = request.turns_within(limit)
+    costs = turn_costs(conversation(case), count)
+    if costs is None:
+        greedy(order, take)
+        return request.selection()
+    smallest = min(costs, default=0)
+    for index in order:
+        room = limit - request.tally.size
+        if room < smallest:
+            break
+        if costs[index] <= room:
+            take(index)
     return request.selection()
 
 

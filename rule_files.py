@@ -144,15 +144,22 @@ def request_of(returned, where: str) -> list[dict]:
     return messages
 
 
-def carried_turns(history: list[dict], messages: list[dict]) -> list[int]:
+def turn_places(history: list[dict]) -> dict[tuple, list[int]]:
+    """Where each (user, assistant) text pair stands in a history: [A, B, A] -> {A: [0, 2], B: [1]}."""
+    where: dict[tuple, list[int]] = {}
+    for index, turn in enumerate(history):
+        where.setdefault((turn['user'], turn['assistant']), []).append(index)
+    return where
+
+
+def carried_turns(history: list[dict], messages: list[dict], where: dict | None = None) -> list[int]:
     """Indices of the history turns a request carries as adjacent (user, assistant) pairs of the same text.
 
     With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
     give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2].
+    `where` is turn_places(history), for a caller that already has it.
     """
-    where: dict[tuple, list[int]] = {}
-    for index, turn in enumerate(history):
-        where.setdefault((turn['user'], turn['assistant']), []).append(index)
+    where = turn_places(history) if where is None else where
     taken, position = set(), 0
     while position < len(messages) - 1:
         first, second = messages[position], messages[position + 1]
@@ -168,6 +175,10 @@ def carried_turns(history: list[dict], messages: list[dict]) -> list[int]:
 
 def wrap(path: Path, name: str, function: Callable) -> Callable[[dict, Callable], dict]:
     """A user's rule as a strategy: (case, count) -> the selection a built-in strategy returns."""
+    # Cases of one conversation share its history list and come one after another: map its turns once.
+    # The list is kept, so its id cannot be reused by another while it is remembered.
+    latest: dict = {'history': None, 'where': {}}
+
     def rule(case: dict, count) -> dict:
         where = f'{path}: rule {name}: case {case.get("id", "?")}'
         try:
@@ -180,7 +191,9 @@ def wrap(path: Path, name: str, function: Callable) -> Callable[[dict, Callable]
         except CounterError as error:
             raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
         messages = [{'role': plain(message['role']), 'content': plain(message['content'])} for message in messages]
-        return {'messages': messages, 'turns': carried_turns(case['history'], messages), 'notes': 0,
+        if latest['history'] is not case['history']:
+            latest.update(history=case['history'], where=turn_places(case['history']))
+        return {'messages': messages, 'turns': carried_turns(case['history'], messages, latest['where']), 'notes': 0,
                 'input_tokens': size}
     rule.__name__ = rule.__qualname__ = name
     return rule
