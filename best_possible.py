@@ -110,14 +110,16 @@ def turn_facts(case: dict, grade: Callable) -> tuple[dict[int, frozenset], dict[
     return required, stale
 
 
-def best_row(case: dict, grade: Callable, count: Callable = count_request) -> dict:
+def best_row(case: dict, grade: Callable, count: Callable = count_request, facts: tuple | None = None) -> dict:
     """The best-possible report row of a case: search() over its fact-holding, stale-free turns.
 
     A candidate's cost is what it adds to the bare request's count. The chosen
     request is then counted and graded like a strategy's, and a count that is not
     the predicted sum stops the run rather than report a search that was not exact.
+    `facts` is turn_facts(case, grade) if the caller has it already: it does not
+    depend on the budget, so budget_sweep.py works it out once per case, not once per limit.
     """
-    required, stale = turn_facts(case, grade)
+    required, stale = facts if facts is not None else turn_facts(case, grade)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
     candidates = [index for index in sorted(required) if index not in stale]

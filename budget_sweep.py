@@ -1,0 +1,322 @@
+"""Recall across budgets: every rule on every case at several context limits, as figures and as a picture.
+
+    .venv/bin/python budget_sweep.py        # cases.json at DEFAULT_LIMITS -> budget-sweep.json and budget-sweep.png
+    .venv/bin/python budget_sweep.py --cases locomo-cases.json --context-limits 1024,2048,4096,8192,16384 \\
+        --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png
+
+For each limit, every case's budget.context_limit is replaced by it (its
+max_new_tokens and margin are kept), and every rule runs on every case: the four
+strategies, the rules of each --rules file, and the best possible selection
+(best_possible.py; it reads the labels). Each (limit, rule) gives one point of
+the JSON: the figures evaluate.py reports for that rule on the same case set at
+that limit (with --group, per split or kind too), made by evaluate's own grade,
+summarize and by_group and best_possible.summarize, so there is one definition of
+each figure. --plot draws them: a line per rule, the input allowance on a
+logarithmic x axis, the share of required facts found on the y axis, the best
+possible selection dashed; with --group a small panel per group beside the whole
+set. The same figures give the same file byte for byte (no dates, no random ids,
+the DejaVu Sans font matplotlib bundles).
+
+Everything is loaded once, in one process: the cases, the counter, each rules
+file. The counter caches each message's count for the whole process, so a
+conversation is encoded at the first limit and only summed at the others; which
+turn holds which fact (best_possible.turn_facts) does not depend on the budget
+and is worked out once per case. Progress goes to stderr, a line per limit.
+
+With no options at all it re-records budget-sweep.json and budget-sweep.png;
+otherwise the JSON goes to stdout unless --output names a file, and a picture is
+drawn only with --plot. The recording holds the code hashes of evaluate.py's
+report (and this file's): when any of those files changes, re-record it with
+`.venv/bin/python budget_sweep.py` (test_budget_sweep.py regenerates it and
+compares byte for byte).
+
+One line on stderr and exit 2, with nothing written: a limit that is not a
+positive integer, a repeated limit, a limit whose allowance cannot hold some
+case's instructions and question (naming the case and the smallest limit every
+case fits), a case set whose cases keep different answer or margin tokens (the
+x axis needs one allowance per limit), and every error evaluate.py refuses.
+It calls no model and times nothing beyond the progress lines.
+"""
+import argparse
+import io
+from pathlib import Path
+import sys
+import time
+
+import cli
+
+cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
+
+from matplotlib.figure import Figure
+import matplotlib
+from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
+
+import best_possible
+from case_set import CaseError, load_cases
+import evaluate
+from lab_files import write_atomically
+from prepared_folder import sha256_file
+from rule_files import RuleError, load_rule_files
+from strategies import STRATEGIES, allowance, render
+from tokenizer import CounterError, count_request
+
+HERE = Path(__file__).resolve().parent
+# What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
+DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
+RECORDING = HERE / 'budget-sweep.json'
+PICTURE = HERE / 'budget-sweep.png'
+BEST = 'best possible'  # the best possible selection's `rule` in the points
+FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'mean_input_tokens', 'over_budget')
+# The picture: fixed size, resolution and font, so the same figures give the same bytes.
+STYLE = {'font.family': 'DejaVu Sans', 'font.size': 9, 'svg.hashsalt': 'budget-sweep', 'svg.fonttype': 'path',
+         'figure.dpi': 100, 'savefig.dpi': 100}
+PANEL_INCHES = (5.4, 3.6)  # one panel's width and height
+LEGEND_INCHES = 1.5  # the width kept for the legend, right of the panels
+PANEL_COLUMNS = 3  # panels per row with --group
+NO_DATES = {'png': {'Software': None}, 'svg': {'Date': None, 'Creator': None}}  # savefig metadata to drop
+
+
+class SweepError(ValueError):
+    """A limit or a case set the sweep cannot run on; the message is the one line the user sees."""
+
+
+def parse_limits(text: str) -> list[int]:
+    """The context limits of --context-limits, smallest first.
+
+    parse_limits('1024,256') -> [256, 1024]; parse_limits('256,0') and parse_limits('256,256') raise SweepError.
+    """
+    limits = []
+    for part in text.split(','):
+        part = part.strip()
+        if not part.isascii() or not part.isdigit() or int(part) <= 0:
+            raise SweepError(f'--context-limits: {part!r} is not a positive integer (give e.g. 256,512,1024)')
+        if int(part) in limits:
+            raise SweepError(f'--context-limits: {int(part)} is given twice')
+        limits.append(int(part))
+    return sorted(limits)
+
+
+def reserved(path: Path, cases: list[dict]) -> int:
+    """The tokens every case keeps for the answer and the margin, which must be the same for all cases.
+
+    Two cases with {'max_new_tokens': 96, 'margin': 32} -> 128.
+    """
+    kept = {}  # tokens kept -> the first case keeping them
+    for case in cases:
+        kept.setdefault(case['budget']['max_new_tokens'] + case['budget']['margin'], case['id'])
+    if len(kept) > 1:
+        (first, one), (second, other) = list(kept.items())[:2]
+        raise SweepError(f'{path}: cases {one} and {other} keep {first} and {second} tokens for the answer and '
+                         'margin; a sweep gives every case one context limit, so they must keep the same')
+    return next(iter(kept))
+
+
+def smallest_limits(cases: list[dict], count=count_request) -> dict[str, int]:
+    """Per case id, the smallest context limit whose allowance holds its bare request (no history):
+    the bare request's count + max_new_tokens + margin (dev-spread: 42 + 96 + 32 -> 170)."""
+    return {case['id']: count(render(case, [])) + case['budget']['max_new_tokens'] + case['budget']['margin']
+            for case in cases}
+
+
+def check_limits(path: Path, limits: list[int], smallest: dict[str, int]) -> None:
+    """Refuse the first limit some case cannot fit, naming the case that needs most and the limit that works."""
+    case_id = max(smallest, key=smallest.get)  # the first of the most demanding, in case-set order
+    needed = smallest[case_id]
+    if limits[0] < needed:
+        raise SweepError(f'{path}: at context limit {limits[0]} the allowance cannot hold the instructions and '
+                         f'question of case {case_id}; the smallest limit every case fits is {needed}')
+
+
+def at_limit(cases: list[dict], limit: int) -> list[dict]:
+    """The cases with budget.context_limit replaced; the rest of each case is shared, not copied."""
+    return [dict(case, budget=dict(case['budget'], context_limit=limit)) for case in cases]
+
+
+def figures(summary: dict) -> dict:
+    """The point's figures of one summary (evaluate.summarize's or best_possible.summarize's).
+
+    The best possible selection's summary has no over-budget count (its search never exceeds the
+    allowance, and evaluate.py reports none), so it gets None there, and keeps its not_searched.
+    """
+    chosen = {key: summary.get(key) for key in FIGURES}
+    if 'not_searched' in summary:
+        chosen['not_searched'] = summary['not_searched']
+    return chosen
+
+
+def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None, totals) -> dict:
+    """One (limit, rule) point: totals() of its rows, and with a group the same per split or kind."""
+    entry = {'context_limit': limit, 'allowance': room, 'rule': rule, **figures(totals(rows))}
+    if group:
+        entry['groups'] = {value: figures(summary) for value, summary in evaluate.by_group(rows, group, totals).items()}
+    return entry
+
+
+def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None = None, progress=None) -> list[dict]:
+    """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
+    started, cpu = time.perf_counter(), time.process_time()
+    facts = {case['id']: best_possible.turn_facts(case, evaluate.grade) for case in cases}  # same at every limit
+    if progress:
+        progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
+    points = []
+    for limit in limits:
+        started, cpu = time.perf_counter(), time.process_time()
+        limited = at_limit(cases, limit)
+        room = allowance(limited[0])
+        rows = evaluate.evaluate_cases(limited, count_request, None, {**STRATEGIES, **rules})
+        best = [best_possible.best_row(case, evaluate.grade, count_request, facts[case['id']]) for case in limited]
+        points += [point(limit, room, name, rule_rows, group, evaluate.summarize) for name, rule_rows in rows.items()]
+        points.append(point(limit, room, BEST, best, group, best_possible.summarize))
+        if progress:
+            progress(f'context limit {limit} ({room} input tokens): {len(rows) + 1} rules on {len(cases)} cases',
+                     started, cpu)
+    return points
+
+
+def report_progress(done: str, started: float, cpu: float) -> None:
+    """One progress line: what was done, since when (time.perf_counter) and from what CPU (time.process_time)."""
+    print(f'budget_sweep.py: {done} in {time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)',
+          file=sys.stderr, flush=True)
+
+
+def run(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
+        progress=None) -> dict:
+    """The sweep's report for a case set: where the figures come from, and the points."""
+    path = Path(path)
+    started, cpu = time.perf_counter(), time.process_time()
+    cases = load_cases(path)
+    reserved(path, cases)
+    check_limits(path, limits, smallest_limits(cases))
+    if progress:
+        progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
+    return {
+        'case_set': path.name,
+        'case_set_sha256': sha256_file(path),
+        'code_sha256': {**evaluate.code_hashes(bool(files)), Path(__file__).name: sha256_file(Path(__file__))},
+        'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
+        'rule_files': files,
+        'context_limits': limits,
+        'group': group,
+        'points': sweep(cases, limits, rules, group, progress),
+    }
+
+
+def percent_found(entry: dict) -> float:
+    """The share of required facts found, in percent: 3 of 4 -> 75.0."""
+    return 100 * entry['facts_found'] / entry['facts_total']
+
+
+def draw_panel(axes, report: dict, title: str, pick) -> None:
+    """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures."""
+    allowances = sorted({entry['allowance'] for entry in report['points']})
+    for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
+        entries = [pick(entry) for entry in report['points'] if entry['rule'] == rule]
+        xs = [entry['allowance'] for entry in report['points'] if entry['rule'] == rule]
+        style = dict(color='black', linestyle='--', marker='') if rule == BEST else dict(marker='o', markersize=3)
+        axes.plot(xs, [percent_found(entry) for entry in entries], label=rule, linewidth=1.4, clip_on=False, **style)
+    axes.set_xscale('log')
+    axes.xaxis.set_major_locator(FixedLocator(allowances))
+    axes.xaxis.set_minor_locator(NullLocator())
+    axes.set_xticks(allowances, [f'{value:,}' for value in allowances], fontsize=7)
+    axes.set_ylim(0, 100)
+    axes.yaxis.set_major_formatter(PercentFormatter(decimals=0))
+    axes.grid(True, color='#dddddd', linewidth=0.6)
+    axes.set_title(title, fontsize=9)
+
+
+def counted(number: int, noun: str) -> str:
+    """counted(1, 'case') -> '1 case'; counted(1534, 'case') -> '1,534 cases'"""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def draw(report: dict) -> Figure:
+    """The picture of a sweep report: the whole set, then with a group one panel per split or kind."""
+    first = report['points'][0]
+    panels = [('all cases', lambda entry: entry)]
+    panels += [(value, lambda entry, value=value: entry['groups'][value]) for value in first.get('groups', {})]
+    columns = min(PANEL_COLUMNS, len(panels))
+    rows = -(-len(panels) // columns)
+    figure = Figure(figsize=(PANEL_INCHES[0] * columns + LEGEND_INCHES, PANEL_INCHES[1] * rows + 0.8),
+                    layout='constrained')
+    grid = figure.subplots(rows, columns, squeeze=False)
+    for axes, (name, pick) in zip(grid.flat, panels):
+        sizes = pick(first)
+        draw_panel(axes, report, f"{name} ({counted(sizes['cases'], 'case')}, {counted(sizes['facts_total'], 'fact')})",
+                   pick)
+    for axes in grid.flat[len(panels):]:
+        axes.set_axis_off()
+    for axes in grid[:, 0]:
+        axes.set_ylabel('required facts found')
+    reserve = first['context_limit'] - first['allowance']
+    for axes in grid[-1, :]:
+        axes.set_xlabel(f'input allowance in tokens (context limit - {reserve:,}), log scale')
+    figure.legend(*grid.flat[0].get_legend_handles_labels(), loc='outside right upper', frameon=False)
+    figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}")
+    return figure
+
+
+def picture(report: dict, kind: str) -> bytes:
+    """The picture as PNG or SVG bytes, the same bytes for the same figures."""
+    with matplotlib.rc_context(STYLE):
+        buffer = io.BytesIO()
+        draw(report).savefig(buffer, format=kind, metadata=NO_DATES[kind])
+    return buffer.getvalue()
+
+
+def picture_kind(path: Path) -> str:
+    """'png' or 'svg' from a --plot file name: Path('a.SVG') -> 'svg'."""
+    kind = Path(path).suffix.lower().removeprefix('.')
+    if kind not in NO_DATES:
+        raise SweepError(f'--plot {path}: the picture must be a .png or .svg file')
+    return kind
+
+
+def write(path: Path, content: str | bytes, what: str) -> None:
+    try:
+        write_atomically(path, content)
+    except OSError as error:
+        raise SweepError(f'{path}: cannot write the {what}: {error.strerror}') from None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description='Run every rule on a case set at several context limits and report, per limit and rule, '
+                    'the figures evaluate.py reports; optionally draw them. With no options it re-records '
+                    f'{RECORDING.name} and {PICTURE.name} (cases.json at {",".join(map(str, DEFAULT_LIMITS))}).')
+    parser.add_argument('--cases', type=Path, default=evaluate.CASES, help='case set to sweep (default: cases.json)')
+    parser.add_argument('--context-limits', metavar='L1,L2,...', default=','.join(map(str, DEFAULT_LIMITS)),
+                        help='context limits to give every case, comma-separated (default: %(default)s)')
+    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
+                        help='a rules file (a RULES dict, as for evaluate.py --rules) to run beside the four; '
+                             'repeatable')
+    parser.add_argument('--group', choices=('split', 'kind'),
+                        help='also give each point its figures per split or per kind (and a panel each in the picture)')
+    parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the JSON here instead of stdout')
+    parser.add_argument('--plot', type=Path, metavar='FILE.png|FILE.svg', help='draw the points into this picture')
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    record = not argv  # no options at all: the committed recording
+    output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
+    try:
+        limits = parse_limits(args.context_limits)
+        kind = picture_kind(plot) if plot else None
+        rules, files = load_rule_files(args.rules)
+        report = run(args.cases, limits, rules, files, args.group, report_progress)
+        drawn = picture(report, kind) if plot else None  # drawn before anything is written
+        if output:
+            write(output, evaluate.to_json(report), 'sweep')
+        if plot:
+            write(plot, drawn, 'picture')
+    except (SweepError, CaseError, CounterError, RuleError) as error:
+        print(f'budget_sweep.py: {error}', file=sys.stderr)
+        return 2
+    if not output:
+        print(evaluate.to_json(report), end='')
+    return 0
+
+
+if __name__ == '__main__':
+    cli.run(main, 'nothing was written')

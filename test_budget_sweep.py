@@ -1,0 +1,287 @@
+"""Tests for the budget sweep: its figures, its refusals, its picture and its recording.
+
+    .venv/bin/python -m unittest -v test_budget_sweep.py
+
+Each sweep figure is checked against evaluate.run on a copy of cases.json whose
+limit was changed on disk, and against figures worked out here with the
+reference counter (count_rendered renders the whole prompt and encodes it).
+Files are only ever written into temporary directories.
+"""
+import contextlib
+import io
+import json
+from pathlib import Path
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import best_possible
+import budget_sweep
+from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, parse_limits, picture, run
+from case_set import load_cases
+import evaluate
+from strategies import STRATEGIES, render
+from tokenizer import count_rendered
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / 'cases.json'
+# A rules file for the tests: one rule that sends the whole conversation, so it overflows small budgets.
+EVERYTHING_RULES = '''from strategies import render
+
+def everything(case, count):
+    return render(case, list(range(len(case['history']))))
+
+RULES = {'everything': everything}
+'''
+
+
+def points_by(report: dict) -> dict:
+    """(context limit, rule) -> point."""
+    return {(entry['context_limit'], entry['rule']): entry for entry in report['points']}
+
+
+def picked(summary: dict) -> dict:
+    return {key: summary[key] for key in budget_sweep.FIGURES if key in summary}
+
+
+def sweep_main(argv: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of budget_sweep.main, run in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = budget_sweep.main(argv)
+    return status, out.getvalue(), err.getvalue()
+
+
+class SweepTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.folder = tempfile.TemporaryDirectory()
+        cls.rules_path = Path(cls.folder.name) / 'everything_rules.py'
+        cls.rules_path.write_text(EVERYTHING_RULES, encoding='utf-8')
+        rules, files = budget_sweep.load_rule_files([cls.rules_path])
+        cls.report = run(CASES, [170, 256, 640, 1024], rules, files, 'kind')
+        cls.points = points_by(cls.report)
+        cls.cases = load_cases(CASES)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.folder.cleanup()
+
+    def evaluate_at(self, limit: int) -> dict:
+        """evaluate.run (with the test's rules file) on cases.json written with every context_limit set to limit."""
+        changed = json.loads(CASES.read_text(encoding='utf-8'))
+        for case in changed:
+            case['budget']['context_limit'] = limit
+        path = Path(self.folder.name) / f'cases-{limit}.json'
+        path.write_text(json.dumps(changed), encoding='utf-8')
+        return evaluate.run(path, [self.rules_path])
+
+    def test_every_figure_equals_what_evaluate_reports_at_that_limit(self):
+        for limit in (256, 640):
+            report = self.evaluate_at(limit)
+            for name, rows in report['cases'].items():
+                entry = self.points[(limit, name)]
+                self.assertEqual(picked(entry), picked(evaluate.summarize(rows)), (limit, name))
+                self.assertEqual(entry['allowance'], limit - 128)
+                for kind, summary in evaluate.by_group(rows, 'kind').items():
+                    self.assertEqual(entry['groups'][kind], picked(summary), (limit, name, kind))
+            best = self.points[(limit, BEST)]
+            expected = best_possible.summarize(report['best_possible']['cases'])
+            shared = [key for key in budget_sweep.FIGURES if key != 'over_budget']  # evaluate reports none for it
+            self.assertEqual({key: best[key] for key in shared}, {key: expected[key] for key in shared}, limit)
+            self.assertEqual(best['not_searched'], expected['not_searched'])
+            self.assertIsNone(best['over_budget'])
+
+    def test_points_come_limit_by_limit_with_the_four_then_the_files_rules_then_the_best_possible(self):
+        rules = [*STRATEGIES, 'everything', BEST]
+        self.assertEqual([(entry['context_limit'], entry['rule']) for entry in self.report['points']],
+                         [(limit, rule) for limit in (170, 256, 640, 1024) for rule in rules])
+        self.assertEqual(self.report['context_limits'], [170, 256, 640, 1024])
+        self.assertEqual(self.report['rule_files'], [{'file': 'everything_rules.py',
+                                                      'sha256': budget_sweep.sha256_file(self.rules_path)}])
+        self.assertIn('rule_files.py', self.report['code_sha256'])
+
+    def test_whole_conversations_fit_at_1024_so_recent_finds_every_fact(self):
+        # Every conversation of cases.json, sent whole, is at most 632 tokens: under the 896 allowance.
+        whole = [count_rendered(render(case, list(range(len(case['history']))))) for case in self.cases]
+        self.assertLessEqual(max(whole), 896)
+        for rule in ('recent', 'everything'):
+            entry = self.points[(1024, rule)]
+            self.assertEqual((entry['facts_found'], entry['facts_total'], entry['complete_cases']), (14, 14, 12))
+            self.assertEqual(entry['mean_input_tokens'], round(sum(whole) / 12, 1))
+            self.assertEqual(entry['over_budget'], 0)
+
+    def test_a_rule_that_overflows_is_counted_over_budget_not_refused(self):
+        whole = [count_rendered(render(case, list(range(len(case['history']))))) for case in self.cases]
+        for limit in (170, 256, 640):
+            entry = self.points[(limit, 'everything')]
+            self.assertEqual(entry['over_budget'], sum(1 for tokens in whole if tokens > limit - 128), limit)
+            self.assertEqual(entry['facts_found'], 14)
+
+    def test_at_the_smallest_limit_only_the_bare_requests_fit(self):
+        # 170 = dev-spread's bare request (42 tokens) + 96 for the answer + 32 margin: no turn fits anywhere.
+        bare = [count_rendered(render(case, [])) for case in self.cases]
+        self.assertEqual(max(bare), 42)
+        for rule in (*STRATEGIES, BEST):
+            entry = self.points[(170, rule)]
+            self.assertEqual((entry['facts_found'], entry['complete_cases']), (0, 0), rule)
+            self.assertEqual(entry['mean_input_tokens'], round(sum(bare) / 12, 1), rule)
+
+    def test_which_turn_holds_which_fact_is_worked_out_once_per_case_not_once_per_limit(self):
+        with mock.patch.object(best_possible, 'turn_facts', wraps=best_possible.turn_facts) as spy:
+            run(CASES, [256, 384, 512], {}, [])
+        self.assertEqual(spy.call_count, 12)
+
+    def test_progress_is_one_line_per_limit_with_times(self):
+        lines = []
+        run(CASES, [256, 512], {}, [], progress=lambda done, *_: lines.append(done))
+        self.assertEqual(lines, ['12 cases read and checked at every limit',
+                                 'which turn holds which fact, for 12 cases',
+                                 'context limit 256 (128 input tokens): 5 rules on 12 cases',
+                                 'context limit 512 (384 input tokens): 5 rules on 12 cases'])
+        status, _, err = sweep_main(['--context-limits', '256', '--output', str(Path(self.folder.name) / 'p.json')])
+        self.assertEqual(status, 0)
+        self.assertRegex(err.splitlines()[-1], r'^budget_sweep.py: context limit 256 \(128 input tokens\): '
+                                               r'5 rules on 12 cases in \d+\.\d s \(\d+\.\d s CPU\)$')
+
+
+class RefusalTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+        self.output = Path(self.folder.name) / 'sweep.json'
+
+    def refused(self, argv: list[str], written: bool = False) -> str:
+        """The one error line of a refused run (after any progress lines); nothing written unless `written`."""
+        status, out, err = sweep_main([*argv, '--output', str(self.output)])
+        self.assertEqual((status, out), (2, ''))
+        *progress, error = err.splitlines()
+        for line in progress:
+            self.assertRegex(line, r' in \d+\.\d s \(\d+\.\d s CPU\)$')
+        self.assertEqual(self.output.exists(), written)
+        return error
+
+    def test_limits_must_be_distinct_positive_integers(self):
+        self.assertEqual(parse_limits('1024, 256,512'), [256, 512, 1024])
+        for text in ('0', '-256', '256.0', '1e3', '', '256,,512', 'abc', '٣٠٠', '+300'):
+            with self.assertRaises(SweepError, msg=text):
+                parse_limits(text)
+        self.assertEqual(self.refused(['--context-limits', '256,0']),
+                         "budget_sweep.py: --context-limits: '0' is not a positive integer (give e.g. 256,512,1024)")
+        self.assertEqual(self.refused(['--context-limits', '256,512,256']),
+                         'budget_sweep.py: --context-limits: 256 is given twice')
+
+    def test_a_limit_too_small_for_a_bare_request_names_the_case_and_the_smallest_limit_that_works(self):
+        self.assertEqual(self.refused(['--context-limits', '169,512']),
+                         f'budget_sweep.py: {CASES}: at context limit 169 the allowance cannot hold the instructions '
+                         'and question of case dev-spread; the smallest limit every case fits is 170')
+        status, _, _ = sweep_main(['--context-limits', '170', '--output', str(self.output)])
+        self.assertEqual(status, 0)  # the limit the message names does work
+
+    def test_cases_keeping_different_answer_and_margin_tokens_are_refused(self):
+        cases = json.loads(CASES.read_text(encoding='utf-8'))
+        cases[3]['budget']['margin'] = 64
+        path = Path(self.folder.name) / 'mixed.json'
+        path.write_text(json.dumps(cases), encoding='utf-8')
+        self.assertEqual(self.refused(['--cases', str(path), '--context-limits', '512']),
+                         f'budget_sweep.py: {path}: cases dev-latest and dev-pronoun keep 128 and 160 tokens for the '
+                         'answer and margin; a sweep gives every case one context limit, so they must keep the same')
+
+    def test_a_picture_that_is_neither_png_nor_svg_is_refused_before_the_sweep(self):
+        self.assertEqual(self.refused(['--context-limits', '512', '--plot', str(Path(self.folder.name) / 'x.jpg')]),
+                         f"budget_sweep.py: --plot {Path(self.folder.name) / 'x.jpg'}: the picture must be a "
+                         '.png or .svg file')
+
+    def test_a_rules_file_without_rules_is_refused_in_one_line(self):
+        path = Path(self.folder.name) / 'empty_rules.py'
+        path.write_text('X = 1\n', encoding='utf-8')
+        self.assertIn('empty_rules.py', self.refused(['--context-limits', '512', '--rules', str(path)]))
+
+    def test_an_unwritable_picture_is_one_line_and_leaves_no_partial_file(self):
+        plot = Path(self.folder.name) / 'missing-folder' / 'x.png'
+        message = self.refused(['--context-limits', '512', '--plot', str(plot)], written=True)
+        self.assertEqual(message, f'budget_sweep.py: {plot}: cannot write the picture: No such file or directory')
+        self.assertEqual(json.loads(self.output.read_text(encoding='utf-8'))['context_limits'], [512])  # whole
+        self.assertEqual(sorted(path.name for path in Path(self.folder.name).iterdir()), ['sweep.json'])
+
+    def test_the_command_refuses_without_a_traceback(self):
+        finished = subprocess.run([sys.executable, str(HERE / 'budget_sweep.py'), '--context-limits', '12x'],
+                                  capture_output=True, text=True, cwd=self.folder.name, timeout=120)
+        self.assertEqual((finished.returncode, finished.stdout), (2, ''))
+        self.assertEqual(finished.stderr, "budget_sweep.py: --context-limits: '12x' is not a positive integer "
+                                          '(give e.g. 256,512,1024)\n')
+
+
+class PictureTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.report = run(CASES, [192, 384, 1024], {}, [], 'kind')
+
+    def test_the_same_figures_give_the_same_bytes_and_one_changed_figure_other_bytes(self):
+        for kind in ('png', 'svg'):
+            first = picture(self.report, kind)
+            self.assertEqual(picture(json.loads(json.dumps(self.report)), kind), first, kind)
+            changed = json.loads(json.dumps(self.report))
+            changed['points'][0]['facts_found'] += 1
+            self.assertNotEqual(picture(changed, kind), first, kind)
+
+    def test_the_picture_carries_no_date_or_software_stamp(self):
+        png = picture(self.report, 'png')
+        for chunk in (b'tEXt', b'iTXt', b'zTXt', b'tIME'):
+            self.assertNotIn(chunk, png)
+        svg = picture(self.report, 'svg').decode('utf-8')
+        self.assertNotIn('<dc:date>', svg)
+        self.assertNotIn('Matplotlib v', svg)
+
+    def test_a_panel_per_kind_with_the_best_possible_dashed_on_a_log_axis_of_allowances(self):
+        figure = budget_sweep.draw(self.report)
+        panels = [axes for axes in figure.axes if axes.axison]
+        self.assertEqual([axes.get_title() for axes in panels[:2]],
+                         ['all cases (12 cases, 14 facts)', 'fact in the newest turn (2 cases, 2 facts)'])
+        self.assertEqual(len(panels), 1 + len({case['kind'] for case in load_cases(CASES)}))  # 7 kinds
+        first = panels[0]
+        self.assertEqual(first.get_xscale(), 'log')
+        self.assertEqual(list(first.get_xticks()), [64, 256, 896])
+        self.assertEqual([label.get_text() for label in first.get_xticklabels()], ['64', '256', '896'])
+        self.assertEqual(first.get_ylim(), (0, 100))
+        lines = {line.get_label(): line for line in first.get_lines()}
+        self.assertEqual(list(lines), [*STRATEGIES, BEST])
+        self.assertEqual(lines[BEST].get_linestyle(), '--')
+        self.assertEqual(lines['recent'].get_linestyle(), '-')
+        recent = [entry for entry in self.report['points'] if entry['rule'] == 'recent']
+        self.assertEqual(list(lines['recent'].get_ydata()), [100 * entry['facts_found'] / 14 for entry in recent])
+        self.assertIn('cases.json', figure.get_suptitle())
+
+    def test_drawing_never_loads_pyplot(self):
+        # pyplot would pick a backend, possibly an interactive one; the picture is drawn on a bare Figure.
+        code = 'import sys, budget_sweep; print("matplotlib.pyplot" in sys.modules)'
+        finished = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=HERE, timeout=120)
+        self.assertEqual(finished.stdout, 'False\n', finished.stderr)
+
+
+class RecordingTest(unittest.TestCase):
+    def test_the_command_with_no_options_remakes_the_recorded_json_and_picture_byte_for_byte(self):
+        with tempfile.TemporaryDirectory() as folder:
+            recording, drawing = Path(folder) / 'budget-sweep.json', Path(folder) / 'budget-sweep.png'
+            with mock.patch.object(budget_sweep, 'RECORDING', recording), \
+                    mock.patch.object(budget_sweep, 'PICTURE', drawing):
+                status, out, _ = sweep_main([])
+            self.assertEqual((status, out), (0, ''))
+            self.assertEqual(recording.read_bytes(), (HERE / 'budget-sweep.json').read_bytes(),
+                             'budget-sweep.json is out of date: re-record with .venv/bin/python budget_sweep.py')
+            self.assertEqual(drawing.read_bytes(), (HERE / 'budget-sweep.png').read_bytes(),
+                             'budget-sweep.png is out of date: re-record with .venv/bin/python budget_sweep.py')
+
+    def test_the_recording_sweeps_the_default_limits_and_the_rules_separate_there(self):
+        recorded = json.loads((HERE / 'budget-sweep.json').read_text(encoding='utf-8'))
+        self.assertEqual(recorded['context_limits'], list(DEFAULT_LIMITS))
+        for limit in DEFAULT_LIMITS[:-1]:  # at 1,024 everything fits, so several rules meet at 100%
+            found = {entry['rule']: entry['facts_found'] for entry in recorded['points']
+                     if entry['context_limit'] == limit}
+            self.assertGreater(len(set(found.values())), 2, (limit, found))
+
+
+if __name__ == '__main__':
+    unittest.main()
