@@ -76,7 +76,9 @@ WORDLLAMA_DIM = 256  # ... at the one dimension whose weights it ships
 RRF_K = 60  # reciprocal-rank fusion constant, the usual value
 # Not measured, only how much is kept: conversations whose indexes stay cached, per retriever ...
 CONVERSATIONS_KEPT = 32
-QUESTIONS_KEPT = 4  # ... and rankings of the latest questions, so `fused` reuses what bm25 and dense just ranked
+# ... and rankings of questions: `fused` reuses what bm25 and dense ranked, and a sweep over several budgets ranks
+# each question once (LoCoMo's 1,534 fit, in about 40 MB).
+QUESTIONS_KEPT = 2048
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
 

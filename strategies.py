@@ -178,10 +178,36 @@ def newest_run(newest_first: Iterable, take: Callable[[object], bool]) -> list:
 
 def by_overlap(case: dict, indices) -> list[int]:
     """Indices of turns sharing at least one word with the question: most shared first, newer first on ties."""
-    query = words(case['current'])
-    history = case['history']
-    shared = {i: shared_words(query, history[i]['user'] + ' ' + history[i]['assistant']) for i in indices}
-    return sorted((i for i, n in shared.items() if n), key=lambda i: (-shared[i], -i))
+    shared = overlaps(case['current'], case['history'])
+    return sorted((i for i in indices if shared[i]), key=lambda i: (-shared[i], -i))
+
+
+class Overlaps:
+    """Shared words of each turn with a question, worked out once per question and conversation.
+
+    `relevant` and `hybrid` read the same counts, and a sweep over several budgets (budget_sweep.py) reads
+    them again at every budget; counting words is most of what those rules cost on long histories. The
+    cache is keyed by the question and the history object (load_cases gives the cases of one conversation
+    one history list; strategies never change it) and keeps that object, so a key cannot outlive its
+    history. It holds the latest `kept` entries.
+    """
+
+    def __init__(self, kept: int):
+        self.kept, self.entries = kept, {}
+
+    def __call__(self, current: str, history: list[dict]) -> list[int]:
+        key = (current, id(history))
+        entry = self.entries.get(key)
+        if entry is None or entry[0] is not history:
+            query = words(current)
+            entry = (history, [shared_words(query, turn['user'] + ' ' + turn['assistant']) for turn in history])
+            if len(self.entries) >= self.kept:
+                del self.entries[next(iter(self.entries))]  # the oldest entry
+            self.entries[key] = entry
+        return entry[1]
+
+
+overlaps = Overlaps(kept=2048)  # LoCoMo's 1,534 questions fit
 
 
 def greedy(order: list, take: Callable[[object], bool]) -> list:
