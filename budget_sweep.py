@@ -2,7 +2,7 @@
 
     .venv/bin/python budget_sweep.py        # cases.json at DEFAULT_LIMITS -> budget-sweep.json and budget-sweep.png
     .venv/bin/python budget_sweep.py --cases locomo-cases.json --context-limits 1024,2048,4096,8192,16384 \\
-        --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png
+        --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png --format table
 
 For each limit, every case's budget.context_limit is replaced by it (its
 max_new_tokens and margin are kept), and every rule runs on every case: the four
@@ -24,8 +24,9 @@ turn holds which fact (best_possible.turn_facts) does not depend on the budget
 and is worked out once per case. Progress goes to stderr, a line per limit.
 
 With no options at all it re-records budget-sweep.json and budget-sweep.png;
-otherwise the JSON goes to stdout unless --output names a file, and a picture is
-drawn only with --plot. The recording holds the code hashes of evaluate.py's
+otherwise the JSON goes to stdout unless --output names a file (--format table
+prints the facts found per rule and limit as a Markdown table instead), and a
+picture is drawn only with --plot. The recording holds the code hashes of evaluate.py's
 report (and this file's): when any of those files changes, re-record it with
 `.venv/bin/python budget_sweep.py` (test_budget_sweep.py regenerates it and
 compares byte for byte).
@@ -201,6 +202,26 @@ def run(path: Path, limits: list[int], rules: dict, files: list[dict], group: st
     }
 
 
+def table(report: dict) -> str:
+    """The required facts each rule found at each limit, as a Markdown table (--format table).
+
+    Points of 'recent' at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give
+    '| Rule | 128 | 256 |', '|---|---|---|', '| recent | 4 | 6 |', then a line saying what the figures are.
+    """
+    limits = report['context_limits']
+    found = {(entry['rule'], entry['context_limit']): entry['facts_found'] for entry in report['points']}
+    rooms = {entry['context_limit']: entry['allowance'] for entry in report['points']}
+    totals = {entry['facts_total'] for entry in report['points']}
+    lines = ['| Rule | ' + ' | '.join(f'{rooms[limit]:,}' for limit in limits) + ' |',
+             '|---' * (len(limits) + 1) + '|']
+    for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
+        lines.append(f'| {rule} | ' + ' | '.join(f'{found[rule, limit]:,}' for limit in limits) + ' |')
+    lines += ['', f"Required facts found of {', '.join(f'{total:,}' for total in sorted(totals))} in "
+                  f"{report['case_set']}, at each input allowance (context limits "
+                  f"{', '.join(f'{limit:,}' for limit in limits)})."]
+    return '\n'.join(lines) + '\n'
+
+
 def percent_found(entry: dict) -> float:
     """The share of required facts found, in percent: 3 of 4 -> 75.0."""
     return 100 * entry['facts_found'] / entry['facts_total']
@@ -250,7 +271,7 @@ def draw(report: dict) -> Figure:
     reserve = first['context_limit'] - first['allowance']
     for axes in grid[-1, :]:
         axes.set_xlabel(f'input allowance in tokens (context limit - {reserve:,}), log scale')
-    figure.legend(*grid.flat[0].get_legend_handles_labels(), loc='outside right upper', frameon=False)
+    figure.legend(*grid.flat[0].get_legend_handles_labels(), loc='outside right center', frameon=False)  # clear of the title
     figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}")
     return figure
 
@@ -293,6 +314,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help='also give each point its figures per split or per kind (and a panel each in the picture)')
     parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the JSON here instead of stdout')
     parser.add_argument('--plot', type=Path, metavar='FILE.png|FILE.svg', help='draw the points into this picture')
+    parser.add_argument('--format', choices=('json', 'table'), default='json',
+                        help='what goes to stdout: json, the points (default; not with --output), or table, the '
+                             'required facts each rule found at each limit as a Markdown table')
     return parser.parse_args(argv)
 
 
@@ -313,7 +337,9 @@ def main(argv: list[str]) -> int:
     except (SweepError, CaseError, CounterError, RuleError) as error:
         print(f'budget_sweep.py: {error}', file=sys.stderr)
         return 2
-    if not output:
+    if args.format == 'table':
+        print(table(report), end='')
+    elif not output:
         print(evaluate.to_json(report), end='')
     return 0
 

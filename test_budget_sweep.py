@@ -214,6 +214,24 @@ class RefusalTest(unittest.TestCase):
                                           '(give e.g. 256,512,1024)\n')
 
 
+class TableTest(unittest.TestCase):
+    def test_the_table_has_a_row_per_rule_and_a_column_per_allowance_worked_out_by_hand(self):
+        points = [{'context_limit': limit, 'allowance': limit - 128, 'rule': rule, 'facts_found': found,
+                   'facts_total': 14} for rule, founds in (('recent', (4, 6)), (BEST, (13, 14)))
+                  for limit, found in zip((256, 1152), founds)]
+        report = {'case_set': 'cases.json', 'context_limits': [256, 1152], 'points': points}
+        self.assertEqual(budget_sweep.table(report), '| Rule | 128 | 1,024 |\n|---|---|---|\n| recent | 4 | 6 |\n'
+                         '| best possible | 13 | 14 |\n\nRequired facts found of 14 in cases.json, at each input '
+                         'allowance (context limits 256, 1,152).\n')
+
+    def test_format_table_prints_the_table_of_the_same_points(self):
+        status, out, err = sweep_main(['--context-limits', '256,384', '--format', 'table'])
+        self.assertEqual(status, 0, err)
+        report = run(evaluate.CASES, [256, 384], {}, [])
+        self.assertEqual(out, budget_sweep.table(report))
+        self.assertIn('| recent | 4 | 4 |', out)  # at 384 the README's table: 2 of 7 on each split
+
+
 class PictureTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -262,6 +280,24 @@ class PictureTest(unittest.TestCase):
 
 
 class RecordingTest(unittest.TestCase):
+    def test_readme_says_what_the_recorded_sweep_shows(self):
+        report = json.loads((HERE / 'budget-sweep.json').read_text(encoding='utf-8'))
+        found = {(entry['rule'], entry['allowance']): entry['facts_found'] for entry in report['points']}
+        rooms = sorted({room for _, room in found})
+        total = report['points'][0]['facts_total']
+        jump = min(room for room in rooms if found['recent', room] > found['recent', rooms[0]] + 3)
+        before = max(found['recent', room] for room in rooms if room < jump)
+        ceiling = max(found[rule, room] for rule in ('relevant', 'hybrid') for room in rooms)
+        others = [rule for rule in STRATEGIES if rule != 'notes']
+        leads = min(room for room in rooms if all(found['notes', later] >= max(found[rule, later] for rule in others)
+                                                  for later in rooms if later >= room))
+        sentence = (f'`recent` finds at most {before} of the {total} facts until the long turns fit at {jump} input '
+                    f'tokens, `relevant` and `hybrid` never pass {ceiling}, since no budget brings a fact that '
+                    f'shares no word with the question, and `notes` finds as many as any rule from {leads} tokens on.')
+        readme = ' '.join((HERE / 'README.md').read_text(encoding='utf-8').split())
+        self.assertIn(sentence, readme)
+        self.assertIn('![Required facts found at each input allowance on the twelve cases](budget-sweep.png)', readme)
+
     def test_the_command_with_no_options_remakes_the_recorded_json_and_picture_byte_for_byte(self):
         with tempfile.TemporaryDirectory() as folder:
             recording, drawing = Path(folder) / 'budget-sweep.json', Path(folder) / 'budget-sweep.png'

@@ -414,21 +414,31 @@ class ReadmeAgreesWithThePageTest(unittest.TestCase):
             tables.append({(row[0], row[1]): row[2:] for row in rows})
         return tables
 
-    def test_readme_relevant_per_kind_is_what_the_full_tables_hold(self):
-        four, sixteen = self.page_tables()
-        rows = re.findall(r'^\| (temporal|open-domain|multi-hop|single-hop) \|(.*)\|$',
-                          README.read_text(encoding='utf-8'), flags=re.MULTILINE)
-        self.assertEqual([kind for kind, _ in rows], ['temporal', 'open-domain', 'multi-hop', 'single-hop'])
-        for kind, cells in rows:
-            with self.subTest(kind):
-                expected = []
-                for table in (four, sixteen):
-                    found, complete = table['relevant', kind][:2]
-                    expected.append((found.split(' of '), complete.split(' of ')))
-                (found4, complete4), (found16, complete16) = expected
-                self.assertEqual(found4[1], found16[1])  # the same evidence at either context
-                self.assertEqual([cell.strip() for cell in cells.split('|')],
-                                 [complete4[1], found4[1], found4[0], found16[0], complete4[0], complete16[0]])
+    def sweep_table(self) -> dict:
+        """docs/locomo.md's budget-sweep table: rule -> {allowance: evidence utterances found}."""
+        block = re.search(r'^\| Rule \|(.*)\|\n\|[-|]+\|\n((?:\|.*\n)+)', PAGE.read_text(encoding='utf-8'),
+                          flags=re.MULTILINE)
+        rooms = [int(cell.strip().replace(',', '')) for cell in block[1].split('|')]
+        rows = [[cell.strip() for cell in line.strip('|').split('|')] for line in block[2].splitlines()]
+        return {row[0]: dict(zip(rooms, (int(cell.replace(',', '')) for cell in row[1:]))) for row in rows}
+
+    def test_readme_sweep_figures_are_the_pages_and_agree_with_its_full_tables(self):
+        sweep, (four, sixteen) = self.sweep_table(), self.page_tables()
+        for room, table in ((3520, four), (15808, sixteen)):  # the allowances of 4,096 and 16,384
+            for rule in ('recent', 'relevant', 'notes', 'hybrid', 'bm25', 'dense', 'fused'):
+                with self.subTest(room=room, rule=rule):
+                    found = sum(int(cells[0].split(' of ')[0]) for (name, _), cells in table.items() if name == rule)
+                    self.assertEqual(sweep[rule][room], found)
+        best = sweep['best possible']
+        sentence = (f"at 3,520 input tokens `fused` finds {sweep['fused'][3520]:,} of the {best[3520]:,} evidence "
+                    f"utterances where `relevant` finds {sweep['relevant'][3520]:,} and the best possible selection "
+                    f'all of them. `bm25` leads at the smallest budget')
+        self.assertIn(sentence, prose(README))
+        smallest, largest = min(best), max(best)
+        self.assertEqual(max(sweep, key=lambda rule: sweep[rule][smallest] if rule != 'best possible' else -1), 'bm25')
+        self.assertEqual(max(sweep, key=lambda rule: sweep[rule][largest] if rule != 'best possible' else -1), 'dense')
+        self.assertIn(f'`dense` is best at {largest:,}', prose(README))
+        self.assertGreaterEqual(best[1472], best[3520] - 4)  # "almost everything by 1,472 tokens"
 
     def test_readme_totals_are_what_the_full_tables_hold(self):
         totals = []
@@ -444,7 +454,6 @@ class ReadmeAgreesWithThePageTest(unittest.TestCase):
                     f"`relevant` {four['relevant']:,}, `notes` {four['notes']:,} and `hybrid` {four['hybrid']:,}; "
                     f"at 16,384: {sixteen['recent']:,}, {sixteen['relevant']:,}, {sixteen['notes']:,} and "
                     f"{sixteen['hybrid']:,}.")
-        self.assertIn(sentence, prose(README))
         self.assertIn(sentence, prose(PAGE))
         summary = re.search(r'(\d+) questions read, (\d+) cases written', PAGE.read_text(encoding='utf-8'))
         questions, cases = map(int, summary.groups())
@@ -504,11 +513,25 @@ class RealFileTest(unittest.TestCase):
         self.assertIn(field, prose(PAGE))
         size = (f'({min(turns)} to {max(turns)} turns here; as one request with this lab\'s counter, '
                 f'{min(tokens):,} to {max(tokens):,} tokens)')
+        self.assertIn(in_total, prose(PAGE))
         for path in (README, PAGE):
             with self.subTest(path.name):
-                self.assertIn(in_total, prose(path))
                 self.assertIn(size, prose(path))
         self.assertIn(f'at most {best_most:,} in any case', prose(PAGE))
+
+    def test_the_sweep_table_and_picture_are_what_budget_sweep_gives_for_the_real_file(self):
+        command = re.search(r'^\.venv/bin/python (budget_sweep\.py --cases locomo-cases\.json .*)$',
+                            README.read_text(encoding='utf-8'), flags=re.MULTILINE)[1].split()
+        with tempfile.TemporaryDirectory() as folder:
+            cases, _ = self.convert(folder)
+            picture = Path(folder) / 'locomo-sweep.png'
+            options = {'--cases': str(cases), '--output': str(Path(folder) / 'locomo-sweep.json'),
+                       '--plot': str(picture)}
+            argv = [options.get(before, word) for before, word in zip([None, *command], command)]
+            result = subprocess.run([sys.executable, *argv], cwd=HERE, capture_output=True, text=True, timeout=1800)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertIn('\n' + result.stdout + '\n', PAGE.read_text(encoding='utf-8'))
+            self.assertEqual(picture.read_bytes(), (HERE / 'docs' / 'locomo-sweep.png').read_bytes())
 
     def whole_conversations(self, cases: list[dict]) -> list[tuple[int, int]]:
         """(turns, tokens of the whole conversation as one request) for each distinct conversation."""

@@ -283,12 +283,12 @@ class TurnMapTest(unittest.TestCase):
         self.assertTrue(excerpt + '\n' in (HERE / 'docs' / 'strategies.md').read_text(encoding='utf-8'),
                         'docs/strategies.md lacks the legend and dev maps of `evaluate.py --format turns`:\n' + excerpt)
 
-    def test_readme_shows_the_legend_and_two_case_maps_exactly_as_printed(self):
+    def test_readme_shows_the_legend_and_a_case_map_exactly_as_printed(self):
         readme = (HERE / 'README.md').read_text(encoding='utf-8')
         legend, *parts = self.result.stdout.rstrip('\n').split('\n\n')
         shown = re.findall(r'^(\S+ \([^)]*\), \d+ turns?)\n\n((?:\|.*\n)+)', readme, flags=re.MULTILINE)
         self.assertIn(legend + '\n', readme)
-        self.assertEqual([title.split()[0] for title, _ in shown], ['dev-old-decision', 'dev-correction'])
+        self.assertEqual([title.split()[0] for title, _ in shown], ['dev-correction'])
         for title, table in shown:
             with self.subTest(title):
                 self.assertIn(f'{title}\n\n{table}', self.result.stdout + '\n')
