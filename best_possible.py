@@ -12,8 +12,9 @@ fewest input tokens, then the earliest turns (the sorted turn indices compared
 as a tuple), so the answer is unique.
 
 It reads the labels, so it is not a strategy: it is not in strategies.STRATEGIES,
-answer_check.py never sends it, and every view names it "best possible (reads
-the labels)".
+answer_check.py never sends it, and no rule may take its name. The table, the turn
+map and --show call it "best possible (reads the labels)"; the shorter "best
+possible" names it in --compare's lines and in budget_sweep.py's points and picture.
 
 Only turns that hold a required fact can raise the count and a turn holding a
 stale fact may not be taken, so the search runs over subsets of the fact-holding
@@ -36,7 +37,7 @@ from strategies import allowance, as_messages, render
 from tokenizer import CounterError, count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
-LABEL = 'best possible (reads the labels)'  # how every human-facing view names it
+LABEL = 'best possible (reads the labels)'  # its name in the table, the turn map and --show
 
 
 def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:
