@@ -55,7 +55,7 @@ from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
 import best_possible
 from case_set import CaseError, load_cases
 import evaluate
-from lab_files import write_atomically
+from lab_files import write_output
 from prepared_folder import sha256_file
 from rule_files import RuleError, load_rule_files
 from strategies import STRATEGIES, allowance, render
@@ -292,13 +292,6 @@ def picture_kind(path: Path) -> str:
     return kind
 
 
-def write(path: Path, content: str | bytes, what: str) -> None:
-    try:
-        write_atomically(path, content)
-    except OSError as error:
-        raise SweepError(f'{path}: cannot write the {what}: {error.strerror}') from None
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Run every rule on a case set at several context limits and report, per limit and rule, '
@@ -331,9 +324,9 @@ def main(argv: list[str]) -> int:
         report = run(args.cases, limits, rules, files, args.group, report_progress)
         drawn = picture(report, kind) if plot else None  # drawn before anything is written
         if output:
-            write(output, evaluate.to_json(report), 'sweep')
+            write_output(output, evaluate.to_json(report), 'sweep', SweepError)
         if plot:
-            write(plot, drawn, 'picture')
+            write_output(plot, drawn, 'picture', SweepError)
     except (SweepError, CaseError, CounterError, RuleError) as error:
         print(f'budget_sweep.py: {error}', file=sys.stderr)
         return 2

@@ -49,7 +49,7 @@ cli.require_packages(__name__)  # one clear line, not a traceback, if a locked p
 import best_possible
 from case_set import SPLITS, CaseError, load_cases, read_json
 from compare_reports import ReportError, check_report, compare
-from lab_files import interrupted_while_writing, path_text, write_atomically
+from lab_files import path_text, write_output
 import request_view
 from strategies import STRATEGIES, allowance, escape, render
 from prepared_folder import sha256_file
@@ -207,13 +207,7 @@ def table(report: dict, group: str = 'split') -> str:
 
 
 def write_report(path: Path, report: dict) -> None:
-    """Write the report to path (lab_files.write_atomically says how); a Ctrl-C meanwhile says what may be there."""
-    try:
-        write_atomically(path, to_json(report))
-    except OSError as error:
-        raise CaseError(f'{path}: cannot write the report: {error.strerror}') from None
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
+    write_output(path, to_json(report), 'report', CaseError)
 
 
 def show(path: Path, case_id: str, names: list[str], prompt: bool = False, full: bool = False,

@@ -109,7 +109,20 @@ def counted_reply(body: dict, number: int) -> tuple[int, dict]:
     return 200, reply(f'answer {number}', server_count(body['messages']) or 0, 3)
 
 
-class FakeOllama:
+class LoopbackServer:
+    """A test server on 127.0.0.1 (self.server) served by a thread (self.thread) between `with` and its end."""
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=TIMEOUT)
+
+
+class FakeOllama(LoopbackServer):
     """An Ollama stand-in on 127.0.0.1 that records every request it receives.
 
     chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1);
@@ -188,17 +201,9 @@ class FakeOllama:
     def chats(self) -> list[dict]:
         return [json.loads(raw) for method, path, raw in self.requests if path == '/api/chat']
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=TIMEOUT)
 
 
-class NotOllama:
+class NotOllama(LoopbackServer):
     """Another kind of HTTP server on 127.0.0.1: the same status and body for every GET and POST. By default
     404 '404 page not found', as a Go program answers a path it does not serve."""
 
@@ -219,14 +224,6 @@ class NotOllama:
         self.host = f'http://127.0.0.1:{self.server.server_address[1]}'
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=TIMEOUT)
 
 
 @contextlib.contextmanager

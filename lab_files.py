@@ -90,6 +90,21 @@ def interrupted_while_writing(path: Path) -> str:
             'a pipe or device may have received part of them')
 
 
+def write_output(path: Path, data: str | bytes, what: str, error_type: type[Exception]) -> None:
+    """write_atomically for a script's --output: a failure is one error_type naming the path and what it is
+    meant to be, and a Ctrl-C during the write says what may be there (interrupted_while_writing).
+
+    write_output(Path('/no/such/x.json'), '{}', 'report', ValueError) raises
+    ValueError('/no/such/x.json: cannot write the report: No such file or directory').
+    """
+    try:
+        write_atomically(path, data)
+    except OSError as error:
+        raise error_type(f'{path}: cannot write the {what}: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
+
+
 def write_into(path: Path, data: bytes) -> None:
     """Write data into a device or pipe as it stands: no creating, truncating, renaming or removing."""
     handle = os.open(path, os.O_WRONLY)

@@ -48,7 +48,7 @@ import sys
 
 import cli  # standard library only, like every module this one imports: converting counts nothing
 from case_set import SPLITS, CaseError, check_budget, check_case, read_json
-from lab_files import interrupted_while_writing, write_atomically
+from lab_files import write_output
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -277,13 +277,7 @@ def main(argv: list[str]) -> int:
 
 
 def write_cases(path: Path, cases: list[dict]) -> None:
-    """Write the case set to path (lab_files.write_atomically says how); a Ctrl-C meanwhile says what may be there."""
-    try:
-        write_atomically(path, to_text(cases))
-    except OSError as error:
-        raise CaseError(f'{path}: cannot write the case set: {error.strerror}') from None
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(interrupted_while_writing(path)) from None
+    write_output(path, to_text(cases), 'case set', CaseError)
 
 
 if __name__ == '__main__':

@@ -333,7 +333,7 @@ class InterruptTest(unittest.TestCase):
 
         err = io.StringIO()
         with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', 'report.json']), \
-                mock.patch.object(evaluate, 'write_atomically', interrupted_write), contextlib.redirect_stderr(err):
+                mock.patch.object(lab_files, 'write_atomically', interrupted_write), contextlib.redirect_stderr(err):
             with self.assertRaises(SystemExit):
                 cli.run(evaluate.main, 'nothing was written')
         self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; while writing report.json: a file there holds '
