@@ -19,11 +19,11 @@ Imported as a module instead of run, it raises ModuleNotFoundError with that
 line, so a caller sees the same advice.
 
 run passes the arguments to main and exits with what it returns. Ctrl-C is one
-line on stderr and exit 130. A reader that stops reading early (`python
-evaluate.py | head -1`) ends the script quietly with exit 141, what a shell
-reports for a program ended by SIGPIPE, not with a BrokenPipeError traceback,
-and not with a code a script also uses for a result (evaluate.py --compare
-exits 1 for "something changed").
+line on stderr and exit 130. A reader that stops reading early
+(`.venv/bin/python evaluate.py | head -1`) ends the script quietly with exit
+141, what a shell reports for a program ended by SIGPIPE, not with a
+BrokenPipeError traceback, and not with a code a script also uses for a result
+(evaluate.py --compare exits 1 for "something changed").
 
 It writes nothing and changes nothing about what the scripts compute.
 """
@@ -31,9 +31,9 @@ from collections.abc import Callable
 from functools import lru_cache
 import importlib.metadata
 import os
-import shlex
 from pathlib import Path
 import re
+import shlex
 import signal
 import sys
 

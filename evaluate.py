@@ -29,11 +29,13 @@ tokenizer-manifest.json, which pins the tokenizer files the counter accepts.
 With --rules, each file's rules get rows after the four (rule_files.py says
 how they are run, counted and graded) and the report records each file's name
 and SHA-256 under `rule_files`; without it the report has no such key and is
-exactly what it was before rules files existed.
-The environment (Python version) is recorded but not compared. Expected mistakes (a malformed case set, an
-unprepared counter, an unreadable report to compare with, an unwritable
---output) print one line and exit 2, without a traceback; Ctrl-C exits 130
-and says whether --output was written.
+exactly what it was before rules files existed. The environment (Python
+version) is recorded but not compared.
+
+Expected mistakes (a malformed case set, an unprepared counter, an unreadable
+report to compare with, an unwritable --output, a broken rules file) print one
+line and exit 2, without a traceback; Ctrl-C exits 130 and says whether
+--output was written.
 """
 import argparse
 import json
