@@ -3,7 +3,7 @@
     .venv/bin/python -m unittest -v test_answer_check.py
 
 Grading tests use the shipped answer-keys.json. Client tests run the real
-requests-based client against the fake Ollama server of fake_ollama.py, which
+requests-based client against the fake Ollama server of test_support.py, which
 this file starts on 127.0.0.1; no model is called. The recording run
 (`answer_check.py record`, answer_record.py) is tested in test_answer_record.py.
 Every file a test writes goes to a temporary directory; the shipped files are
@@ -27,7 +27,7 @@ import answer_model
 from answer_check import AnswerCheckError, grade, load_keys, load_recording, summarize
 from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
 from cli import python_command
-from fake_ollama import (LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, TIMEOUT, AnswerFilesTest, FakeOllama,
+from test_support import (LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, TIMEOUT, AnswerFilesTest, FakeOllama,
                          NotOllama, client_for, closed_port, held_out_cases, ollama_command, only_loopback, reply,
                          unfinished)
 

@@ -4,7 +4,7 @@
 
 They run the real requests-based client and the real recording, with the real
 strategies, cases and prepared counter (so `.venv/bin/python prepare.py` must have run),
-against the fake Ollama server of fake_ollama.py, which this file starts on
+against the fake Ollama server of test_support.py, which this file starts on
 127.0.0.1; no model is called. The fake reports each prompt's size as the
 official chat template and tokenizer give it, not as the lab counts it, so the
 prompt-token checks compare two independent counts (they skip, naming the file,
@@ -31,11 +31,11 @@ import answer_model
 import answer_record
 from answer_model import AnswerModel, load_model
 from cli import python_command
-from fake_ollama import (LOADED_CONTEXT, OTHER, SERVER_VERSION, AnswerFilesTest, FakeOllama, client_for,
+from test_support import (LOADED_CONTEXT, OTHER, SERVER_VERSION, AnswerFilesTest, FakeOllama, client_for,
                          closed_port, counted_reply, held_out_cases, ollama_command, only_loopback, reply, server_count,
                          unfinished)
 from strategies import STRATEGIES
-from test_tokenizer import NO_ORACLE, OFFICIAL_TEMPLATE
+from test_support import NO_ORACLE, OFFICIAL_TEMPLATE
 from tokenizer import count_request
 
 HERE = Path(__file__).parent
@@ -130,7 +130,7 @@ class RecordTest(AnswerFilesTest):
         with self.subTest('the lab counts every prompt as the official template and tokenizer do'):
             if OFFICIAL_TEMPLATE is None:
                 self.skipTest(NO_ORACLE)
-            # The fake reports the official count (fake_ollama.server_count), not the lab's.
+            # The fake reports the official count (test_support.server_count), not the lab's.
             self.assertEqual([(a['input_tokens'], a['prompt_tokens']) for a in flat],
                              [(server_count(body['messages']),) * 2 for body in fake.chats()])
             self.assertEqual(grades['prompt_token_mismatches'], [])

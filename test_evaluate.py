@@ -25,7 +25,7 @@ from case_set import CaseError, load_cases
 from evaluate import CODE_FILES, evaluate_cases, grade, run, summarize, table, to_json
 from strategies import CUES, STRATEGIES, allowance, notes, recent, relevant
 from prepared_folder import PREPARED_ENV
-from test_tokenizer import NO_ORACLE, OFFICIAL_TEMPLATE, official_count
+from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, official_count
 from tokenizer import count_rendered, count_request
 
 HERE = Path(__file__).resolve().parent

@@ -22,7 +22,7 @@ from evaluate import grade, load_cases
 import request_view
 from request_view import display_lines, message_labels, request_text, turn_map
 from strategies import STRATEGIES, notes
-from test_tokenizer import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
+from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
 from tokenizer import count_rendered, count_request, counter
 
 HERE = Path(__file__).resolve().parent

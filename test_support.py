@@ -1,36 +1,22 @@
-"""A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.
+"""Test support, no tests: the official-template oracle and a fake Ollama server on 127.0.0.1.
 
-    .venv/bin/python -m unittest -v test_answer_check.py test_answer_record.py   (they import it)
+The official Gemma 4 E2B chat template is an oracle only: the prepared Hub copy when prepare.py fetched
+one, else ../shared/gemma-4-E2B-it/chat_template.jinja. official_render and official_count (that prompt
+encoded by the tokenizers library straight from prepared/tokenizer.json) share no code with tokenizer.py.
 
-test_answer_check.py (the client and the grader) and test_answer_record.py (the
-recording run) both run the real requests-based client against FakeOllama,
-which speaks the /api wire format as Ollama 0.32.14 writes it (api/types.go,
-server/routes.go): counts left out when zero, a reply with done false and no
-counts where generation ended without a final response, done_reason "length",
-a thinking field, /api/ps with or without context_length, and any version
-string, such as one that leaves cached prompt tokens out of its counts; no
-model is called. NotOllama is another kind of HTTP server on 127.0.0.1, for the
-message that names a server as not Ollama, and ollama_command() sets PATH with
-or without an `ollama` command, for the advice to install it.
-
-What the fake stands for: a real server renders the chat with its own renderer
-for the model and reports how many tokens that prompt was (prompt_eval_count),
-independently of this lab. The fake's default reply does the same with the
-official Gemma 4 E2B chat template rendered by jinja2 and encoded by the
-tokenizers library straight from prepared/tokenizer.json (test_tokenizer.py's
-oracle, official_count), never with tokenizer.py's counter, so a recording
-test's prompt-token check compares the lab's count with an independent one.
-Where the official template file is absent, server_count gives None and the
-fake leaves prompt_eval_count out, as a server that reports no count would;
-the tests that check prompt counts then skip, naming the missing file.
-
-Each test file calls only_loopback() from its setUpModule, so
-every HTTP request its tests make is checked to go to 127.0.0.1 and
-OLLAMA_HOST points at a closed loopback port: no test can reach a real server.
-This module holds no test methods (AnswerFilesTest is only a base class), so
-unittest runs none from it, and none twice from the files that import it.
+FakeOllama speaks the /api wire format as Ollama 0.32.14 writes it (api/types.go, server/routes.go):
+counts left out when zero, a reply with done false and no counts where generation ended without a final
+response, done_reason "length", a thinking field, /api/ps with or without context_length, and any version
+string. Its prompt_eval_count is official_count of the chat, never the lab's counter, so a recording
+test's prompt-token check compares the lab's count with an independent one; without the template file it
+leaves the count out, as a server that reports none would. NotOllama is another kind of HTTP server on
+127.0.0.1. Each test file calls only_loopback() from its setUpModule, so every HTTP request its tests make
+is checked to go to 127.0.0.1 and OLLAMA_HOST points at a closed loopback port: no test reaches a real server.
+This module holds no test methods (AnswerFilesTest is only a base class).
 """
+
 import contextlib
+from functools import lru_cache
 import http.server
 import json
 import os
@@ -41,15 +27,16 @@ import threading
 import unittest
 from unittest import mock
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
 import requests
 
 from answer_model import AnswerModel, load_model
 from case_set import load_cases
-from test_tokenizer import OFFICIAL_TEMPLATE, official_count
+from jinja2.ext import loopcontrols
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from prepared_folder import PREPARED
 
 HERE = Path(__file__).parent
 PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'  # answer-model.json's digest
@@ -270,3 +257,46 @@ class AnswerFilesTest(unittest.TestCase):
 if __name__ == '__main__':
     cli.run(cli.module_main('A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.',
                             '.venv/bin/python -m unittest test_answer_check.py test_answer_record.py'))
+
+
+def oracle_template_path() -> Path | None:
+    for path in (PREPARED / 'chat_template.jinja', HERE.parent / 'shared' / 'gemma-4-E2B-it' / 'chat_template.jinja'):
+        if path.is_file():
+            return path
+    return None
+
+
+@lru_cache(maxsize=1)
+def official_template():
+    """The official template compiled once, in an environment set up as transformers' apply_chat_template sets it."""
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    environment.globals['raise_exception'] = raise_exception
+    environment.filters['tojson'] = lambda value, **_: json.dumps(value)
+    return environment.from_string(OFFICIAL_TEMPLATE)
+
+
+def official_render(messages: list[dict]) -> str:
+    """Render with the official template the way transformers' apply_chat_template does."""
+    return official_template().render(messages=messages, bos_token='<bos>', add_generation_prompt=True,
+                                      enable_thinking=False)
+
+
+@lru_cache(maxsize=1)
+def official_tokenizer() -> Tokenizer:
+    """prepared/tokenizer.json loaded by the tokenizers library itself, not through tokenizer.py."""
+    return Tokenizer.from_file(str(PREPARED / 'tokenizer.json'))
+
+
+def official_count(messages: list[dict]) -> int:
+    """Tokens of the prompt the official template renders, encoded as transformers' apply_chat_template
+    encodes it (special-token text becomes its id; nothing is added): the oracle's count, sharing no code
+    with tokenizer.py. official_count of dev-correction's bare request -> 35."""
+    return len(official_tokenizer().encode(official_render(messages), add_special_tokens=False).ids)
+
+
+OFFICIAL_PATH = oracle_template_path()
+OFFICIAL_TEMPLATE = OFFICIAL_PATH.read_text(encoding='utf-8') if OFFICIAL_PATH else None
+NO_ORACLE = 'neither prepared/chat_template.jinja nor ../shared/gemma-4-E2B-it/chat_template.jinja exists'

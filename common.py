@@ -1,0 +1,303 @@
+"""What several scripts of the lab share, each idea defined once. Standard library only.
+
+    import common
+    common.run(main)                                  # a script's entry point: packages, errors, Ctrl-C, pipes
+    common.allowance({'context_limit': 384, 'max_new_tokens': 96, 'margin': 32})   # -> 256
+    common.write_output(Path('report.json'), common.to_json(report), 'report')    # whole, or not at all
+
+- The entry point. `run` checks the locked packages (one line naming what is
+  missing and the command that installs the lock), then calls main. A LabError is
+  one line on stderr and exit 2; Ctrl-C is exit 130; a reader that closes the pipe
+  early is exit 141, what a shell reports for SIGPIPE. Importing a module checks
+  nothing: only a script that starts pays for the check.
+- Files. JSON in (`read_json`), whole files out (`write_atomically`): a symlink
+  stays a link, a pipe or device is written into, a directory is refused.
+- Budgets, figures and the words people read: the allowance, the summary of a
+  list of graded rows and its grouping, Markdown tables, turn numbers counted from 1.
+
+It writes nothing and prints nothing on its own.
+"""
+from collections.abc import Callable
+import errno
+import hashlib
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+import re
+import shlex
+import signal
+import stat
+import sys
+import tempfile
+
+HERE = Path(__file__).resolve().parent
+REQUIREMENTS = HERE / 'requirements.txt'  # the direct pins; requirements.lock holds them with every hash
+INSTALL = 'python3 -m venv .venv && .venv/bin/python -m pip install --require-hashes -r requirements.lock'
+TESTS_ONLY = frozenset({'hypothesis'})  # pinned for the test suite; no script imports it, so none asks for it
+# A line of requirements.txt: a distribution name, optional extras, then what it asks of the version.
+REQUIREMENT = re.compile(r'(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?'
+                         r'\s*(?P<rest>(?:[=<>!~;].*)?)')
+EXACT_PIN = re.compile(r'==\s*(?P<version>[^\s,;*]+)\s*')  # ==1.2.3, and nothing else, pins one version
+EXIT_ERROR = 2  # a mistake the user can fix
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
+NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
+SPLITS = ('dev', 'held_out')  # reported separately, in this order
+
+
+class LabError(Exception):
+    """A mistake the user can fix; the message names the file, case or field. `run` prints it in one line."""
+
+
+# --- the entry point -------------------------------------------------------------------------------------------
+
+def pins(text: str) -> dict[str, str | None]:
+    """The distributions a requirements file names, with the version each pins (None: any version will do).
+
+    pins('# comment\\ntokenizers==0.23.3   # counts tokens\\nnumpy>=2\\n') -> {'tokenizers': '0.23.3', 'numpy': None}
+    """
+    found = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split('#', 1)[0].strip()
+        if not line:
+            continue
+        match = REQUIREMENT.fullmatch(line)
+        if match is None:
+            raise LabError(f'{REQUIREMENTS}: line {number}: {line!r} is not a requirement; expected name==version')
+        exact = EXACT_PIN.fullmatch(match['rest'])
+        found[match['name']] = exact['version'] if exact else None
+    return found
+
+
+def missing_packages() -> list[str]:
+    """Pins this interpreter lacks or holds at another version: ['tokenizers==0.23.3 (it has 0.22.0)']."""
+    try:
+        text = REQUIREMENTS.read_text(encoding='utf-8')
+    except (OSError, UnicodeDecodeError) as error:
+        raise LabError(f'{REQUIREMENTS}: cannot be read ({getattr(error, "strerror", None) or error}); '
+                       'restore it with git checkout') from None
+    missing = []
+    for name, version in pins(text).items():
+        if name in TESTS_ONLY:
+            continue
+        wanted = f'{name}=={version}' if version else f'{name} (any version)'
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(wanted)
+            continue
+        if version and installed != version:
+            missing.append(f'{wanted} (it has {installed})')  # another version may count differently
+    return missing
+
+
+def python_command() -> str:
+    """How advice names Python: .venv/bin/python when that is running, else this interpreter's full path."""
+    executable = Path(sys.executable)  # not resolved: .venv/bin/python is a link to the base interpreter
+    return str(executable.relative_to(HERE)) if executable.is_relative_to(HERE) else shlex.quote(sys.executable)
+
+
+def script_name() -> str:
+    return Path(sys.argv[0]).name or 'python'
+
+
+def package_advice(missing: list[str]) -> str:
+    what = f"the locked package{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    return f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
+
+
+def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
+    """Exit with main(arguments), after checking the locked packages; errors end in one line, no traceback.
+
+    `interrupted` says, after 'interrupted; ', what a Ctrl-C leaves behind; a main whose state changes as it
+    goes re-raises KeyboardInterrupt with the state at that point. --help answers even without the
+    packages, with the script's docstring and the advice.
+    """
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill is handled like Ctrl-C
+    try:
+        missing = missing_packages()
+        if missing and {'-h', '--help'} & set(sys.argv[1:]):
+            print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script_name()}: "
+                  f'{package_advice(missing)}; then --help lists every option')
+            sys.exit(0)
+        if missing:
+            raise LabError(package_advice(missing))
+        status = main(sys.argv[1:])
+        sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
+    except LabError as error:
+        print(f'{script_name()}: {error}', file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+    except KeyboardInterrupt as stop:
+        state = stop.args[0] if stop.args and isinstance(stop.args[0], str) else interrupted
+        print(f"{script_name()}: interrupted{'; ' + state if state else ''}", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit, which would fail the same way; point it at devnull first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_READER_GONE)
+    sys.exit(status)
+
+
+# --- files -----------------------------------------------------------------------------------------------------
+
+def read_json(path: Path, what: str, advice: str = ''):
+    """The JSON in a file, or one LabError naming the file and what it was meant to be.
+
+    read_json(Path('x.json'), 'case set') on '[1,' raises
+    LabError('x.json: invalid JSON at line 1 column 4: Expecting value'). A byte-order mark is read as none.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding='utf-8-sig')
+    except OSError as error:
+        problem = f'cannot read the {what}: {error.strerror}'
+    except UnicodeDecodeError as error:
+        problem = f'the {what} is not UTF-8 text (byte {error.start})'
+    else:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            problem = f'invalid JSON at line {error.lineno} column {error.colno}: {error.msg}'
+        except ValueError as error:  # e.g. an integer longer than Python will convert
+            problem = f'the {what} cannot be read as JSON: {error}'
+        except RecursionError:
+            problem = f'the {what} is nested too deeply to read'
+    raise LabError(f'{path}: {problem}' + (f'; {advice}' if advice else ''))
+
+
+def to_json(value, indent: int = 2) -> str:
+    """The lab's JSON text: indented, non-ASCII kept as it is, a newline at the end."""
+    return json.dumps(value, indent=indent, ensure_ascii=False) + '\n'
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as file:
+        for block in iter(lambda: file.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def path_text(path: Path) -> str:
+    """A path as text any UTF-8 output accepts: path_text(Path(os.fsdecode(b'c\\xff.json'))) -> 'c\\\\xff.json'."""
+    return os.fsencode(path).decode('utf-8', 'backslashreplace')
+
+
+def write_atomically(path: Path, data: str | bytes) -> None:
+    """Write data (text as UTF-8, or bytes) to path whole, without destroying what the path is.
+
+    A regular file or nothing yet: a temporary file beside it is renamed over it (an existing file keeps its
+    mode, a new one gets NEW_FILE_MODE). A symbolic link: the file it finally names is replaced that way and
+    the link stays. A device or named pipe: written into, never replaced. A directory: IsADirectoryError.
+    """
+    data = data.encode('utf-8') if isinstance(data, str) else bytes(data)
+    try:
+        status = os.stat(path)  # follows every link, as the kernel does, so /dev/stdout reads as what it is
+    except FileNotFoundError:
+        status = None
+    if status is not None and stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(errno.EISDIR, 'it is a directory; name a file in it', str(path))
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        with open(os.open(path, os.O_WRONLY), 'wb') as file:  # no creating, truncating or renaming
+            file.write(data)
+        return
+    target = Path(os.path.realpath(path))
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix='.tmp')
+    try:
+        with os.fdopen(handle, 'wb') as file:
+            file.write(data)
+        os.chmod(temporary, NEW_FILE_MODE if status is None else stat.S_IMODE(status.st_mode))
+        os.replace(temporary, target)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def write_output(path: Path, data: str | bytes, what: str) -> None:
+    """write_atomically for a script's output; a failure is one LabError naming the path and what it is.
+
+    write_output(Path('/no/such/x.json'), '{}', 'report') raises
+    LabError('/no/such/x.json: cannot write the report: No such file or directory').
+    """
+    try:
+        write_atomically(path, data)
+    except OSError as error:
+        raise LabError(f'{path}: cannot write the {what}: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f'while writing {path}: a file there holds what it held or all of the new '
+                                'contents, a pipe or device may have received part of them') from None
+
+
+# --- budgets and figures ---------------------------------------------------------------------------------------
+
+def allowance(case: dict) -> int:
+    """Input tokens a request may use: {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32} -> 256."""
+    budget = case.get('budget', case)
+    return budget['context_limit'] - budget['max_new_tokens'] - budget['margin']
+
+
+def check_fits(path: Path, case: dict, bare_tokens: int, limit_name: str = 'budget') -> None:
+    """Refuse a case whose instructions and question alone exceed its allowance: no rule could fit it."""
+    if bare_tokens > allowance(case):
+        raise LabError(f'{path}: case {case["id"]}: field {limit_name} allows {allowance(case)} input tokens, '
+                       f'but the instructions and question alone need {bare_tokens}')
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Totals of graded rows. Rows with 1 of 1 facts in 40 tokens and 0 of 2 in 51 give facts_found 1 of 3,
+    fact_recall 0.333, complete_cases 1, mean_input_tokens 45.5."""
+    facts = sum(row['required_total'] for row in rows)
+    found = sum(row['required_found'] for row in rows)
+    tokens = [row['input_tokens'] for row in rows]
+    return {'cases': len(rows), 'facts_found': found, 'facts_total': facts, 'fact_recall': round(found / facts, 3),
+            'complete_cases': sum(1 for row in rows if not row['missing']),
+            'cases_with_stale_facts': sum(1 for row in rows if row['stale_included']),
+            'over_budget': sum(1 for row in rows if not row['within_budget']),
+            'mean_input_tokens': round(sum(tokens) / len(tokens), 1)}
+
+
+def by_group(rows: list[dict], group: str, totals: Callable = summarize) -> dict:
+    """totals() of the rows of each value of `group`: splits in SPLITS order, other groups in row order."""
+    values = [split for split in SPLITS if any(row['split'] == split for row in rows)] if group == 'split' \
+        else list(dict.fromkeys(row[group] for row in rows))
+    return {value: totals([row for row in rows if row[group] == value]) for value in values}
+
+
+def plain_number(value: float) -> str:
+    """A mean as tables show it: 61.0 -> '61', 51.3 -> '51.3'."""
+    return f'{value:.1f}'.removesuffix('.0')
+
+
+def counted(number: int, noun: str) -> str:
+    """counted(1, 'case') -> '1 case'; counted(1534, 'case') -> '1,534 cases'"""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]], pad: bool = False) -> str:
+    """A Markdown table, its columns padded to line up in a terminal if `pad`.
+
+    markdown_table(['a', 'bb'], [['xyz', '1']]) -> '| a | bb |\\n|---|---|\\n| xyz | 1 |\\n'
+    markdown_table(['a', 'bb'], [['xyz', '1']], pad=True) -> '| a   | bb |\\n|-----|----|\\n| xyz | 1  |\\n'
+    """
+    widths = [max(len(line[column]) for line in [header, *rows]) if pad else 0 for column in range(len(header))]
+    rule = '|' + '|'.join('-' * (width + 2) if pad else '---' for width in widths) + '|'
+    lines = ['| ' + ' | '.join(cell.ljust(width) for cell, width in zip(cells, widths)) + ' |'
+             for cells in [header, *rows]]
+    return '\n'.join([lines[0], rule, *lines[1:]]) + '\n'
+
+
+def turn_runs(indices) -> list[str]:
+    """0-based turn indices as people count them, consecutive ones as one run: [2, 3, 4, 6] -> ['3-5', '7']."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return [f'{first + 1}' if first == last else f'{first + 1}-{last + 1}' for first, last in runs]
+
+
+def progress(script: str, done: int, total: int, what: str = 'cases', steps: int = 20) -> None:
+    """'evaluate.py: 77 of 1534 cases' on stderr, about `steps` times in a run."""
+    if done == total or done % max(1, total // steps) == 0:
+        print(f'{script}: {done} of {total} {what}', file=sys.stderr, flush=True)
