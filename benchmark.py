@@ -1,15 +1,18 @@
-"""Time the strategies on generated case sets: both ways of counting, then chat-shaped histories at real budgets.
+"""Time the rules: on generated case sets both ways of counting, chat-shaped histories at real budgets, or
+each rule on a case set of yours.
 
     .venv/bin/python benchmark.py                                          # both parts (about a minute on 2 cores)
-    .venv/bin/python benchmark.py --cases 10 --turns 30 --sweep-cases 10   # a quick look
+    .venv/bin/python benchmark.py --generated 10 --turns 30 --sweep-cases 10   # a quick look
     .venv/bin/python benchmark.py --sweep                                  # only the sweep
     .venv/bin/python benchmark.py --no-sweep                               # only the first part
+    .venv/bin/python benchmark.py --cases locomo-cases.json --rules field_rules.py   # each rule's CPU, twice
 
 First part: a case set from a fixed seed (about 150 tokens a turn, some long
 log turns, facts and replaced facts planted at varied depths, a budget of
 8192 - 512 - 64 tokens that binds partway through each history). All four
-strategies run twice, with the full render-and-encode count and with the
-cached piece-by-piece count; both must give identical selections and counts.
+rules run twice, with a plain count function that renders and encodes every
+request whole and with the lab's counter (cached messages, `turn_costs`); both
+must give identical selections and counts.
 
 Sweep: chat-shaped cases from their own seed, every case with its own history
 of short turns (20 to 80 tokens) and a few pasted logs (1,000 to 2,000
@@ -24,26 +27,31 @@ encoding once every distinct message the strategies measured (a candidate
 notes block that is measured once and dropped counts against the strategies,
 not the bound). Times are this process's CPU seconds. The output is Markdown
 tables (the figures of each part and the targets), then one JSON line with
-every figure; progress goes to stderr. It writes nothing to disk and needs the prepared counter
-(`.venv/bin/python prepare.py`). No test
-checks its timings, which depend on the machine; test_benchmark.py checks the
-workloads and the output.
+every figure; progress goes to stderr.
+
+With --cases FILE it times each rule instead (the four, and those of any --rules
+file) over that case set, one rule at a time, twice: the first pass pays for what
+the rule builds on first use (a model, indexes, the counts of messages no rule
+before it measured), the second is what it costs once that is built, as at a
+further budget of a sweep. It prints one Markdown table and grades nothing.
+
+It writes nothing to disk and needs the prepared counter (`.venv/bin/python
+prepare.py`). No test checks its timings, which depend on the machine;
+test_benchmark.py checks the workloads and the output.
 """
 import argparse
 import json
+from pathlib import Path
 import random
 import resource
 import sys
 import time
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
-from case_set import check_case
-from evaluate import evaluate_cases, grade
-from strategies import STRATEGIES
-from tokenizer import CounterError, counter, piece
+from case_set import check_case, grade, grade_rules, load_cases
+from common import LabError, check_fits, markdown_table, run
+from rule_files import load_rule_files
+from strategies import RULES, build_request
+from tokenizer import counter, piece
 
 # First part: the default size, and what the budget looks like in an application.
 SEED = 20261130  # fixed, so every run times the same case set
@@ -59,6 +67,7 @@ SWEEP = ((4096, 300), (16384, 300), (65536, 300), (4096, 1200))  # (context_limi
 SWEEP_ANSWER, SWEEP_MARGIN = 512, 64  # the budget's max_new_tokens and margin in every setting
 PASTE_EVERY = 100  # about one turn in a hundred is a pasted log
 PASTE_LINES = (39, 71)  # lines of a pasted log: 1,000 to 2,000 tokens
+PASSES = ('first pass', 'second pass')  # --cases: a rule's calls over every case, twice
 # What the issue asks of a run on the 2-core machine: (figure, 'min' or 'max', threshold).
 TARGETS = (('speedup', 'min', 10), ('fast_over_bound', 'max', 2), ('worst_over_bound', 'max', 2),
            ('budget_growth', 'max', 2), ('turns_growth', 'max', 5))
@@ -69,7 +78,7 @@ MEASURES = {
     'cases': 'cases in the first part',
     'turns_per_case': 'turns per case in the first part',
     'seed': "the first part's seed",
-    'distinct_pieces': 'distinct messages the strategies measured',
+    'distinct_pieces': 'distinct messages the rules measured',
     'naive_seconds': 'full render-and-encode count, seconds',
     'fast_seconds': 'cached piece count, seconds',
     'speedup': 'speedup, full count over cached count',
@@ -176,9 +185,14 @@ def timed_run(cases: list[dict], count, what: str) -> tuple[float, list]:
     start = cpu_seconds()
     results = []
     for case in cases:
-        results.append([strategy(case, count) for strategy in STRATEGIES.values()])
+        results.append([rule(case, count) for rule in RULES.values()])
         progress(what, len(results), len(cases))
     return cpu_seconds() - start, results
+
+
+def count_whole(messages: list[dict]) -> int:
+    """A plain count function: render the whole prompt and encode it, every time (no turn_costs)."""
+    return len(counter().encode(counter().prompt(messages)))
 
 
 def loaded_counter():
@@ -189,8 +203,8 @@ def loaded_counter():
 
 
 def cold_start() -> None:
-    """Empty the piece cache and the tokenizer's own cache, as in a fresh process."""
-    counter().pieces.clear()
+    """Empty the counter's caches and the tokenizer's own cache, as in a fresh process."""
+    counter().forget()
     clear_tokenizer_cache()
 
 
@@ -203,15 +217,16 @@ def clear_tokenizer_cache() -> None:
     """
     clear = getattr(counter().tokenizer.model, '_clear_cache', None)
     if clear is None:
-        raise CounterError('this tokenizers version has no BPE _clear_cache, so timings cannot start cold; '
+        raise LabError('this tokenizers version has no BPE _clear_cache, so timings cannot start cold; '
                            'install the locked versions (requirements.lock)')
     clear()
 
 
 def bound_seconds() -> float:
-    """Encode every distinct piece the counter cached once: no exact counter can do less tokenizer work."""
+    """Encode once every distinct message (and line of a notes block) the counter measured: no exact counter
+    can do less tokenizer work."""
     encode = counter().encode
-    texts = [piece(role, content) for role, content in counter().pieces]
+    texts = [piece(role, content) for role, content in counter().sizes] + list(counter().lines)
     clear_tokenizer_cache()
     start = cpu_seconds()
     for text in texts:
@@ -224,9 +239,9 @@ def peak_rss_mb() -> float:
 
 
 def rows_of(cases: list[dict], results: list) -> list[tuple]:
-    """(strategy, facts found, facts total, cases with stale facts, mean input tokens) for the first part."""
+    """(rule, facts found, facts total, cases with stale facts, mean input tokens) for the first part."""
     rows = []
-    for position, name in enumerate(STRATEGIES):
+    for position, name in enumerate(RULES):
         graded = [grade(case, results[i][position]) for i, case in enumerate(cases)]
         rows.append((name, sum(g['required_found'] for g in graded), sum(g['required_total'] for g in graded),
                      sum(bool(g['stale_included']) for g in graded),
@@ -241,15 +256,15 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, list[tuple
         check_case(f'synthetic case {case["id"]}', case)
     exact = loaded_counter()
     cold_start()
-    naive, slow = timed_run(cases, exact.count_rendered, 'full count')
+    naive, slow = timed_run(cases, count_whole, 'full count')
     cold_start()  # the fast path starts cold, like a fresh process
-    fast, quick = timed_run(cases, exact.count, 'cached count')
+    fast, quick = timed_run(cases, exact, 'cached count')
     bound = bound_seconds()
     figures = {
         'cases': cases_count,
         'turns_per_case': turns,
         'seed': seed,
-        'distinct_pieces': len(exact.pieces),
+        'distinct_pieces': len(exact.sizes),
         'naive_seconds': round(naive, 3),
         'fast_seconds': round(fast, 3),
         'speedup': round(naive / fast, 1),
@@ -257,7 +272,7 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, list[tuple
         'fast_over_bound': round(fast / bound, 2),
         'identical_selections': slow == quick,
     }
-    exact.pieces.clear()  # nothing after this needs these pieces
+    exact.forget()  # nothing after this needs these sizes
     return figures, rows_of(cases, quick)
 
 
@@ -273,14 +288,16 @@ def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
         what = f'sweep {context_limit} context, {turns} turns'
         cold_start()  # the cache then never holds more than one setting's distinct messages
         start = cpu_seconds()
-        evaluate_cases(cases, exact.count, lambda done, total: progress(what, done, total))
+        for done, case in enumerate(cases, 1):
+            [grade(case, rule(case, exact)) for rule in RULES.values()]
+            progress(what, done, len(cases))
         seconds = cpu_seconds() - start
         bound = bound_seconds()
         settings.append({'context_limit': context_limit, 'turns': turns, 'cases': cases_count,
                          'seconds': round(seconds, 3), 'bound_seconds': round(bound, 3),
                          'over_bound': round(seconds / bound, 2)})
         at[context_limit, turns] = seconds
-    exact.pieces.clear()
+    exact.forget()
     return {'sweep': settings, 'sweep_seed': seed,
             'worst_over_bound': max(s['over_bound'] for s in settings),
             'budget_growth': round(at[65536, 300] / at[4096, 300], 2),
@@ -295,33 +312,68 @@ def targets_met(figures: dict) -> dict:
 
 def summary_table(figures: dict, rows: list[tuple]) -> str:
     """The first part's selections, the sweep's settings, then every figure by name (docs/speed.md explains each)."""
-    lines = []
+    parts = []
     if rows:
-        lines += ['| Strategy | Facts found | Cases with stale facts | Mean input tokens |', '|---|---|---|---|']
-        lines += [f'| {name} | {found} of {total} | {stale} | {mean:g} |' for name, found, total, stale, mean in rows]
-        lines += ['']
+        parts.append(markdown_table(['Strategy', 'Facts found', 'Cases with stale facts', 'Mean input tokens'],
+                                    [[name, f'{found} of {total}', str(stale), f'{mean:g}']
+                                     for name, found, total, stale, mean in rows]))
     if 'sweep' in figures:
-        lines += ['| ' + ' | '.join(SWEEP_HEADER) + ' |', '|---' * len(SWEEP_HEADER) + '|']
-        lines += [f"| {s['context_limit']} | {s['turns']} | {s['cases']} | {s['seconds']} | {s['bound_seconds']} | "
-                  f"{s['over_bound']} |" for s in figures['sweep']]
-        lines += ['']
+        parts.append(markdown_table(list(SWEEP_HEADER), [[str(s[key]) for key in (
+            'context_limit', 'turns', 'cases', 'seconds', 'bound_seconds', 'over_bound')] for s in figures['sweep']]))
     met = figures.get('targets_met', {})
     limits = {name: f"{'at least' if kind == 'min' else 'at most'} {limit}" for name, kind, limit in TARGETS}
-    lines += ['| Measure | Value |', '|---|---|']
-    for key, value in figures.items():
-        if key in ('sweep', 'targets_met'):
-            continue
-        note = f" (target {limits[key]}: {'met' if met[key] else 'MISSED'})" if key in met else ''
-        lines.append(f'| {MEASURES[key]} (`{key}`) | {value}{note} |')
-    return '\n'.join(lines)
+    parts.append(markdown_table(['Measure', 'Value'], [
+        [f'{MEASURES[key]} (`{key}`)',
+         f"{value}" + (f" (target {limits[key]}: {'met' if met[key] else 'MISSED'})" if key in met else '')]
+        for key, value in figures.items() if key not in ('sweep', 'targets_met')]))
+    return '\n'.join(parts).rstrip('\n')
+
+
+def time_rules(cases: list[dict], rules: dict, count, clock=time.process_time) -> dict:
+    """rule -> (CPU seconds of its first pass over the cases, of its second), rules in the order given.
+
+    With a clock that advances by 1 per call and one case, every pass takes 1 second:
+    time_rules([case], {'recent': recent}, count, clock=ticks) -> {'recent': (1, 1)}
+    """
+    seconds = {}
+    for name, rule in rules.items():
+        passes = []
+        for _ in PASSES:
+            start = clock()
+            for case in cases:
+                rule(case, count)
+            passes.append(clock() - start)
+        seconds[name] = tuple(passes)
+    return seconds
+
+
+def timing_table(seconds: dict) -> str:
+    """The timings as a Markdown table: {'recent': (1.234, 0.5)} -> '| Rule | First pass, CPU s | ...'."""
+    return markdown_table(['Rule', *(f'{name.capitalize()}, CPU s' for name in PASSES)],
+                          [[name, *(f'{value:.2f}' for value in passes)] for name, passes in seconds.items()])
+
+
+def rule_timing(path: Path, rule_paths: list) -> str:
+    """--cases: each rule's two passes over a case set, after loading the cases, the counter and the rules."""
+    cases = load_cases(path)
+    for case in cases:
+        check_fits(path, case, counter()(build_request(case, [])))
+    counter().lines_apart  # the counter's one-time vocabulary check, outside every timing
+    rules = {**RULES, **load_rule_files(rule_paths)[0]}
+    print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
+    return timing_table(time_rules(cases, rules, counter()))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description='Time the four strategies on generated case sets: full against cached counting, then a sweep '
+        description='Time the four rules on generated case sets: full against cached counting, then a sweep '
                     'of chat-shaped histories over context sizes and history lengths. Prints Markdown tables, then '
-                    'one JSON line with every figure; progress on stderr.')
-    parser.add_argument('--cases', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
+                    'one JSON line with every figure; progress on stderr. With --cases FILE, time each rule on '
+                    'that case set instead.')
+    parser.add_argument('--generated', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
+    parser.add_argument('--cases', type=Path, metavar='FILE', help='time each rule on this case set instead')
+    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
+                        help='with --cases: a rules file to time beside the four; repeatable')
     parser.add_argument('--turns', type=int, default=TURNS, help=f'turns per case in the first part (default {TURNS})')
     parser.add_argument('--seed', type=int, default=SEED, help='seed of the first part')
     parser.add_argument('--sweep-cases', type=int, default=SWEEP_CASES,
@@ -330,22 +382,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     only.add_argument('--sweep', action='store_true', help='run only the sweep')
     only.add_argument('--no-sweep', action='store_true', help='run only the first part')
     args = parser.parse_args(argv)
-    if args.cases < 1 or args.turns < 3 or args.sweep_cases < 1:
-        parser.error('--cases and --sweep-cases must be at least 1, and --turns at least 3')
+    if args.generated < 1 or args.turns < 3 or args.sweep_cases < 1:
+        parser.error('--generated and --sweep-cases must be at least 1, and --turns at least 3')
+    if args.rules and not args.cases:
+        parser.error('--rules goes with --cases FILE')
     return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.cases:
+        print(rule_timing(args.cases, args.rules), end='')
+        return 0
     figures, rows = {}, []
-    try:
-        if not args.sweep:
-            figures, rows = benchmark(args.cases, args.turns, args.seed)
-        if not args.no_sweep:
-            figures.update(sweep(args.sweep_cases))
-    except CounterError as error:
-        print(f'benchmark.py: {error}', file=sys.stderr)
-        return 2
+    if not args.sweep:
+        figures, rows = benchmark(args.generated, args.turns, args.seed)
+    if not args.no_sweep:
+        figures.update(sweep(args.sweep_cases))
     figures['peak_rss_mb'] = peak_rss_mb()  # the whole run's peak, so it covers the sweep
     figures['targets_met'] = targets_met(figures)
     print(summary_table(figures, rows))
@@ -354,4 +407,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    cli.run(main)
+    run(main)

@@ -11,7 +11,7 @@ turn holding a stale fact, the one carrying the most required facts, then the
 fewest input tokens, then the earliest turns (the sorted turn indices compared
 as a tuple), so the answer is unique.
 
-It reads the labels, so it is not a strategy: it is not in strategies.STRATEGIES,
+It reads the labels, so it is not a rule: it is not in strategies.RULES,
 answer_check.py never sends it, and no rule may take its name. The table, the turn
 map and --show call it "best possible (reads the labels)"; the shorter "best
 possible" names it in --compare's lines and in budget_sweep.py's points and picture.
@@ -22,19 +22,15 @@ stale-free turns alone, and a subset whose cost already exceeds the room is not
 extended (costs are positive, so no superset can fit). Beyond MAX_CANDIDATES such
 turns it does not search at all, and the caller says so, rather than guess.
 
-Which turn holds which fact is decided by the report's own grader (evaluate.grade,
-handed in), and every cost by the same counter the strategies use; the chosen
-request is counted and graded like any strategy's. This module prints nothing
+Which turn holds which fact is decided by the report's own grader (case_set.grade),
+and every cost by the same counter interface the rules read (strategies.costs); the
+chosen request is counted and graded like any rule's. This module prints nothing
 and writes nothing.
 """
-from collections.abc import Callable
-
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
-from strategies import allowance, as_messages, render
-from tokenizer import CounterError, count_request
+from case_set import grade
+from common import LabError, allowance
+from strategies import as_messages, build_request, costs
+from tokenizer import count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
 LABEL = 'best possible (reads the labels)'  # its name in the table, the turn map and --show
@@ -43,8 +39,7 @@ LABEL = 'best possible (reads the labels)'  # its name in the table, the turn ma
 def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:
     """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left.
 
-    A turn's cost is what it adds to the request's count, which the counter
-    makes a plain sum (see tokenizer.py), so a set costs the sum of its turns.
+    A turn's cost is what it adds to the request's count (strategies.costs), so a set costs the sum of its turns.
     Most facts first, then fewest tokens, then earliest turns:
     search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2]
     search({0: (50, frozenset({'a'}))}, 40) -> []
@@ -80,7 +75,7 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
     return list(best[0][2])
 
 
-def turn_facts(case: dict, grade: Callable) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
+def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     """For each turn holding facts: index -> the required facts it holds, and index -> the stale facts it holds.
 
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
@@ -111,16 +106,14 @@ def turn_facts(case: dict, grade: Callable) -> tuple[dict[int, frozenset], dict[
     return required, stale
 
 
-def best_row(case: dict, grade: Callable, count: Callable = count_request, facts: tuple | None = None) -> dict:
+def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dict:
     """The best-possible report row of a case: search() over its fact-holding, stale-free turns.
 
-    A candidate's cost is what it adds to the bare request's count. The chosen
-    request is then counted and graded like a strategy's, and a count that is not
-    the predicted sum stops the run rather than report a search that was not exact.
-    `facts` is turn_facts(case, grade) if the caller has it already: it does not
-    depend on the budget, so budget_sweep.py works it out once per case, not once per limit.
+    The chosen request is counted and graded like a rule's, and a count that is not the predicted sum
+    stops the run rather than report a search that was not exact. `facts` is turn_facts(case) if the
+    caller has it already: it does not depend on the budget, so budget_sweep.py works it out once per case.
     """
-    required, stale = facts if facts is not None else turn_facts(case, grade)
+    required, stale = facts if facts is not None else turn_facts(case)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
     candidates = [index for index in sorted(required) if index not in stale]
@@ -130,25 +123,23 @@ def best_row(case: dict, grade: Callable, count: Callable = count_request, facts
                    not_searched=f'{len(candidates)} fact-holding turns without a stale fact; '
                                 f'the exact search stops at {MAX_CANDIDATES}')
         return row
-    bare = render(case, [])
-    bare_tokens = count(bare)
+    bare, cost = costs(case, count)
     # A fact the instructions or the question already carry is no gain for any turn.
-    carried = grade(case, {'messages': bare, 'turns': [], 'notes': 0, 'input_tokens': bare_tokens})
+    carried = grade(case, {'messages': build_request(case, []), 'turns': [], 'notes': 0, 'input_tokens': bare})
     already = frozenset(case['required']) - frozenset(carried['missing'])
-    gains = {index: (count(render(case, [index])) - bare_tokens, required[index] - already) for index in candidates}
-    kept = search(gains, allowance(case) - bare_tokens)
-    request = render(case, kept)
+    kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
+    request = build_request(case, kept)
     graded = grade(case, {'messages': request, 'turns': kept, 'notes': 0, 'input_tokens': count(request)})
-    if graded['input_tokens'] != bare_tokens + sum(gains[index][0] for index in kept):
-        raise CounterError(f'case {case["id"]}: the counter is not additive over turns here, '
-                           'so the best possible selection cannot be searched exactly')
+    if graded['input_tokens'] != bare + sum(cost[index] for index in kept):
+        raise LabError(f'case {case["id"]}: the counter is not additive over turns here, '
+                       'so the best possible selection cannot be searched exactly')
     row.update({key: graded[key] for key in ('turns', 'input_tokens', 'required_found', 'required_total',
                                              'missing', 'stale_included')})
     row['not_searched'] = None
     return row
 
 
-def summarize(rows: list[dict]) -> dict:
+def best_totals(rows: list[dict]) -> dict:
     """Totals for a list of best-possible rows, of whatever grouping (split, kind) the caller chose.
 
     A row not searched (too many candidate turns) adds its facts to the total, as the strategies' rows of
@@ -165,8 +156,3 @@ def summarize(rows: list[dict]) -> dict:
             'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
             'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
 
-
-if __name__ == '__main__':
-    cli.run(cli.module_main('The best possible selection of whole turns for each case '
-                            '(it reads the fact labels, so it is no strategy).',
-                            '.venv/bin/python evaluate.py --format table'))

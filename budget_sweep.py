@@ -9,9 +9,9 @@ max_new_tokens and margin are kept), and every rule runs on every case: the four
 strategies, the rules of each --rules file, and the best possible selection
 (best_possible.py; it reads the labels). Each (limit, rule) gives one point of
 the JSON: the figures evaluate.py reports for that rule on the same case set at
-that limit (with --group, per split or kind too), made by evaluate's own grade,
-summarize and by_group and best_possible.summarize, so there is one definition of
-each figure. --plot draws them: a line per rule, the input allowance on a
+that limit (with --group, per split or kind too), made by the same case_set.grade,
+common.summarize and by_group and best_possible.best_totals, so there is one
+definition of each figure. --plot draws them: a line per rule, the input allowance on a
 logarithmic x axis, the share of required facts found on the y axis, the best
 possible selection dashed; with --group a small panel per group beside the whole
 set. The same figures give the same file byte for byte (no dates, no random ids,
@@ -44,22 +44,13 @@ from pathlib import Path
 import sys
 import time
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
-from matplotlib.figure import Figure
-import matplotlib
-from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
-
 import best_possible
-from case_set import CaseError, load_cases
-import evaluate
-from lab_files import write_output
-from prepared_folder import sha256_file
-from rule_files import RuleError, load_rule_files
-from strategies import STRATEGIES, allowance, render
-from tokenizer import CounterError, count_request
+from case_set import grade_rules, load_cases
+from common import CASES, LabError, allowance, by_group, check_fits, code_hashes, counted, markdown_table, run, \
+    sha256_file, summarize, to_json, write_output
+from rule_files import load_rule_files
+from strategies import RULES, build_request
+from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
@@ -77,7 +68,7 @@ PANEL_COLUMNS = 3  # panels per row with --group
 NO_DATES = {'png': {'Software': None}, 'svg': {'Date': None, 'Creator': None}}  # savefig metadata to drop
 
 
-class SweepError(ValueError):
+class SweepError(LabError):
     """A limit or a case set the sweep cannot run on; the message is the one line the user sees."""
 
 
@@ -112,20 +103,16 @@ def reserved(path: Path, cases: list[dict]) -> int:
     return next(iter(kept))
 
 
-def smallest_limits(cases: list[dict], count=count_request) -> dict[str, int]:
-    """Per case id, the smallest context limit whose allowance holds its bare request (no history):
-    the bare request's count + max_new_tokens + margin (dev-spread: 42 + 96 + 32 -> 170)."""
-    return {case['id']: count(render(case, [])) + case['budget']['max_new_tokens'] + case['budget']['margin']
-            for case in cases}
+def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:
+    """Refuse a smallest limit some case cannot fit, naming the case that needs most and the limit that works.
 
-
-def check_limits(path: Path, limits: list[int], smallest: dict[str, int]) -> None:
-    """Refuse the first limit some case cannot fit, naming the case that needs most and the limit that works."""
-    case_id = max(smallest, key=smallest.get)  # the first of the most demanding, in case-set order
-    needed = smallest[case_id]
-    if limits[0] < needed:
-        raise SweepError(f'{path}: at context limit {limits[0]} the allowance cannot hold the instructions and '
-                         f'question of case {case_id}; the smallest limit every case fits is {needed}')
+    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170.
+    """
+    bare = {case['id']: count(build_request(case, [])) for case in cases}
+    needed = {case['id']: bare[case['id']] + case['budget']['context_limit'] - allowance(case) for case in cases}
+    case = next(case for case in cases if needed[case['id']] == max(needed.values()))  # the first most demanding
+    check_fits(path, at_limit([case], limits[0])[0], bare[case['id']],
+               f'; the smallest limit every case fits is {needed[case["id"]]}')
 
 
 def at_limit(cases: list[dict], limit: int) -> list[dict]:
@@ -134,7 +121,7 @@ def at_limit(cases: list[dict], limit: int) -> list[dict]:
 
 
 def figures(summary: dict) -> dict:
-    """The point's figures of one summary (evaluate.summarize's or best_possible.summarize's).
+    """The point's figures of one summary (common.summarize's or best_possible.best_totals').
 
     The best possible selection's summary has no over-budget count (its search never exceeds the
     allowance, and evaluate.py reports none), so it gets None there, and keeps its not_searched.
@@ -149,14 +136,14 @@ def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None,
     """One (limit, rule) point: totals() of its rows, and with a group the same per split or kind."""
     entry = {'context_limit': limit, 'allowance': room, 'rule': rule, **figures(totals(rows))}
     if group:
-        entry['groups'] = {value: figures(summary) for value, summary in evaluate.by_group(rows, group, totals).items()}
+        entry['groups'] = {value: figures(summary) for value, summary in by_group(rows, group, totals).items()}
     return entry
 
 
 def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None = None, progress=None) -> list[dict]:
     """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
     started, cpu = time.perf_counter(), time.process_time()
-    facts = {case['id']: best_possible.turn_facts(case, evaluate.grade) for case in cases}  # same at every limit
+    facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
     if progress:
         progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
     points = []
@@ -164,10 +151,10 @@ def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None =
         started, cpu = time.perf_counter(), time.process_time()
         limited = at_limit(cases, limit)
         room = allowance(limited[0])
-        rows = evaluate.evaluate_cases(limited, count_request, None, {**STRATEGIES, **rules})
-        best = [best_possible.best_row(case, evaluate.grade, count_request, facts[case['id']]) for case in limited]
-        points += [point(limit, room, name, rule_rows, group, evaluate.summarize) for name, rule_rows in rows.items()]
-        points.append(point(limit, room, BEST, best, group, best_possible.summarize))
+        rows = grade_rules(limited, {**RULES, **rules}, count_request)
+        best = [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]
+        points += [point(limit, room, name, rule_rows, group, summarize) for name, rule_rows in rows.items()]
+        points.append(point(limit, room, BEST, best, group, best_possible.best_totals))
         if progress:
             progress(f'context limit {limit} ({room} input tokens): {len(rows) + 1} rules on {len(cases)} cases',
                      started, cpu)
@@ -180,20 +167,20 @@ def report_progress(done: str, started: float, cpu: float) -> None:
           file=sys.stderr, flush=True)
 
 
-def run(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
-        progress=None) -> dict:
+def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
+                 progress=None) -> dict:
     """The sweep's report for a case set: where the figures come from, and the points."""
     path = Path(path)
     started, cpu = time.perf_counter(), time.process_time()
     cases = load_cases(path)
     reserved(path, cases)
-    check_limits(path, limits, smallest_limits(cases))
+    check_limits(path, cases, limits)
     if progress:
         progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
     return {
         'case_set': path.name,
         'case_set_sha256': sha256_file(path),
-        'code_sha256': {**evaluate.code_hashes(bool(files)), Path(__file__).name: sha256_file(Path(__file__))},
+        'code_sha256': code_hashes(bool(files), Path(__file__).name),
         'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
         'rule_files': files,
         'context_limits': limits,
@@ -202,7 +189,7 @@ def run(path: Path, limits: list[int], rules: dict, files: list[dict], group: st
     }
 
 
-def table(report: dict) -> str:
+def sweep_table(report: dict) -> str:
     """The required facts each rule found at each limit, as a Markdown table (--format table).
 
     Points of 'recent' at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give
@@ -212,14 +199,12 @@ def table(report: dict) -> str:
     found = {(entry['rule'], entry['context_limit']): entry['facts_found'] for entry in report['points']}
     rooms = {entry['context_limit']: entry['allowance'] for entry in report['points']}
     totals = {entry['facts_total'] for entry in report['points']}
-    lines = ['| Rule | ' + ' | '.join(f'{rooms[limit]:,}' for limit in limits) + ' |',
-             '|---' * (len(limits) + 1) + '|']
-    for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
-        lines.append(f'| {rule} | ' + ' | '.join(f'{found[rule, limit]:,}' for limit in limits) + ' |')
-    lines += ['', f"Required facts found of {', '.join(f'{total:,}' for total in sorted(totals))} in "
-                  f"{report['case_set']}, at each input allowance (context limits "
-                  f"{', '.join(f'{limit:,}' for limit in limits)})."]
-    return '\n'.join(lines) + '\n'
+    rows = [[rule, *(f'{found[rule, limit]:,}' for limit in limits)]
+            for rule in dict.fromkeys(entry['rule'] for entry in report['points'])]
+    return markdown_table(['Rule', *(f'{rooms[limit]:,}' for limit in limits)], rows) + (
+        f"\nRequired facts found of {', '.join(f'{total:,}' for total in sorted(totals))} in "
+        f"{report['case_set']}, at each input allowance (context limits "
+        f"{', '.join(f'{limit:,}' for limit in limits)}).\n")
 
 
 def percent_found(entry: dict) -> float:
@@ -229,6 +214,8 @@ def percent_found(entry: dict) -> float:
 
 def draw_panel(axes, report: dict, title: str, pick) -> None:
     """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures."""
+    from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
+
     allowances = sorted({entry['allowance'] for entry in report['points']})
     for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
         entries = [pick(entry) for entry in report['points'] if entry['rule'] == rule]
@@ -245,13 +232,10 @@ def draw_panel(axes, report: dict, title: str, pick) -> None:
     axes.set_title(title, fontsize=9)
 
 
-def counted(number: int, noun: str) -> str:
-    """counted(1, 'case') -> '1 case'; counted(1534, 'case') -> '1,534 cases'"""
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
-
-
-def draw(report: dict) -> Figure:
+def draw(report: dict):
     """The picture of a sweep report: the whole set, then with a group one panel per split or kind."""
+    from matplotlib.figure import Figure
+
     first = report['points'][0]
     panels = [('all cases', lambda entry: entry)]
     panels += [(value, lambda entry, value=value: entry['groups'][value]) for value in first.get('groups', {})]
@@ -278,6 +262,8 @@ def draw(report: dict) -> Figure:
 
 def picture(report: dict, kind: str) -> bytes:
     """The picture as PNG or SVG bytes, the same bytes for the same figures."""
+    import matplotlib
+
     with matplotlib.rc_context(STYLE):
         buffer = io.BytesIO()
         draw(report).savefig(buffer, format=kind, metadata=NO_DATES[kind])
@@ -297,7 +283,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description='Run every rule on a case set at several context limits and report, per limit and rule, '
                     'the figures evaluate.py reports; optionally draw them. With no options it re-records '
                     f'{RECORDING.name} and {PICTURE.name} (cases.json at {",".join(map(str, DEFAULT_LIMITS))}).')
-    parser.add_argument('--cases', type=Path, default=evaluate.CASES, help='case set to sweep (default: cases.json)')
+    parser.add_argument('--cases', type=Path, default=CASES, help='case set to sweep (default: cases.json)')
     parser.add_argument('--context-limits', metavar='L1,L2,...', default=','.join(map(str, DEFAULT_LIMITS)),
                         help='context limits to give every case, comma-separated (default: %(default)s)')
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
@@ -317,25 +303,21 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     record = not argv  # no options at all: the committed recording
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
-    try:
-        limits = parse_limits(args.context_limits)
-        kind = picture_kind(plot) if plot else None
-        rules, files = load_rule_files(args.rules)
-        report = run(args.cases, limits, rules, files, args.group, report_progress)
-        drawn = picture(report, kind) if plot else None  # drawn before anything is written
-        if output:
-            write_output(output, evaluate.to_json(report), 'sweep', SweepError)
-        if plot:
-            write_output(plot, drawn, 'picture', SweepError)
-    except (SweepError, CaseError, CounterError, RuleError) as error:
-        print(f'budget_sweep.py: {error}', file=sys.stderr)
-        return 2
+    limits = parse_limits(args.context_limits)
+    kind = picture_kind(plot) if plot else None
+    rules, files = load_rule_files(args.rules)
+    report = sweep_report(args.cases, limits, rules, files, args.group, report_progress)
+    drawn = picture(report, kind) if plot else None  # drawn before anything is written
+    if output:
+        write_output(output, to_json(report), 'sweep')
+    if plot:
+        write_output(plot, drawn, 'picture')
     if args.format == 'table':
-        print(table(report), end='')
+        print(sweep_table(report), end='')
     elif not output:
-        print(evaluate.to_json(report), end='')
+        print(to_json(report), end='')
     return 0
 
 
 if __name__ == '__main__':
-    cli.run(main, 'nothing was written')
+    run(main, 'nothing was written')

@@ -1,7 +1,8 @@
-"""What a case set is: read one, check every case, and share what the cases repeat.
+"""What a case set is: read one, check every case, share what the cases repeat, and grade a request.
 
-    from case_set import load_cases
+    from case_set import grade, load_cases
     cases = load_cases('cases.json')   # a list of checked cases, or one CaseError naming file, case and field
+    grade(cases[0], RULES['recent'](cases[0], count_request))   # one report row: which facts reached the request
 
 A case is one conversation (`history`, a list of {user, assistant} turns), the
 question asked after it (`current`), the system message (`instructions`), a token
@@ -12,30 +13,29 @@ or extra field, a wrong type, a budget with no input allowance, a duplicate id, 
 unknown split, a case without a required fact, a fact no single message states,
 text that is not Unicode, or assistant text the counter cannot cover.
 
+The grader is exact text: a row says which required facts and which stale facts
+appear, character for character, in the request's messages; a fact the notes
+block quoted escaped still counts. It reads the request, not a reply.
+
 This module uses the standard library only, so a step that counts nothing (the
 LoCoMo conversion) can check cases without loading the tokenizer. It reads and
 prints nothing on its own; evaluate.py and the other scripts call it.
 """
 from pathlib import Path
 
-from lab_files import read_json as read_any_json
+from common import SPLITS, LabError, allowance, progress, read_json
+from strategies import escape
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
 BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
-SPLITS = ('dev', 'held_out')  # reported separately, in this order
 # The official chat template rewrites assistant text that contains these (it strips thought channels), so the
 # counter refuses them (tokenizer.py) and a case may not hold them.
 THINKING_MARKERS = ('<|channel>', '<channel|>')
 
 
-class CaseError(ValueError):
+class CaseError(LabError):
     """The case set is malformed; the message names the file, the case and the field."""
-
-
-def read_json(path: Path, what: str):
-    """The JSON of an input file, or a CaseError naming the file (lab_files.read_json says how)."""
-    return read_any_json(path, what, CaseError)
 
 
 def check_budget(where: str, budget) -> None:
@@ -45,7 +45,7 @@ def check_budget(where: str, budget) -> None:
         value = budget[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise CaseError(f'{where}: field budget.{name} must be a non-negative integer, got {value!r}')
-    if budget['context_limit'] - budget['max_new_tokens'] - budget['margin'] <= 0:
+    if allowance(budget) <= 0:
         raise CaseError(f'{where}: field budget leaves no input allowance '
                         '(context_limit - max_new_tokens - margin must be positive)')
 
@@ -105,7 +105,7 @@ def check_case(where: str, case: dict) -> None:
 def load_cases(path: Path) -> list[dict]:
     """Read and validate a case set; raise CaseError naming file, case and field on the first problem."""
     path = Path(path)
-    cases = read_json(path, 'case set')
+    cases = read_json(path, 'case set')  # a LabError naming the file if it is not JSON
     if not isinstance(cases, list):
         raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
     if not cases:
@@ -156,8 +156,30 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     return shared
 
 
-if __name__ == '__main__':
-    import cli  # standard library only, like this module
 
-    cli.run(cli.module_main('What a case set is: reading one, checking every case, sharing what cases repeat.',
-                            '.venv/bin/python evaluate.py --cases my-cases.json --format table'))
+def grade(case: dict, chosen: dict) -> dict:
+    """One report row: which required and stale facts reached the chosen request."""
+    text = '\n'.join(message['content'] for message in chosen['messages'])
+
+    def present(fact: str) -> bool:
+        return fact in text or escape(fact) in text  # notes quote facts escaped
+
+    reached = [fact for fact in case['required'] if present(fact)]
+    row = {'case': case['id'], 'split': case['split'], 'kind': case['kind']}
+    row.update({key: chosen[key] for key in ('turns', 'notes', 'input_tokens')})
+    row['within_budget'] = chosen['input_tokens'] <= allowance(case)
+    row['required_found'], row['required_total'] = len(reached), len(case['required'])
+    row['missing'] = [fact for fact in case['required'] if fact not in reached]
+    row['stale_included'] = [fact for fact in case['stale'] if present(fact)]
+    return row
+
+
+def grade_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:
+    """Rows of every rule on every case, in case-set order; progress on stderr when `script` names the caller."""
+    rows = {name: [] for name in rules}
+    for done, case in enumerate(cases, 1):
+        for name, rule in rules.items():
+            rows[name].append(grade(case, rule(case, count)))
+        if script:
+            progress(script, done, len(cases))
+    return rows

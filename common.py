@@ -44,6 +44,11 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 SPLITS = ('dev', 'held_out')  # reported separately, in this order
+CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
+# Every module whose change can change a row: the shared figures, cases and grading, rules, counting, the best
+# possible, the report; and, in a report with --rules, how rules files' rules are run and counted.
+CODE_FILES = ('common.py', 'case_set.py', 'strategies.py', 'tokenizer.py', 'best_possible.py', 'evaluate.py')
+RULES_CODE_FILE = 'rule_files.py'
 
 
 class LabError(Exception):
@@ -171,6 +176,11 @@ def to_json(value, indent: int = 2) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False) + '\n'
 
 
+def code_hashes(with_rules: bool, *more: str) -> dict[str, str]:
+    """SHA-256 of each of CODE_FILES (and rule_files.py, and `more`), by name: what ties a record to its code."""
+    return {name: sha256_file(HERE / name) for name in (*CODE_FILES, *[RULES_CODE_FILE][:with_rules], *more)}
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, 'rb') as file:
@@ -236,11 +246,11 @@ def allowance(case: dict) -> int:
     return budget['context_limit'] - budget['max_new_tokens'] - budget['margin']
 
 
-def check_fits(path: Path, case: dict, bare_tokens: int, limit_name: str = 'budget') -> None:
+def check_fits(path: Path, case: dict, bare_tokens: int, hint: str = '') -> None:
     """Refuse a case whose instructions and question alone exceed its allowance: no rule could fit it."""
     if bare_tokens > allowance(case):
-        raise LabError(f'{path}: case {case["id"]}: field {limit_name} allows {allowance(case)} input tokens, '
-                       f'but the instructions and question alone need {bare_tokens}')
+        raise LabError(f'{path}: case {case["id"]}: field budget allows {allowance(case)} input tokens, '
+                       f'but the instructions and question alone need {bare_tokens}{hint}')
 
 
 def summarize(rows: list[dict]) -> dict:

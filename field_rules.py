@@ -5,7 +5,7 @@
 
 Each rule ranks the history's turns (a turn's text is its user message, a
 newline, its assistant message) against the question and offers them in that
-order to the lab's own request builder (strategies.Draft, on tokenizer.Tally),
+order to the lab's own request builder (strategies.costs and strategies.fit),
 keeping each turn that still fits the allowance and skipping one that does
 not, as `relevant` does. So every request is counted exactly, and a case costs
 time in proportion to the history read, whatever the budget.
@@ -37,18 +37,12 @@ import importlib
 import logging
 from pathlib import Path
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
 import bm25s
 import numpy
 import Stemmer
 
-from strategies import Draft, allowance, as_messages, greedy
-from tokenizer import piecewise
-
-
+from common import allowance
+from strategies import chosen, costs, fit
 
 def import_keeping_logging(name: str):
     """importlib.import_module(name), undoing what it does to the root logger's handlers and level.
@@ -183,39 +177,10 @@ def fused_ranking(case: dict) -> list[int]:
     return fuse([bm25_ranking(case), dense_ranking(case)])
 
 
-@lru_cache(maxsize=CONVERSATIONS_KEPT)
-def turn_costs(turns: Turns, count) -> tuple[int, ...] | None:
-    """What each turn adds to a request under an additive counter (tokenizer.Tally's first identity),
-    or None for a count that is not additive."""
-    counter = piecewise(count)
-    if counter is None:
-        return None
-    return tuple(count(as_messages({'user': user, 'assistant': assistant})) - counter.fixed
-                 for user, assistant in turns)
-
-
 def keep_in_order(case: dict, count, order: list[int]) -> dict:
-    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does).
-
-    A dense ranking holds every turn, and most are offered once the request is nearly full. Where the
-    count is additive, a turn costing more than the room left is passed over without being offered, and
-    the walk ends once no turn is small enough: exactly the turns offering them would keep, found sooner.
-    """
-    request = Draft(case, count)
-    limit = allowance(case)
-    take = request.turns_within(limit)
-    costs = turn_costs(conversation(case), count)
-    if costs is None:
-        greedy(order, take)
-        return request.selection()
-    smallest = min(costs, default=0)
-    for index in order:
-        room = limit - request.tally.size
-        if room < smallest:
-            break
-        if costs[index] <= room:
-            take(index)
-    return request.selection()
+    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
+    bare, cost = costs(case, count)
+    return chosen(case, count, fit(order, cost, allowance(case) - bare)[0])
 
 
 def bm25(case: dict, count) -> dict:
@@ -232,7 +197,3 @@ def fused(case: dict, count) -> dict:
 
 RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}
 
-
-if __name__ == '__main__':
-    cli.run(cli.module_main('BM25, dense and fused retrieval as rules for evaluate.py --rules.',
-                            '.venv/bin/python evaluate.py --rules field_rules.py --format table'))

@@ -46,9 +46,8 @@ from pathlib import Path
 import re
 import sys
 
-import cli  # standard library only, like every module this one imports: converting counts nothing
-from case_set import SPLITS, CaseError, check_budget, check_case, read_json
-from lab_files import write_output
+from case_set import CaseError, check_budget, check_case
+from common import SPLITS, read_json, run, write_output  # standard library only: converting counts nothing
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -262,13 +261,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     budget = {name: getattr(args, name) for name in BUDGET}
-    try:
-        check_budget('the budget options', budget)
-        cases, summary = convert(args.locomo, args.categories, budget, args.split)
-        write_cases(args.output, cases)
-    except CaseError as error:
-        print(f'locomo_cases.py: {error}', file=sys.stderr)
-        return 2
+    check_budget('the budget options', budget)
+    cases, summary = convert(args.locomo, args.categories, budget, args.split)
+    write_output(args.output, to_text(cases), 'case set')
     try:
         print(f'locomo_cases.py: {summary}', file=sys.stderr)
     except KeyboardInterrupt:
@@ -276,9 +271,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def write_cases(path: Path, cases: list[dict]) -> None:
-    write_output(path, to_text(cases), 'case set', CaseError)
-
-
 if __name__ == '__main__':
-    cli.run(main, 'nothing was written')
+    run(main, 'nothing was written')

@@ -7,7 +7,7 @@ A rules file is plain Python that defines RULES, a dict of name -> function(case
 The function returns the request it would send: a list of chat messages
 ({'role', 'content'}), or the dict the built-in strategies return (only its
 'messages' are read). `count` is the lab's exact counter, for the rule to use if
-it wants to fit a budget (strategies.Draft builds a request that way).
+it wants to fit a budget (strategies.costs and strategies.fit build a request that way).
 
 What the lab does with a rule, so that its row means what a built-in row means:
 - It hands the rule a copy of the case without `required` and `stale`: a rule
@@ -48,21 +48,18 @@ from pathlib import Path
 import sys
 import traceback
 
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
 from best_possible import LABEL
-from strategies import STRATEGIES
+from common import LabError
+from strategies import RULES as BUILT_IN
 from tokenizer import CounterError, plain
 
 LABELS = ('required', 'stale')  # what a rule never sees
-RESERVED = frozenset({*STRATEGIES, 'best possible', LABEL})  # names a rule may not take
+RESERVED = frozenset({*BUILT_IN, 'best possible', LABEL})  # names a rule may not take
 MODULE_PREFIX = 'context_lab_rules_'  # + a number: each file's own module name
 _module_numbers = numbers(1)  # one module name per import in this process, never reused
 
 
-class RuleError(ValueError):
+class RuleError(LabError):
     """A rules file or one of its rules cannot be run; the message names the file, rule and case."""
 
 
@@ -209,14 +206,10 @@ def load_rule_files(paths: list) -> tuple[dict[str, Callable], list[dict]]:
         for name, function in file_rules(path, module).items():
             if name in RESERVED:
                 raise RuleError(f'{path}: rule {name}: the name is taken by the lab (built-in rules: '
-                                f'{", ".join(STRATEGIES)}; and best possible)')
+                                f'{", ".join(BUILT_IN)}; and best possible)')
             if name in rules:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[name]}')
             rules[name], origin[name] = wrap(path, name, function), path
         files.append({'file': path.name, 'sha256': sha256_bytes(path.read_bytes())})
     return rules, files
 
-
-if __name__ == '__main__':
-    cli.run(cli.module_main('Load rules files for evaluate.py --rules: the plug-in contract.',
-                            '.venv/bin/python evaluate.py --rules my_rules.py --format table'))

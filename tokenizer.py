@@ -1,57 +1,46 @@
 """Count a chat request exactly as Gemma 4 E2B receives it.
 
+    .venv/bin/python tokenizer.py   # the counter's profile and the count of a small example: is prepared/ ready?
+
     from tokenizer import count_request
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-The count covers the whole prompt the model is given: the <bos> token, every
-turn with its delimiters, and the generation prompt that opens the model's
-turn, with thinking off. It is what every strategy in this lab must fit under
-its budget.
+The count covers the whole prompt the model is given: <bos>, every turn with its
+delimiters, and the generation prompt that opens the model's turn, thinking off.
+Requests are rendered with the text-only subset of the official template below;
+anything else (images, tool calls, thinking blocks) is refused, not guessed.
 
-Run `.venv/bin/python prepare.py` once first: it writes the pinned tokenizer into
-prepared/. This module only reads that folder; it writes nothing. It renders
-requests with its own small template for plain text chats (system, user and
-assistant messages) and refuses anything else (images, tool calls, thinking
-blocks) instead of guessing how the official template would lay it out.
+The counter interface every rule reads (strategies.costs):
+    count(messages) -> int         the tokens of a whole request
+    count.turn_costs(history)      the tokens each history turn adds to any request
+`count_request` is both. Special tokens are split out of the text before BPE
+runs, so a prompt's tokens are a sum of independent pieces: <bos>, each message's
+`role\\ncontent` between <|turn> and <turn|>, the newline after each turn, and the
+closing `model\\n`. So a message costs the same wherever it stands, each distinct
+message is encoded once per run, and the cases of one conversation share its turn
+costs. Where Gemma's vocabulary keeps newlines in tokens of their own, a message
+of several lines costs the sum of its lines, so a growing notes block is encoded a
+line at a time. Both facts are checked on the prepared tokenizer when it loads
+(`splits_cleanly`, `lines_split_cleanly`); where one fails, every count renders and
+encodes the whole prompt. The tests hold every count to the official template.
 
-Counting is exact and fast. Special tokens are split out of the text before
-BPE runs, so the prompt's count is a sum of independent pieces: <bos>, each
-turn's `role\ncontent` between <|turn> and <turn|>, the newline after each
-turn, and the closing `model\n`. `count_request` counts each distinct piece
-once and sums; `count_rendered` renders the whole prompt and encodes it, and is
-the reference the fast path is tested against. Where the prepared tokenizer
-could let a special token straddle a piece boundary (see `splits_cleanly`),
-every count falls back to the full render. `Tally` keeps the count of a request
-while it is built up, from the same sums, so a strategy pays only for what each
-candidate adds.
-
-`.venv/bin/python tokenizer.py` prints the counter's profile and the count of a small
-example request, which is a quick check that the preparation worked.
-
-The prepared folder is prepared/ beside this file, or the folder the
-environment variable CONTEXT_LAB_PREPARED names (for a checkout you cannot
-write to); prepared_folder.py says where it is and what makes it valid.
+It reads prepared/ (or $CONTEXT_LAB_PREPARED), which `.venv/bin/python prepare.py`
+writes, and writes nothing.
 """
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cached_property, lru_cache
 import json
 from operator import itemgetter
 from pathlib import Path
 import re
-import sys
-
-import cli
-
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-# Where the counter's files are and what makes them valid is defined once, in prepared_folder.py.
-# Assistant text holding these would be rewritten by the official template (case_set.py says so once).
 from case_set import THINKING_MARKERS
-from prepared_folder import (MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared,
-                             read_manifest)
+from common import LabError, python_command, run
+from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, \
+    read_manifest
 
 # The text-only subset of the official Gemma 4 E2B chat template, thinking off:
 #   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n ... <|turn>model\n
@@ -65,30 +54,22 @@ TEMPLATE = (
 )
 BOS = '<bos>'
 ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
-ROLE_AND_CONTENT = itemgetter('role', 'content')
-ROLE = itemgetter('role')
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
+ROLE_AND_CONTENT, ROLE = itemgetter('role', 'content'), itemgetter('role')
+HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
 
 
-class CounterError(RuntimeError):
+class CounterError(LabError):
     """The counter is not prepared, or a request is outside what it can count."""
 
 
 def plain(text: str) -> str:
-    """The characters of a str, as an exact str.
-
-    A str subclass renders differently: Jinja escapes plain text joined to a markupsafe.Markup, so
-    '<|turn>' + Markup('hi') would become '&lt;|turn&gt;hi'. str.__str__ ignores a subclass's overrides.
-    plain(Markup('hi')) -> 'hi' (type str)
-    """
+    """The characters of a str as an exact str: a subclass such as markupsafe.Markup would render escaped."""
     return str.__str__(text)
 
 
 def check_message(index: int, message, previous_role: str | None) -> str:
-    """Return the message's role, or raise CounterError if the E2B text format cannot hold it at `index`.
-
-    A message may be any mapping (a dict, or e.g. a MappingProxyType); turns() copies it into a plain dict.
-    """
+    """The message's role, or CounterError if the E2B text format cannot hold it at `index`."""
     if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
         keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
         raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
@@ -100,69 +81,59 @@ def check_message(index: int, message, previous_role: str | None) -> str:
         raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
     if role == 'system' and index != 0:
         raise CounterError(f'message {index}: a system message may only come first')
-    if role == 'assistant':
-        if previous_role == 'assistant':
-            # The official template merges consecutive assistant messages into one turn.
-            raise CounterError(f'message {index}: two assistant messages in a row are not counted')
-        if any(marker in content for marker in THINKING_MARKERS):
-            raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
+    if role == 'assistant' and previous_role == 'assistant':
+        # The official template merges consecutive assistant messages into one turn.
+        raise CounterError(f'message {index}: two assistant messages in a row are not counted')
+    if role == 'assistant' and any(marker in content for marker in THINKING_MARKERS):
+        raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
     return role
 
 
-def turns(messages: list[dict]) -> list[dict]:
-    """Check a request and map it to template turns.
-
-    [{'role': 'assistant', 'content': ' Hi '}] -> [{'role': 'model', 'content': ' Hi '}]
-    """
+def checked(messages) -> list[dict]:
+    """A request checked and mapped to the template's turns: [{'role': 'assistant', 'content': ' Hi '}]
+    -> [{'role': 'model', 'content': ' Hi '}]."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
-    out = []
-    for index, message in enumerate(messages):
-        role = check_message(index, message, messages[index - 1]['role'] if index else None)
-        out.append({'role': ROLES[role], 'content': plain(message['content'])})
-    return out
+    roles = [check_message(index, message, messages[index - 1]['role'] if index else None)
+             for index, message in enumerate(messages)]
+    return [{'role': ROLES[role], 'content': plain(message['content'])} for role, message in zip(roles, messages)]
 
 
 def piece(role: str, content: str) -> str:
-    """The text between <|turn> and <turn|> for one message.
-
-    piece('assistant', ' MySQL noted. ') -> 'model\\nMySQL noted.'
-    """
-    # The template trims with Jinja's `trim`, which is Python's str.strip.
-    return ROLES[role] + '\n' + content.strip()
+    """The text between <|turn> and <turn|> for one message: piece('assistant', ' OK. ') -> 'model\\nOK.'"""
+    return ROLES[role] + '\n' + content.strip()  # Jinja's `trim` is Python's str.strip
 
 
-class Counter:
-    """The pinned tokenizer and chat format, loaded once: the state every count shares."""
+class TokenCounter:
+    """The pinned tokenizer and chat format, loaded once, and the sizes of the messages it has seen."""
 
     def __init__(self, folder: Path = PREPARED, manifest_path: Path = MANIFEST):
-        from tokenizers import Tokenizer  # imported here so `--help` style uses need no tokenizer
+        from tokenizers import Tokenizer
 
-        manifest, manifest_sha256 = read_manifest(manifest_path, CounterError)
+        manifest, manifest_sha256 = read_manifest(manifest_path)
         if not (folder / PREPARED_JSON).exists():
             raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
-                               f'run `{cli.python_command()} prepare.py`')
+                               f'run `{python_command()} prepare.py`')
         source, why = check_prepared(folder, manifest, manifest_sha256)
         if source is None:
             raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: '
-                               f'run `{cli.python_command()} prepare.py`')
+                               f'run `{python_command()} prepare.py`')
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_JSON))
         self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
         self.manifest = manifest
-        self.pieces: dict[tuple, int] = {}  # (role, content) -> tokens; grows with the distinct messages seen
         self.fast = splits_cleanly(self.tokenizer)
-        # Tokens every request pays whatever its messages: <bos>, then per turn <|turn>, <turn|> and the
-        # newline; at the end <|turn> and 'model\n'.
-        self.per_turn = 2 + len(self.encode('\n'))
+        self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its piece; one-line messages only
+        self.lines: dict[str, int] = {}  # line -> tokens, for messages of several lines
+        self.turns: dict[int, tuple] = {}  # id(history) -> (history, its turn costs)
+        # Every message pays <|turn>, <turn|> and a newline; every request <bos>, <|turn> and 'model\n'.
+        self.per_message = 2 + len(self.encode('\n'))
         self.fixed = len(self.encode(BOS)) + 1 + len(self.encode('model\n'))
 
     @cached_property
     def lines_apart(self) -> bool:
-        """Can a piece be measured line by line (see Tally)? Checked on first use: it reads the whole vocabulary."""
-        return self.fast and lines_split_cleanly(self.tokenizer)
+        return self.fast and lines_split_cleanly(self.tokenizer)  # reads the whole vocabulary: only when needed
 
     def profile(self) -> dict:
-        # Nothing here depends on which source prepared the files: both give the same counts.
         return {
             'model': self.manifest['publisher_model'],
             'revision': self.manifest['revision'],
@@ -171,173 +142,81 @@ class Counter:
             'count_scope': self.manifest['chat_format']['count_scope'],
         }
 
-    def render(self, messages: list[dict]) -> str:
-        return self.template.render(bos=BOS, messages=turns(messages))
+    def prompt(self, messages: list[dict]) -> str:
+        """The exact text the model receives for a request."""
+        return self.template.render(bos=BOS, messages=checked(messages))
 
     def encode(self, text: str) -> list[int]:
         # Special-token strings in the text (<bos>, <|turn>, ...) become their single ids, as in the model's runtime.
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def count_rendered(self, messages: list[dict]) -> int:
-        """Render the whole prompt and encode it: the reference count."""
-        return len(self.encode(self.render(messages)))
-
-    def count(self, messages: list[dict]) -> int:
-        """The same number as count_rendered, from cached per-message pieces."""
+    def __call__(self, messages: list[dict]) -> int:
+        """Tokens the model receives for this request, generation prompt included."""
         if not self.fast:
-            return self.count_rendered(messages)
-        sizes = self.lookup(messages)
-        if sizes is None:
-            sizes = self.measure(messages)
-        elif None in sizes:
-            self.measure_new(messages, sizes)
-        return self.fixed + self.per_turn * len(sizes) + sum(sizes)
+            return len(self.encode(self.prompt(messages)))
+        sizes = self.known_sizes(messages)
+        if sizes is None:  # new messages, or a request that may be malformed: check it message by message
+            checked(messages)
+            sizes = [self.message_size(message['role'], message['content']) for message in messages]
+        return self.fixed + self.per_message * len(sizes) + sum(sizes)
 
-    def lookup(self, messages) -> list[int | None] | None:
-        """Cached piece sizes (None for a message not seen before), or None if the request is not well formed.
-
-        This is the hot path of every strategy, so it runs as C-level maps over the request. A message
-        found in the cache was checked when it was first measured; only its position is checked here.
-        """
+    def known_sizes(self, messages) -> list[int] | None:
+        """The cached sizes of a well-formed request's messages, or None. The hot path: C-level maps only."""
         if type(messages) is not list or not messages:
             return None
         try:
-            keys = list(map(ROLE_AND_CONTENT, messages))
-            sizes = list(map(self.pieces.get, keys))
+            sizes = list(map(self.sizes.__getitem__, map(ROLE_AND_CONTENT, messages)))
         except (KeyError, TypeError):
             return None
         roles = list(map(ROLE, messages))
-        if set(map(len, messages)) != {2} or 'system' in roles[1:] \
-                or ('assistant', 'assistant') in zip(roles, roles[1:]):
+        if set(map(len, messages)) != {2} or 'system' in roles[1:] or ('assistant', 'assistant') in zip(roles, roles[1:]):
             return None
         return sizes
 
-    def measure_new(self, messages: list[dict], sizes: list) -> None:
-        """Check and measure the messages `lookup` did not know, filling in their sizes."""
-        for index, size in enumerate(sizes):
-            if size is None:
-                role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
-                sizes[index] = self.piece_size(role, messages[index]['content'])
-
-    def measure(self, messages) -> list[int]:
-        """Check a request message by message, raising the precise error, and measure every message."""
-        turns(messages)
-        return [self.piece_size(message['role'], message['content']) for message in messages]
-
-    def piece_size(self, role: str, content: str) -> int:
-        """Tokens of one message's piece, encoded the first time it is asked for and cached after.
-
-        The cache holds exact strs only; a str subclass equal to a cached text finds that text's size.
-        """
-        size = self.pieces.get((role, content))
+    def message_size(self, role: str, content: str, keep: bool = False) -> int:
+        """Tokens of one checked message's piece, encoded once. A message of several lines is summed from its
+        lines' tokens and kept whole only if `keep` (a turn is; a notes block, which grows a line at a time, is not)."""
+        role, content = plain(role), plain(content)
+        size = self.sizes.get((role, content))
         if size is None:
-            role, content = plain(role), plain(content)
-            size = self.pieces[role, content] = len(self.encode(piece(role, content)))
+            text = piece(role, content)
+            several = '\n' in content.strip() and self.lines_apart
+            size = sum(map(self.line_size, LINE_START.split(text))) if several else len(self.encode(text))
+            if keep or not several:
+                self.sizes[role, content] = size
         return size
-
-    def count_once(self, messages: list[dict]) -> int:
-        """count(messages), leaving the cache as it was: for a request that is measured once and dropped."""
-        known = len(self.pieces)
-        try:
-            return self.count(messages)
-        finally:
-            while len(self.pieces) > known:
-                self.pieces.popitem()  # a dict pops its newest entries first: exactly the ones this count added
-
-
-class Tally:
-    """A request under construction and its exact count: fixed first messages (`head`), groups of messages
-    offered one at a time (kept in key order), and a last message (`tail`) that may be swapped.
-
-    On the fast path a count is additive: every message adds per_turn plus the tokens of its own piece,
-    whatever stands next to it (see Counter.count), so for any head, groups and tail
-
-        count(head + groups + tail) == count(head + tail) + sum(count(group) - fixed for group in groups)
-
-    and offering a group costs a look-up of its own two messages, however much the request already holds.
-    A piece is additive in its lines too, where the tokenizer allows it (see lines_split_cleanly): its
-    tokens are the sum of the tokens of the parts LINE_START cuts it into, so a tail that differs from the
-    last one by a line costs the encoding of that line. These two identities are the only incremental
-    arithmetic in the lab's selection. Two views outside it read the first identity back: best_possible.py
-    prices each turn as count(head + [turn] + tail) - count(head + tail) and checks the chosen request's real
-    count against the sum, and request_view.py shows each message's share. With any other count (the
-    fallback path, or a function that is not a Counter's count) every offer counts the whole candidate
-    request: exact, and slower the more it holds. Either way `size` is the count of `messages()`.
-    """
-
-    def __init__(self, count: Callable[[list[dict]], int], head: list[dict], tail: list[dict]):
-        self.count = count
-        self.counter = piecewise(count)  # None: count every candidate whole
-        self.head, self.tail = head, tail
-        self.groups: dict = {}  # key -> messages
-        self.lines: dict[str, int] = {}  # line -> tokens, for tails; kept only as long as this request
-        self.frame = count(head + tail)  # the part of `size` that head and tail make
-        self.size = self.frame
-
-    def messages(self, groups: dict | None = None, tail: list[dict] | None = None) -> list[dict]:
-        """The request: head, the groups in key order, then the tail (or the ones given instead)."""
-        groups = self.groups if groups is None else groups
-        return [*self.head, *(message for key in sorted(groups) for message in groups[key]),
-                *(self.tail if tail is None else tail)]
-
-    def offer(self, key, group: list[dict], limit: int) -> bool:
-        """Keep `group` under `key` if the request with it counts at most `limit`; say whether it was kept."""
-        if key in self.groups:
-            return False
-        if self.counter:
-            size = self.size + self.count(group) - self.counter.fixed
-        else:
-            size = self.count(self.messages({**self.groups, key: group}))
-        if size > limit:
-            return False
-        self.groups[key], self.size = group, size
-        return True
-
-    def offer_tail(self, tail: list[dict], limit: int) -> bool:
-        """Swap in `tail` if the request with it counts at most `limit`; say whether it was swapped in."""
-        if self.counter:
-            frame = self.tail_frame(tail)
-            size = self.size - self.frame + frame
-        else:
-            frame = size = self.count(self.messages(tail=tail))
-        if size > limit:
-            return False
-        self.tail, self.frame, self.size = tail, frame, size
-        return True
-
-    def tail_frame(self, tail: list[dict]) -> int:
-        """count(head + tail) on the fast path, leaving the counter's cache as it was: a tail is offered once."""
-        if not self.counter.lines_apart:
-            return self.counter.count_once(self.head + tail)
-        turns(self.head + tail)  # refuse what count would refuse
-        pieces = [piece(message['role'], message['content']) for message in tail]
-        return self.count(self.head) + sum(self.counter.per_turn + sum(map(self.line_size, LINE_START.split(text)))
-                                           for text in pieces)
 
     def line_size(self, line: str) -> int:
         size = self.lines.get(line)
         if size is None:
-            size = self.lines[line] = len(self.counter.encode(line))
+            size = self.lines[line] = len(self.encode(line))
         return size
 
+    def turn_costs(self, history: list[dict]) -> list[int]:
+        """Tokens each turn (its user and assistant message) adds to any request, once per conversation."""
+        entry = self.turns.get(id(history))
+        if entry is None or entry[0] is not history:  # the history is kept, so its id cannot be reused meanwhile
+            if not self.fast:
+                raise CounterError('this tokenizer cannot be counted turn by turn')
+            if len(self.turns) >= HISTORIES_KEPT:
+                del self.turns[next(iter(self.turns))]  # the oldest
+            costs = [2 * self.per_message + self.message_size('user', turn['user'], keep=True)
+                     + self.message_size('assistant', turn['assistant'], keep=True) for turn in history]
+            entry = self.turns[id(history)] = (history, costs)
+        return entry[1]
 
-def piecewise(count) -> Counter | None:
-    """The Counter whose cached pieces `count` adds up (count_request, or a fast Counter's own count), else None."""
-    owner = counter() if count is count_request else getattr(count, '__self__', None)
-    method = Counter.count if count is count_request else getattr(count, '__func__', None)
-    if isinstance(owner, Counter) and method is Counter.count and owner.fast:
-        return owner
-    return None
+    def forget(self) -> None:
+        """Empty every cache, as in a fresh process (benchmark.py times from here)."""
+        self.sizes.clear(), self.lines.clear(), self.turns.clear()
 
 
 def splits_cleanly(tokenizer) -> bool:
-    """True when counting piece by piece must give the full count for this tokenizer.
+    """True when counting message by message must give the full count for this tokenizer.
 
-    That holds when every added token is matched as-is (no stripping of
-    neighbouring spaces, no word-boundary rule, no normalisation), and when a
-    special token cannot straddle a boundary: each is `<...>` with no other
-    '<' or '>' inside, while the template puts `<turn|>` right after each piece
-    and `<|turn>` right before it. The template's own markers must be single tokens.
+    That holds when every added token is matched as-is (no stripping of neighbouring spaces, no word-boundary
+    rule, no normalisation), and when a special token cannot straddle a boundary: each is `<...>` with no
+    other '<' or '>' inside, while the template puts `<turn|>` right after each piece and `<|turn>` right
+    before it. The template's own markers must be single tokens.
     """
     added = tokenizer.get_added_tokens_decoder().values()
     for token in added:
@@ -346,19 +225,17 @@ def splits_cleanly(tokenizer) -> bool:
             return False
         if not (text.startswith('<') and text.endswith('>')) or '<' in text[1:-1] or '>' in text[1:-1]:
             return False
-    contents = {token.content for token in added}
-    return {BOS, '<|turn>', '<turn|>'} <= contents
+    return {BOS, '<|turn>', '<turn|>'} <= {token.content for token in added}
 
 
 def lines_split_cleanly(tokenizer) -> bool:
     """True when a text's tokens are the tokens of its parts cut at every newline followed by other text.
 
-    That holds for a BPE model when no token, learned or added, holds a newline next to any other
-    character (so no merge can join the two sides of a cut, and each side merges as it would alone), the
-    normalizer at most replaces a string without newlines by one without newlines, the pre-tokenizer at
-    most splits at such a string, and nothing marks where a word starts or ends or looks whole words up
-    before merging. Gemma 4's vocabulary keeps runs of newlines in tokens of their own, so this holds
-    for the pinned tokenizer.
+    That holds for a BPE model when no token, learned or added, holds a newline next to any other character
+    (so no merge can join the two sides of a cut), the normalizer at most replaces a string without newlines
+    by one without newlines, the pre-tokenizer at most splits at such a string, and nothing marks where a word
+    starts or ends or looks whole words up before merging. Gemma 4's vocabulary keeps runs of newlines in
+    tokens of their own, so this holds for the pinned tokenizer.
     """
     from tokenizers.models import BPE
 
@@ -383,19 +260,22 @@ def lines_split_cleanly(tokenizer) -> bool:
 
 
 @lru_cache(maxsize=1)
-def counter() -> Counter:
+def counter() -> TokenCounter:
     """The process-wide counter, loaded on first use."""
-    return Counter()
+    return TokenCounter()
 
 
-def count_request(messages: list[dict]) -> int:
-    """Tokens the model receives for this request, generation prompt included."""
-    return counter().count(messages)
+class LazyCount:
+    """count_request: the process-wide counter's interface, loading the counter on first use."""
+
+    def __call__(self, messages: list[dict]) -> int:
+        return counter()(messages)
+
+    def turn_costs(self, history: list[dict]) -> list[int]:
+        return counter().turn_costs(history)
 
 
-def count_rendered(messages: list[dict]) -> int:
-    """The same count, by rendering and encoding the whole prompt (slower; the reference)."""
-    return counter().count_rendered(messages)
+count_request = LazyCount()
 
 
 def main(argv: list[str]) -> int:
@@ -408,13 +288,9 @@ def main(argv: list[str]) -> int:
                     'prepared folder).').parse_args(argv)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
-    try:
-        print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
-    except CounterError as error:
-        print(f'tokenizer.py: {error}', file=sys.stderr)
-        return 2
+    print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
     return 0
 
 
 if __name__ == '__main__':
-    cli.run(main)
+    run(main)

@@ -1,0 +1,390 @@
+"""Views of a report for people: the table, the turn map, one request as sent, and what changed.
+
+    .venv/bin/python evaluate.py --format table                             # report_table
+    .venv/bin/python evaluate.py --format turns                             # turn_map
+    .venv/bin/python evaluate.py --show dev-correction --strategy notes     # show_case, folded
+    .venv/bin/python evaluate.py --compare evaluation-result.json           # compare: exit 0 no change, 1 changes
+
+evaluate.py runs the rules, counts and grades; this module only lays out what it
+is handed, so every figure shown is one the report holds. Turns are numbered
+from 1 here (`turn 3, user`, runs as `turns 3-15, 20`), as in the notes block;
+the report's `turns` stay 0-based. Output is plain text that also reads as
+Markdown; colour only when the caller asks. --compare's lines stay short on real
+case sets: a long list shows what fits and counts the rest, and no line passes
+MAX_LINE characters. It writes nothing.
+"""
+import json
+from pathlib import Path
+import textwrap
+
+import best_possible
+from case_set import grade
+from common import LabError, allowance, by_group, markdown_table, plain_number, summarize, turn_runs
+from strategies import as_messages, build_request
+
+# What the views look like.
+WRAP = 96  # display width of message content; the exact text is what --prompt prints
+FOLD_ABOVE = 8  # content of more display lines than this is folded ...
+FOLD_HEAD, FOLD_TAIL = 3, 2  # ... to its first and last lines
+INDENT = '    '  # message content
+MAP_FULL_UP_TO = 40  # a turn map of a longer history collapses runs of turns marked alike
+KEPT, LEFT_OUT, UNKNOWN = 'x', '.', '?'  # turn map cells
+REQUIRED_MARK, STALE_MARK = '+', '!'  # a message or turn holding a required / a stale fact
+STYLES = {'title': '1', 'required': '32', 'stale': '31', 'fold': '2'}  # ANSI: bold, green, red, dim
+MAP_LEGEND = (f'Turns are numbered from 1. `{KEPT}`: the turn is in the request; in the header, `{REQUIRED_MARK}`: '
+              f'the turn holds a required fact, `{STALE_MARK}`: it holds a stale fact.')
+TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases with stale facts', 'Mean input tokens']
+MAX_LINE = 300  # characters of a --compare line; a longer one is cut
+LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
+FACT_CHARS = 60  # a longer fact is cut to its start
+ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
+              'required_total', 'missing', 'stale_included')  # every rule's row has these
+BEST_ROW_FIELDS = ('case', 'split', 'kind', 'history_turns', 'fact_turns', 'stale_turns', 'turns', 'input_tokens',
+                   'required_found', 'required_total', 'missing', 'stale_included', 'not_searched')
+
+
+class ReportError(LabError):
+    """A file given to --compare is not an evaluate.py report; the message names the part that is off."""
+
+
+# --- the table ---------------------------------------------------------------------------------------------------
+
+def report_table(report: dict, group: str = 'split') -> str:
+    """The summary as the Markdown table the README shows, a row per rule and split (or kind)."""
+    if group == 'split':
+        rules, best = report['summary'], report['best_possible']['summary']
+    else:
+        rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
+        best = by_group(report['best_possible']['cases'], group, best_possible.best_totals)
+    rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
+             f"{s['complete_cases']} of {s['cases']}", str(s['cases_with_stale_facts']),
+             plain_number(s['mean_input_tokens'])] for name, groups in rules.items() for value, s in groups.items()]
+    for value, s in best.items():
+        searched = s['cases'] - s['not_searched']
+        complete = f"{s['complete_cases']} of {searched}" + (f" ({s['not_searched']} not searched)"
+                                                             if s['not_searched'] else '')
+        mean = '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])
+        rows.append([best_possible.LABEL, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
+                     complete, str(s['cases_with_stale_facts']), mean])
+    text = markdown_table([cell.format(group=group.capitalize()) for cell in TABLE_HEADER], rows)
+    # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
+    over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
+            for name, groups in rules.items() for value, s in groups.items() if s.get('over_budget')]
+    return text + (f"\nRequests over the input allowance (graded all the same): {'; '.join(over)}.\n" if over else '')
+
+
+# --- the turn map ------------------------------------------------------------------------------------------------
+
+def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
+    """(header, one cell per row) for each turn, or for each run of alike turns in a long history.
+
+    A turn's header is its number and its fact marks; a row's cell says whether that row kept it
+    (None as a kept set: the row was not worked out).
+    """
+    columns = []
+    for index in range(best['history_turns']):
+        marks = (REQUIRED_MARK if index in best['fact_turns'] else '') + \
+                (STALE_MARK if index in best['stale_turns'] else '')
+        cells = [UNKNOWN if kept is None else KEPT if index in kept else LEFT_OUT for kept in kept_sets]
+        columns.append((index, marks, cells))
+    if best['history_turns'] <= MAP_FULL_UP_TO:
+        return [(f'{index + 1}{marks}', cells) for index, marks, cells in columns]
+    merged = []  # runs of turns with no fact and the same cell in every row become one column
+    for index, marks, cells in columns:
+        if merged and not marks and not merged[-1][2] and merged[-1][3] == cells:
+            merged[-1][1] = index
+        else:
+            merged.append([index, index, marks, cells])
+    return [(turn_runs(range(first, last + 1))[0] + marks, cells) for first, last, marks, cells in merged]
+
+
+def case_map(best: dict, rule_rows: dict[str, dict], label: str) -> str:
+    """The turn map of one case: a row per rule and the best-possible row, a column per turn."""
+    named = [*rule_rows.items(), (label, best)]
+    columns = turn_columns(best, [None if row['turns'] is None else set(row['turns']) for _, row in named])
+    rows = []
+    for position, (name, row) in enumerate(named):
+        cells = [cells[position] for _, cells in columns]
+        if row['turns'] is None:
+            rows.append([name, *cells, '', f'not searched: {row["not_searched"]}', ''])
+        else:
+            rows.append([name, *cells, str(row.get('notes', 0)),
+                         f"{row['required_found']} of {row['required_total']}", str(len(row['stale_included']))])
+    title = f"{best['case']} ({best['split'].replace('_', '-')}, {best['kind']}), {best['history_turns']} turns"
+    header = ['rule', *(heading for heading, _ in columns), 'notes', 'facts found', 'stale facts sent']
+    return f'{title}\n\n' + markdown_table(header, rows, pad=True).rstrip('\n')
+
+
+def turn_map(report: dict) -> str:
+    """Every case's turn map, in report order, after one line of legend."""
+    by_case = {name: {row['case']: row for row in rows} for name, rows in report['cases'].items()}
+    maps = [case_map(best, {name: rows[best['case']] for name, rows in by_case.items()},
+                     report['best_possible']['label']) for best in report['best_possible']['cases']]
+    return '\n\n'.join([MAP_LEGEND, *maps]) + '\n'
+
+
+# --- one request, as sent ----------------------------------------------------------------------------------------
+
+def find_case(path: Path, cases: list[dict], case_id: str) -> dict:
+    by_id = {case['id']: case for case in cases}
+    if case_id not in by_id:
+        raise LabError(f'{path}: no case {case_id!r}; the case ids are: {", ".join(by_id)}')
+    return by_id[case_id]
+
+
+def shown_rules(name: str | None, rules: dict) -> dict:
+    """The rules --show shows: the one --strategy names, or all of them."""
+    if name is not None and name not in rules:
+        raise LabError(f'--strategy {name}: no such rule; the rules are: {", ".join(rules)}')
+    return rules if name is None else {name: rules[name]}
+
+
+def paint(text: str, style: str, colour: bool) -> str:
+    """ANSI-styled text when colour is on: paint('x', 'stale', True) -> '\\x1b[31mx\\x1b[0m'."""
+    return f'\x1b[{STYLES[style]}m{text}\x1b[0m' if colour else text
+
+
+def message_labels(case: dict, chosen: dict) -> list[str]:
+    """Where each message came from: ['system', 'turn 1, user', ..., 'question, user'] for a request laid out
+    as the four lay it out; else each message by position and role, since a rules file may send anything."""
+    messages, turns = chosen['messages'], sorted(chosen['turns'])
+    history = [message for index in turns for message in as_messages(case['history'][index])]
+    if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
+            and messages[1:-1] == history:
+        return ['system', *(f'turn {index + 1}, {role}' for index in turns for role in ('user', 'assistant')),
+                'notes and question, user' if chosen['notes'] else 'question, user']
+    return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
+
+
+def display_lines(content: str, full: bool) -> list[str]:
+    """Content wrapped for reading and, unless full, folded: first and last lines around '… N more lines …'."""
+    lines = [wrapped for line in content.strip().split('\n')
+             for wrapped in (textwrap.wrap(line, WRAP, break_on_hyphens=False) or [''])]
+    if full or len(lines) <= FOLD_ABOVE:
+        return lines
+    return [*lines[:FOLD_HEAD], f'… {len(lines) - FOLD_HEAD - FOLD_TAIL} more lines …', *lines[-FOLD_TAIL:]]
+
+
+def quoted(facts: list[str]) -> str:
+    """quoted(['a', 'b c']) -> '"a"; "b c"'; quoted([]) -> 'none'."""
+    return '; '.join(f'"{fact}"' for fact in facts) or 'none'
+
+
+def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
+    """One request, message by message with each one's share of the count and its facts, then the figures."""
+    from tokenizer import counter
+
+    count, out = counter(), [paint(title, 'title', colour)]
+    shares = count.fixed
+    for label, message in zip(message_labels(case, chosen), chosen['messages']):
+        alone = grade(case, {'messages': [message], 'turns': [], 'notes': 0, 'input_tokens': 0})
+        tokens = count.per_message + count.message_size(message['role'], message['content'])
+        shares += tokens
+        out += ['', f'[{label}] {tokens} tokens']
+        out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour)
+                for fact in case['required'] if fact not in alone['missing']]
+        out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in alone['stale_included']]
+        for line in display_lines(message['content'], full):
+            folded = line.startswith('… ') and line.endswith(' more lines …') and not full
+            out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
+    out += ['', f'[<bos> and the generation prompt] {count.fixed} tokens', '']
+    if shares != row['input_tokens']:  # only a counter that cannot count message by message gets here
+        out.append(f'(the message sizes add up to {shares}, not to the count: this counter is not additive)')
+    out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
+               f"stale sent: {quoted(row['stale_included'])} · {row['input_tokens']} of {allowance(case)} input tokens")
+    return '\n'.join(out) + '\n'
+
+
+def show_case(case: dict, rules: dict, with_best: bool, prompt: bool, full: bool, colour: bool) -> str:
+    """--show: the request each rule builds for one case, message by message or (prompt) as rendered.
+
+    With `with_best` (no --strategy) the best possible selection follows, so one command answers both
+    "what did the rule send?" and "could any selection do better?".
+    """
+    from tokenizer import count_request, counter
+
+    chosen = {name: rule(case, count_request) for name, rule in rules.items()}
+    rows = {name: grade(case, request) for name, request in chosen.items()}
+    if with_best:
+        best = rows[best_possible.LABEL] = best_possible.best_row(case)
+        chosen[best_possible.LABEL] = None if best['turns'] is None else \
+            {'messages': build_request(case, best['turns']), 'turns': best['turns'], 'notes': 0,
+             'input_tokens': best['input_tokens']}
+    if prompt and len(chosen) == 1:
+        return counter().prompt(next(iter(chosen.values()))['messages'])
+    where = f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})"
+    views = []
+    for name, request in chosen.items():
+        if request is None:
+            views.append(f"{name} on {where}: not searched ({rows[name]['not_searched']})\n")
+        elif prompt:
+            views.append(f"=== {name}: {request['input_tokens']} input tokens ===\n{counter().prompt(request['messages'])}")
+        else:
+            views.append(request_text(case, f'{name} on {where}', request, rows[name], full, colour))
+    return ('' if prompt else '\n').join(views)
+
+
+# --- what changed ------------------------------------------------------------------------------------------------
+
+def shortened(items: list[str], room: int = LIST_CHARS) -> tuple[list[str], int]:
+    """(the first items that fit in room characters joined by ', ', how many did not); at least one is shown.
+
+    shortened(['aaaa', 'bb', 'cc'], 8) -> (['aaaa', 'bb'], 1)
+    """
+    shown, length = [], 0
+    for item in items:
+        if shown and length + 2 + len(item) > room:
+            break
+        length += (2 if shown else 0) + len(item)
+        shown.append(item)
+    return shown, len(items) - len(shown)
+
+
+def fact_list(facts: list[str]) -> str:
+    """Facts for a line: ['a'] -> "['a']"; a long fact ends in '...' after FACT_CHARS characters, and facts
+    past LIST_CHARS are counted instead: ['x' * 100] * 3 -> "['xxx...xxx...'] and 2 more"."""
+    shown, rest = shortened([repr(fact if len(fact) <= FACT_CHARS else fact[:FACT_CHARS - 3] + '...')
+                             for fact in facts])
+    return f"[{', '.join(shown)}]" + (f' and {rest} more' if rest else '')
+
+
+def turn_numbers(indices: list[int] | None) -> str:
+    """Turn indices in a line for people: [0, 2] -> 'turns 1, 3'; [1] -> 'turn 2'; [] -> 'no turns';
+    None (not searched) -> 'no search'; past LIST_CHARS the runs are cut short: '..., (40 turns in all)'."""
+    if indices is None:
+        return 'no search'
+    if not indices:
+        return 'no turns'
+    shown, rest = shortened(turn_runs(indices))
+    return (('turn ' if len(indices) == 1 else 'turns ') + ', '.join(shown)
+            + (f', ... ({len(indices)} turns in all)' if rest else ''))
+
+
+def row_changes(old: dict, new: dict) -> list[str]:
+    """What changed in one (rule or best-possible, case) row, turns counted from 1.
+
+    Old missing ['x'] and new missing [] give ["facts gained: ['x']"]; old turns [2] and new turns [0, 2]
+    give ['kept turn 3 -> turns 1, 3'].
+    """
+    old_missing, new_missing = old['missing'] or [], new['missing'] or []  # None: the row was not searched
+    old_stale, new_stale = old['stale_included'] or [], new['stale_included'] or []
+    out = [f'{label}: {fact_list(facts)}' for label, facts in (
+        ('facts lost', [fact for fact in new_missing if fact not in old_missing]),
+        ('facts gained', [fact for fact in old_missing if fact not in new_missing]),
+        ('stale facts gone', [fact for fact in old_stale if fact not in new_stale]),
+        ('stale facts appeared', [fact for fact in new_stale if fact not in old_stale])) if facts]
+    for field, label in (('turns', 'kept'), ('fact_turns', 'required facts in'), ('stale_turns', 'stale facts in')):
+        if old.get(field) != new.get(field):
+            out.append(f'{label} {turn_numbers(old.get(field))} -> {turn_numbers(new.get(field))}')
+    for field in ('notes', 'input_tokens', 'within_budget', 'required_total', 'history_turns', 'not_searched',
+                  'split', 'kind'):
+        if old.get(field) != new.get(field):
+            out.append(f'{field} {old.get(field)} -> {new.get(field)}')
+    return out
+
+
+def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[str]:
+    """One line per change between two lists of rows of one rule (or of the best possible), by case."""
+    old_rows, new_rows = {row['case']: row for row in old_rows}, {row['case']: row for row in new_rows}
+    lines = []
+    for case_id in dict.fromkeys([*old_rows, *new_rows]):
+        if case_id not in new_rows:
+            lines.append(f'{name} {case_id}: case removed')
+        elif case_id not in old_rows:
+            lines.append(f'{name} {case_id}: case added')
+        else:
+            lines += [f'{name} {case_id}: {change}' for change in row_changes(old_rows[case_id], new_rows[case_id])]
+    return lines
+
+
+def dict_changes(prefix: str, before: dict, after: dict, between: str = ': ') -> list[str]:
+    """'{prefix}{key}{between}{old} -> {new}' for each key whose value differs."""
+    return [f'{prefix}{key}{between}{before.get(key)} -> {after.get(key)}' for key in dict.fromkeys([*before, *after])
+            if before.get(key) != after.get(key)]
+
+
+def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
+    """Every difference between two reports except the environment, one line each; [] when equal.
+
+    With rows=False (--summary-only) the changes case by case are counted in one last line instead.
+    """
+    lines, hidden = [], 0
+    for key in ('case_set', 'case_set_sha256', 'code_sha256', 'tokenizer_manifest_sha256', 'rule_files', 'counter',
+                'trials', 'grader'):
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):  # one line per key of an object
+            lines += dict_changes(f'{key} ', before, after)
+        elif before != after:
+            lines.append(f'{key}: {before} -> {after}')
+    parts = [(name, old['cases'].get(name), new['cases'].get(name), old['summary'].get(name, {}),
+              new['summary'].get(name, {})) for name in dict.fromkeys([*old['cases'], *new['cases']])]
+    parts.append(('best possible', old['best_possible']['cases'], new['best_possible']['cases'],
+                  old['best_possible']['summary'], new['best_possible']['summary']))
+    for name, old_rows, new_rows, old_summary, new_summary in parts:
+        if old_rows is None or new_rows is None:  # a rules file's rule run in one report only: one line
+            lines.append(f"{name}: rule {'added' if old_rows is None else 'removed'}")
+            continue
+        changed = rows_changes(name, old_rows, new_rows)
+        lines += changed if rows else []
+        hidden += 0 if rows else len(changed)
+        for split in dict.fromkeys([*old_summary, *new_summary]):
+            lines += dict_changes(f'{name} {split} summary: ', old_summary.get(split, {}), new_summary.get(split, {}),
+                                  ' ')
+    if hidden:
+        lines.append(f'and {hidden} changes case by case, not shown: run without --summary-only to see them')
+    return [line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + '...' for line in lines]
+
+
+def is_turn_list(value) -> bool:
+    """Is value a list of 0-based turn indices, as a report row holds them? [0, 2] -> True; ['x'] -> False"""
+    return isinstance(value, list) and all(type(index) is int and index >= 0 for index in value)
+
+
+def json_kind(value) -> str:
+    """What a parsed JSON value is, in JSON's words: None -> 'null', [] -> 'a list', 3.5 -> 'a number'."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return {dict: 'an object', list: 'a list', str: 'a string'}.get(type(value), 'a number')
+
+
+def check_report(path: Path, report) -> None:
+    """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
+    def wrong(what: str) -> ReportError:
+        return ReportError(f'{path}: not an evaluate.py report ({what})')
+
+    if not isinstance(report, dict):
+        raise wrong(f'expected an object with cases and summary, got {json_kind(report)}')
+    if not isinstance(report.get('cases'), dict) or not isinstance(report.get('summary'), dict):
+        raise wrong('expected an object with cases and summary')
+    for name, rows in report['cases'].items():
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise wrong(f'cases.{name} must be a list of rows')
+        for index, row in enumerate(rows):
+            absent = [field for field in ROW_FIELDS if field not in row]
+            if absent:
+                raise wrong(f'cases.{name}[{index}] lacks {absent}')
+            for field in ('case', 'split', 'kind'):
+                if not isinstance(row[field], str):
+                    raise wrong(f'cases.{name}[{index}].{field} must be a string')
+            for field in ('missing', 'stale_included'):
+                if not isinstance(row[field], list) or not all(isinstance(fact, str) for fact in row[field]):
+                    raise wrong(f'cases.{name}[{index}].{field} must be a list of facts')
+            if not is_turn_list(row['turns']):
+                raise wrong(f'cases.{name}[{index}].turns must be a list of turn indices')
+    for name, splits in report['summary'].items():
+        if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
+            raise wrong(f'summary.{name} must map each split to its figures')
+    best = report.get('best_possible')
+    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
+            or not isinstance(best.get('summary'), dict):
+        raise wrong('best_possible must be an object with cases and summary')
+    for index, row in enumerate(best['cases']):
+        absent = [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]
+        if absent:
+            raise wrong(f'best_possible.cases[{index}] lacks {absent}')
+        if not isinstance(row['case'], str) or not all(isinstance(row[field], (list, type(None)))
+                                                       for field in ('turns', 'missing', 'stale_included')):
+            raise wrong(f'best_possible.cases[{index}] must name its case and list its turns and facts')
+        for field in ('turns', 'fact_turns', 'stale_turns'):
+            if not (is_turn_list(row[field]) or (field == 'turns' and row[field] is None)):
+                raise wrong(f'best_possible.cases[{index}].{field} must be a list of turn indices')
