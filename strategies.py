@@ -39,10 +39,14 @@ CUES = re.compile(
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
 
 
-@lru_cache(maxsize=1 << 16)  # a message's words are read once per conversation, not once per question
 def words(text: str) -> frozenset[str]:
     """Content words of a text: words('Which database will we use?') -> frozenset({'database', 'use'})"""
     return frozenset(WORD.findall(text.lower())) - STOP_WORDS
+
+
+@lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
+def turn_words(user: str, assistant: str) -> frozenset[str]:
+    return words(user + ' ' + assistant)
 
 
 def escape(text: str) -> str:
@@ -92,7 +96,7 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
 def by_overlap(case: dict, indices: range) -> list[int]:
     """Turns sharing at least one word with the question: most shared first, newer first on ties."""
     asked = words(case['current'])
-    shared = {i: len(asked & (words(case['history'][i]['user']) | words(case['history'][i]['assistant'])))
+    shared = {i: len(asked & turn_words(case['history'][i]['user'], case['history'][i]['assistant']))
               for i in indices}
     return sorted((i for i in indices if shared[i]), key=lambda i: (-shared[i], -i))
 
@@ -115,8 +119,8 @@ def note_lines(case: dict, before: int):
 def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
     """What every rule returns: the request, its turns and notes, and its size counted whole, which must be
     the sum of the parts (`costs`) the rule decided by."""
-    request = build_request(case, kept, notes)
-    size, parts = count(request), count(build_request(case, [], notes)) + sum(costs(case, count)[1][i] for i in kept)
+    request, cost = build_request(case, kept, notes), costs(case, count)[1]
+    size, parts = count(request), count(build_request(case, [], notes)) + sum(cost[i] for i in kept)
     if size != parts:
         raise LabError(f'case {case["id"]}: the request was counted {parts} tokens as it was built and '
                        f'{size} whole; the counter cannot be summed turn by turn')

@@ -155,17 +155,22 @@ class TokenCounter:
         if not self.fast:
             return len(self.encode(self.prompt(messages)))
         sizes = self.known_sizes(messages)
-        if sizes is None:  # new messages, or a request that may be malformed: check it message by message
+        if sizes is None:  # a request that may be malformed: check it message by message
             checked(messages)
-            sizes = [self.message_size(message['role'], message['content']) for message in messages]
+            sizes = [None] * len(messages)
+        for index, size in enumerate(sizes):
+            if size is None:  # a message not seen before; its place in the request was checked already
+                role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
+                sizes[index] = self.message_size(role, messages[index]['content'])
         return self.fixed + self.per_message * len(sizes) + sum(sizes)
 
-    def known_sizes(self, messages) -> list[int] | None:
-        """The cached sizes of a well-formed request's messages, or None. The hot path: C-level maps only."""
+    def known_sizes(self, messages) -> list[int | None] | None:
+        """Cached sizes of a well-formed request's messages (None for one not seen), or None if the request
+        may be malformed. The hot path of every count: C-level maps over the request."""
         if type(messages) is not list or not messages:
             return None
         try:
-            sizes = list(map(self.sizes.__getitem__, map(ROLE_AND_CONTENT, messages)))
+            sizes = list(map(self.sizes.get, map(ROLE_AND_CONTENT, messages)))
         except (KeyError, TypeError):
             return None
         roles = list(map(ROLE, messages))
