@@ -7,37 +7,25 @@ each rule on a case set of yours.
     .venv/bin/python benchmark.py --no-sweep                               # only the first part
     .venv/bin/python benchmark.py --cases locomo-cases.json --rules field_rules.py   # each rule's CPU, twice
 
-First part: a case set from a fixed seed (about 150 tokens a turn, some long
-log turns, facts and replaced facts planted at varied depths, a budget of
-8192 - 512 - 64 tokens that binds partway through each history). All four
-rules run twice, with a plain count function that renders and encodes every
-request whole and with the lab's counter (cached messages, `turn_costs`); both
-must give identical selections and counts.
+First part: 100 cases from a fixed seed (about 150 tokens a turn, some long logs,
+facts and replaced facts planted at varied depths, a budget of 8192 - 512 - 64
+that binds partway through each history). The four rules run with a plain count
+function that renders and encodes every request whole, then with the lab's
+counter; both must select identically. Sweep: chat-shaped cases from their own
+seed (short turns, a few pasted logs of 1,000 to 2,000 tokens) through the whole
+evaluation at contexts of 4,096, 16,384 and 65,536 with 300 turns and 4,096 with
+1,200, each setting starting from empty caches. Both parts compare their CPU
+seconds with the encode-once bound: encoding once every distinct message (and
+notes line) the rules measured, the least any exact counter must do. It prints
+Markdown tables, then one JSON line with every figure; progress goes to stderr.
 
-Sweep: chat-shaped cases from their own seed, every case with its own history
-of short turns (20 to 80 tokens) and a few pasted logs (1,000 to 2,000
-tokens), run through the whole evaluation (four strategies and grading) at
-contexts of 4,096, 16,384 and 65,536 tokens with 300 turns, and 4,096 with
-1,200 turns. Each setting starts with an empty piece cache, so its time
-includes encoding what it needs, and the cache never holds more than one
-setting's pieces.
+--cases FILE times each rule instead (the four and any --rules file's), one rule
+at a time, twice: the first pass pays for what the rule builds on first use (a
+model, indexes, messages no rule before it measured), the second is what it costs
+at a further budget of a sweep. It grades nothing.
 
-Both parts compare their time with the lower bound for any exact counter:
-encoding once every distinct message the strategies measured (a candidate
-notes block that is measured once and dropped counts against the strategies,
-not the bound). Times are this process's CPU seconds. The output is Markdown
-tables (the figures of each part and the targets), then one JSON line with
-every figure; progress goes to stderr.
-
-With --cases FILE it times each rule instead (the four, and those of any --rules
-file) over that case set, one rule at a time, twice: the first pass pays for what
-the rule builds on first use (a model, indexes, the counts of messages no rule
-before it measured), the second is what it costs once that is built, as at a
-further budget of a sweep. It prints one Markdown table and grades nothing.
-
-It writes nothing to disk and needs the prepared counter (`.venv/bin/python
-prepare.py`). No test checks its timings, which depend on the machine;
-test_benchmark.py checks the workloads and the output.
+It writes nothing and needs the prepared counter. No test checks its timings,
+which depend on the machine; test_benchmark.py checks the workloads and the output.
 """
 import argparse
 import json

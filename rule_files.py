@@ -3,41 +3,18 @@
     .venv/bin/python evaluate.py --rules my_rules.py --format table
     .venv/bin/python evaluate.py --rules field_rules.py --rules my_rules.py --show dev-correction --strategy mine
 
-A rules file is plain Python that defines RULES, a dict of name -> function(case, count).
-The function returns the request it would send: a list of chat messages
-({'role', 'content'}), or the dict the built-in strategies return (only its
-'messages' are read). `count` is the lab's exact counter, for the rule to use if
-it wants to fit a budget (strategies.costs and strategies.fit build a request that way).
+A rules file is plain Python that defines RULES, a dict of name -> function(case, count)
+returning the request it would send (a list of chat messages, or a dict holding them
+under 'messages'). The lab hands each rule a copy of the case without `required` and
+`stale`, counts what comes back with its own counter, finds the history turns it
+carries (a user and an assistant message side by side, with the history's exact
+text), and grades it like the four; a request over the allowance is graded and
+counted as over budget, never refused. A file that cannot be imported, a bad RULES,
+a taken name, a return value the counter refuses or an exception in a rule is one
+RuleError naming file, rule and case. The contract in full: docs/rules.md.
 
-What the lab does with a rule, so that its row means what a built-in row means:
-- It hands the rule a copy of the case without `required` and `stale`: a rule
-  never sees the labels, and a rule that changes its copy cannot change the case
-  the lab grades. The copy is fresh containers around the same strings (strings
-  cannot be changed), made per call.
-- It counts the returned request itself with the lab's counter; a figure the
-  rule reports is ignored.
-- It works out which history turns the request carries: a turn counts when its
-  user message and its assistant message stand next to each other, in that
-  order, with exactly the history's text. A lone user or assistant message, or
-  a pair split or reworded, is not a turn (its text still reaches the grader,
-  which reads every message). A turn sent twice is one turn. When the history
-  holds the same turn more than once, each matching pair in the request takes
-  the earliest of those turns not yet taken.
-- Notes are 0: the lab cannot tell a rule's notes from its other text; the
-  grader reads the text either way.
-- A request over the allowance is graded and marked `within_budget: false`
-  (the summary counts `over_budget`), never refused: seeing a rule overflow is
-  the point.
-
-What it refuses, with RuleError (one line naming the file, and the rule and case
-where there is one; evaluate.py prints it and exits 2): a file that cannot be
-imported or has no RULES dict of named functions; a name that is a built-in
-strategy's, the best possible's or another file's rule's; a return value the
-counter does not accept; an exception inside a rule (with the line of the rules
-file where it was raised).
-
-Each file is imported under a name of its own (two files may share a basename),
-without writing __pycache__ next to it. This module writes nothing and prints nothing.
+Each file is imported under a name of its own, writing no __pycache__ beside it.
+This module writes nothing and prints nothing.
 """
 from collections.abc import Callable
 import hashlib
@@ -171,7 +148,7 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
 
 
 def wrap(path: Path, name: str, function: Callable) -> Callable[[dict, Callable], dict]:
-    """A user's rule as a strategy: (case, count) -> the selection a built-in strategy returns."""
+    """A user's rule as the lab runs it: (case, count) -> what a built-in rule returns."""
     # Cases of one conversation share its history list and come one after another: map its turns once.
     # The list is kept, so its id cannot be reused by another while it is remembered.
     latest: dict = {'history': None, 'where': {}}

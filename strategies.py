@@ -45,7 +45,7 @@ def words(text: str) -> frozenset[str]:
 
 
 @lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
-def turn_words(user: str, assistant: str) -> frozenset[str]:
+def turn_words(user: str, assistant: str) -> frozenset[str]:  # words of both messages, as one text
     return words(user + ' ' + assistant)
 
 
@@ -63,8 +63,7 @@ def build_request(case: dict, kept: list[int], notes: list[str] = ()) -> list[di
     return [{'role': 'system', 'content': case['instructions']}, *turns, {'role': 'user', 'content': question}]
 
 
-def as_messages(turn: dict) -> list[dict]:
-    """One history turn as the two chat messages it was."""
+def as_messages(turn: dict) -> list[dict]:  # one history turn as the two chat messages it was
     return [{'role': 'user', 'content': turn['user']}, {'role': 'assistant', 'content': turn['assistant']}]
 
 
@@ -95,18 +94,14 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
 
 def by_overlap(case: dict, indices: range) -> list[int]:
     """Turns sharing at least one word with the question: most shared first, newer first on ties."""
-    asked = words(case['current'])
-    shared = {i: len(asked & turn_words(case['history'][i]['user'], case['history'][i]['assistant']))
-              for i in indices}
+    asked, history = words(case['current']), case['history']
+    shared = {i: len(asked & turn_words(history[i]['user'], history[i]['assistant'])) for i in indices}
     return sorted((i for i in indices if shared[i]), key=lambda i: (-shared[i], -i))
 
 
 def note_lines(case: dict, before: int):
-    """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role.
-
-    A user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'
-    A sentence said twice in one message is one note, where it was first said.
-    """
+    """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role, once:
+    a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
     for index in reversed(range(before)):
         for role in ('assistant', 'user'):
             text = case['history'][index][role].strip()

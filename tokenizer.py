@@ -55,7 +55,7 @@ TEMPLATE = (
 BOS = '<bos>'
 ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
-ROLE_AND_CONTENT, ROLE = itemgetter('role', 'content'), itemgetter('role')
+ROLE_AND_CONTENT, ROLE, TURN_TEXTS = itemgetter('role', 'content'), itemgetter('role'), itemgetter('user', 'assistant')
 HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
 
 
@@ -124,7 +124,7 @@ class TokenCounter:
         self.fast = splits_cleanly(self.tokenizer)
         self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its piece; one-line messages only
         self.lines: dict[str, int] = {}  # line -> tokens, for messages of several lines
-        self.turns: dict[int, tuple] = {}  # id(history) -> (history, its turn costs)
+        self.turns: dict[tuple, list[int]] = {}  # a conversation's (user, assistant) texts -> its turn costs
         # Every message pays <|turn>, <turn|> and a newline; every request <bos>, <|turn> and 'model\n'.
         self.per_message = 2 + len(self.encode('\n'))
         self.fixed = len(self.encode(BOS)) + 1 + len(self.encode('model\n'))
@@ -198,17 +198,18 @@ class TokenCounter:
         return size
 
     def turn_costs(self, history: list[dict]) -> list[int]:
-        """Tokens each turn (its user and assistant message) adds to any request, once per conversation."""
-        entry = self.turns.get(id(history))
-        if entry is None or entry[0] is not history:  # the history is kept, so its id cannot be reused meanwhile
-            if not self.fast:
-                raise CounterError('this tokenizer cannot be counted turn by turn')
+        """Tokens each turn (its user and assistant message) adds to any request, worked out once per
+        conversation: cases of one conversation, and copies of it, share one entry."""
+        if not self.fast:
+            raise CounterError('this tokenizer cannot be counted turn by turn')
+        key = tuple(map(TURN_TEXTS, history))
+        costs = self.turns.get(key)
+        if costs is None:
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
-            costs = [2 * self.per_message + self.message_size('user', turn['user'], keep=True)
-                     + self.message_size('assistant', turn['assistant'], keep=True) for turn in history]
-            entry = self.turns[id(history)] = (history, costs)
-        return entry[1]
+            costs = self.turns[key] = [2 * self.per_message + self.message_size('user', user, keep=True)
+                                       + self.message_size('assistant', assistant, keep=True) for user, assistant in key]
+        return costs
 
     def forget(self) -> None:
         """Empty every cache, as in a fresh process (benchmark.py times from here)."""
