@@ -249,7 +249,7 @@ def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, mirror: 
     from tokenizers import Tokenizer
 
     strings = inp_path.read_text(encoding='utf-8').split(f"\n{mirror['vector_separator']}\n")
-    lines = out_path.read_text(encoding='utf-8').removesuffix('\n').split('\n')
+    lines = out_path.read_text(encoding='utf-8').splitlines()  # ids and spaces only, so no other line breaks
     if (len(strings), len(lines)) != (mirror['test_vectors'],) * 2:
         raise PrepareError(f'test vectors: {inp_path.name} has {len(strings)} strings and {out_path.name} has '
                            f"{len(lines)} id lines, expected {mirror['test_vectors']} of each "
