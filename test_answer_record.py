@@ -349,6 +349,18 @@ class RecordTest(AnswerFilesTest):
                                          f'value; discard it with `{PYTHON} answer_check.py record --fresh`\n'), err)
             self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
 
+    def test_answer_that_is_not_unicode_stops_the_recording_with_one_line(self):
+        def lone_surrogate(body, number):  # JSON may escape half of a UTF-16 pair, which UTF-8 cannot store
+            return (200, reply('Mateo \ud800')) if number == 3 else steady_reply(body, number)
+        with FakeOllama(chat=lone_surrogate) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        partial = self.folder / 'answer-result.partial.json'
+        self.assertEqual((code, out, len(fake.chats())), (2, '', 3))
+        self.assertNotIn('Traceback', err)
+        self.assertEqual(err.splitlines()[-1].split(' at ')[0], f'answer_check.py: {partial}: not written: the '
+                         'data holds text that is not valid Unicode (surrogates not allowed')
+        self.assertEqual(self.kept(), 2)  # the answers before it are kept, for the next run
+
     def test_non_pinned_digest_refuses_record_and_keeps_the_recording(self):
         self.result.write_text('kept\n')
         with FakeOllama(digest=OTHER) as fake:
