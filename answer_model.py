@@ -1,35 +1,19 @@
-"""Ask the pinned Gemma 4 E2B build for one answer through a local Ollama server.
+"""The pinned answer model: its pin, the shape of a recording of its answers, and the lab's Ollama client.
 
-    .venv/bin/python answer_model.py    # checks the server and the pinned build; sends no chat request
+    .venv/bin/python answer_model.py    # does the server hold the pinned build? sends no chat request
 
-answer-model.json pins the build: the Ollama tag gemma4:e2b, the sha256 digest
-of its manifest, and the sampling options. AnswerModel checks, before its first
-chat request, that the server answers /api/version and that /api/tags lists the
-tag with exactly the pinned digest. A server with another build is refused, so
-no answer can come from weights other than the pinned ones.
+answer-model.json pins the build (tag gemma4:e2b, the sha256 digest of its manifest), the sampling options
+and the seeds; a recording is that block with what the server reports, and the answers. Before its first
+chat request AnswerModel checks that the server answers /api/version with a version (else it is not
+Ollama) and that /api/tags lists the tag at exactly the pinned digest, so no answer comes from other
+weights. A reply is an answer only once the server says it is done. Each body is serialised once, and
+those bytes are sent and hashed. The server is OLLAMA_HOST, read as the official ollama Python client
+reads it, except that an unspecified bind address (0.0.0.0, ::) means this machine. Whatever a user can
+fix (no server or no Ollama, a server that is not Ollama, a tag not pulled or moved, a busy queue, a
+timeout, an unfinished reply) is one AnswerModelError line naming the host and what to do.
 
-The server address comes from OLLAMA_HOST, read as the official ollama Python
-client reads it (default http://127.0.0.1:11434), except that an unspecified
-bind address (0.0.0.0, ::), which the server's own FAQ suggests setting, means
-this machine. Every failure a user can cause or fix, such as a server that is
-down (or Ollama not installed), a server at that address that is not Ollama
-(it does not answer /api/version with a version), a model that is not pulled, a busy queue, a timeout or a reply the
-server did not finish, raises AnswerModelError with one line naming the host
-and what to do. A reply counts as an answer only when the server says it is
-done; its done_reason ("stop", or "length" when the answer hit num_predict) is
-kept. num_ctx only decides which old messages the server would drop to fit;
-the server loads the model with a context of its own choosing (at least 2048
-tokens for a vision-capable model such as gemma4:e2b), which
-loaded_context_length() reads back from /api/ps.
-
-It writes nothing. It does not pull or delete models, does not stream, does
-not retry, and does not use a proxy: the server is meant to be on this machine.
-Each request body is serialised once by encode(), and exactly those bytes are
-sent, so answer_check.py can record the sha256 of the request the model saw.
-
-Exit status: 0 when the server holds the pinned build; 2 with one line on
-stderr for anything the user can fix (a bad answer-model.json, no server, the
-wrong digest) or for a usage error; 130 on Ctrl-C.
+It writes nothing. It does not pull or delete models, stream, retry, or use a proxy: the server is meant
+to be on this machine.
 """
 import argparse
 import hashlib
@@ -39,81 +23,146 @@ import os
 from pathlib import Path
 import re
 import shutil
-import sys
 from urllib.parse import urlsplit
 
-import cli
+import common
+from common import LabError
 
-cli.require_packages(__name__)  # one clear line, not a traceback, if a locked package is missing
-
-import requests
-
-from lab_files import read_json
-
-HERE = Path(__file__).parent
-MODEL_PATH = HERE / 'answer-model.json'
+MODEL_PATH = Path(__file__).parent / 'answer-model.json'
+# The fields answer-model.json must have; a recording copies them into its model block.
+MODEL_FIELDS = ('checked_on', 'publisher_model', 'license', 'ollama_tag', 'ollama_digest', 'ollama_version',
+                'quantization', 'parameters', 'options', 'think', 'trials', 'seeds')
+SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
+HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
 
 DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on by default
 DEFAULT_PORT = 11434
 SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no port means the scheme's port
+VERSION_PATH = '/api/version'  # every Ollama server answers it with {"version": "..."}; others are not Ollama
+CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
+CHECK_TIMEOUT = 10.0  # seconds; /api/version, /api/tags and /api/ps answer at once on a live server
+CHAT_TIMEOUT = 600.0  # seconds; the first chat loads the weights, which can take minutes on a CPU
+BODY_QUOTED = 80  # characters of an unexpected reply body quoted in a message
 # Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so every repeated
 # request (the second and later seeds) reads as a shorter prompt than it was. From ollama/ollama's history:
 # up to 0.1.48 the runner subtracted the cached tokens (fixed by #5371, first released in 0.1.49), and 0.30.0,
 # with its release candidates, counted only the tokens llama-server newly processed (fixed by #16428 in 0.30.1).
 CACHE_UNCOUNTED_BEFORE = (0, 1, 49)
 CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
-VERSION_PATH = '/api/version'  # every Ollama server answers it with {"version": "..."}; others are not Ollama
-CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
-BODY_QUOTED = 80  # characters of an unexpected reply body quoted in a message
-CHECK_TIMEOUT = 10.0   # seconds; /api/version and /api/tags answer at once on a live server
-CHAT_TIMEOUT = 600.0   # seconds; the first chat loads the weights, which can take minutes on a CPU
-
-# The fields answer-model.json must have; a recording copies them into its model block.
-MODEL_FIELDS = ('checked_on', 'publisher_model', 'license', 'ollama_tag', 'ollama_digest', 'ollama_version',
-                'quantization', 'parameters', 'options', 'think', 'trials', 'seeds')
-SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
+# What a recording's model block adds to answer-model.json's from the server; no other field may differ.
+SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
 
 
-class AnswerModelError(Exception):
-    """A problem the user can fix: the message says where and what to do."""
+def is_count(value) -> bool:
+    return type(value) is int and value >= 0
 
 
-class PinError(AnswerModelError):
-    """The server does not hold the pinned build under the pinned tag."""
+# What each recorded answer holds, and what each field must be: answer()'s reply (tool_calls always a
+# list, empty when the model called no tool, so null is refused), then what the lab knew about the request.
+ANSWER_CHECKS = {
+    'seed': (lambda v: type(v) is int, 'an integer'),
+    'answer': (lambda v: isinstance(v, str), 'a string'),
+    'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
+    'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
+    'prompt_tokens': (is_count, 'a non-negative integer'),
+    'answer_tokens': (is_count, 'a non-negative integer'),
+    'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
+    'input_tokens': (is_count, 'a non-negative integer'),
+}
+ANSWER_FIELDS = list(ANSWER_CHECKS)
 
 
-HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
-
-
-def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+class AnswerModelError(LabError):
+    """The server, or what it holds or answered, is not what the pinned model needs; the message says what to do."""
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
-    """Read and check the pinned model block."""
-    model = read_json(path, 'answer model pin', AnswerModelError,
-                          'it pins the answer model and ships with the lab: restore it from version control')
+    """answer-model.json, checked field by field."""
+    model = common.read_json(path, 'answer model pin',
+                             'it pins the answer model and ships with the lab: restore it from version control')
     if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
-        raise AnswerModelError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
+        raise LabError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
     for field in ('ollama_tag', 'ollama_version'):
         if not isinstance(model[field], str) or not model[field]:
-            raise AnswerModelError(f'{path}: {field} must be a non-empty string')
+            raise LabError(f'{path}: {field} must be a non-empty string')
     if not isinstance(model['ollama_digest'], str) or not HEX64.fullmatch(model['ollama_digest']):
-        raise AnswerModelError(f'{path}: ollama_digest must be 64 lowercase hex digits, as /api/tags reports them')
+        raise LabError(f'{path}: ollama_digest must be 64 lowercase hex digits, as /api/tags reports them')
     if not isinstance(model['options'], dict) or set(model['options']) != set(SAMPLING_OPTIONS):
-        raise AnswerModelError(f'{path}: options must be exactly {sorted(SAMPLING_OPTIONS)}')
+        raise LabError(f'{path}: options must be exactly {sorted(SAMPLING_OPTIONS)}')
     for option, value in model['options'].items():
-        if not is_number(value):
-            raise AnswerModelError(f'{path}: options.{option} must be a number')
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise LabError(f'{path}: options.{option} must be a number')
     trials, seeds = model['trials'], model['seeds']
     if type(trials) is not int or trials < 1:
-        raise AnswerModelError(f'{path}: trials must be a positive integer')
+        raise LabError(f'{path}: trials must be a positive integer')
     if (not isinstance(seeds, list) or not all(type(s) is int for s in seeds)
             or len(set(seeds)) != len(seeds) or len(seeds) != trials):
-        raise AnswerModelError(f'{path}: seeds must be {trials} distinct integers, one per trial')
+        raise LabError(f'{path}: seeds must be {trials} distinct integers, one per trial')
     if model['think'] is not False:
-        raise AnswerModelError(f'{path}: think must be false; the recording asks for answers without thinking')
+        raise LabError(f'{path}: think must be false; the recording asks for answers without thinking')
     return model
+
+
+def shown(value) -> str:
+    """A value as JSON, cut short, for an error message."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + '...'
+
+
+def check_answer(where: str, answer, advice: str) -> None:
+    """Refuse a recorded answer that is not exactly ANSWER_CHECKS, naming where and the field."""
+    if not isinstance(answer, dict):
+        raise LabError(f'{where}: must be an object with fields {ANSWER_FIELDS}, got {shown(answer)}; {advice}')
+    missing = [field for field in ANSWER_FIELDS if field not in answer]
+    extra = sorted(set(answer) - set(ANSWER_FIELDS))
+    if missing or extra:
+        raise LabError(f'{where}: fields must be exactly {ANSWER_FIELDS}; missing {missing}, unexpected {extra}; '
+                       f'{advice}')
+    for field, (valid, wanted) in ANSWER_CHECKS.items():
+        if not valid(answer[field]):
+            raise LabError(f'{where}.{field}: must be {wanted}, got {shown(answer[field])}; {advice}')
+
+
+def load_recording(path: Path, strategies, case_ids: list[str], what: str, advice: str) -> dict:
+    """{"model": a model block, "answers": {strategy: {case_id: [answer, ...]}}}, checked field by field so
+    grading never meets a half-formed answer; strategies and case_ids are the names it may hold."""
+    recorded = common.read_json(path, what, advice)
+    if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
+        raise LabError(f'{path}: expected exactly "model" and "answers"; {advice}')
+    model, answers = recorded['model'], recorded['answers']
+    if not isinstance(model, dict) or not isinstance(answers, dict):
+        raise LabError(f'{path}: "model" and "answers" must be objects; {advice}')
+    if not isinstance(model.get('ollama_version'), str) or not model['ollama_version']:
+        raise LabError(f'{path}: model.ollama_version must name the server that answered; {advice}')
+    length = model.get('loaded_context_length')
+    if 'loaded_context_length' in model and not (is_count(length) and length > 0):
+        raise LabError(f'{path}: model.loaded_context_length must be a positive integer, got {shown(length)}; {advice}')
+    for strategy, by_case in answers.items():
+        if strategy not in strategies:
+            raise LabError(f'{path}: answers.{strategy}: not a strategy in strategies.py '
+                           f'({", ".join(strategies)}); {advice}')
+        if not isinstance(by_case, dict):
+            raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
+        for case_id, listed in by_case.items():
+            where = f'{path}: answers.{strategy}.{case_id}'
+            if case_id not in case_ids:
+                raise LabError(f'{where}: not a held-out case id ({", ".join(case_ids)}); {advice}')
+            if not isinstance(listed, list) or not listed:
+                raise LabError(f'{where} must be a non-empty list, got {shown(listed)}; {advice}')
+            for index, answer in enumerate(listed):
+                check_answer(f'{where}[{index}]', answer, advice)
+    return recorded
+
+
+def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Path, advice: str) -> None:
+    """Refuse a recording whose model block is not the pinned build; only what the server reports may differ."""
+    def as_json(model: dict, field: str) -> str | None:
+        return json.dumps(model[field], sort_keys=True) if field in model else None  # 1 != 1.0, false != 0
+    differ = [field for field in sorted(set(recorded['model']) | set(pinned))
+              if field not in SERVER_REPORTED and as_json(recorded['model'], field) != as_json(pinned, field)]
+    if differ:
+        raise LabError(f'{result_path}: recorded with a build other than the one {model_path} pins '
+                       f'({", ".join(differ)} differ), so its answers are not graded; {advice}')
 
 
 def ollama_host(value: str | None) -> str:
@@ -169,17 +218,10 @@ def undercounts_cached_prompt(version: str) -> bool:
 def chat_body(model: dict, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int,
               seed: int) -> dict:
     """The /api/chat body for one answer: pinned tag and sampling, one seed, the case's budget."""
-    body = {
-        'model': model['ollama_tag'],
-        'messages': messages,
-        # Ollama streams unless told not to, and turns thinking on for Gemma 4 by default.
-        'stream': False,
-        'think': model['think'],
-        'options': {**model['options'], 'seed': seed, 'num_ctx': num_ctx, 'num_predict': num_predict},
-    }
-    if tools:
-        body['tools'] = tools
-    return body
+    # Ollama streams unless told not to, and turns thinking on for Gemma 4 by default.
+    body = {'model': model['ollama_tag'], 'messages': messages, 'stream': False, 'think': model['think'],
+            'options': {**model['options'], 'seed': seed, 'num_ctx': num_ctx, 'num_predict': num_predict}}
+    return {**body, 'tools': tools} if tools else body
 
 
 def encode(body: dict) -> bytes:
@@ -191,26 +233,7 @@ def request_sha256(body: dict) -> str:
     return hashlib.sha256(encode(body)).hexdigest()
 
 
-def parse_answer(payload: dict, seed: int) -> dict:
-    """The parts of a finished /api/chat response that a recording keeps.
-
-    Only message.content is the answer; a thinking field, should the server send one, is not kept.
-    """
-    message = payload.get('message')
-    if not isinstance(message, dict) or not isinstance(message.get('content'), str):
-        raise ValueError('the response has no message.content')
-    return {
-        'seed': seed,
-        'answer': message['content'],
-        'tool_calls': message.get('tool_calls') or [],
-        'done_reason': payload.get('done_reason'),
-        # Ollama leaves both counts out when they are zero.
-        'prompt_tokens': payload.get('prompt_eval_count', 0),
-        'answer_tokens': payload.get('eval_count', 0),
-    }
-
-
-def json_object(response: requests.Response) -> dict | None:
+def json_object(response) -> dict | None:
     """The reply's body as a JSON object, or None when it is anything else."""
     try:
         payload = response.json()
@@ -219,12 +242,9 @@ def json_object(response: requests.Response) -> dict | None:
     return payload if isinstance(payload, dict) else None
 
 
-def reply_detail(response: requests.Response, payload: dict | None) -> str:
-    """What a reply said, for a message: its JSON error, else the start of its body.
-
-    {"error": "model not found"} -> 'model not found'; '404 page not found\\n' -> 'the body "404 page not found"';
-    '' -> 'an empty body'; {"version": "0.32.14"} -> 'the body "{"version": "0.32.14"}"'
-    """
+def reply_detail(response, payload: dict | None) -> str:
+    """What a reply said, for a message: {"error": "model not found"} -> 'model not found';
+    '404 page not found\\n' -> 'the body "404 page not found"'; '' -> 'an empty body'."""
     if payload is not None and isinstance(payload.get('error'), str):
         return payload['error']
     text = ' '.join(response.text.split())
@@ -233,45 +253,62 @@ def reply_detail(response: requests.Response, payload: dict | None) -> str:
     return f'the body "{text[:BODY_QUOTED]}' + ('..."' if len(text) > BODY_QUOTED else '"')
 
 
+def find_tag(listed, tag: str) -> dict | None:
+    """The entry for tag in a model list of /api/tags or /api/ps, which name it under name or model."""
+    entries = listed if isinstance(listed, list) else []
+    return next((m for m in entries if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))), None)
+
+
 class AnswerModel:
     """A client for one Ollama server that talks only to the pinned build."""
 
     def __init__(self, model: dict | None = None, host: str | None = None,
                  timeout: float = CHAT_TIMEOUT, check_timeout: float = CHECK_TIMEOUT):
+        import requests  # here, not at the top: a missing package is then common.run's one line
+
         self.model = model if model is not None else load_model()
         self.host = ollama_host(host if host is not None else os.environ.get('OLLAMA_HOST'))
         self.timeout = timeout
         self.check_timeout = check_timeout
         self.session = requests.Session()
-        # The server is local: a proxy from the environment must not carry requests elsewhere.
-        self.session.trust_env = False
+        self.session.trust_env = False  # the server is local: a proxy from the environment must not carry requests
         self.version: str | None = None  # set once verify() has passed
 
     def verify(self) -> str:
         """Check the server and the pinned digest once; return the server's version."""
         if self.version is not None:
             return self.version
-        version = self._server_version()
+        response = self._send('GET', VERSION_PATH, None, self.check_timeout)
+        payload = json_object(response)
+        version = payload.get('version') if payload is not None else None
+        if response.status_code != 200 or not isinstance(version, str) or not version:
+            raise AnswerModelError(  # whatever answers there, it is not Ollama
+                f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
+                f'{response.status_code} ({reply_detail(response, payload)}), where Ollama gives its version; '
+                f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
         listed = self._call('GET', '/api/tags', None, self.check_timeout).get('models')
         if not isinstance(listed, list):
             raise AnswerModelError(f'{self.host}/api/tags gave no model list: '
                                    'check that OLLAMA_HOST points at an Ollama server')
-        entry = next((m for m in listed if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))), None)
+        entry = find_tag(listed, tag)
         if entry is None:
-            raise PinError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`, then check that the ID '
-                           f'column of `ollama list` starts with {expected[:12]}, the pinned build')
+            raise AnswerModelError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`, then check that '
+                                   f'the ID column of `ollama list` starts with {expected[:12]}, the pinned build')
         if entry.get('digest') != expected:
-            raise PinError(f'Ollama at {self.host} has {tag} with digest {entry.get("digest")}, but the pinned build '
-                           f'is {expected}: the tag has moved (`ollama pull {tag}` fetches whatever it points to '
-                           'today), and answers from a new build need a deliberate change of answer-model.json and '
-                           'a new recording; no chat request was sent')
+            raise AnswerModelError(
+                f'Ollama at {self.host} has {tag} with digest {entry.get("digest")}, but the pinned build is '
+                f'{expected}: the tag has moved (`ollama pull {tag}` fetches whatever it points to today), and '
+                'answers from a new build need a deliberate change of answer-model.json and a new recording; '
+                'no chat request was sent')
         self.version = version
         return version
 
-    def answer(self, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int,
-               seed: int) -> dict:
-        """One answer from the pinned build: {seed, answer, tool_calls, done_reason, prompt_tokens, answer_tokens}."""
+    def answer(self, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
+        """One answer from the pinned build: {seed, answer, tool_calls, done_reason, prompt_tokens, answer_tokens}.
+
+        Only message.content is the answer; a thinking field, should the server send one, is not kept.
+        """
         self.verify()
         body = chat_body(self.model, messages, tools, num_ctx, num_predict, seed)
         payload = self._call('POST', CHAT_PATH, encode(body), self.timeout)
@@ -281,42 +318,31 @@ class AnswerModel:
             raise AnswerModelError(f'Ollama at {self.host} stopped before finishing the reply (done is '
                                    f'{json.dumps(payload.get("done"))}), so nothing from it is kept: run again, '
                                    'and read the server log if it happens again')
-        try:
-            return parse_answer(payload, seed)
-        except ValueError as error:
-            raise AnswerModelError(f'Ollama at {self.host} answered /api/chat oddly ({error}): '
-                                   'upgrade Ollama or check its log') from None
+        message = payload.get('message')
+        if not isinstance(message, dict) or not isinstance(message.get('content'), str):
+            raise AnswerModelError(f'Ollama at {self.host} answered /api/chat oddly (the response has no '
+                                   'message.content): upgrade Ollama or check its log')
+        return {'seed': seed, 'answer': message['content'], 'tool_calls': message.get('tool_calls') or [],
+                'done_reason': payload.get('done_reason'),
+                # Ollama leaves both counts out when they are zero.
+                'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
 
     def loaded_context_length(self) -> int | None:
-        """The context the server loaded the pinned tag with, from /api/ps; None where it reports none.
-
-        Servers before 0.9.7 have no context_length field, and one that reports 0 knows no value.
-        """
-        listed = self._call('GET', '/api/ps', None, self.check_timeout).get('models')
-        tag = self.model['ollama_tag']
-        entry = next((m for m in listed if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))),
-                     None) if isinstance(listed, list) else None
+        """The context the server loaded the pinned tag with, from /api/ps; None where it reports none (before
+        0.9.7 there is no context_length; 0 means no value). num_ctx only decides which old messages the server
+        would drop: it loads gemma4:e2b with a context of its own, at least 2048 tokens."""
+        entry = find_tag(self._call('GET', '/api/ps', None, self.check_timeout).get('models'),
+                         self.model['ollama_tag'])
         length = entry.get('context_length') if entry is not None else None
         return length if type(length) is int and length > 0 else None
 
-    def _server_version(self) -> str:
-        """The version from /api/version; any other answer means the server at the host is not Ollama."""
-        response = self._send('GET', VERSION_PATH, None, self.check_timeout)
-        payload = json_object(response)
-        version = payload.get('version') if payload is not None else None
-        if response.status_code != 200 or not isinstance(version, str) or not version:
-            raise AnswerModelError(
-                f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
-                f'{response.status_code} ({reply_detail(response, payload)}), where Ollama gives its version; '
-                f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
-        return version
-
-    def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> requests.Response:
+    def _send(self, method: str, path: str, data: bytes | None, timeout: float):
         """One request; a server that cannot be reached becomes one AnswerModelError naming the host."""
-        url = self.host + path
+        import requests
+
         headers = {'Content-Type': 'application/json'} if data is not None else {}
         try:
-            response = self.session.request(method, url, data=data, headers=headers, timeout=timeout)
+            return self.session.request(method, self.host + path, data=data, headers=headers, timeout=timeout)
         except requests.Timeout:
             raise AnswerModelError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
                                    'check that the server is not stuck or overloaded, then run again') from None
@@ -329,52 +355,42 @@ class AnswerModel:
         except requests.RequestException as error:
             raise AnswerModelError(f'cannot send a request to {self.host} ({error}): '
                                    f'set OLLAMA_HOST like {DEFAULT_HOST}') from None
-        return response
 
     def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
-        """One request; every way it can fail becomes one AnswerModelError naming the host."""
+        """One request whose answer must be a JSON object; every way it can fail is one AnswerModelError."""
         response = self._send(method, path, data, timeout)
         payload = json_object(response)
         error = payload.get('error') if payload is not None else None
-        detail = reply_detail(response, payload)
-        if response.status_code == 404 and path == CHAT_PATH and error is not None:
-            tag = self.model['ollama_tag']
-            raise AnswerModelError(f'Ollama at {self.host} answered 404 to {path} ({error}): '
-                                   f'run `ollama pull {tag}` and check that the ID column of `ollama list` starts with '
-                                   f'{self.model["ollama_digest"][:12]}')
-        if response.status_code == 503:
+        detail, status = reply_detail(response, payload), response.status_code
+        if status == 404 and path == CHAT_PATH and error is not None:
+            raise AnswerModelError(f'Ollama at {self.host} answered 404 to {path} ({error}): run `ollama pull '
+                                   f'{self.model["ollama_tag"]}` and check that the ID column of `ollama list` '
+                                   f'starts with {self.model["ollama_digest"][:12]}')
+        if status == 503:
             raise AnswerModelError(f'Ollama at {self.host} is busy (503: {detail}): '
                                    'wait for its other requests to finish, then run again')
-        if response.status_code == 400:
+        if status == 400:
             raise AnswerModelError(f'Ollama at {self.host} rejected {path} as a bad request ({detail}): '
                                    f'upgrade Ollama; the pinned recording used {self.model["ollama_version"]}')
-        if response.status_code != 200 or error is not None:
-            raise AnswerModelError(f'Ollama at {self.host} answered HTTP {response.status_code} to {path} '
+        if status != 200 or error is not None:
+            raise AnswerModelError(f'Ollama at {self.host} answered HTTP {status} to {path} '
                                    f'({detail}): read the server log, then run again')
-        if not isinstance(payload, dict):
+        if payload is None:
             raise AnswerModelError(f'{self.host}{path} did not answer with a JSON object: '
                                    'check that OLLAMA_HOST points at an Ollama server')
         return payload
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     argparse.ArgumentParser(
         prog='answer_model.py',
         description='Check that the Ollama server at OLLAMA_HOST (default 127.0.0.1:11434) holds the pinned '
                     'build of answer-model.json. Sends no chat request and writes nothing.').parse_args(argv)
-    try:
-        client = AnswerModel()
-        version = client.verify()
-    except AnswerModelError as error:
-        print(f'answer_model.py: {error}', file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print('answer_model.py: interrupted', file=sys.stderr)
-        return 130
-    print(f'Ollama {version} at {client.host} has {client.model["ollama_tag"]} '
+    client = AnswerModel()
+    print(f'Ollama {client.verify()} at {client.host} has {client.model["ollama_tag"]} '
           f'with the pinned digest {client.model["ollama_digest"]}')
     return 0
 
 
 if __name__ == '__main__':
-    cli.run(main)
+    common.run(main)

@@ -1,43 +1,51 @@
-"""Tests for the answer grader and the pinned Ollama client.
+"""Tests for the answer grader, the answer files and the pinned Ollama client.
 
     .venv/bin/python -m unittest -v test_answer_check.py
 
-Grading tests use the shipped answer-keys.json. Client tests run the real
-requests-based client against the fake Ollama server of test_support.py, which
-this file starts on 127.0.0.1; no model is called. The recording run
-(`answer_check.py record`, answer_record.py) is tested in test_answer_record.py.
-Every file a test writes goes to a temporary directory; the shipped files are
-only read. Every HTTP request the client makes in these tests is checked to go
-to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test can
-reach a real server.
+Grading tests hold the grader to hand-worked verdicts on the shipped answer-keys.json, one sentence for
+each word and phrase of its lists, and to the recorded answer-grades.json. Client tests run the real
+requests-based client against the fake Ollama server of test_support.py on 127.0.0.1; no model is
+called. Commands run through common.run, as a user's do. The recording run (`answer_check.py record`) is
+tested in test_answer_record.py. Every file a test writes goes to a temporary directory; the shipped files
+are only read. Every HTTP request in these tests is checked to go to 127.0.0.1, and OLLAMA_HOST points at a
+closed loopback port, so no test can reach a real server.
 """
-import contextlib
-import io
 import json
+import os
 from pathlib import Path
 import re
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 import requests
 
 import answer_check
+from answer_check import grade, load_keys
 import answer_model
-from answer_check import AnswerCheckError, grade, load_keys, load_recording, summarize
-from answer_model import AnswerModel, AnswerModelError, PinError, load_model, ollama_host
-from cli import python_command
+from answer_model import AnswerModel, AnswerModelError, load_model, load_recording, ollama_host
+from common import LabError, python_command
+from strategies import STRATEGIES
 from test_support import (LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, TIMEOUT, AnswerFilesTest, FakeOllama,
-                         NotOllama, client_for, closed_port, held_out_cases, ollama_command, only_loopback, reply,
-                         unfinished)
+                          NotOllama, client_for, closed_port, held_out_cases, ollama_command, only_loopback, reply,
+                          run_answer_check, run_command, unfinished)
 
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
+REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 
 
 def setUpModule():
     only_loopback()
+
+
+def shipped_keys() -> dict:
+    return json.loads((HERE / 'answer-keys.json').read_text())
+
+
+KEYS = shipped_keys()['keys']
 
 
 def answer(text: str, seed: int = 1) -> dict:
@@ -45,27 +53,41 @@ def answer(text: str, seed: int = 1) -> dict:
             'answer_tokens': 9, 'request_sha256': '0' * 64, 'input_tokens': 50}
 
 
+def graded(case_id: str, text: str) -> tuple[str, str]:
+    return grade(text, KEYS[case_id])
+
+
 class KeysTest(unittest.TestCase):
     def test_keys_cover_exactly_the_held_out_cases(self):
-        keys = load_keys()
-        self.assertEqual(sorted(keys), sorted(HELD_OUT))
+        self.assertEqual(sorted(load_keys(HERE / 'answer-keys.json', HELD_OUT)), sorted(HELD_OUT))
         self.assertEqual(sorted(case['id'] for case in held_out_cases()), sorted(HELD_OUT))
 
+    def test_keys_are_the_ones_fixed_before_the_first_answer(self):
+        # Any change to a pattern regrades every recording: it has to be deliberate, here as in the file.
+        self.assertEqual(load_keys(HERE / 'answer-keys.json', HELD_OUT), {
+            'held-latest': {'must': ['mateo'], 'stale': []},
+            'held-old-decision': {'must': ['object storage'], 'stale': []},
+            'held-correction': {'must': ['redis'], 'stale': ['rabbitmq']},
+            'held-pronoun': {'must': [r'\bthree\b|\b3\b'], 'stale': []},
+            'held-spread': {'must': [r'\b14\b', r'\b30\b'], 'stale': []},
+            'held-buried': {'must': [r'\b200\b'], 'stale': []}})
+
     def test_every_key_matches_the_case_facts_it_was_written_from(self):
-        keys = load_keys()
         for case in held_out_cases():
             for kind, facts in (('must', case['required']), ('stale', case['stale'])):
-                for pattern in keys[case['id']][kind]:
+                for pattern in KEYS[case['id']][kind]:
                     with self.subTest(case=case['id'], kind=kind, pattern=pattern):
                         self.assertTrue(any(re.search(pattern, fact, re.I) for fact in facts))
 
 
 class GradeTest(unittest.TestCase):
     def test_replaced_decision_presented_as_current_fails(self):
-        for text in ('We use RabbitMQ for the job queue.', 'The job queue is RabbitMQ.\nIt was decided early.'):
+        # Each answer also names Redis, in another sentence: only splitting at . ! ? or a newline finds it.
+        for text in ('We use RabbitMQ for the job queue.', 'The job queue is RabbitMQ.\nIt was decided early.',
+                     'Redis streams now. We use RabbitMQ.', 'Redis? We use RabbitMQ.', 'Redis! We use RabbitMQ.',
+                     'Redis streams now\nWe use RabbitMQ'):
             with self.subTest(text=text):
-                self.assertEqual(grade('held-correction', answer(text)),
-                                 ('fail', 'presents a replaced decision as current'))
+                self.assertEqual(graded('held-correction', text), ('fail', 'presents a replaced decision as current'))
 
     def test_correction_named_together_with_the_replaced_decision_passes(self):
         for text in ('Redis streams replaced RabbitMQ for the job queue.',
@@ -73,18 +95,33 @@ class GradeTest(unittest.TestCase):
                      'Actually, the team switched from RabbitMQ to Redis streams.',
                      'The job queue uses Redis streams, not RabbitMQ.'):
             with self.subTest(text=text):
-                self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
+                self.assertEqual(graded('held-correction', text), ('pass', 'every required fact'))
 
-    def test_sentence_offering_the_replaced_decision_as_current_passes_but_is_listed_to_read(self):
-        # The original rule reads 'not ' as a correction; the verdict must stay as it gives it.
-        text = 'The job queue uses RabbitMQ, not Redis streams. It was set up last year.'
-        self.assertEqual(grade('held-correction', answer(text)), ('pass', 'every required fact'))
-        keys = shipped_keys()['keys']
-        self.assertEqual(answer_check.sentences_naming_both(text, keys['held-correction']),
-                         ['The job queue uses RabbitMQ, not Redis streams.'])
+    def test_each_word_that_marks_a_correction_keeps_the_replaced_decision_from_failing(self):
+        # One sentence per word of the grader's list, naming RabbitMQ and no other word of the list.
+        for sentence in ('RabbitMQ was replaced.', 'Instead of RabbitMQ, the queue moved.', 'It is not RabbitMQ.',
+                         'RabbitMQ is no longer used.', 'We switched away from RabbitMQ.', 'The RabbitMQ plan changed.',
+                         'Actually, RabbitMQ is gone.', 'RabbitMQ was the previous queue.',
+                         'RabbitMQ was used originally.', 'RabbitMQ was the earlier queue.'):
+            with self.subTest(sentence=sentence):
+                self.assertEqual(graded('held-correction', f'{sentence} The job queue uses Redis streams.'),
+                                 ('pass', 'every required fact'))
+        self.assertEqual(graded('held-correction', 'RabbitMQ was the queue. The job queue uses Redis streams.'),
+                         ('fail', 'presents a replaced decision as current'))
+
+    def test_each_way_of_saying_the_fact_is_missing_counts_as_said_missing(self):
+        # One answer per phrase of the grader's list, matching no other phrase of it.
+        for text in ('I do not have that figure.', "The notes don't say.", "The conversation doesn't mention it.",
+                     'It does not have a limit.', "They don't state the limit.", "It doesn't specify the limit.",
+                     "The thread doesn't contain it.", 'The limit is not mentioned.', 'It is not stated.',
+                     'It is not specified.', 'It is not provided.', 'It is not included.', 'It is not contained here.',
+                     'No information on that.', 'There is not enough information.', 'Missing: the limit.',
+                     'That is not in the conversation.', 'I cannot find it.', 'I cannot determine it.',
+                     'Please provide context.', 'Please provide more context.', 'Please provide the conversation.'):
+            with self.subTest(text=text):
+                self.assertEqual(graded('held-buried', text), ('fail', 'says the fact is missing'))
 
     def test_sentences_that_do_not_name_both_facts_are_not_listed(self):
-        keys = shipped_keys()['keys']
         for case_id, text in (('held-correction', 'We use RabbitMQ for the job queue.'),  # stale only: graded fail
                               ('held-correction', 'The job queue uses Redis streams.'),  # must only
                               ('held-correction', 'Use Redis streams. RabbitMQ was the earlier choice.'),
@@ -92,15 +129,16 @@ class GradeTest(unittest.TestCase):
                               ('held-correction', ''),
                               ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
             with self.subTest(case=case_id, text=text):
-                self.assertEqual(answer_check.sentences_naming_both(text, keys[case_id]), [])
+                self.assertEqual(answer_check.sentences_naming_both(text, KEYS[case_id]), [])
 
     def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
+        # The original rule reads 'not ' as a correction: seed 1 passes although it keeps the replaced decision.
         recorded = {'model': load_model(), 'answers': {
             'recent': {'held-correction': [answer('The job queue uses RabbitMQ, not Redis streams.', 1),
                                            answer('We use RabbitMQ.', 2),
                                            answer('Redis replaced RabbitMQ. So: Redis, not RabbitMQ.', 3)],
                        'held-latest': [answer('Mateo.', 1)]}}}
-        grades = answer_check.grade_recording(recorded, shipped_keys()['keys'], current={})
+        grades = answer_check.grade_recording(recorded, KEYS, current={})
         self.assertEqual(grades['answers_to_read'], [
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 1,
              'sentence': 'The job queue uses RabbitMQ, not Redis streams.'},
@@ -108,7 +146,7 @@ class GradeTest(unittest.TestCase):
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'So: Redis, not RabbitMQ.'}])
         self.assertEqual([entry['verdict'] for entry in grades['graded']['recent']['held-correction']],
                          ['pass', 'fail', 'pass'])
-        lines = answer_check.table(grades).splitlines()
+        lines = answer_check.report(grades).split('\n\n')[0].splitlines()
         self.assertEqual(lines[-4], 'To read (a sentence names both the replaced and the current decision, so the '
                                     'grader cannot tell which it offers as current; verdicts stand as graded): '
                                     '2 answers')
@@ -121,10 +159,11 @@ class GradeTest(unittest.TestCase):
         for case_id, text in (('held-latest', 'Mateo reviews the pricing page.'),
                               ('held-old-decision', 'Uploads go to object storage.'),
                               ('held-pronoun', 'The limit is 3 attempts.'),
+                              ('held-pronoun', 'Three attempts.'),
                               ('held-spread', 'At least 14 characters; sessions expire after 30 minutes.'),
                               ('held-buried', 'The gateway must allow 200 connections.')):
-            with self.subTest(case=case_id):
-                self.assertEqual(grade(case_id, answer(text)), ('pass', 'every required fact'))
+            with self.subTest(case=case_id, text=text):
+                self.assertEqual(graded(case_id, text), ('pass', 'every required fact'))
 
     def test_partial_facts_fail(self):
         for case_id, text in (('held-spread', 'Passwords need at least 14 characters.'),
@@ -132,40 +171,45 @@ class GradeTest(unittest.TestCase):
                               ('held-buried', 'The gateway must allow 2000 connections.'),
                               ('held-pronoun', 'The limit is thirty attempts.')):
             with self.subTest(case=case_id, text=text):
-                self.assertEqual(grade(case_id, answer(text)), ('fail', 'required fact absent'))
-
-    def test_saying_the_fact_is_not_in_the_conversation_fails_and_counts_as_said_missing(self):
-        text = 'That is not in the conversation.'
-        self.assertEqual(grade('held-buried', answer(text)), ('fail', 'says the fact is missing'))
-        recorded = {'answers': {'recent': {'held-buried': [answer(text)]}}}
-        self.assertEqual(summarize(recorded)['recent'],
-                         {'pass': 0, 'fail': 1, 'incomplete': 0, 'said_missing': 1, 'stale_as_current': 0,
-                          'cases_passed_every_trial': 0})
+                self.assertEqual(graded(case_id, text), ('fail', 'required fact absent'))
 
     def test_empty_answer_is_incomplete(self):
-        for text in ('', '  \n'):
+        for text in ('', '  \n', '\u2003'):
             with self.subTest(text=text):
-                self.assertEqual(grade('held-latest', answer(text)), ('incomplete', 'no answer'))
+                self.assertEqual(graded('held-latest', text), ('incomplete', 'no answer'))
 
-    def test_summary_counts_each_outcome_per_strategy(self):
-        recorded = {'answers': {
+    def test_summary_counts_each_outcome_per_strategy_and_the_table_shows_them(self):
+        recorded = {'model': load_model(), 'answers': {
             'notes': {'held-correction': [answer('We use RabbitMQ.', seed) for seed in (1, 2)],
                       'held-latest': [answer('Mateo.', 1), answer('Mateo reviews it.', 2)]},
             'recent': {'held-latest': [answer('Mateo.', 1), answer('', 2)],
                        'held-buried': [answer("The conversation doesn't mention it.", 1),
                                        answer('The gateway allows 200.', 2)]}}}
-        self.assertEqual(summarize(recorded), {
+        grades = answer_check.grade_recording(recorded, KEYS, current={})
+        self.assertEqual(grades['summary'], {
             'notes': {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 0, 'stale_as_current': 2,
                       'cases_passed_every_trial': 1},
             'recent': {'pass': 2, 'fail': 1, 'incomplete': 1, 'said_missing': 1, 'stale_as_current': 0,
                        'cases_passed_every_trial': 0}})
+        self.assertEqual(answer_check.report(grades).splitlines()[:9], [
+            '| Strategy | Pass | Fail | Of which said missing | Replaced decision as current '
+            '| Cases passed in every trial |',
+            '|---|---|---|---|---|---|',
+            '| notes | 2 of 4 | 2 | 0 | 2 | 1 of 2 |',
+            '| recent | 2 of 4 | 1 | 1 | 0 | 0 of 2 |',
+            'Incomplete (empty answers): recent 1',
+            'Cut off at num_predict (graded as they stand): notes 0, recent 0',
+            'To read (a sentence names both the replaced and the current decision, so the grader cannot tell which '
+            'it offers as current; verdicts stand as graded): 0 answers',
+            '',
+            "Every answer's prompt_tokens equal the counted input tokens."])
 
 
 class ClientTest(unittest.TestCase):
     def test_non_pinned_digest_is_refused_before_any_chat_request(self):
         with FakeOllama(digest=OTHER) as fake:
             client = client_for(fake.host)
-            with self.assertRaises(PinError) as caught:
+            with self.assertRaises(AnswerModelError) as caught:
                 client.answer([{'role': 'user', 'content': 'Hi'}], [], num_ctx=384, num_predict=96, seed=1)
         self.assertEqual(str(caught.exception),
                          f'Ollama at {fake.host} has gemma4:e2b with digest {OTHER}, but the pinned build is {PINNED}: '
@@ -176,19 +220,12 @@ class ClientTest(unittest.TestCase):
 
     def test_model_that_is_not_pulled_is_refused_before_any_chat_request(self):
         with FakeOllama(tags=('llama3:8b',)) as fake:
-            with self.assertRaises(PinError) as caught:
+            with self.assertRaises(AnswerModelError) as caught:
                 client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
         self.assertEqual(str(caught.exception),
                          f'Ollama at {fake.host} has no gemma4:e2b: run `ollama pull gemma4:e2b`, then check that '
                          'the ID column of `ollama list` starts with b37049369adf, the pinned build')
         self.assertEqual(fake.chats(), [])
-
-    def test_server_that_is_down_gives_one_clear_message(self):
-        host = f'http://127.0.0.1:{closed_port()}'
-        with ollama_command(installed=True), self.assertRaises(AnswerModelError) as caught:
-            client_for(host).verify()
-        self.assertEqual(str(caught.exception), f'no Ollama server answers at {host}: start it with '
-                                                '`ollama serve`, or set OLLAMA_HOST to the address it listens on')
 
     def test_machine_without_ollama_is_told_to_install_it_before_serving(self):
         host = f'http://127.0.0.1:{closed_port()}'
@@ -329,9 +366,12 @@ class ClientTest(unittest.TestCase):
             with self.subTest(version=version):
                 self.assertEqual(answer_model.undercounts_cached_prompt(version), expected)
 
-
-def shipped_keys() -> dict:
-    return json.loads((HERE / 'answer-keys.json').read_text())
+    def test_check_command_names_the_server_and_the_pinned_digest(self):
+        with FakeOllama() as fake, mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
+            result = run_command(answer_model.main, [], 'answer_model.py')
+        self.assertEqual(result, (0, f'Ollama {SERVER_VERSION} at {fake.host} has gemma4:e2b with the pinned digest '
+                                     f'{PINNED}\n', ''))
+        self.assertEqual([path for _, path, _ in fake.requests], ['/api/version', '/api/tags'])
 
 
 def one_answer_recording(model: dict | None = None) -> dict:
@@ -349,33 +389,23 @@ class InputFilesTest(AnswerFilesTest):
 
     def write(self, name: str, data) -> Path:
         path = self.folder / name
-        if isinstance(data, bytes):
-            path.write_bytes(data)
-        else:
-            path.write_text(data if isinstance(data, str) else json.dumps(data))
+        path.write_text(data if isinstance(data, str) else json.dumps(data))
         return path
 
     def assert_one_line_error(self, expected_start: str, **paths) -> str:
-        out, err = io.StringIO(), io.StringIO()
-        code = answer_check.main([], **{'result_path': self.result, 'grades_path': self.grades, **paths},
-                                 out=out, err=err)
-        message = err.getvalue()
-        self.assertEqual((code, out.getvalue()), (2, ''), message)
-        self.assertTrue(message.startswith(f'answer_check.py: {expected_start}'), message)
-        self.assertEqual(message.count('\n'), 1, message)
-        self.assertNotIn('Traceback', message)
+        code, out, err = run_answer_check([], **{'result_path': self.result, 'grades_path': self.grades, **paths})
+        self.assertEqual((code, out), (2, ''), err)
+        self.assertTrue(err.startswith(f'answer_check.py: {expected_start}'), err)
+        self.assertEqual(err.count('\n'), 1, err)
         self.assertFalse(self.grades.exists())
-        return message
+        return err
 
-    def test_unreadable_json_files_give_exit_2_and_one_line_naming_the_file(self):
-        for name, content, says in (('not-utf8.json', b'{"keys": "\xff\xfe"}', 'not UTF-8 text (byte 10'),
-                                    ('nested.json', '[' * 100000, 'nested too deeply to read'),
-                                    ('broken.json', '{"keys": ', 'invalid JSON at line 1 column 10'),
-                                    ('huge-int.json', '1' * 5000, 'cannot be read as JSON')):
-            for argument in ('keys_path', 'model_path', 'result_path'):
-                with self.subTest(file=name, argument=argument):
-                    bad = self.write(name, content)
-                    self.assertIn(says, self.assert_one_line_error(f'{bad}: ', **{argument: bad}))
+    def test_unreadable_json_file_gives_exit_2_and_one_line_naming_the_file(self):
+        for argument in ('keys_path', 'model_path', 'result_path'):
+            with self.subTest(argument=argument):
+                bad = self.write('broken.json', '{"keys": ')
+                message = self.assert_one_line_error(f'{bad}: ', **{argument: bad})
+                self.assertIn('invalid JSON at line 1 column 10', message)
 
     def test_missing_file_and_folder_give_exit_2(self):
         missing = self.folder / 'nowhere.json'
@@ -384,7 +414,8 @@ class InputFilesTest(AnswerFilesTest):
         self.assert_one_line_error(f'{self.folder}: cannot read the recording: Is a directory',
                                    result_path=self.folder)
         unwritable = self.folder / 'no-such-folder' / 'answer-grades.json'
-        self.assertIn('cannot be written', self.assert_one_line_error(f'{unwritable}: ', grades_path=unwritable))
+        self.assert_one_line_error(f'{unwritable}: cannot write the answer grades: No such file or directory',
+                                   grades_path=unwritable)
 
     def test_bad_answer_model_json_gives_exit_2(self):
         pinned = load_model()
@@ -394,21 +425,17 @@ class InputFilesTest(AnswerFilesTest):
                 bad = self.write('answer-model.json', {**pinned, field: value})
                 self.assertIn(field, self.assert_one_line_error(f'{bad}: ', model_path=bad))
 
-    def test_answer_model_main_exits_2_with_one_line(self):
-        err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = answer_model.main([])  # OLLAMA_HOST is a closed loopback port for every test
-        self.assertEqual(code, 2)
-        self.assertTrue(err.getvalue().startswith('answer_model.py: no Ollama server answers at http://127.0.0.1:'))
-        self.assertEqual(err.getvalue().count('\n'), 1)
+    def test_answer_model_command_exits_2_with_one_line(self):
+        code, out, err = run_command(answer_model.main, [], 'answer_model.py')  # OLLAMA_HOST: a closed port
+        self.assertEqual((code, out), (2, ''))
+        self.assertTrue(err.startswith('answer_model.py: no Ollama server answers at http://127.0.0.1:'), err)
+        self.assertEqual(err.count('\n'), 1)
 
     def test_usage_errors_exit_2(self):
-        for module, argv in ((answer_check, ['grade']), (answer_check, ['record', 'again']), (answer_check, ['--fresh']),
-                             (answer_model, ['--host'])):
-            with self.subTest(module=module.__name__, argv=argv), contextlib.redirect_stderr(io.StringIO()):
-                with self.assertRaises(SystemExit) as caught:
-                    module.main(argv)
-                self.assertEqual(caught.exception.code, 2)
+        for main, argv in ((answer_check.main, ['grade']), (answer_check.main, ['record', 'again']),
+                           (answer_check.main, ['--fresh']), (answer_model.main, ['--host'])):
+            with self.subTest(main=main.__module__, argv=argv):
+                self.assertEqual(run_command(main, argv, f'{main.__module__}.py')[0], 2)
 
 
 class Rejecting(unittest.TestCase):
@@ -418,7 +445,7 @@ class Rejecting(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / file_name
             path.write_text(json.dumps(data))
-            with self.assertRaises(AnswerCheckError) as caught:
+            with self.assertRaises(LabError) as caught:
                 loader(path)
         message = str(caught.exception)
         self.assertTrue(message.startswith(f'{path}: '), message)
@@ -428,7 +455,7 @@ class Rejecting(unittest.TestCase):
 
 class KeysValidationTest(Rejecting):
     def load(self, keys: dict) -> str:
-        return self.rejection(load_keys, 'answer-keys.json', keys)
+        return self.rejection(lambda path: load_keys(path, HELD_OUT), 'answer-keys.json', keys)
 
     def test_key_fields_must_be_lists_of_regex_strings(self):
         for case_id, kind, value, expected in (
@@ -461,19 +488,19 @@ class KeysValidationTest(Rejecting):
             keys['keys']['held-latest']['must'] = 'mateo'
             path = Path(folder) / 'answer-keys.json'
             path.write_text(json.dumps(keys))
-            err = io.StringIO()
             with FakeOllama() as fake:
-                code = answer_check.main(['record'], keys_path=path, result_path=Path(folder) / 'result.json',
-                                         grades_path=Path(folder) / 'grades.json', client=client_for(fake.host),
-                                         out=io.StringIO(), err=err)
+                code, out, err = run_answer_check(['record'], keys_path=path, client=client_for(fake.host),
+                                                  result_path=Path(folder) / 'result.json',
+                                                  grades_path=Path(folder) / 'grades.json')
             self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['answer-keys.json'])
         self.assertEqual((code, fake.requests), (2, []))
-        self.assertIn('keys.held-latest.must must be a non-empty list of strings', err.getvalue())
+        self.assertIn('keys.held-latest.must must be a non-empty list of strings', err)
 
 
 class RecordingValidationTest(Rejecting):
     def load(self, recorded: dict) -> str:
-        return self.rejection(load_recording, 'answer-result.json', recorded)
+        return self.rejection(lambda path: load_recording(path, STRATEGIES, HELD_OUT, 'recording', REDO),
+                              'answer-result.json', recorded)
 
     def test_a_well_formed_recording_loads(self):
         recorded = one_answer_recording()
@@ -482,7 +509,7 @@ class RecordingValidationTest(Rejecting):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'answer-result.json'
             path.write_text(json.dumps(recorded))
-            self.assertEqual(load_recording(path), recorded)
+            self.assertEqual(load_recording(path, STRATEGIES, HELD_OUT, 'recording', REDO), recorded)
 
     def test_every_answer_field_has_its_type_checked(self):
         where = 'answers.recent.held-latest[1]'
@@ -542,13 +569,11 @@ class RecordingValidationTest(Rejecting):
         with tempfile.TemporaryDirectory() as folder:
             result = Path(folder) / 'answer-result.json'
             result.write_text(json.dumps(recorded))
-            err = io.StringIO()
-            code = answer_check.main([], result_path=result, grades_path=Path(folder) / 'grades.json',
-                                     out=io.StringIO(), err=err)
-        self.assertEqual(code, 2)
-        self.assertEqual(err.getvalue(), f'answer_check.py: {result}: answers.recent.held-latest[0].seed: '
-                                         f'must be an integer, got [1]; record again with `{PYTHON} answer_check.py '
-                                         'record`, or restore it from version control\n')
+            code, out, err = run_answer_check([], result_path=result, grades_path=Path(folder) / 'grades.json')
+        self.assertEqual((code, out), (2, ''))
+        self.assertEqual(err, f'answer_check.py: {result}: answers.recent.held-latest[0].seed: must be an integer, '
+                              f'got [1]; record again with `{PYTHON} answer_check.py record`, or restore it from '
+                              'version control\n')
 
 
 class PinnedBuildTest(unittest.TestCase):
@@ -556,10 +581,9 @@ class PinnedBuildTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             result, grades = Path(folder) / 'answer-result.json', Path(folder) / 'answer-grades.json'
             result.write_text(json.dumps(one_answer_recording(model)))
-            out, err = io.StringIO(), io.StringIO()
-            code = answer_check.main([], result_path=result, grades_path=grades, out=out, err=err)
+            code, out, err = run_answer_check([], result_path=result, grades_path=grades)
             written = json.loads(grades.read_text()) if grades.exists() else None
-        return code, out.getvalue(), err.getvalue(), written, result
+        return code, out, err, written, result
 
     def test_recording_from_another_build_is_refused_not_graded(self):
         pinned = load_model()
@@ -598,12 +622,6 @@ class ShippedFilesTest(unittest.TestCase):
             'options': {'temperature': 1.0, 'top_k': 64, 'top_p': 0.95}, 'think': False, 'trials': 5,
             'seeds': [1, 2, 3, 4, 5]})
 
-    def test_shipped_recording_was_made_with_the_pinned_build(self):
-        recorded = answer_check.load_recording()
-        pinned = load_model()
-        self.assertEqual({k: v for k, v in recorded['model'].items() if k != 'ollama_version'},
-                         {k: v for k, v in pinned.items() if k != 'ollama_version'})
-
     def test_shipped_grades_match_a_fresh_grading(self):
         with tempfile.TemporaryDirectory() as folder:
             fresh = answer_check.grade_files(HERE / 'cases.json', HERE / 'answer-keys.json',
@@ -615,13 +633,11 @@ class ShippedFilesTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             result = Path(folder) / 'answer-result.json'
             result.write_text(json.dumps({'model': load_model(), 'answers': {}}))
-            out = io.StringIO()
-            with contextlib.redirect_stderr(io.StringIO()):
-                code = answer_check.main([], result_path=result, grades_path=Path(folder) / 'grades.json', out=out)
-        self.assertEqual(code, 0)
-        self.assertTrue(out.getvalue().startswith('Nothing is recorded: answer-result.json holds the pinned '
-                                                  'model block and no answers.\n'))
-        self.assertIn(f'run `{PYTHON} answer_check.py record` (120 calls)', out.getvalue())
+            code, out, err = run_answer_check([], result_path=result, grades_path=Path(folder) / 'grades.json')
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith('Nothing is recorded: answer-result.json holds the pinned '
+                                       'model block and no answers.\n'))
+        self.assertIn(f'run `{PYTHON} answer_check.py record` (120 calls)', out)
 
 
 if __name__ == '__main__':

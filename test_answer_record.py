@@ -1,11 +1,11 @@
-"""Tests for the recording run: `.venv/bin/python answer_check.py record`, which answer_record.py carries out.
+"""Tests for the recording run: `.venv/bin/python answer_check.py record`.
 
     .venv/bin/python -m unittest -v test_answer_record.py
 
 They run the real requests-based client and the real recording, with the real
 strategies, cases and prepared counter (so `.venv/bin/python prepare.py` must have run),
 against the fake Ollama server of test_support.py, which this file starts on
-127.0.0.1; no model is called. The fake reports each prompt's size as the
+127.0.0.1, through common.run as a user's command runs; no model is called. The fake reports each prompt's size as the
 official chat template and tokenizer give it, not as the lab counts it, so the
 prompt-token checks compare two independent counts (they skip, naming the file,
 where the official template is absent). Pinned: the 120 requests in order, progress on
@@ -19,7 +19,6 @@ checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port,
 so no test can reach a real server.
 """
 import hashlib
-import io
 import json
 import os
 from pathlib import Path
@@ -27,15 +26,12 @@ import unittest
 from unittest import mock
 
 import answer_check
-import answer_model
-import answer_record
 from answer_model import AnswerModel, load_model
-from cli import python_command
-from test_support import (LOADED_CONTEXT, OTHER, SERVER_VERSION, AnswerFilesTest, FakeOllama, client_for,
-                         closed_port, counted_reply, held_out_cases, ollama_command, only_loopback, reply, server_count,
-                         unfinished)
+from common import python_command
 from strategies import STRATEGIES
-from test_support import NO_ORACLE, OFFICIAL_TEMPLATE
+from test_support import (LOADED_CONTEXT, NO_ORACLE, OFFICIAL_TEMPLATE, OTHER, SERVER_VERSION, AnswerFilesTest,
+                          FakeOllama, client_for, closed_port, counted_reply, held_out_cases, ollama_command,
+                          only_loopback, reply, run_answer_check, server_count, unfinished)
 from tokenizer import count_request
 
 HERE = Path(__file__).parent
@@ -55,13 +51,11 @@ def steady_reply(body: dict, number: int) -> tuple[int, dict]:
 class RecordTest(AnswerFilesTest):
     def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json',
                  folder: Path | None = None, client: AnswerModel | None = None):
-        """answer_check.main writing into folder (default: this test's folder); (exit code, stdout, stderr)."""
+        """answer_check.py writing into folder (default: this test's folder); (exit code, stdout, stderr)."""
         folder = folder if folder is not None else self.folder
-        out, err = io.StringIO(), io.StringIO()
         client = client if client is not None else client_for(host) if host else None
-        code = answer_check.main(argv, cases_path=cases, result_path=folder / 'answer-result.json',
-                                 grades_path=folder / 'answer-grades.json', client=client, out=out, err=err)
-        return code, out.getvalue(), err.getvalue()
+        return run_answer_check(argv, cases_path=cases, result_path=folder / 'answer-result.json',
+                                grades_path=folder / 'answer-grades.json', client=client)
 
     def uninterrupted(self) -> bytes:
         """The recording one run against steady_reply writes, made in a folder of its own."""
@@ -83,6 +77,12 @@ class RecordTest(AnswerFilesTest):
 
     def partial(self) -> dict:
         return json.loads((self.folder / 'answer-result.partial.json').read_text())
+
+    def kept(self) -> int:
+        """How many answers the partial recording holds; 0 when there is none."""
+        if not (self.folder / 'answer-result.partial.json').exists():
+            return 0
+        return sum(len(answers) for by_case in self.partial()['answers'].values() for answers in by_case.values())
 
     def expected_chats(self) -> list[dict]:
         """Every body record must send, in order, from the real strategies, cases and counter."""
@@ -311,8 +311,7 @@ class RecordTest(AnswerFilesTest):
                                                'once every answer has arrived; the answers so far are kept in '
                                                'answer-result.partial.json for the next `record`')
         self.assertEqual(self.result.read_bytes(), previous)
-        partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
-        self.assertEqual(sum(len(a) for by_case in partial['answers'].values() for a in by_case.values()), 9)
+        self.assertEqual(self.kept(), 9)
 
     def test_ctrl_c_while_a_file_is_replaced_keeps_both_files_valid(self):
         # Each answer replaces the partial file once; answer-result.json is the 121st replacement.
@@ -332,9 +331,7 @@ class RecordTest(AnswerFilesTest):
                 self.assertEqual(code, 130, err)
                 self.assertFalse(self.result.exists())
                 self.assertEqual([p.name for p in self.folder.iterdir() if p.name.endswith('.tmp')], [])
-                partial = answer_record.load_partial(self.folder / 'answer-result.partial.json')
-                kept = 0 if partial is None else sum(len(a) for by_case in partial['answers'].values()
-                                                     for a in by_case.values())
+                kept = self.kept()
                 self.assertEqual(kept, min(stop_at - 1, 120))
                 with FakeOllama(chat=steady_reply) as fake:
                     self.assertEqual(self.run_main(['record'], fake.host)[0], 0)
@@ -351,6 +348,18 @@ class RecordTest(AnswerFilesTest):
             self.assertTrue(err.endswith(f'answer_check.py: {partial}: invalid JSON at line 1 column 19: Expecting '
                                          f'value; discard it with `{PYTHON} answer_check.py record --fresh`\n'), err)
             self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
+
+    def test_answer_that_is_not_unicode_stops_the_recording_with_one_line(self):
+        def lone_surrogate(body, number):  # JSON may escape half of a UTF-16 pair, which UTF-8 cannot store
+            return (200, reply('Mateo \ud800')) if number == 3 else steady_reply(body, number)
+        with FakeOllama(chat=lone_surrogate) as fake:
+            code, out, err = self.run_main(['record'], fake.host)
+        partial = self.folder / 'answer-result.partial.json'
+        self.assertEqual((code, out, len(fake.chats())), (2, '', 3))
+        self.assertNotIn('Traceback', err)
+        self.assertEqual(err.splitlines()[-1].split(' at ')[0], f'answer_check.py: {partial}: not written: the '
+                         'data holds text that is not valid Unicode (surrogates not allowed')
+        self.assertEqual(self.kept(), 2)  # the answers before it are kept, for the next run
 
     def test_non_pinned_digest_refuses_record_and_keeps_the_recording(self):
         self.result.write_text('kept\n')
@@ -387,7 +396,7 @@ class RecordTest(AnswerFilesTest):
 
 class ShippedFilesTest(unittest.TestCase):
     def test_the_partial_file_record_keeps_is_git_ignored_and_named_in_the_answer_check_page(self):
-        name = answer_record.partial_path(answer_check.RESULT_PATH).name
+        name = answer_check.partial_path(answer_check.RESULT_PATH).name
         self.assertEqual(name, 'answer-result.partial.json')
         self.assertIn(name, (HERE / '.gitignore').read_text().splitlines())
         page = (HERE / 'docs' / 'answer-check.md').read_text(encoding='utf-8')
@@ -395,10 +404,10 @@ class ShippedFilesTest(unittest.TestCase):
         self.assertIn('\n.venv/bin/python answer_check.py record --fresh ', page)
 
     def test_thirty_of_the_120_requests_repeat_another_strategys_and_each_is_still_a_call_of_its_own(self):
-        plan = answer_check.planned_requests(held_out_cases(), load_model(), STRATEGIES, count_request)
-        shas = [answer_model.request_sha256(item['body']) for item in plan]
-        self.assertEqual((len(shas), len(set(shas))), (120, 90))
-        self.assertEqual(len({answer_record.plan_key(item) for item in plan}), 120)
+        plan = answer_check.planned_requests(held_out_cases(), load_model())
+        bodies = [json.dumps(item['body'], sort_keys=True) for item in plan]
+        self.assertEqual((len(bodies), len(set(bodies))), (120, 90))
+        self.assertEqual(len({answer_check.key(item) for item in plan}), 120)
 
 
 if __name__ == '__main__':

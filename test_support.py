@@ -12,16 +12,20 @@ test's prompt-token check compares the lab's count with an independent one; with
 leaves the count out, as a server that reports none would. NotOllama is another kind of HTTP server on
 127.0.0.1. Each test file calls only_loopback() from its setUpModule, so every HTTP request its tests make
 is checked to go to 127.0.0.1 and OLLAMA_HOST points at a closed loopback port: no test reaches a real server.
-This module holds no test methods (AnswerFilesTest is only a base class).
+run_command runs a script's main as a user's command runs it, through common.run. This module holds no
+test methods (AnswerFilesTest is only a base class).
 """
 
 import contextlib
 from functools import lru_cache
 import http.server
+import io
 import json
 import os
 from pathlib import Path
+import signal
 import socket
+import sys
 import tempfile
 import threading
 import unittest
@@ -31,6 +35,7 @@ import requests
 
 from answer_model import AnswerModel, load_model
 from case_set import load_cases
+import common
 from jinja2.ext import loopcontrols
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -238,6 +243,28 @@ def client_for(host: str, timeout: float = TIMEOUT) -> AnswerModel:
         return AnswerModel(load_model(), timeout=timeout, check_timeout=timeout)
 
 
+def run_command(main, argv: list[str], script: str) -> tuple[int, str, str]:
+    """main run through common.run as `.venv/bin/python script argv` runs it: (exit status, stdout, stderr).
+
+    A LabError is then the one line a user reads, and Ctrl-C exit 130 with the state the main reported.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    with (mock.patch.object(sys, 'argv', [script, *argv]), mock.patch.object(signal, 'signal'),
+          contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
+        try:
+            common.run(main)
+        except SystemExit as exit:  # run always ends in sys.exit
+            return exit.code, out.getvalue(), err.getvalue()
+    raise AssertionError('common.run returned instead of exiting')
+
+
+def run_answer_check(argv: list[str], **options) -> tuple[int, str, str]:
+    """`answer_check.py argv` with main's keyword options (its files, its client): (exit status, stdout, stderr)."""
+    import answer_check  # here, not at the top: the oracle's users need no strategies
+
+    return run_command(lambda args: answer_check.main(args, **options), argv, 'answer_check.py')
+
+
 def held_out_cases() -> list[dict]:
     """The held-out cases of the shipped cases.json, picked here rather than by the code under test."""
     return [case for case in load_cases(HERE / 'cases.json') if case['split'] == 'held_out']
@@ -252,11 +279,6 @@ class AnswerFilesTest(unittest.TestCase):
         self.folder = Path(folder.name)
         self.result = self.folder / 'answer-result.json'
         self.grades = self.folder / 'answer-grades.json'
-
-
-if __name__ == '__main__':
-    cli.run(cli.module_main('A fake Ollama server on 127.0.0.1 and the helpers the answer tests share.',
-                            '.venv/bin/python -m unittest test_answer_check.py test_answer_record.py'))
 
 
 def oracle_template_path() -> Path | None:
