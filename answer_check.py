@@ -35,7 +35,7 @@ from answer_model import (MODEL_PATH, AnswerModel, AnswerModelError, chat_body, 
 from case_set import CaseError, load_cases
 import common
 from common import LabError
-from strategies import STRATEGIES
+from strategies import RULES
 from tokenizer import CounterError, count_request
 
 HERE = Path(__file__).parent
@@ -131,7 +131,7 @@ def planned_requests(cases: list[dict], model: dict) -> list[dict]:
     """Every request record sends, in order: strategy, then case, then seed. An answer is kept under its
     request's key(), since 30 of the 120 bodies repeat another strategy's and each is still asked for."""
     plan = []
-    for name, strategy in STRATEGIES.items():
+    for name, strategy in RULES.items():
         for case in cases:
             selected, budget = strategy(case, count_request), case['budget']
             for seed in model['seeds']:
@@ -153,7 +153,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
     if not path.exists():
         return {}, None
     case_ids = list(dict.fromkeys(item['case'] for item in plan))
-    kept = load_recording(path, STRATEGIES, case_ids, 'partial recording', FRESH)
+    kept = load_recording(path, RULES, case_ids, 'partial recording', FRESH)
     if any(kept['model'].get(field) != model[field] for field in SERVER_FIELDS):
         say(f'{path.name} holds answers from digest {str(kept["model"].get("ollama_digest"))[:12]} on Ollama '
             f'{kept["model"]["ollama_version"]}, not from this server; none is reused')
@@ -311,7 +311,7 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path
     case_ids = [case['id'] for case in cases]
     keys = load_keys(keys_path, case_ids)
     pinned = load_model(model_path)
-    recorded = load_recording(result_path, STRATEGIES, case_ids, 'recording', REDO)
+    recorded = load_recording(result_path, RULES, case_ids, 'recording', REDO)
     check_pinned(recorded, pinned, result_path, model_path, REDO)
     # Today's requests need the prepared counter; an empty recording needs nothing.
     current = {(p['strategy'], p['case'], p['seed']): p['request_sha256']
