@@ -32,11 +32,11 @@ import time
 
 from answer_model import (MODEL_PATH, AnswerModel, AnswerModelError, chat_body, check_pinned, load_model,
                           load_recording, request_sha256, shown, undercounts_cached_prompt)
-from case_set import CaseError, load_cases
+from case_set import load_cases
 import common
 from common import LabError
 from strategies import RULES
-from tokenizer import CounterError, count_request
+from tokenizer import count_request
 
 HERE = Path(__file__).parent
 CASES_PATH = HERE / 'cases.json'
@@ -376,8 +376,6 @@ def main(argv: list[str], *, cases_path: Path = CASES_PATH, keys_path: Path = KE
             client = client if client is not None else AnswerModel(load_model(model_path))
             record_answers(planned_requests(cases, client.model), client, result_path, args.fresh)
         grades = grade_files(cases_path, keys_path, model_path, result_path, grades_path)
-    except (CaseError, CounterError) as error:  # not LabErrors yet; common.run prints these in one line too
-        raise LabError(str(error)) from None
     except KeyboardInterrupt:
         # During record, the recording is replaced only in its last step, after every answer arrived.
         partial = partial_path(result_path)

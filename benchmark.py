@@ -35,7 +35,7 @@ import resource
 import sys
 import time
 
-from case_set import check_case, grade, grade_rules, load_cases
+from case_set import check_case, grade, load_cases
 from common import LabError, check_fits, markdown_table, run
 from rule_files import load_rule_files
 from strategies import RULES, build_request

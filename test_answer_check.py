@@ -26,7 +26,7 @@ from answer_check import grade, load_keys
 import answer_model
 from answer_model import AnswerModel, AnswerModelError, load_model, load_recording, ollama_host
 from common import LabError, python_command
-from strategies import STRATEGIES
+from strategies import RULES
 from test_support import (LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, TIMEOUT, AnswerFilesTest, FakeOllama,
                           NotOllama, client_for, closed_port, held_out_cases, ollama_command, only_loopback, reply,
                           run_answer_check, run_command, unfinished)
@@ -499,7 +499,7 @@ class KeysValidationTest(Rejecting):
 
 class RecordingValidationTest(Rejecting):
     def load(self, recorded: dict) -> str:
-        return self.rejection(lambda path: load_recording(path, STRATEGIES, HELD_OUT, 'recording', REDO),
+        return self.rejection(lambda path: load_recording(path, RULES, HELD_OUT, 'recording', REDO),
                               'answer-result.json', recorded)
 
     def test_a_well_formed_recording_loads(self):
@@ -509,7 +509,7 @@ class RecordingValidationTest(Rejecting):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'answer-result.json'
             path.write_text(json.dumps(recorded))
-            self.assertEqual(load_recording(path, STRATEGIES, HELD_OUT, 'recording', REDO), recorded)
+            self.assertEqual(load_recording(path, RULES, HELD_OUT, 'recording', REDO), recorded)
 
     def test_every_answer_field_has_its_type_checked(self):
         where = 'answers.recent.held-latest[1]'

@@ -28,7 +28,7 @@ from unittest import mock
 import answer_check
 from answer_model import AnswerModel, load_model
 from common import python_command
-from strategies import STRATEGIES
+from strategies import RULES
 from test_support import (LOADED_CONTEXT, NO_ORACLE, OFFICIAL_TEMPLATE, OTHER, SERVER_VERSION, AnswerFilesTest,
                           FakeOllama, client_for, closed_port, counted_reply, held_out_cases, ollama_command,
                           only_loopback, reply, run_answer_check, server_count, unfinished)
@@ -87,7 +87,7 @@ class RecordTest(AnswerFilesTest):
     def expected_chats(self) -> list[dict]:
         """Every body record must send, in order, from the real strategies, cases and counter."""
         bodies = []
-        for strategy in STRATEGIES.values():
+        for strategy in RULES.values():
             for case in held_out_cases():
                 messages = strategy(case, count_request)['messages']
                 for seed in (1, 2, 3, 4, 5):
@@ -390,7 +390,7 @@ class RecordTest(AnswerFilesTest):
         grades = json.loads(self.grades.read_text())
         self.assertEqual(grades['outdated_requests'],
                          [{'strategy': s, 'case': 'held-latest', 'seed': seed, 'reason': 'request changed'}
-                          for s in STRATEGIES for seed in (1, 2, 3, 4, 5)])
+                          for s in RULES for seed in (1, 2, 3, 4, 5)])
         self.assertIn('20 answers recorded for requests that the current strategies', out)
 
 

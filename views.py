@@ -19,7 +19,7 @@ import textwrap
 
 import best_possible
 from case_set import grade
-from common import LabError, allowance, by_group, markdown_table, plain_number, summarize, turn_runs
+from common import LabError, allowance, by_group, markdown_table, plain_number, turn_runs
 from strategies import as_messages, build_request
 
 # What the views look like.
