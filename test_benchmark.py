@@ -1,6 +1,7 @@
-"""Tests for benchmark.py's workloads and output; its timings are not tested (they depend on the machine).
+"""Tests for benchmark.py's workloads, its output and its rule timing (--cases FILE); never the timings
+themselves, which depend on the machine.
 
-    .venv/bin/python -m unittest -v test_benchmark.py
+    .venv/bin/python -m unittest -v test_benchmark.py   (about 15 s)
 """
 import contextlib
 import io
@@ -10,13 +11,16 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import benchmark
-from strategies import as_messages
+from case_set import load_cases
+from strategies import RULES, as_messages
 from tokenizer import counter
 
 HERE = Path(__file__).resolve().parent
+ONE_RULE = "from strategies import recent\n\nRULES = {'newest_turns': recent}\n"
 
 
 def kernel_peak_mib() -> float | None:
@@ -30,8 +34,9 @@ def kernel_peak_mib() -> float | None:
 
 
 def turn_tokens(turn: dict) -> int:
-    """What a turn adds to a request: its two messages with their delimiters."""
-    return counter().count(as_messages(turn)) - counter().fixed
+    """What a turn adds to a request: its two messages with their delimiters (the whole render, less <bos> and
+    the generation prompt)."""
+    return len(counter().encode(counter().prompt(as_messages(turn)))) - counter().fixed
 
 
 class ChatWorkloadTest(unittest.TestCase):
@@ -85,12 +90,13 @@ class OutputTest(unittest.TestCase):
             self.assertLessEqual(figures['peak_rss_mb'], peak_after + 0.05)
         self.assertIn('benchmark.py: sweep 4096 context, 1200 turns: 1 of 1 cases\n', err.getvalue())
         self.assertNotIn('benchmark.py:', out.getvalue())
-        self.assertEqual(counter().pieces, {})  # the sweep leaves no cached pieces behind
+        # The sweep leaves nothing cached behind.
+        self.assertEqual((counter().sizes, counter().lines, counter().turns), ({}, {}, {}))
 
     def test_docs_speed_names_every_printed_table_and_figure_as_the_benchmark_prints_them(self):
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-            status = benchmark.main(['--cases', '2', '--turns', '5', '--sweep-cases', '1'])
+            status = benchmark.main(['--generated', '2', '--turns', '5', '--sweep-cases', '1'])
         *tables, last = out.getvalue().splitlines()
         figures = json.loads(last)
         docs = (HERE / 'docs' / 'speed.md').read_text(encoding='utf-8').splitlines()
@@ -104,11 +110,48 @@ class OutputTest(unittest.TestCase):
         self.assertEqual(sorted(printed), sorted(set(figures) - {'sweep', 'targets_met'}))  # every JSON figure named
         self.assertEqual(shown, printed)
 
-    def test_help_prints_the_usage_and_exits_0(self):
-        result = subprocess.run([sys.executable, 'benchmark.py', '--help'], cwd=HERE, capture_output=True, text=True)
-        self.assertEqual((result.returncode, result.stderr), (0, ''))
-        self.assertTrue(result.stdout.startswith('usage: benchmark.py'))
-        self.assertIn('--sweep', result.stdout)
+
+class RuleTimingTest(unittest.TestCase):
+    def test_each_rule_runs_on_every_case_twice_in_order_and_its_passes_are_timed_apart(self):
+        calls, ticks = [], iter(range(100))
+        rules = {name: (lambda case, count, name=name: calls.append((name, case['id'], count))) for name in ('a', 'b')}
+        cases = load_cases(HERE / 'cases.json')[:3]
+        seconds = benchmark.time_rules(cases, rules, 'the count', clock=lambda: next(ticks))
+        ids = [case['id'] for case in cases]
+        self.assertEqual(calls, [(name, case, 'the count') for name in ('a', 'b') for _ in range(2) for case in ids])
+        # The clock is read at the start and end of each pass: 0-1, 2-3 for a; 4-5, 6-7 for b.
+        self.assertEqual(seconds, {'a': (1, 1), 'b': (1, 1)})
+
+    def test_the_table_has_a_row_per_rule_with_two_decimals(self):
+        self.assertEqual(benchmark.timing_table({'recent': (1.234, 0.5), 'bm25': (0.015, 0.004)}),
+                         '| Rule | First pass, CPU s | Second pass, CPU s |\n|---|---|---|\n'
+                         '| recent | 1.23 | 0.50 |\n| bm25 | 0.01 | 0.00 |\n')
+
+    def test_the_command_times_the_four_then_a_rules_files_rules(self):
+        with tempfile.TemporaryDirectory() as folder:
+            rules = Path(folder) / 'one_rule.py'
+            rules.write_text(ONE_RULE, encoding='utf-8')
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = benchmark.main(['--cases', str(HERE / 'cases.json'), '--rules', str(rules)])
+        self.assertEqual(status, 0, err.getvalue())
+        lines = out.getvalue().splitlines()
+        self.assertEqual(lines[0], '| Rule | First pass, CPU s | Second pass, CPU s |')
+        self.assertEqual([line.split(' | ')[0].removeprefix('| ') for line in lines[2:]], [*RULES, 'newest_turns'])
+        self.assertEqual(err.getvalue(), 'benchmark.py: timing 5 rules on 12 cases\n')
+
+    def test_a_bad_case_set_or_rules_without_cases_is_one_line_and_exit_2(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'cases.json'
+            path.write_text('[]', encoding='utf-8')
+            empty = subprocess.run([sys.executable, 'benchmark.py', '--cases', str(path)], cwd=HERE,
+                                   capture_output=True, text=True, timeout=120)
+            alone = subprocess.run([sys.executable, 'benchmark.py', '--rules', 'field_rules.py'], cwd=HERE,
+                                   capture_output=True, text=True, timeout=120)
+        self.assertEqual((empty.returncode, empty.stdout, empty.stderr),
+                         (2, '', f'benchmark.py: {path}: the case set is empty\n'))
+        self.assertEqual((alone.returncode, alone.stdout), (2, ''))
+        self.assertTrue(alone.stderr.endswith('benchmark.py: error: --rules goes with --cases FILE\n'), alone.stderr)
 
 
 if __name__ == '__main__':

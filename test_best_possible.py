@@ -3,21 +3,35 @@
     .venv/bin/python -m unittest -v test_best_possible.py
 
 The search is checked against brute force written here: every subset of every
-history, each request rendered and counted by the reference counter and graded
-by the report's grader. Nothing is written to disk.
+history, each request built in full, counted whole by a plain count function
+(render, encode, len: never a sum of turn costs) and graded by the report's
+grader. Each test is named after the failure it pins. Nothing is written to disk.
 """
 import copy
 import itertools
 from pathlib import Path
 import random
 import unittest
+from unittest import mock
 
-from best_possible import MAX_CANDIDATES, best_row, search, summarize
-from evaluate import grade, load_cases
-from strategies import allowance, render
-from tokenizer import count_rendered, count_request
+import best_possible
+from best_possible import MAX_CANDIDATES, best_row, best_totals, search
+from case_set import grade, load_cases
+from strategies import build_request
+from tokenizer import counter
 
 HERE = Path(__file__).resolve().parent
+
+
+def whole_count(messages: list[dict]) -> int:
+    """A plain count function: the request rendered and encoded whole."""
+    return len(counter().encode(counter().prompt(messages)))
+
+
+def allowance(case: dict) -> int:
+    """The README's input allowance, written out here."""
+    budget = case['budget']
+    return budget['context_limit'] - budget['max_new_tokens'] - budget['margin']
 
 
 def cases() -> dict:
@@ -30,8 +44,8 @@ def brute_force(case: dict) -> tuple:
     best = None
     for size in range(len(case['history']) + 1):
         for turns in itertools.combinations(range(len(case['history'])), size):
-            request = render(case, list(turns))
-            tokens = count_rendered(request)
+            request = build_request(case, list(turns))
+            tokens = whole_count(request)
             row = grade(case, {'messages': request, 'turns': list(turns), 'notes': 0, 'input_tokens': tokens})
             if tokens > allowance(case) or row['stale_included']:
                 continue
@@ -83,13 +97,13 @@ class BestRowTest(unittest.TestCase):
     def test_every_case_row_equals_brute_force_over_all_subsets_of_turns(self):
         for case_id, case in cases().items():
             with self.subTest(case=case_id):
-                row = best_row(case, grade)
+                row = best_row(case)
                 self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
                                  brute_force(case))
                 self.assertEqual((row['stale_included'], row['not_searched']), ([], None))
 
     def test_shipped_rows_find_every_fact_but_the_one_inside_a_turn_too_long_to_send(self):
-        rows = {case_id: best_row(case, grade) for case_id, case in cases().items()}
+        rows = {case_id: best_row(case) for case_id, case in cases().items()}
         self.assertEqual({case_id: row['turns'] for case_id, row in rows.items()}, {
             'dev-latest': [1], 'dev-old-decision': [0], 'dev-correction': [1], 'dev-pronoun': [1],
             'dev-spread': [0, 2], 'dev-no-overlap': [0], 'held-latest': [1], 'held-old-decision': [0],
@@ -100,7 +114,7 @@ class BestRowTest(unittest.TestCase):
     def test_the_only_fact_turn_is_not_taken_when_it_also_holds_a_stale_fact(self):
         case = copy.deepcopy(cases()['dev-correction'])
         case['history'][1]['assistant'] = 'Switched to PostgreSQL. We will use MySQL nowhere.'
-        row = best_row(case, grade)
+        row = best_row(case)
         self.assertEqual((row['fact_turns'], row['stale_turns']), ([1], [0, 1]))
         self.assertEqual((row['turns'], row['required_found'], row['stale_included']), ([], 0, []))
         self.assertEqual(row['input_tokens'], 35)  # dev-correction's bare request, a reference figure
@@ -109,10 +123,10 @@ class BestRowTest(unittest.TestCase):
 
     def test_a_case_where_no_fact_turn_fits_gets_the_bare_request(self):
         case = copy.deepcopy(cases()['dev-old-decision'])
-        bare = count_request(render(case, []))
-        with_fact = count_request(render(case, [0]))
+        bare = whole_count(build_request(case, []))
+        with_fact = whole_count(build_request(case, [0]))
         case['budget'] = {'context_limit': with_fact - 1 + 96 + 32, 'max_new_tokens': 96, 'margin': 32}
-        row = best_row(case, grade)
+        row = best_row(case)
         self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
                          ([], bare, 0, ['We chose PostgreSQL for the application.']))
         self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
@@ -121,33 +135,32 @@ class BestRowTest(unittest.TestCase):
     def test_a_fact_the_question_already_carries_makes_no_turn_worth_its_tokens(self):
         case = copy.deepcopy(cases()['dev-latest'])
         case['current'] = 'The release freeze starts on Thursday at noon. Is that still right?'
-        row = best_row(case, grade)
+        row = best_row(case)
         self.assertEqual((row['fact_turns'], row['turns'], row['required_found']), ([1], [], 1))
 
     def test_more_candidate_turns_than_the_search_allows_are_reported_not_guessed(self):
         facts = [f'Rule {n} is fixed.' for n in range(MAX_CANDIDATES + 1)]
         case = dict(copy.deepcopy(cases()['dev-latest']), required=facts,
                     history=[{'user': fact, 'assistant': 'Noted.'} for fact in facts])
-        row = best_row(case, grade)
+        row = best_row(case)
         self.assertEqual(row['not_searched'], '21 fact-holding turns without a stale fact; the exact search stops at 20')
         self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
                          (None, None, None, None))
         self.assertEqual((row['required_total'], row['fact_turns']), (21, list(range(21))))
 
-    def test_a_long_history_with_few_evidence_turns_is_searched_from_the_candidates_only(self):
+    def test_a_long_history_with_few_evidence_turns_is_graded_a_few_dozen_times_not_once_per_turn(self):
         # The shape of a LoCoMo case: 300 short turns, 3 of them evidence.
         history = [{'user': f'Message {n} about the weekend.', 'assistant': f'Reply {n}.'} for n in range(300)]
         facts = ['Message 17 about', 'Message 150 about', 'Message 290 about']
         case = dict(copy.deepcopy(cases()['dev-latest']), history=history, required=facts)
-        calls = []
-
-        def counting(messages):
-            calls.append(len(messages))
-            return count_request(messages)
-
-        row = best_row(case, grade, counting)
-        self.assertEqual((row['turns'], row['required_found']), ([17, 150, 290], 3))
-        self.assertEqual(len(calls), 1 + 3 + 1)  # the bare request, each candidate, the chosen request
+        with mock.patch.object(best_possible, 'grade', wraps=grade) as grading:
+            row = best_row(case)
+        self.assertEqual((row['turns'], row['required_found'], row['fact_turns']), ([17, 150, 290], 3, [17, 150, 290]))
+        # Halving [0, 300) down to each fact's turn passes 9 runs holding a fact on the way to turn 17 ([0, 300),
+        # [0, 150), [0, 75), [0, 37), [0, 18), [9, 18), [13, 18), [15, 18), [16, 18)), 7 more to turn 150 and 6
+        # more to turn 290: 22 runs split in two, so 1 + 2 * 22 = 45 gradings, then the bare request and the
+        # chosen one.
+        self.assertEqual(grading.call_count, 45 + 2)
 
 
 class SummaryTest(unittest.TestCase):
@@ -159,10 +172,10 @@ class SummaryTest(unittest.TestCase):
                 {'turns': None, 'input_tokens': None, 'required_found': None, 'required_total': 3, 'missing': None,
                  'stale_included': None}]
         # The strategies' rows of these cases hold 6 facts in all, so the best possible total must too.
-        self.assertEqual(summarize(rows), {'cases': 3, 'not_searched': 1, 'facts_found': 1, 'facts_total': 6,
+        self.assertEqual(best_totals(rows), {'cases': 3, 'not_searched': 1, 'facts_found': 1, 'facts_total': 6,
                                            'complete_cases': 1, 'cases_with_stale_facts': 0,
                                            'mean_input_tokens': 45.5})
-        self.assertIsNone(summarize(rows[2:])['mean_input_tokens'])
+        self.assertIsNone(best_totals(rows[2:])['mean_input_tokens'])
 
 
 if __name__ == '__main__':

@@ -1,16 +1,18 @@
-"""Tests for the budget sweep: its figures, its refusals, its picture and its recording.
+"""Tests for the budget sweep: its figures, its refusals, its table, its picture and its recording.
 
-    .venv/bin/python -m unittest -v test_budget_sweep.py
+    .venv/bin/python -m unittest -v test_budget_sweep.py   (about 20 s)
 
-Each sweep figure is checked against evaluate.run on a copy of cases.json whose
-limit was changed on disk, and against figures worked out here with the
-reference counter (count_rendered renders the whole prompt and encodes it).
-Files are only ever written into temporary directories.
+Sweep figures are checked against figures worked out here: with a count that
+renders each whole request and encodes it (no turn costs summed), by brute force
+over what fits, and by hand. The recorded budget-sweep.json and budget-sweep.png
+are made again and compared byte for byte. Files are only ever written into
+temporary directories.
 """
 import contextlib
 import io
 import json
 from pathlib import Path
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,19 +21,21 @@ from unittest import mock
 
 import best_possible
 import budget_sweep
-from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, parse_limits, picture, run
+from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, check_limits, parse_limits, picture, sweep_report, \
+    sweep_table
 from case_set import load_cases
-import evaluate
-from strategies import STRATEGIES, render
-from tokenizer import count_rendered
+import common
+from common import LabError
+from strategies import RULES, build_request
+from tokenizer import counter
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
 # A rules file for the tests: one rule that sends the whole conversation, so it overflows small budgets.
-EVERYTHING_RULES = '''from strategies import render
+EVERYTHING_RULES = '''from strategies import build_request
 
 def everything(case, count):
-    return render(case, list(range(len(case['history']))))
+    return build_request(case, list(range(len(case['history']))))
 
 RULES = {'everything': everything}
 '''
@@ -42,15 +46,23 @@ def points_by(report: dict) -> dict:
     return {(entry['context_limit'], entry['rule']): entry for entry in report['points']}
 
 
-def picked(summary: dict) -> dict:
-    return {key: summary[key] for key in budget_sweep.FIGURES if key in summary}
+def whole_count(messages: list[dict]) -> int:
+    """The request rendered whole and encoded: no turn costs summed."""
+    return len(counter().encode(counter().prompt(messages)))
 
 
 def sweep_main(argv: list[str]) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of budget_sweep.main, run in this process."""
+    """(exit status, stdout, stderr) of `budget_sweep.py ARGV` through its entry point, run in this process."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = budget_sweep.main(argv)
+    handler = signal.getsignal(signal.SIGTERM)  # common.run handles SIGTERM as Ctrl-C from here on
+    try:
+        with mock.patch.object(sys, 'argv', ['budget_sweep.py', *argv]), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            common.run(budget_sweep.main, 'nothing was written')
+    except SystemExit as exited:
+        status = exited.code
+    finally:
+        signal.signal(signal.SIGTERM, handler)
     return status, out.getvalue(), err.getvalue()
 
 
@@ -61,7 +73,7 @@ class SweepTest(unittest.TestCase):
         cls.rules_path = Path(cls.folder.name) / 'everything_rules.py'
         cls.rules_path.write_text(EVERYTHING_RULES, encoding='utf-8')
         rules, files = budget_sweep.load_rule_files([cls.rules_path])
-        cls.report = run(CASES, [170, 256, 640, 1024], rules, files, 'kind')
+        cls.report = sweep_report(CASES, [170, 256, 640, 1024], rules, files, 'kind')
         cls.points = points_by(cls.report)
         cls.cases = load_cases(CASES)
 
@@ -69,33 +81,8 @@ class SweepTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.folder.cleanup()
 
-    def evaluate_at(self, limit: int) -> dict:
-        """evaluate.run (with the test's rules file) on cases.json written with every context_limit set to limit."""
-        changed = json.loads(CASES.read_text(encoding='utf-8'))
-        for case in changed:
-            case['budget']['context_limit'] = limit
-        path = Path(self.folder.name) / f'cases-{limit}.json'
-        path.write_text(json.dumps(changed), encoding='utf-8')
-        return evaluate.run(path, [self.rules_path])
-
-    def test_every_figure_equals_what_evaluate_reports_at_that_limit(self):
-        for limit in (256, 640):
-            report = self.evaluate_at(limit)
-            for name, rows in report['cases'].items():
-                entry = self.points[(limit, name)]
-                self.assertEqual(picked(entry), picked(evaluate.summarize(rows)), (limit, name))
-                self.assertEqual(entry['allowance'], limit - 128)
-                for kind, summary in evaluate.by_group(rows, 'kind').items():
-                    self.assertEqual(entry['groups'][kind], picked(summary), (limit, name, kind))
-            best = self.points[(limit, BEST)]
-            expected = best_possible.summarize(report['best_possible']['cases'])
-            shared = [key for key in budget_sweep.FIGURES if key != 'over_budget']  # evaluate reports none for it
-            self.assertEqual({key: best[key] for key in shared}, {key: expected[key] for key in shared}, limit)
-            self.assertEqual(best['not_searched'], expected['not_searched'])
-            self.assertIsNone(best['over_budget'])
-
     def test_points_come_limit_by_limit_with_the_four_then_the_files_rules_then_the_best_possible(self):
-        rules = [*STRATEGIES, 'everything', BEST]
+        rules = [*RULES, 'everything', BEST]
         self.assertEqual([(entry['context_limit'], entry['rule']) for entry in self.report['points']],
                          [(limit, rule) for limit in (170, 256, 640, 1024) for rule in rules])
         self.assertEqual(self.report['context_limits'], [170, 256, 640, 1024])
@@ -105,7 +92,7 @@ class SweepTest(unittest.TestCase):
 
     def test_whole_conversations_fit_at_1024_so_recent_finds_every_fact(self):
         # Every conversation of cases.json, sent whole, is at most 632 tokens: under the 896 allowance.
-        whole = [count_rendered(render(case, list(range(len(case['history']))))) for case in self.cases]
+        whole = [whole_count(build_request(case, list(range(len(case['history']))))) for case in self.cases]
         self.assertLessEqual(max(whole), 896)
         for rule in ('recent', 'everything'):
             entry = self.points[(1024, rule)]
@@ -114,7 +101,7 @@ class SweepTest(unittest.TestCase):
             self.assertEqual(entry['over_budget'], 0)
 
     def test_a_rule_that_overflows_is_counted_over_budget_not_refused(self):
-        whole = [count_rendered(render(case, list(range(len(case['history']))))) for case in self.cases]
+        whole = [whole_count(build_request(case, list(range(len(case['history']))))) for case in self.cases]
         for limit in (170, 256, 640):
             entry = self.points[(limit, 'everything')]
             self.assertEqual(entry['over_budget'], sum(1 for tokens in whole if tokens > limit - 128), limit)
@@ -122,21 +109,21 @@ class SweepTest(unittest.TestCase):
 
     def test_at_the_smallest_limit_only_the_bare_requests_fit(self):
         # 170 = dev-spread's bare request (42 tokens) + 96 for the answer + 32 margin: no turn fits anywhere.
-        bare = [count_rendered(render(case, [])) for case in self.cases]
+        bare = [whole_count(build_request(case, [])) for case in self.cases]
         self.assertEqual(max(bare), 42)
-        for rule in (*STRATEGIES, BEST):
+        for rule in (*RULES, BEST):
             entry = self.points[(170, rule)]
             self.assertEqual((entry['facts_found'], entry['complete_cases']), (0, 0), rule)
             self.assertEqual(entry['mean_input_tokens'], round(sum(bare) / 12, 1), rule)
 
     def test_which_turn_holds_which_fact_is_worked_out_once_per_case_not_once_per_limit(self):
         with mock.patch.object(best_possible, 'turn_facts', wraps=best_possible.turn_facts) as spy:
-            run(CASES, [256, 384, 512], {}, [])
+            sweep_report(CASES, [256, 384, 512], {}, [])
         self.assertEqual(spy.call_count, 12)
 
     def test_progress_is_one_line_per_limit_with_times(self):
         lines = []
-        run(CASES, [256, 512], {}, [], progress=lambda done, *_: lines.append(done))
+        sweep_report(CASES, [256, 512], {}, [], progress=lambda done, *_: lines.append(done))
         self.assertEqual(lines, ['12 cases read and checked at every limit',
                                  'which turn holds which fact, for 12 cases',
                                  'context limit 256 (128 input tokens): 5 rules on 12 cases',
@@ -174,11 +161,30 @@ class RefusalTest(unittest.TestCase):
                          'budget_sweep.py: --context-limits: 256 is given twice')
 
     def test_a_limit_too_small_for_a_bare_request_names_the_case_and_the_smallest_limit_that_works(self):
+        # dev-spread's bare request is the longest, 42 tokens; at 169 its allowance is 169 - 96 - 32 = 41.
         self.assertEqual(self.refused(['--context-limits', '169,512']),
-                         f'budget_sweep.py: {CASES}: at context limit 169 the allowance cannot hold the instructions '
-                         'and question of case dev-spread; the smallest limit every case fits is 170')
+                         f'budget_sweep.py: {CASES}: case dev-spread: field budget allows 41 input tokens, but the '
+                         'instructions and question alone need 42; the smallest limit every case fits is 170')
         status, _, _ = sweep_main(['--context-limits', '170', '--output', str(self.output)])
         self.assertEqual(status, 0)  # the limit the message names does work
+
+    def test_the_case_named_is_the_first_that_needs_most_worked_out_by_hand(self):
+        cases = load_cases(CASES)
+        cases[1]['budget'] = dict(cases[1]['budget'], margin=40)  # needs 8 more than the others: the one named
+        sizes = {case['current']: 60 if index in (3, 5) else 50 for index, case in enumerate(cases)}
+        self.assertEqual(len(sizes), len(cases))  # every question differs
+
+        def count(messages):  # 50 tokens for every bare request, 60 for those of cases[3] and cases[5]
+            return sizes[messages[-1]['content']]
+
+        # cases[1] needs 50 + 96 + 40 = 186, cases[3] and cases[5] 60 + 96 + 32 = 188, every other 178:
+        # cases[3] is the first that needs most.
+        with self.assertRaises(LabError) as raised:
+            check_limits(Path('c.json'), cases, [187, 400], count)
+        self.assertEqual(str(raised.exception), f"c.json: case {cases[3]['id']}: field budget allows 59 input tokens, "
+                                                'but the instructions and question alone need 60; the smallest limit '
+                                                'every case fits is 188')
+        check_limits(Path('c.json'), cases, [188, 400], count)  # and that limit is refused for no case
 
     def test_cases_keeping_different_answer_and_margin_tokens_are_refused(self):
         cases = json.loads(CASES.read_text(encoding='utf-8'))
@@ -220,22 +226,15 @@ class TableTest(unittest.TestCase):
                    'facts_total': 14} for rule, founds in (('recent', (4, 6)), (BEST, (13, 14)))
                   for limit, found in zip((256, 1152), founds)]
         report = {'case_set': 'cases.json', 'context_limits': [256, 1152], 'points': points}
-        self.assertEqual(budget_sweep.table(report), '| Rule | 128 | 1,024 |\n|---|---|---|\n| recent | 4 | 6 |\n'
+        self.assertEqual(sweep_table(report), '| Rule | 128 | 1,024 |\n|---|---|---|\n| recent | 4 | 6 |\n'
                          '| best possible | 13 | 14 |\n\nRequired facts found of 14 in cases.json, at each input '
                          'allowance (context limits 256, 1,152).\n')
-
-    def test_format_table_prints_the_table_of_the_same_points(self):
-        status, out, err = sweep_main(['--context-limits', '256,384', '--format', 'table'])
-        self.assertEqual(status, 0, err)
-        report = run(evaluate.CASES, [256, 384], {}, [])
-        self.assertEqual(out, budget_sweep.table(report))
-        self.assertIn('| recent | 4 | 4 |', out)  # at 384 the README's table: 2 of 7 on each split
 
 
 class PictureTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.report = run(CASES, [192, 384, 1024], {}, [], 'kind')
+        cls.report = sweep_report(CASES, [192, 384, 1024], {}, [], 'kind')
 
     def test_the_same_figures_give_the_same_bytes_and_one_changed_figure_other_bytes(self):
         for kind in ('png', 'svg'):
@@ -265,7 +264,7 @@ class PictureTest(unittest.TestCase):
         self.assertEqual([label.get_text() for label in first.get_xticklabels()], ['64', '256', '896'])
         self.assertEqual(first.get_ylim(), (0, 100))
         lines = {line.get_label(): line for line in first.get_lines()}
-        self.assertEqual(list(lines), [*STRATEGIES, BEST])
+        self.assertEqual(list(lines), [*RULES, BEST])
         self.assertEqual(lines[BEST].get_linestyle(), '--')
         self.assertEqual(lines['recent'].get_linestyle(), '-')
         recent = [entry for entry in self.report['points'] if entry['rule'] == 'recent']
@@ -288,7 +287,7 @@ class RecordingTest(unittest.TestCase):
         jump = min(room for room in rooms if found['recent', room] > found['recent', rooms[0]] + 3)
         before = max(found['recent', room] for room in rooms if room < jump)
         ceiling = max(found[rule, room] for rule in ('relevant', 'hybrid') for room in rooms)
-        others = [rule for rule in STRATEGIES if rule != 'notes']
+        others = [rule for rule in RULES if rule != 'notes']
         leads = min(room for room in rooms if all(found['notes', later] >= max(found[rule, later] for rule in others)
                                                   for later in rooms if later >= room))
         sentence = (f'`recent` finds at most {before} of the {total} facts until the long turns fit at {jump} input '

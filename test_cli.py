@@ -1,13 +1,17 @@
 """Tests for what a newcomer meets first: the README's commands, and every script's entry point.
 
-    .venv/bin/python -m unittest -v test_cli.py   (about 15 s)
+    .venv/bin/python -m unittest -v test_cli.py   (about 30 s)
 
-Each test is named after the failure it pins: a README command CI does not run as written, a script that
-ends in a traceback (missing packages, a closed stdout, Ctrl-C), a script without --help, a prepared
-folder only some scripts can find, a JSON file refused for its byte-order mark. Scripts that would write
-beside themselves run in a copy of the lab in a temp folder, reading the prepared counter through
-CONTEXT_LAB_PREPARED.
+The lab's scripts are found, not listed: every tracked .py file other than a test whose source holds an
+`if __name__ == '__main__':` block. So a rules file of the user's beside them (my_rules.py) is never taken
+for a script, and a script that is added, renamed or merged away is checked or dropped by itself. Each
+test is named after the failure it pins: a README command CI does not run as written, a script that ends
+in a traceback (missing packages, a closed stdout, Ctrl-C, a kill), a script without --help, a prepared
+folder only some scripts can find, answer files refused for a byte-order mark. Every script runs as a
+real child process; those that would write beside themselves run in a copy of the lab in a temp folder,
+reading the prepared counter through CONTEXT_LAB_PREPARED. common.run in-process is test_common.py's.
 """
+import ast
 import contextlib
 import io
 import json
@@ -15,28 +19,54 @@ import os
 from pathlib import Path
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import unittest
 from unittest import mock
 
-import answer_check
-import case_set
-import cli
+import common
 import evaluate
-import lab_files
-import test_locomo_cases
 from prepared_folder import PREPARED, PREPARED_ENV
+import views
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = sorted(path.name for path in HERE.glob('*.py') if not path.name.startswith('test_'))
 TIMEOUT = 120
-BOM = b'\xef\xbb\xbf'
-# Standard library only: they check and move files and cases; they load no tokenizer.
-NEEDS_NO_PACKAGE = {'prepared_folder.py', 'case_set.py', 'lab_files.py', 'folder_swap.py', 'compare_reports.py',
-                    'locomo_cases.py'}
+MAIN_BLOCK = re.compile(r'''^if __name__ == (['"])__main__\1:''', re.MULTILINE)
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
+# Every locked package but the counter's two (and what they need): the rules and the report must not need them.
+NOT_FOR_THE_REPORT = ('matplotlib', 'wordllama', 'bm25s', 'Stemmer', 'gguf', 'huggingface_hub', 'httpx', 'httpx2',
+                      'requests', 'numpy', 'hypothesis')
+
+
+def tracked(*patterns: str) -> list[Path]:
+    """The lab's own files in its top folder that match the patterns: what git tracks there, as it is now on disk.
+    Outside a git checkout, every matching file (a rules file there still holds no __main__ block)."""
+    try:
+        listed = subprocess.run(['git', 'ls-files', '-z', '--', *patterns], cwd=HERE, capture_output=True,
+                                check=True, timeout=TIMEOUT).stdout.decode().split('\0')
+    except (OSError, subprocess.CalledProcessError):
+        listed = [path.name for pattern in patterns for path in HERE.glob(pattern)]
+    return sorted(HERE / name for name in set(listed) if name and '/' not in name and (HERE / name).is_file())
+
+
+def lab_scripts() -> list[str]:
+    """The scripts: tracked .py files, not tests, with a __main__ block."""
+    return [path.name for path in tracked('*.py') if not path.name.startswith('test_')
+            and MAIN_BLOCK.search(path.read_text(encoding='utf-8'))]
+
+
+SCRIPTS = lab_scripts()
+
+
+def missing_advice(script: str) -> str:
+    """What a script started by an interpreter without any of the locked packages says, after its name."""
+    pinned = common.pins(REQUIREMENTS_TEXT)
+    missing = ', '.join(f'{name}=={version}' for name, version in pinned.items() if name not in common.TESTS_ONLY)
+    return (f'{script}: {sys.executable} lacks the locked packages {missing}; in {HERE} run `{common.INSTALL}` and '
+            'start the scripts with .venv/bin/python')
 
 
 def readme_commands() -> list[str]:
@@ -47,10 +77,10 @@ def readme_commands() -> list[str]:
 
 
 def copy_lab(folder: Path) -> Path:
-    """A copy of the lab's scripts and data files in folder/lab, without prepared/."""
+    """A copy of the lab's code and data files in folder/lab, without prepared/."""
     lab = folder / 'lab'
     lab.mkdir()
-    for path in [*HERE.glob('*.py'), *HERE.glob('*.json'), HERE / 'requirements.txt']:
+    for path in [*tracked('*.py', '*.json'), HERE / 'requirements.txt']:
         shutil.copy2(path, lab / path.name)
     return lab
 
@@ -64,12 +94,17 @@ def linked_prepared(folder: Path) -> Path:
     return elsewhere
 
 
-def run(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
-    """Run a script as a user would; prepared, if given, is passed as CONTEXT_LAB_PREPARED."""
+def child_env(prepared: Path | None = None) -> dict:
+    """This environment without a developer's own CONTEXT_LAB_PREPARED; prepared, if given, in its place."""
     env = {name: value for name, value in os.environ.items() if name != PREPARED_ENV}
     if prepared is not None:
         env[PREPARED_ENV] = str(prepared)
-    return subprocess.run([sys.executable, *python_options, *script_and_args], cwd=cwd, env=env,
+    return env
+
+
+def run(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
+    """Run a script as a user would; prepared, if given, is passed as CONTEXT_LAB_PREPARED."""
+    return subprocess.run([sys.executable, *python_options, *script_and_args], cwd=cwd, env=child_env(prepared),
                           stdin=subprocess.DEVNULL, text=True, timeout=TIMEOUT, check=False, **kwargs)
 
 
@@ -78,6 +113,14 @@ class TempFolderTest(unittest.TestCase):
         temp = tempfile.TemporaryDirectory()
         self.addCleanup(temp.cleanup)
         self.tmp = Path(temp.name)
+
+
+class ScriptsTest(unittest.TestCase):
+    def test_the_scripts_are_found_by_their_main_block_and_no_module_without_a_command_is_one(self):
+        # Were the search to find nothing, every test below that loops over SCRIPTS would pass without a run.
+        self.assertIn('evaluate.py', SCRIPTS)
+        for module in ('common.py', 'case_set.py', 'strategies.py', 'views.py', 'field_rules.py', 'test_support.py'):
+            self.assertNotIn(module, SCRIPTS)
 
 
 class ReadmeCommandsTest(unittest.TestCase):
@@ -136,11 +179,10 @@ class PastedCommandsTest(unittest.TestCase):
                         if command.startswith('python ')]
                 self.assertEqual(bare, [], f'{path.name}: write .venv/bin/python, not python')
 
-
-    def test_no_script_gives_a_bare_python_command_in_its_docstring_help_or_messages(self):
+    def test_no_file_of_the_lab_gives_a_bare_python_command_in_its_docstring_help_or_messages(self):
         # Docstrings become --help texts; messages and help strings are literals in the source too.
         bare = re.compile(r'(?<![/\w.-])python (?=[\w-]+\.py\b|-m )')
-        for path in sorted(HERE.glob('*.py')):
+        for path in tracked('*.py'):
             with self.subTest(path.name):
                 lines = [f'{number}: {line.strip()}' for number, line in
                          enumerate(path.read_text(encoding='utf-8').splitlines(), 1)
@@ -151,54 +193,38 @@ class PastedCommandsTest(unittest.TestCase):
 
 class MissingPackagesTest(unittest.TestCase):
     def test_every_script_without_the_locked_packages_says_so_in_one_line(self):
-        pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
-        missing = ', '.join(f'{name}=={version}' for name, version in pinned.items()
-                            if name != 'hypothesis')  # only the test suite needs it
-        for script in sorted(set(SCRIPTS) - NEEDS_NO_PACKAGE):
+        for script in SCRIPTS:
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
                 result = run([script], python_options=['-S'], capture_output=True)
-                self.assertEqual(result.returncode, 2, result.stderr)
-                self.assertEqual(result.stdout, '')
-                self.assertEqual(result.stderr, f'{script}: {sys.executable} lacks the locked packages {missing};'
-                                 f' in {HERE} run `{cli.INSTALL}` and start the scripts with .venv/bin/python\n')
+                self.assertEqual((result.returncode, result.stdout), (2, ''), result.stderr)
+                self.assertEqual(result.stderr, missing_advice(script) + '\n')
 
     def test_help_without_the_locked_packages_prints_the_docstring_and_the_advice(self):
-        pinned = cli.pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
-        missing = ', '.join(f'{name}=={version}' for name, version in pinned.items() if name != 'hypothesis')
-        for script in ('evaluate.py', 'prepare.py'):
+        for script in SCRIPTS:
+            docstring = ast.get_docstring(ast.parse((HERE / script).read_text(encoding='utf-8')), clean=False)
             for option in ('--help', '-h'):
                 with self.subTest(script=script, option=option):
                     result = run([script, option], python_options=['-S'], capture_output=True)
                     self.assertEqual((result.returncode, result.stderr), (0, ''))
-                    docstring = (HERE / script).read_text(encoding='utf-8').split('"""')[1].strip()
-                    self.assertEqual(result.stdout, f'{docstring}\n\n{script}: {sys.executable} lacks the locked '
-                                     f'packages {missing}; in {HERE} run `{cli.INSTALL}` and start the scripts '
-                                     'with .venv/bin/python; then --help lists every option\n')
+                    self.assertEqual(result.stdout, f'{(docstring or "").strip()}\n\n{missing_advice(script)}; '
+                                                    'then --help lists every option\n')
 
-    def test_importing_a_module_without_the_packages_raises_with_the_same_advice(self):
-        result = run(['-c', 'import evaluate'], python_options=['-S'], capture_output=True)
-        self.assertEqual(result.returncode, 1)
-        self.assertIn(f'ModuleNotFoundError: {sys.executable} lacks the locked packages tokenizers', result.stderr)
-
-
-class NoPackageTest(TempFolderTest):
-    def arguments(self, script: str) -> list[str]:
-        """Valid arguments for a script that needs some: locomo_cases.py converts a small LoCoMo-shaped file."""
-        if script != 'locomo_cases.py':
-            return []
-        locomo = self.tmp / 'locomo10.json'
-        locomo.write_text(json.dumps(test_locomo_cases.locomo_sample()), encoding='utf-8')
-        return [str(locomo), '--output', str(self.tmp / 'cases.json')]
-
-    def test_a_script_that_needs_no_package_runs_without_them(self):
-        for script in sorted(NEEDS_NO_PACKAGE):
-            with self.subTest(script):
-                result = run([script, *self.arguments(script)], prepared=PREPARED, python_options=['-S'],
-                             capture_output=True)
-                self.assertEqual(result.returncode, 0, result.stderr)
-                self.assertNotIn('lacks', result.stderr)
-        self.assertTrue(case_set.load_cases(self.tmp / 'cases.json'))  # the conversion did run
+    def test_the_rules_and_the_report_import_with_only_the_counters_packages(self):
+        # A finder ahead of every other refuses the rest of the lock, as an interpreter without them would.
+        code = textwrap.dedent(f'''\
+            import importlib.abc, sys
+            REFUSED = {set(NOT_FOR_THE_REPORT)!r}
+            class Refuse(importlib.abc.MetaPathFinder):
+                def find_spec(self, name, path=None, target=None):
+                    if name.partition('.')[0] in REFUSED:
+                        raise ModuleNotFoundError(f'No module named {{name!r}} (refused by the test)', name=name)
+            sys.meta_path.insert(0, Refuse())
+            import strategies, evaluate
+            print('imported')
+            ''')
+        result = run(['-c', code], capture_output=True)
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (0, 'imported\n', ''))
 
 
 class HelpTest(unittest.TestCase):
@@ -211,6 +237,12 @@ class HelpTest(unittest.TestCase):
 
 
 class ClosedStdoutTest(TempFolderTest):
+    # Commands that print to stdout and write nothing; one whose script has gone is left out.
+    COMMANDS = (['answer_check.py'], ['benchmark.py', '--generated', '1', '--turns', '3', '--no-sweep'],
+                ['evaluate.py'], ['evaluate.py', '--format', 'table'], ['tokenizer.py'],
+                ['evaluate.py', '--compare', 'evaluation-result.json'],
+                ['budget_sweep.py', '--context-limits', '256', '--format', 'table'])
+
     def run_with_closed_stdout(self, lab: Path, script_and_args: list[str]) -> subprocess.CompletedProcess:
         read_end, write_end = os.pipe()
         os.close(read_end)  # the reader is gone before the first line, as after `| head -0`
@@ -221,9 +253,9 @@ class ClosedStdoutTest(TempFolderTest):
 
     def test_reader_that_stops_reading_ends_each_script_quietly_with_the_shells_sigpipe_code(self):
         lab = copy_lab(self.tmp)
-        for command in (['answer_check.py'], ['benchmark.py', '--cases', '1', '--turns', '3', '--no-sweep'],
-                        ['evaluate.py'], ['evaluate.py', '--format', 'table'], ['tokenizer.py'],
-                        ['evaluate.py', '--compare', 'evaluation-result.json']):
+        for command in self.COMMANDS:
+            if command[0] not in SCRIPTS:
+                continue
             with self.subTest(' '.join(command)):
                 result = self.run_with_closed_stdout(lab, command)
                 # 141 as bash gives `yes | head -0`; not 1, which --compare uses for "something changed"
@@ -234,111 +266,74 @@ class ClosedStdoutTest(TempFolderTest):
                 self.assertNotIn('Broken pipe', result.stderr)
 
 
-class LockedVersionTest(unittest.TestCase):
-    def test_a_package_at_another_version_counts_as_missing(self):
-        def installed(name: str) -> str:
-            return '0.22.0' if name == 'tokenizers' else cli.pins(REQUIREMENTS_TEXT)[name]
-        cli.missing_packages.cache_clear()
-        self.addCleanup(cli.missing_packages.cache_clear)
-        with mock.patch.object(cli.importlib.metadata, 'version', side_effect=installed):
-            self.assertEqual(cli.missing_packages(), ('tokenizers==0.23.3 (it has 0.22.0)',))
-
-    def test_pins_reads_names_and_versions_and_skips_comments(self):
-        self.assertEqual(cli.pins('# a comment\ntokenizers==0.23.3   # counts tokens\n\njinja2==3.1.6\n'),
-                         {'tokenizers': '0.23.3', 'jinja2': '3.1.6'})
+class SignalTest(unittest.TestCase):
+    def test_ctrl_c_and_a_kill_end_a_running_script_in_one_line_with_exit_130(self):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with self.subTest(signal.Signals(signum).name):
+                # A first part of 50 cases runs for seconds; its first progress line says main is under way.
+                process = subprocess.Popen(
+                    [sys.executable, 'benchmark.py', '--generated', '50', '--no-sweep'], cwd=HERE, env=child_env(),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                try:
+                    first = process.stderr.readline()
+                    process.send_signal(signum)
+                    rest = process.stderr.read()
+                    process.wait(timeout=TIMEOUT)
+                finally:
+                    if process.poll() is None:
+                        process.kill()
+                        process.wait()
+                    process.stderr.close()
+                self.assertTrue(first.startswith('benchmark.py: full count: '), first)
+                lines = rest.splitlines()
+                self.assertEqual((process.returncode, lines[-1:]), (130, ['benchmark.py: interrupted']), rest)
+                self.assertEqual([line for line in lines if not line.startswith('benchmark.py: ')], [])
 
 
 class RequirementsLineTest(TempFolderTest):
-    def test_a_line_that_pins_no_exact_version_asks_for_the_package_at_any_version(self):
-        self.assertEqual(cli.pins('numpy>=2\nrich\nidna[all] == 3.10\nsix==1.*  # a wildcard pins nothing\n'),
-                         {'numpy': None, 'rich': None, 'idna': '3.10', 'six': None})
-
-    def test_a_line_that_names_no_package_is_refused_naming_the_line(self):
-        for line in ('-r other.txt', 'git+https://example.org/x.git', '==1.0', 'two words'):
-            with self.subTest(line):
-                with self.assertRaises(cli.RequirementsError) as raised:
-                    cli.pins(f'# first line\n{line}\n')
-                self.assertEqual(str(raised.exception),
-                                 f'line 2: {line!r} is not a requirement; expected name==version')
-
     def test_every_script_says_in_one_line_which_requirements_line_is_malformed(self):
         lab = copy_lab(self.tmp)
         with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
             file.write('-r more-requirements.txt\n')
-        lines = len(REQUIREMENTS_TEXT.splitlines()) + 1
-        for script in ('evaluate.py', 'cli.py'):
+        number = len(REQUIREMENTS_TEXT.splitlines()) + 1
+        for script in SCRIPTS:
             with self.subTest(script):
                 result = run([script], cwd=lab, prepared=PREPARED, capture_output=True)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
-                self.assertEqual(result.stderr, f"{script}: {lab / 'requirements.txt'}: line {lines}: "
+                self.assertEqual(result.stderr, f"{script}: {lab / 'requirements.txt'}: line {number}: "
                                                 "'-r more-requirements.txt' is not a requirement; expected "
                                                 'name==version\n')
 
-    def test_a_package_asked_for_at_any_version_is_only_checked_to_be_present(self):
-        lab = copy_lab(self.tmp)
-        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
-            file.write('pip>=1\n')  # pip is in every venv, at whatever version
-        result = run(['cli.py'], cwd=lab, capture_output=True)
-        self.assertEqual((result.returncode, result.stderr), (0, ''))
-        with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
-            file.write('no-such-distribution-of-the-lab>=1\n')
-        result = run(['cli.py'], cwd=lab, capture_output=True)
-        self.assertEqual(result.returncode, 2)
-        self.assertIn('lacks the locked package no-such-distribution-of-the-lab (any version);', result.stderr)
 
+class InterruptTest(TempFolderTest):
+    """evaluate.py's main under common.run, in this process: what a Ctrl-C says about --output."""
 
-class PythonCommandTest(unittest.TestCase):
-    def test_advice_names_the_labs_venv_python_so_it_works_pasted_in_a_new_terminal(self):
-        with mock.patch.object(sys, 'executable', str(HERE / '.venv' / 'bin' / 'python')):
-            self.assertEqual(cli.python_command(), '.venv/bin/python')
+    def setUp(self):
+        super().setUp()
+        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # run() sets its own
 
-    def test_advice_names_the_full_path_of_an_interpreter_outside_the_lab(self):
-        with mock.patch.object(sys, 'executable', '/usr/bin/python3'):
-            self.assertEqual(cli.python_command(), '/usr/bin/python3')
-        with mock.patch.object(sys, 'executable', '/opt/my python/bin/python3'):
-            self.assertEqual(cli.python_command(), "'/opt/my python/bin/python3'")
-
-
-class InterruptTest(unittest.TestCase):
-    def test_ctrl_c_is_one_line_and_exit_130(self):
-        def interrupted_main(argv):
-            raise KeyboardInterrupt
-
+    def interrupted_run(self, argv: list[str]) -> str:
         err = io.StringIO()
-        with mock.patch.object(sys, 'argv', ['evaluate.py']), contextlib.redirect_stderr(err):
-            with self.assertRaises(SystemExit) as exited:
-                cli.run(interrupted_main, 'nothing was written')
+        with mock.patch.object(sys, 'argv', ['evaluate.py', *argv]), contextlib.redirect_stderr(err), \
+                self.assertRaises(SystemExit) as exited:
+            common.run(evaluate.main, 'nothing was written')
         self.assertEqual(exited.exception.code, 130)
-        self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; nothing was written\n')
+        return err.getvalue()
 
     def test_ctrl_c_after_output_was_written_does_not_claim_nothing_was(self):
-        def interrupted_print(*args):
-            raise KeyboardInterrupt
-
-        err = io.StringIO()
-        with tempfile.TemporaryDirectory() as folder:
-            output = Path(folder) / 'report.json'
-            with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', str(output), '--format', 'table']), \
-                    mock.patch.object(evaluate, 'print_result', interrupted_print), contextlib.redirect_stderr(err):
-                with self.assertRaises(SystemExit) as exited:
-                    cli.run(evaluate.main, 'nothing was written')
-            self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['case_set'], 'cases.json')
-        self.assertEqual(exited.exception.code, 130)
-        self.assertEqual(err.getvalue(), f'evaluate.py: interrupted; the report was written to {output}, '
-                                         'its printing cut short\n')
+        output = self.tmp / 'report.json'
+        with mock.patch.object(views, 'report_table', side_effect=KeyboardInterrupt):
+            said = self.interrupted_run(['--output', str(output), '--format', 'table'])
+        self.assertEqual(said, f'evaluate.py: interrupted; the report was written to {output}, its printing cut short\n')
+        self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['case_set'], 'cases.json')
 
     def test_ctrl_c_while_writing_says_what_the_output_may_hold(self):
-        def interrupted_write(*args):
-            raise KeyboardInterrupt
-
-        err = io.StringIO()
-        with mock.patch.object(sys, 'argv', ['evaluate.py', '--output', 'report.json']), \
-                mock.patch.object(lab_files, 'write_atomically', interrupted_write), contextlib.redirect_stderr(err):
-            with self.assertRaises(SystemExit):
-                cli.run(evaluate.main, 'nothing was written')
-        self.assertEqual(err.getvalue(), 'evaluate.py: interrupted; while writing report.json: a file there holds '
-                                         'what it held or all of the new contents, a pipe or device may have '
-                                         'received part of them\n')
+        output = self.tmp / 'report.json'
+        with mock.patch.object(common, 'write_atomically', side_effect=KeyboardInterrupt):
+            said = self.interrupted_run(['--output', str(output)])
+        self.assertEqual(said, f'evaluate.py: interrupted; while writing {output}: a file there holds what it held '
+                               'or all of the new contents, a pipe or device may have received part of them\n')
+        self.assertEqual(list(self.tmp.iterdir()), [])
 
 
 class PreparedElsewhereTest(TempFolderTest):
@@ -360,35 +355,26 @@ class PreparedElsewhereTest(TempFolderTest):
         self.assertTrue(result.stdout.startswith(f'{elsewhere} is already complete and valid'), result.stdout)
         self.assertFalse((lab / 'prepared').exists())
 
-    def test_unprepared_folder_is_named_whichever_folder_it_is(self):
+    def test_an_unprepared_folder_is_named_in_one_line_whichever_folder_and_script_it_is(self):
         lab, empty = copy_lab(self.tmp), self.tmp / 'empty'
-        for prepared, folder in ((None, lab / 'prepared'), (empty, empty)):
-            with self.subTest(str(folder)):
-                result = run(['tokenizer.py'], cwd=lab, prepared=prepared, capture_output=True)
-                self.assertEqual(result.returncode, 2)
-                self.assertEqual(result.stderr, f'tokenizer.py: the tokenizer is not prepared '
-                                 f'({folder / "prepared.json"} is missing): run `{sys.executable} prepare.py`\n')
+        for script in ('tokenizer.py', 'evaluate.py'):
+            for prepared, folder in ((None, lab / 'prepared'), (empty, empty)):
+                with self.subTest(script=script, folder=str(folder)):
+                    result = run([script], cwd=lab, prepared=prepared, capture_output=True)
+                    self.assertEqual((result.returncode, result.stdout), (2, ''))
+                    self.assertEqual(result.stderr, f'{script}: the tokenizer is not prepared '
+                                     f'({folder / "prepared.json"} is missing): run `{sys.executable} prepare.py`\n')
 
 
 class ByteOrderMarkTest(TempFolderTest):
-    """JSON saved by an editor that writes a UTF-8 byte-order mark reads as the same JSON."""
+    def test_answer_files_with_a_byte_order_mark_are_graded_as_without(self):
+        import answer_check  # here, so that the entry-point tests above run even if the answer check is broken
 
-    def with_bom(self, path: Path) -> Path:
-        copy = self.tmp / path.name
-        copy.write_bytes(BOM + path.read_bytes())
-        return copy
-
-    def test_case_file_and_report_with_a_bom_are_read(self):
-        self.assertEqual(case_set.load_cases(self.with_bom(HERE / 'cases.json')), case_set.load_cases(HERE / 'cases.json'))
-        report = HERE / 'evaluation-result.json'
-        self.assertEqual(case_set.read_json(self.with_bom(report), 'report'), case_set.read_json(report, 'report'))
-
-    def test_answer_files_with_a_bom_are_graded_as_without(self):
         names = ('cases.json', 'answer-keys.json', 'answer-model.json', 'answer-result.json')
-        paths = [self.with_bom(HERE / name) for name in names]
-        for path in paths[1:]:
-            self.assertEqual(lab_files.read_json(path, 'answer file', ValueError),
-                             json.loads((HERE / path.name).read_text(encoding='utf-8')))
+        paths = []
+        for name in names:
+            paths.append(self.tmp / name)
+            paths[-1].write_bytes(b'\xef\xbb\xbf' + (HERE / name).read_bytes())
         grades = answer_check.grade_files(*paths, self.tmp / 'grades.json')
         self.assertEqual(grades, json.loads((HERE / 'answer-grades.json').read_text(encoding='utf-8')))
 

@@ -1,34 +1,50 @@
-"""Tests for lab_files.py: writing a file never destroys what the path is.
+"""Tests for common.py: the entry point, the file writer and reader, and the figures several scripts share.
 
-    .venv/bin/python -m unittest -v test_lab_files.py   (about 1 s)
+    .venv/bin/python -m unittest -v test_common.py   (about 5 s)
 
 Each test is named after the failure it pins: a symlink (direct, relative, a
 chain, dangling) turned into a regular file, a named pipe or device replaced by
 a regular file, a directory or an unwritable folder written over, a file's
-permissions lost. Everything is written in a temporary folder, the device too: a
-/dev/null-like node made there (skipped where no device can be made), never the
-machine's /dev/null, which a regression would replace.
+permissions lost; a package at another version taken for the pinned one, advice
+that a new terminal cannot paste; an error, a Ctrl-C or a missing package that
+ends in a traceback or the wrong exit status; a figure or a table that reads
+wrong. Expected figures are worked out by hand. Everything is written in a
+temporary folder, the device too: a /dev/null-like node made there (skipped
+where no device can be made), never the machine's /dev/null, which a regression
+would replace. The entry point as a real child process sees it (pipes, signals,
+an interpreter without the packages) is tested in test_cli.py.
 """
+import contextlib
+import io
+import json
 import os
 from pathlib import Path
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import unittest
+from unittest import mock
 
-from lab_files import NEW_FILE_MODE, path_text, write_atomically
+from case_set import load_cases
+import common
+from common import LabError, NEW_FILE_MODE, allowance, by_group, check_fits, counted, markdown_table, path_text, \
+    pins, plain_number, read_json, summarize, turn_runs, write_atomically, write_output
 
 HERE = Path(__file__).resolve().parent
+BOM = b'\xef\xbb\xbf'
 
 
-class WriteTest(unittest.TestCase):
+class TempFolderTest(unittest.TestCase):
     def setUp(self):
         temp = tempfile.TemporaryDirectory()
         self.addCleanup(temp.cleanup)
         self.tmp = Path(temp.name)
 
+
+class WriteTest(TempFolderTest):
     def leftovers(self) -> list[str]:
         return sorted(path.name for path in self.tmp.rglob('*.tmp'))
 
@@ -197,14 +213,18 @@ class WriteTest(unittest.TestCase):
         self.assertEqual(self.leftovers(), [])
 
 
+class WriteOutputTest(TempFolderTest):
+    def test_an_output_that_cannot_be_written_is_one_lab_error_naming_the_path_and_what_it_was(self):
+        missing, folder = self.tmp / 'missing' / 'report.json', self.tmp
+        for path, problem in ((missing, 'No such file or directory'), (folder, 'it is a directory; name a file in it')):
+            with self.subTest(problem), self.assertRaises(LabError) as raised:
+                write_output(path, '{}\n', 'report')
+            self.assertEqual(str(raised.exception), f'{path}: cannot write the report: {problem}')
+        self.assertEqual(list(self.tmp.iterdir()), [])
 
-class EvaluateOutputTest(unittest.TestCase):
+
+class EvaluateOutputTest(TempFolderTest):
     """End to end: `evaluate.py --output` through a symlink and into a named pipe, as a user would run it."""
-
-    def setUp(self):
-        temp = tempfile.TemporaryDirectory()
-        self.addCleanup(temp.cleanup)
-        self.tmp = Path(temp.name)
 
     def evaluate_py(self, output: Path, **kwargs) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, 'evaluate.py', '--format', 'table', '--output', str(output)],
@@ -278,6 +298,189 @@ class NameNotUtf8Test(unittest.TestCase):
         self.assertTrue(result.stderr.endswith(b'.json: cannot read the case set: No such file or directory\n'),
                         result.stderr)
         self.assertEqual(result.stderr.count(b'\n'), 1)
+
+
+class ReadJsonTest(TempFolderTest):
+    def with_bom(self, path: Path) -> Path:
+        copy = self.tmp / path.name
+        copy.write_bytes(BOM + path.read_bytes())
+        return copy
+
+    def test_a_case_file_and_a_report_saved_with_a_byte_order_mark_read_as_without(self):
+        self.assertEqual(load_cases(self.with_bom(HERE / 'cases.json')), load_cases(HERE / 'cases.json'))
+        report = HERE / 'evaluation-result.json'
+        self.assertEqual(read_json(self.with_bom(report), 'report'), json.loads(report.read_text(encoding='utf-8')))
+
+    def test_an_unreadable_file_is_one_error_naming_it_what_it_was_meant_to_be_and_the_advice(self):
+        missing, deep = self.tmp / 'old.json', self.tmp / 'deep.json'
+        deep.write_text('[' * 100_000, encoding='utf-8')
+        for path, advice, message in (
+                (missing, 'run evaluate.py --output first', 'cannot read the report: No such file or directory; '
+                                                            'run evaluate.py --output first'),
+                (self.tmp, '', 'cannot read the report: Is a directory'),
+                (deep, '', 'the report is nested too deeply to read')):
+            with self.subTest(message), self.assertRaises(LabError) as raised:
+                read_json(path, 'report', advice)
+            self.assertEqual(str(raised.exception), f'{path}: {message}')
+
+
+class RequirementsTest(TempFolderTest):
+    def requirements(self, text: str) -> Path:
+        """requirements.txt holding text, in place of the lab's for common.missing_packages."""
+        path = self.tmp / 'requirements.txt'
+        path.write_text(text, encoding='utf-8')
+        patcher = mock.patch.object(common, 'REQUIREMENTS', path)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        return path
+
+    def test_pins_reads_names_and_versions_and_skips_comments(self):
+        self.assertEqual(pins('# a comment\ntokenizers==0.23.3   # counts tokens\n\njinja2==3.1.6\n'),
+                         {'tokenizers': '0.23.3', 'jinja2': '3.1.6'})
+
+    def test_a_line_that_pins_no_exact_version_asks_for_the_package_at_any_version(self):
+        self.assertEqual(pins('numpy>=2\nrich\nidna[all] == 3.10\nsix==1.*  # a wildcard pins nothing\n'),
+                         {'numpy': None, 'rich': None, 'idna': '3.10', 'six': None})
+
+    def test_a_line_that_names_no_package_is_refused_naming_the_file_and_the_line(self):
+        for line in ('-r other.txt', 'git+https://example.org/x.git', '==1.0', 'two words'):
+            with self.subTest(line), self.assertRaises(LabError) as raised:
+                pins(f'# first line\n{line}\n')
+            self.assertEqual(str(raised.exception), f'{common.REQUIREMENTS}: line 2: {line!r} is not a requirement; '
+                                                    'expected name==version')
+
+    def test_a_package_at_another_version_counts_as_missing(self):
+        pinned = pins((HERE / 'requirements.txt').read_text(encoding='utf-8'))
+
+        def installed(name: str) -> str:
+            return '0.22.0' if name == 'tokenizers' else pinned[name]
+
+        with mock.patch.object(common.importlib.metadata, 'version', side_effect=installed):
+            self.assertEqual(common.missing_packages(), ['tokenizers==0.23.3 (it has 0.22.0)'])
+
+    def test_a_package_asked_for_at_any_version_is_only_checked_to_be_present_and_test_pins_not_at_all(self):
+        # pip is in every venv, at whatever version; hypothesis is pinned for the tests, which no script runs.
+        self.requirements('pip>=1\nno-such-distribution-of-the-lab>=1\nhypothesis==0.0.1\n')
+        self.assertEqual(common.missing_packages(), ['no-such-distribution-of-the-lab (any version)'])
+
+    def test_a_missing_requirements_file_is_one_error_saying_how_to_restore_it(self):
+        path = self.requirements('')
+        path.unlink()
+        with self.assertRaises(LabError) as raised:
+            common.missing_packages()
+        self.assertEqual(str(raised.exception),
+                         f'{path}: cannot be read (No such file or directory); restore it with git checkout')
+
+
+class PythonCommandTest(unittest.TestCase):
+    def test_advice_names_the_labs_venv_python_so_it_works_pasted_in_a_new_terminal(self):
+        with mock.patch.object(sys, 'executable', str(HERE / '.venv' / 'bin' / 'python')):
+            self.assertEqual(common.python_command(), '.venv/bin/python')
+
+    def test_advice_names_the_full_path_of_an_interpreter_outside_the_lab(self):
+        with mock.patch.object(sys, 'executable', '/usr/bin/python3'):
+            self.assertEqual(common.python_command(), '/usr/bin/python3')
+        with mock.patch.object(sys, 'executable', '/opt/my python/bin/python3'):
+            self.assertEqual(common.python_command(), "'/opt/my python/bin/python3'")
+
+
+class RunTest(unittest.TestCase):
+    """common.run in this process, with the package check stubbed: what main's outcome becomes."""
+
+    def setUp(self):
+        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # run() sets its own
+        self.missing = []
+        patcher = mock.patch.object(common, 'missing_packages', lambda: self.missing)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def outcome(self, main, interrupted: str = '') -> tuple[int, str, str]:
+        """(exit status, stdout, stderr) of run(main) started as evaluate.py."""
+        out, err = io.StringIO(), io.StringIO()
+        with mock.patch.object(sys, 'argv', ['evaluate.py']), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as exited:
+            common.run(main, interrupted)
+        return exited.exception.code, out.getvalue(), err.getvalue()
+
+    @staticmethod
+    def raising(error: BaseException):
+        def main(argv):
+            raise error
+        return main
+
+    def test_a_lab_error_is_one_line_naming_the_script_and_exit_2(self):
+        self.assertEqual(self.outcome(self.raising(LabError('cases.json: the case set is empty'))),
+                         (2, '', 'evaluate.py: cases.json: the case set is empty\n'))
+
+    def test_ctrl_c_is_one_line_and_exit_130_saying_what_it_left_behind(self):
+        for error, interrupted, line in (
+                (KeyboardInterrupt(), 'nothing was written', 'evaluate.py: interrupted; nothing was written\n'),
+                (KeyboardInterrupt(), '', 'evaluate.py: interrupted\n'),
+                (KeyboardInterrupt('the report was written to r.json'), 'nothing was written',
+                 'evaluate.py: interrupted; the report was written to r.json\n')):
+            with self.subTest(line):
+                self.assertEqual(self.outcome(self.raising(error), interrupted), (130, '', line))
+
+    def test_the_status_main_returns_is_the_exit_status_and_main_gets_the_arguments(self):
+        given = []
+        with mock.patch.object(sys, 'argv', ['evaluate.py', '--compare', 'old.json']):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), self.assertRaises(SystemExit) as exited:
+                common.run(lambda argv: given.append(argv) or 1)
+        self.assertEqual((exited.exception.code, given), (1, [['--compare', 'old.json']]))
+
+    def test_a_missing_package_stops_the_script_before_main_in_one_line(self):
+        self.missing = ['tokenizers==0.23.3']
+        self.assertEqual(self.outcome(self.raising(AssertionError('main ran'))), (2, '', (
+            f'evaluate.py: {sys.executable} lacks the locked package tokenizers==0.23.3; in {HERE} run '
+            f'`{common.INSTALL}` and start the scripts with .venv/bin/python\n')))
+
+
+class FiguresTest(unittest.TestCase):
+    ROWS = [{'case': 'a', 'split': 'held_out', 'kind': 'temporal', 'input_tokens': 40, 'within_budget': True,
+             'required_found': 1, 'required_total': 1, 'missing': [], 'stale_included': []},
+            {'case': 'b', 'split': 'dev', 'kind': 'multi-hop', 'input_tokens': 51, 'within_budget': False,
+             'required_found': 0, 'required_total': 2, 'missing': ['x', 'y'], 'stale_included': ['old']}]
+
+    def test_the_allowance_is_the_limit_less_the_answer_and_the_margin_for_a_case_or_a_budget(self):
+        budget = {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}
+        self.assertEqual((allowance(budget), allowance({'id': 'x', 'budget': budget})), (256, 256))
+
+    def test_a_case_whose_instructions_and_question_alone_do_not_fit_is_refused_naming_it(self):
+        case = {'id': 'dev-latest', 'budget': {'context_limit': 40, 'max_new_tokens': 4, 'margin': 2}}
+        check_fits(Path('c.json'), case, 34)  # exactly the allowance fits
+        with self.assertRaises(LabError) as raised:
+            check_fits(Path('c.json'), case, 35, '; try 41')
+        self.assertEqual(str(raised.exception), 'c.json: case dev-latest: field budget allows 34 input tokens, '
+                                                'but the instructions and question alone need 35; try 41')
+
+    def test_a_summary_worked_out_by_hand(self):
+        self.assertEqual(summarize(self.ROWS), {
+            'cases': 2, 'facts_found': 1, 'facts_total': 3, 'fact_recall': 0.333, 'complete_cases': 1,
+            'cases_with_stale_facts': 1, 'over_budget': 1, 'mean_input_tokens': 45.5})
+
+    def test_splits_come_in_the_labs_order_and_other_groups_in_row_order(self):
+        self.assertEqual(list(by_group(self.ROWS, 'split')), ['dev', 'held_out'])  # held_out comes first in the rows
+        self.assertEqual(list(by_group(self.ROWS, 'kind')), ['temporal', 'multi-hop'])
+        self.assertEqual(by_group(self.ROWS, 'kind', len), {'temporal': 1, 'multi-hop': 1})
+
+    def test_means_print_without_exponents_or_trailing_zeros(self):
+        for value, text in ((61.0, '61'), (51.3, '51.3'), (123456.7, '123456.7'), (2000000.0, '2000000')):
+            with self.subTest(value):
+                self.assertEqual(plain_number(value), text)
+
+    def test_counts_read_as_words_with_thousands_separators(self):
+        self.assertEqual([counted(1, 'case'), counted(0, 'fact'), counted(1534, 'case')],
+                         ['1 case', '0 facts', '1,534 cases'])
+
+    def test_a_table_lines_up_its_columns_only_when_padded(self):
+        self.assertEqual(markdown_table(['a', 'bb'], [['xyz', '1']]), '| a | bb |\n|---|---|\n| xyz | 1 |\n')
+        self.assertEqual(markdown_table(['a', 'bb'], [['xyz', '1']], pad=True),
+                         '| a   | bb |\n|-----|----|\n| xyz | 1  |\n')
+
+    def test_turns_are_counted_from_1_and_consecutive_turns_are_one_run(self):
+        self.assertEqual(turn_runs([6, 2, 3, 4]), ['3-5', '7'])
+        self.assertEqual((turn_runs([]), turn_runs([0])), ([], ['1']))
 
 
 if __name__ == '__main__':

@@ -8,7 +8,6 @@ report or are worked out by hand; rules files are written into temporary folders
 import copy
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 import subprocess
@@ -17,12 +16,12 @@ import tempfile
 import textwrap
 import unittest
 
-from case_set import load_cases
-from evaluate import CODE_FILES, grade, run, table, to_json
-from prepared_folder import PREPARED_ENV
-from rule_files import RuleError, carried_turns, load_rule_files
-from strategies import render
+from case_set import grade, load_cases
+from common import CODE_FILES
+from evaluate import report
+from rule_files import carried_turns, load_rule_files
 from tokenizer import count_request
+from views import report_table
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
@@ -34,9 +33,9 @@ MY_RULES = re.search(r'Save this as `my_rules.py`.*?\n```python\n(.*?)```\n', RE
 
 
 def evaluate_py(*args: str) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
+    """The real command, reading the prepared folder this process reads."""
     return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
-                          timeout=300, env=environment)
+                          timeout=300)
 
 
 def case_named(case_id: str) -> dict:
@@ -58,7 +57,7 @@ class RulesFolder(unittest.TestCase):
 
     def rule(self, body: str, name: str = 'mine'):
         """The wrapped rule `name` of a file whose rule function has this body."""
-        path = self.write('from strategies import render\n\ndef rule(case, count):\n'
+        path = self.write('from strategies import build_request\n\ndef rule(case, count):\n'
                           + textwrap.indent(textwrap.dedent(body), '    ') + f'\n\nRULES = {{{name!r}: rule}}\n')
         return load_rule_files([path])[0][name]
 
@@ -81,26 +80,26 @@ class ContractTest(RulesFolder):
             case['history'].append({'user': 'x', 'assistant': 'y'})
             case['budget']['context_limit'] = 1
             case['current'] = 'changed'
-            return render(case, [0])''')
+            return build_request(case, [0])''')
         mine(case, count_request)
         self.assertEqual(case, before)
 
     def test_the_lab_counts_the_request_itself_when_the_rule_says_another_size(self):
         # relevant keeps turn 1 of dev-correction in 57 input tokens (the recorded report).
-        selected = self.rule("return {'messages': render(case, [0]), 'turns': [2], 'notes': 5, 'input_tokens': 1}")(
+        selected = self.rule("return {'messages': build_request(case, [0]), 'turns': [2], 'notes': 5, 'input_tokens': 1}")(
             case_named('dev-correction'), count_request)
         self.assertEqual((selected['input_tokens'], selected['turns'], selected['notes']), (57, [0], 0))
         self.assertEqual(sorted(selected), ['input_tokens', 'messages', 'notes', 'turns'])
 
     def test_a_plain_list_of_messages_is_a_request(self):
-        selected = self.rule('return render(case, [0, 1])')(case_named('dev-correction'), count_request)
+        selected = self.rule('return build_request(case, [0, 1])')(case_named('dev-correction'), count_request)
         row = grade(case_named('dev-correction'), selected)
         self.assertEqual((row['turns'], row['required_found'], row['stale_included']), ([0, 1], 1, ['We will use MySQL']))
 
     def test_a_request_over_the_allowance_is_graded_and_marked_not_refused(self):
         # dev-old-decision's history holds a turn larger than the whole 256-token allowance.
         case = case_named('dev-old-decision')
-        row = grade(case, self.rule('return render(case, [0, 1, 2])')(case, count_request))
+        row = grade(case, self.rule('return build_request(case, [0, 1, 2])')(case, count_request))
         self.assertEqual((row['turns'], row['within_budget'], row['required_found']), ([0, 1, 2], False, 1))
         self.assertGreater(row['input_tokens'], 256)
 
@@ -183,7 +182,7 @@ class RefusalTest(RulesFolder):
 
     def test_an_exception_in_a_rule_gives_the_last_line_of_the_rules_file_it_passed(self):
         path = self.write('''\
-            from strategies import allowance
+            from common import allowance
 
 
             def helper(case):
@@ -198,7 +197,7 @@ class RefusalTest(RulesFolder):
 
             RULES = {'mine': rule}
             ''')
-        # The KeyError is raised inside strategies.py; the last line of the rules file on the way is line 5.
+        # The KeyError is raised inside common.py; the last line of the rules file on the way is line 5.
         self.assertEqual(self.refused(path), f"evaluate.py: {path}: rule mine: case dev-pronoun: the rule raised "
                                              f"KeyError: 'context_limit' (line 5 of rules.py)\n")
 
@@ -215,25 +214,25 @@ class ReportTest(RulesFolder):
         self.assertNotIn('rule_files', recorded)
         self.assertEqual(list(recorded['code_sha256']), list(CODE_FILES))
         path = self.write(MY_RULES, 'my_rules.py')
-        report = run(HERE / 'cases.json', [path])
-        self.assertEqual(list(report['cases']), ['recent', 'relevant', 'notes', 'hybrid', 'question_words_first'])
+        result = report(HERE / 'cases.json', [path])
+        self.assertEqual(list(result['cases']), ['recent', 'relevant', 'notes', 'hybrid', 'question_words_first'])
         for name in ('recent', 'relevant', 'notes', 'hybrid'):
-            self.assertEqual(report['cases'][name], recorded['cases'][name])
-            self.assertEqual(report['summary'][name], recorded['summary'][name])
-        self.assertEqual(report['best_possible'], recorded['best_possible'])
-        self.assertEqual(report['rule_files'], [{'file': 'my_rules.py',
+            self.assertEqual(result['cases'][name], recorded['cases'][name])
+            self.assertEqual(result['summary'][name], recorded['summary'][name])
+        self.assertEqual(result['best_possible'], recorded['best_possible'])
+        self.assertEqual(result['rule_files'], [{'file': 'my_rules.py',
                                                  'sha256': hashlib.sha256(MY_RULES.encode()).hexdigest()}])
-        self.assertEqual(list(report['code_sha256']), [*CODE_FILES, 'rule_files.py'])
+        self.assertEqual(list(result['code_sha256']), [*CODE_FILES, 'rule_files.py'])
 
     def test_over_budget_requests_are_counted_in_the_summary_and_said_under_the_table(self):
-        path = self.write('from strategies import render\n'
-                          'RULES = {"all": lambda case, count: render(case, range(len(case["history"])))}\n')
-        report = run(HERE / 'cases.json', [path])
+        path = self.write('from strategies import build_request\n'
+                          'RULES = {"all": lambda case, count: build_request(case, range(len(case["history"])))}\n')
+        result = report(HERE / 'cases.json', [path])
         # Every conversation holds a turn larger than the whole 256-token allowance (the README's case set).
-        self.assertEqual([report['summary']['all'][split]['over_budget'] for split in ('dev', 'held_out')], [6, 6])
-        self.assertTrue(table(report).endswith(
+        self.assertEqual([result['summary']['all'][split]['over_budget'] for split in ('dev', 'held_out')], [6, 6])
+        self.assertTrue(report_table(result).endswith(
             '\nRequests over the input allowance (graded all the same): all dev: 6 of 6; all held-out: 6 of 6.\n'))
-        self.assertNotIn('over the input allowance', table(json.loads(RECORDED.read_text(encoding='utf-8'))))
+        self.assertNotIn('over the input allowance', report_table(json.loads(RECORDED.read_text(encoding='utf-8'))))
 
     def test_importing_a_rules_file_writes_no_bytecode_beside_it(self):
         path = self.write(MY_RULES, 'my_rules.py')
@@ -247,9 +246,6 @@ class ReportTest(RulesFolder):
         case = case_named('dev-latest')
         self.assertEqual([rules[name](case, count_request)['messages'][0]['content'] for name in rules], ['1', '2'])
         self.assertEqual([entry['file'] for entry in files], ['rules.py', 'rules.py'])
-
-    def test_a_rule_error_is_a_value_error(self):
-        self.assertTrue(issubclass(RuleError, ValueError))
 
 
 class CommandTest(RulesFolder):

@@ -1,39 +1,36 @@
-"""Tests for the request counter: the pinned vocabulary, the chat format and the fast path.
+"""Tests for the request counter: the pinned vocabulary, the chat format, and every counting path.
 
     .venv/bin/python -m unittest -v test_tokenizer.py
 
-The official chat template is used only in tests, as an oracle: the prepared Hub
-copy when prepare.py fetched one, else ../shared/gemma-4-E2B-it/chat_template.jinja.
-official_render and official_count (that prompt encoded by the tokenizers library
-straight from prepared/tokenizer.json) share no code with tokenizer.py;
-test_request_view.py, test_evaluate.py and the fake Ollama server use them too.
-Property tests run a bounded number of examples, keep no example database, and
-point Hypothesis's own folder at a temporary directory instead of ./.hypothesis.
+The official chat template is used only in tests, as an oracle (test_support.py:
+official_render, and official_count, that prompt encoded by the tokenizers library
+straight from prepared/tokenizer.json; neither shares code with tokenizer.py).
+Every way the lab counts (a cold and a warm cache, notes blocks measured a line at
+a time or whole, the whole-prompt path, a request as the sum of its turns' costs)
+is held to it. Each test is named after the failure it pins. Property tests run a
+bounded number of examples, keep no example database, and point Hypothesis's own
+folder at a temporary directory instead of ./.hypothesis.
 """
 from collections import UserDict
 import contextlib
-from functools import lru_cache
 import hashlib
-import io
 import json
 from pathlib import Path
 import tempfile
 from types import MappingProxyType
 import unittest
+from unittest import mock
 
 from hypothesis import configuration, given, settings, strategies as st
-from jinja2.ext import loopcontrols
-from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
-from tokenizers import AddedToken, Tokenizer, models
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
-from cli import python_command
-from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render, official_tokenizer
-from evaluate import load_cases
-from strategies import STRATEGIES, render
+from case_set import load_cases
+from common import python_command
 from prepared_folder import PREPARED
-from tokenizer import Counter, CounterError, count_rendered, count_request, counter, splits_cleanly
+from strategies import RULES, build_request
+from test_support import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
+from tokenizer import CounterError, TokenCounter, count_request, counter, lines_split_cleanly, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
@@ -53,15 +50,15 @@ MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf
 MANIFEST_SHA256 = hashlib.sha256((HERE / 'tokenizer-manifest.json').read_bytes()).hexdigest()
 TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
 INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
-EXAMPLES = settings(max_examples=150, deadline=None, database=None)
+EXAMPLES = settings(max_examples=120, deadline=None, database=None)
 
 # Text that has broken chat renderers and tokenizers before: edges, markup, unicode, literal special tokens.
 FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '<', '>', '&', '&amp;', '<notes>', '</notes>', 'é', 'Ä', 'ß',
              '日本語', '🦙', '👍🏽', '\u200b', '\u00a0', '<|turn>', '<turn|>', '<bos>', '<eos>', '<|"|>',
              '<|tool_call>', '<|image|>', '<|think|>', 'user\n', 'model', 'Question: ', '- [turn 1, user] ']
 awkward_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=12).map(''.join)
-
-
+# The official template strips thought channels from assistant text; this counter refuses them.
+assistant_text = awkward_text.map(lambda text: text.replace('<|channel>', '').replace('<channel|>', ''))
 
 
 @st.composite
@@ -71,15 +68,43 @@ def chats(draw):
     for _ in range(draw(st.integers(0, 4))):
         messages.append({'role': 'user', 'content': draw(awkward_text)})
         if draw(st.booleans()):
-            # The official template strips thought channels from assistant text; this counter refuses them.
-            content = draw(awkward_text).replace('<|channel>', '').replace('<channel|>', '')
-            messages.append({'role': 'assistant', 'content': content})
+            messages.append({'role': 'assistant', 'content': draw(assistant_text)})
     messages.append({'role': 'user', 'content': draw(awkward_text)})
     return messages
 
 
-def strategy_requests() -> list[list[dict]]:
-    """Every request any strategy measures or returns on the shipped case set."""
+@st.composite
+def conversations(draw) -> dict:
+    """What a rule reads of a case: instructions, a history of (user, assistant) turns and a question."""
+    history = [{'user': draw(awkward_text), 'assistant': draw(assistant_text)} for _ in range(draw(st.integers(0, 4)))]
+    return {'id': 'generated', 'instructions': draw(awkward_text), 'current': draw(awkward_text), 'history': history}
+
+
+@contextlib.contextmanager
+def counting_path(path: str):
+    """The process-wide counter on one of its paths, from an empty cache."""
+    changed = {'cold cache': {}, 'warm cache': {}, 'notes blocks whole': {'lines_apart': False},
+               'whole prompt': {'fast': False}}[path]
+    counter().lines_apart  # worked out once (it reads the whole vocabulary), so the patch keeps it
+    counter().forget()
+    with mock.patch.dict(vars(counter()), changed):
+        yield counter()
+    counter().forget()  # sizes measured with another setting are not left behind
+
+
+PATHS = ('cold cache', 'warm cache', 'notes blocks whole', 'whole prompt')
+
+
+def counted(path: str, messages) -> int:
+    with counting_path(path) as count:
+        if path == 'warm cache':
+            count(messages)
+        return count(messages)
+
+
+def rule_requests() -> list[list[dict]]:
+    """Every request any rule counts or returns on the shipped case set, each turn's cost counted as a difference
+    of whole requests (so every candidate request is seen), notes blocks included."""
     seen = []
 
     def recording(messages):
@@ -87,8 +112,8 @@ def strategy_requests() -> list[list[dict]]:
         return count_request(messages)
 
     for case in load_cases(HERE / 'cases.json'):
-        for strategy in STRATEGIES.values():
-            seen.append(strategy(case, recording)['messages'])
+        for rule in RULES.values():
+            seen.append(rule(case, recording)['messages'])
     return seen
 
 
@@ -140,18 +165,18 @@ class ReferenceFiguresTest(unittest.TestCase):
                          [35, 57, 110])
 
     def test_bare_request_counts_35(self):
-        self.assertEqual((count_request(BARE_REQUEST), count_rendered(BARE_REQUEST)), (35, 35))
+        self.assertEqual(build_request(self.dev_correction(), []), BARE_REQUEST)
+        self.assertEqual(count_request(BARE_REQUEST), 35)
 
-    def test_request_with_the_first_turn_counts_57(self):
-        messages = render(self.dev_correction(), [0])
-        self.assertEqual(messages, FIRST_TURN_REQUEST)
-        self.assertEqual((count_request(messages), count_rendered(messages)), (57, 57))
+    def test_request_with_the_first_turn_counts_57_and_the_turn_adds_22(self):
+        case = self.dev_correction()
+        self.assertEqual(build_request(case, [0]), FIRST_TURN_REQUEST)
+        self.assertEqual((count_request(FIRST_TURN_REQUEST), count_request.turn_costs(case['history'])[0]), (57, 22))
 
     def test_notes_request_with_three_notes_counts_110(self):
-        selected = STRATEGIES['notes'](self.dev_correction(), count_request)
+        selected = RULES['notes'](self.dev_correction(), count_request)
         self.assertEqual(selected['messages'], NOTES_REQUEST)
-        self.assertEqual((selected['notes'], selected['input_tokens'], count_rendered(selected['messages'])),
-                         (3, 110, 110))
+        self.assertEqual((selected['turns'], selected['notes'], selected['input_tokens']), ([], 3, 110))
 
 
 @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
@@ -159,50 +184,39 @@ class OfficialTemplateTest(unittest.TestCase):
     def test_oracle_is_the_pinned_template(self):
         self.assertEqual(hashlib.sha256(OFFICIAL_PATH.read_bytes()).hexdigest(), TEMPLATE_SHA256)
 
-    def test_every_strategy_request_renders_byte_identical(self):
-        requests = strategy_requests()
+    def test_every_rule_request_renders_and_counts_as_the_official_template(self):
+        requests = rule_requests()
         self.assertGreater(len(requests), 100)
         for index, messages in enumerate(requests):
             with self.subTest(request=index):
-                self.assertEqual(counter().render(messages), official_render(messages))
+                self.assertEqual(counter().prompt(messages), official_render(messages))
+                self.assertEqual(count_request(messages), official_count(messages))
 
     @EXAMPLES
-    @given(chats())
-    def test_awkward_chats_render_byte_identical(self, messages):
-        self.assertEqual(counter().render(messages), official_render(messages))
+    @given(chats(), conversations())
+    def test_every_counting_path_gives_the_official_count(self, messages, case):
+        self.assertEqual(counter().prompt(messages), official_render(messages))
+        expected = official_count(messages)
+        for path in PATHS:  # no subTest under Hypothesis: it would keep a failure from reaching the shrinker
+            self.assertEqual(counted(path, messages), expected, path)
+        # A request is its bare count plus what each of its turns adds: what every rule decides by.
+        whole = official_count(build_request(case, range(len(case['history']))))
+        with counting_path('cold cache') as count:
+            self.assertEqual(count(build_request(case, [])) + sum(count.turn_costs(case['history'])), whole)
 
     def test_markup_content_renders_as_the_official_template_renders_it(self):
         # Jinja escapes plain text joined to a Markup; the official template never joins content that way.
         messages = [{'role': 'user', 'content': Markup('hello')}]
-        self.assertEqual(counter().render(messages), official_render(messages))
+        self.assertEqual(counter().prompt(messages), official_render(messages))
         self.assertEqual(official_count(messages), 10)
 
 
-class FastCountTest(unittest.TestCase):
-    def test_fast_count_equals_the_full_count_for_every_strategy_request(self):
-        self.assertTrue(counter().fast, 'the prepared tokenizer should allow piece-by-piece counting')
-        for index, messages in enumerate(strategy_requests()):
-            with self.subTest(request=index):
-                self.assertEqual(count_request(messages), count_rendered(messages))
+class SplitTest(unittest.TestCase):
+    """The fast path is taken only where the sums are exact; the official-template tests above hold it to them."""
 
-    @EXAMPLES
-    @given(chats())
-    def test_fast_count_equals_the_full_count_for_awkward_chats(self, messages):
-        self.assertEqual(count_request(messages), count_rendered(messages))
-
-    @EXAMPLES
-    @given(st.lists(awkward_text, min_size=1, max_size=6))
-    def test_messages_that_are_only_whitespace_or_special_tokens_count_the_same(self, texts):
-        messages = [{'role': 'user' if i % 2 == 0 else 'assistant', 'content': text.replace('<|channel>', '')}
-                    for i, text in enumerate(texts)]
-        self.assertEqual(count_request(messages), count_rendered(messages))
-
-    def test_benchmark_selections_are_identical_with_both_counters(self):
-        import benchmark
-        with contextlib.redirect_stderr(io.StringIO()):  # its progress lines are not this test's output
-            figures, rows = benchmark.benchmark(3, 24, benchmark.SEED)
-        self.assertIs(figures['identical_selections'], True)
-        self.assertEqual((figures['cases'], figures['turns_per_case'], len(rows)), (3, 24, 4))
+    def test_the_pinned_tokenizer_is_counted_piece_by_piece_and_line_by_line(self):
+        self.assertIs(counter().fast, True)
+        self.assertIs(lines_split_cleanly(counter().tokenizer), True)
 
     def test_tokenizers_that_could_merge_across_pieces_are_not_counted_piecewise(self):
         def tiny(*added: AddedToken) -> Tokenizer:
@@ -224,53 +238,65 @@ class FastCountTest(unittest.TestCase):
             with self.subTest(name):
                 self.assertIs(splits_cleanly(tokenizer), expected)
 
-    def test_pieces_are_cached_by_content(self):
-        messages = [{'role': 'system', 'content': 'A cached system line for this test only.'},
-                    {'role': 'user', 'content': 'Q?'}]
-        count_request(messages)
-        self.assertIn(('system', 'A cached system line for this test only.'), counter().pieces)
+    def test_tokenizers_that_could_merge_across_a_line_start_are_measured_whole(self):
+        def tiny(vocabulary: list[str], merges: list[tuple[str, str]] = (), normalizer=None, splitter=None,
+                 **options):
+            tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(vocabulary)}, list(merges), **options))
+            if normalizer:
+                tokenizer.normalizer = normalizer
+            if splitter:
+                tokenizer.pre_tokenizer = splitter
+            return tokenizer
+
+        table = [
+            ('newline runs on their own', tiny(['a', '\n', '\n\n'], [('\n', '\n')]), True),
+            ('a token holding a newline and a letter', tiny(['a', '\n', '\na'], [('\n', 'a')]), False),
+            ('a letter and a newline', tiny(['a', '\n', 'a\n'], [('a', '\n')]), False),
+            ('no newline token at all', tiny(['a']), False),
+            ('a normalizer that makes newlines', tiny(['a', '\n'], normalizer=normalizers.Replace(' ', '\n')), False),
+            ('a normalizer of another kind', tiny(['a', '\n'], normalizer=normalizers.NFKC()), False),
+            ('a pre-tokenizer of another kind', tiny(['a', '\n'], splitter=pre_tokenizers.Whitespace()), False),
+            ('whole words looked up before merging', tiny(['a', '\n'], ignore_merges=True), False),
+            ('an end-of-word suffix', tiny(['a', '\n'], end_of_word_suffix='</w>'), False),
+            ('a word-level model', Tokenizer(models.WordLevel({'a': 0, '\n': 1}, unk_token='a')), False),
+        ]
+        for name, tokenizer, expected in table:
+            with self.subTest(name):
+                self.assertIs(lines_split_cleanly(tokenizer), expected)
 
 
 class LookAlikeInputTest(unittest.TestCase):
-    """Values that only look like text or like a dict count as their plain equivalents, on both paths."""
+    """Values that only look like text or like a dict count as their plain equivalents, on every path.
 
-    @classmethod
-    def setUpClass(cls):
-        cls.cold = Counter()  # a second counter whose cache each test empties
+    Hand-worked: a request of one user message costs 4 fixed tokens (<bos>, and <|turn> `model` `\\n` at the
+    end), 3 for the message (<|turn>, <turn|>, `\\n`) and its piece: `user\\nhello` is 3 tokens (10 in all),
+    `user\\nWhich database will we use?` 8 (15 in all).
+    """
 
-    def counters(self):
-        """Both counting paths: the cached one with a cold and with a warm cache, and the full render."""
-        self.cold.pieces.clear()
-        return {'count, cold cache': self.cold.count, 'count, warm cache': counter().count,
-                'count_rendered': counter().count_rendered}
-
-    def assert_counts_as(self, messages, plain_messages, expected):
-        counter().count(plain_messages)  # warm the cache with the plain text first
-        for name, count in self.counters().items():
-            with self.subTest(name):
-                self.assertEqual(count(messages), expected)
+    def assert_counts_as(self, messages, expected: int):
+        for path in PATHS:
+            with self.subTest(path):
+                self.assertEqual(counted(path, messages), expected)
 
     def test_markup_content_counts_as_its_plain_text(self):
-        self.assert_counts_as([{'role': 'user', 'content': Markup('hello')}],
-                              [{'role': 'user', 'content': 'hello'}], 10)
-        self.cold.pieces.clear()
-        self.cold.count([{'role': 'user', 'content': Markup(' a < b & c ')}])
-        self.assertEqual([type(text) for key in self.cold.pieces for text in key], [str, str])
+        self.assert_counts_as([{'role': 'user', 'content': Markup('hello')}], 10)
+        with counting_path('cold cache') as count:
+            count([{'role': 'user', 'content': Markup(' a < b & c ')}])
+            self.assertEqual([type(text) for key in count.sizes for text in key], [str, str])
 
     def test_markup_role_counts_as_its_plain_role(self):
         # The official template itself escapes '<|turn>' joined to a Markup role; this counter counts plain text.
         messages = [{'role': Markup('user'), 'content': 'hello'}]
-        self.assert_counts_as(messages, [{'role': 'user', 'content': 'hello'}], 10)
-        self.assertEqual(counter().render(messages), '<bos><|turn>user\nhello<turn|>\n<|turn>model\n')
+        self.assert_counts_as(messages, 10)
+        self.assertEqual(counter().prompt(messages), '<bos><|turn>user\nhello<turn|>\n<|turn>model\n')
 
-    def test_non_dict_mapping_counts_as_the_dict_on_both_paths(self):
+    def test_non_dict_mapping_counts_as_the_dict_on_every_path(self):
         message = {'role': 'user', 'content': 'Which database will we use?'}
-        expected = count_rendered([message])
         for mapping in (MappingProxyType(message), UserDict(message)):
             with self.subTest(type(mapping).__name__):
-                self.assert_counts_as([mapping], [message], expected)
+                self.assert_counts_as([mapping], 15)
 
-    def test_unhashable_role_or_content_is_a_counter_error_on_both_paths(self):
+    def test_unhashable_role_or_content_is_a_counter_error_on_every_path(self):
         table = [
             ('list role', [{'role': ['user'], 'content': 'x'}],
              "message 0: unknown role ['user']; expected one of ['assistant', 'system', 'user']"),
@@ -279,15 +305,14 @@ class LookAlikeInputTest(unittest.TestCase):
             ('list content', [{'role': 'user', 'content': ['x']}], 'message 0: content must be a string, got list'),
         ]
         for name, messages, message in table:
-            for path, count in self.counters().items():
-                with self.subTest(name, path=path):
-                    with self.assertRaises(CounterError) as caught:
-                        count(messages)
-                    self.assertEqual(str(caught.exception), message)
+            for path in PATHS:
+                with self.subTest(name, path=path), self.assertRaises(CounterError) as caught:
+                    counted(path, messages)
+                self.assertEqual(str(caught.exception), message)
 
 
 class RefusalTest(unittest.TestCase):
-    def test_requests_outside_the_text_format_are_refused(self):
+    def test_requests_outside_the_text_format_are_refused_even_when_each_message_was_counted_before(self):
         table = [
             ('no messages', [], 'a request must be a non-empty list of messages'),
             ('non-string content', [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}],
@@ -306,10 +331,15 @@ class RefusalTest(unittest.TestCase):
              'message 0: assistant content with a thinking channel is not counted'),
         ]
         for name, messages, message in table:
-            for count in (count_request, count_rendered):
-                with self.subTest(name, count=count.__name__), self.assertRaises(CounterError) as caught:
-                    count(messages)
-                self.assertEqual(str(caught.exception), message)
+            for path in PATHS:
+                with self.subTest(name, path=path), counting_path(path) as count:
+                    if path == 'warm cache':  # every message that can be counted alone already is
+                        for single in messages:
+                            with contextlib.suppress(CounterError):
+                                count([single])
+                    with self.assertRaises(CounterError) as caught:
+                        count(messages)
+                    self.assertEqual(str(caught.exception), message)
 
 
 class PreparedFolderTest(unittest.TestCase):
@@ -331,7 +361,7 @@ class PreparedFolderTest(unittest.TestCase):
 
     def refusal(self, folder: Path) -> str:
         with self.assertRaises(CounterError) as caught:
-            Counter(folder)
+            TokenCounter(folder)
         return str(caught.exception)
 
     def test_unprepared_folder_says_to_run_prepare(self):
@@ -394,9 +424,6 @@ class PreparedFolderTest(unittest.TestCase):
             'enable_thinking': False,
             'count_scope': 'chat template with generation prefix; tokenizer files only, no inference',
         })
-
-    def test_counter_is_loaded_once_per_process(self):
-        self.assertIs(counter(), counter())
 
 
 if __name__ == '__main__':
