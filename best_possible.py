@@ -3,29 +3,17 @@
     from best_possible import search
     search({0: (14, frozenset({'a'})), 2: (9, frozenset({'a'}))}, room=20)   # -> [2]
 
-evaluate.py runs this for every case (`.venv/bin/python evaluate.py` puts the rows under
-`best_possible` in the report, and `--format table` and `--format turns` show
-them). It answers "could any rule have done better here?": among all sets of
-whole turns (no notes) whose request fits the case's allowance and that take no
-turn holding a stale fact, the one carrying the most required facts, then the
-fewest input tokens, then the earliest turns (the sorted turn indices compared
-as a tuple), so the answer is unique.
-
-It reads the labels, so it is not a rule: it is not in strategies.RULES,
-answer_check.py never sends it, and no rule may take its name. The table, the turn
-map and --show call it "best possible (reads the labels)"; the shorter "best
-possible" names it in --compare's lines and in budget_sweep.py's points and picture.
-
-Only turns that hold a required fact can raise the count and a turn holding a
-stale fact may not be taken, so the search runs over subsets of the fact-holding
-stale-free turns alone, and a subset whose cost already exceeds the room is not
-extended (costs are positive, so no superset can fit). Beyond MAX_CANDIDATES such
-turns it does not search at all, and the caller says so, rather than guess.
-
-Which turn holds which fact is decided by the report's own grader (case_set.grade),
-and every cost by the same counter interface the rules read (strategies.costs); the
-chosen request is counted and graded like any rule's. This module prints nothing
-and writes nothing.
+evaluate.py runs this for every case: among all sets of whole turns (no notes) whose
+request fits the allowance and that take no turn holding a stale fact, the one
+carrying the most required facts, then the fewest input tokens, then the earliest
+turns. It reads the labels, so it is no rule: not in strategies.RULES, never sent
+by answer_check.py, and no rule may take its name ("best possible (reads the
+labels)" in the table, the turn map and --show; "best possible" in --compare and
+budget_sweep.py). The search runs over the fact-holding stale-free turns only and
+does not extend a subset already over the room; beyond MAX_CANDIDATES such turns
+it does not search, and says so. Which turn holds which fact is the report's own
+grader's word (case_set.grade), and every cost the counter's (strategies.costs).
+It prints and writes nothing.
 """
 from case_set import grade
 from common import LabError, allowance

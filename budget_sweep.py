@@ -4,39 +4,22 @@
     .venv/bin/python budget_sweep.py --cases locomo-cases.json --context-limits 1024,2048,4096,8192,16384 \\
         --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png --format table
 
-For each limit, every case's budget.context_limit is replaced by it (its
-max_new_tokens and margin are kept), and every rule runs on every case: the four
-strategies, the rules of each --rules file, and the best possible selection
-(best_possible.py; it reads the labels). Each (limit, rule) gives one point of
-the JSON: the figures evaluate.py reports for that rule on the same case set at
-that limit (with --group, per split or kind too), made by the same case_set.grade,
-common.summarize and by_group and best_possible.best_totals, so there is one
-definition of each figure. --plot draws them: a line per rule, the input allowance on a
-logarithmic x axis, the share of required facts found on the y axis, the best
-possible selection dashed; with --group a small panel per group beside the whole
-set. The same figures give the same file byte for byte (no dates, no random ids,
-the DejaVu Sans font matplotlib bundles).
+For each limit, every case's budget.context_limit is replaced by it (max_new_tokens
+and margin are kept), and every rule runs on every case: the four, each --rules
+file's, and the best possible selection. Each (limit, rule) is one point holding
+the figures evaluate.py reports for that rule at that limit (with --group, per split
+or kind too), from the same grade and summaries. --plot draws them: a line per
+rule over the input allowance (log scale), the best possible dashed, a panel per
+group; the same figures give the same bytes. Everything is loaded once: the
+counter keeps each conversation's turn costs across limits, and which turn holds
+which fact is worked out once per case. Progress goes to stderr.
 
-Everything is loaded once, in one process: the cases, the counter, each rules
-file. The counter caches each message's count for the whole process, so a
-conversation is encoded at the first limit and only summed at the others; which
-turn holds which fact (best_possible.turn_facts) does not depend on the budget
-and is worked out once per case. Progress goes to stderr, a line per limit.
-
-With no options at all it re-records budget-sweep.json and budget-sweep.png;
-otherwise the JSON goes to stdout unless --output names a file (--format table
-prints the facts found per rule and limit as a Markdown table instead), and a
-picture is drawn only with --plot. The recording holds the code hashes of evaluate.py's
-report (and this file's): when any of those files changes, re-record it with
-`.venv/bin/python budget_sweep.py` (test_budget_sweep.py regenerates it and
-compares byte for byte).
-
-One line on stderr and exit 2, with nothing written: a limit that is not a
-positive integer, a repeated limit, a limit whose allowance cannot hold some
-case's instructions and question (naming the case and the smallest limit every
-case fits), a case set whose cases keep different answer or margin tokens (the
-x axis needs one allowance per limit), and every error evaluate.py refuses.
-It calls no model and times nothing beyond the progress lines.
+With no options it re-records budget-sweep.json and budget-sweep.png (their code
+hashes tie them to the code; test_budget_sweep.py regenerates and compares them);
+otherwise the JSON goes to stdout or --output, and a picture only to --plot. A bad
+limit, a limit some case cannot fit, cases that keep different answer or margin
+tokens, or any error evaluate.py refuses is one line, exit 2, and nothing written.
+It calls no model.
 """
 import argparse
 import io

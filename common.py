@@ -112,8 +112,9 @@ def package_advice(missing: list[str]) -> str:
     return f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
 
 
-def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
-    """Exit with main(arguments), after checking the locked packages; errors end in one line, no traceback.
+def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool = True) -> None:
+    """Exit with main(arguments), after checking the locked packages (unless a standard-library-only script
+    says `packages=False`); errors end in one line, no traceback.
 
     `interrupted` says, after 'interrupted; ', what a Ctrl-C leaves behind; a main whose state changes as it
     goes re-raises KeyboardInterrupt with the state at that point. --help answers even without the
@@ -121,7 +122,7 @@ def run(main: Callable[[list[str]], int], interrupted: str = '') -> None:
     """
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill is handled like Ctrl-C
     try:
-        missing = missing_packages()
+        missing = missing_packages() if packages else []
         if missing and {'-h', '--help'} & set(sys.argv[1:]):
             print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script_name()}: "
                   f'{package_advice(missing)}; then --help lists every option')

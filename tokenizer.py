@@ -35,8 +35,6 @@ from operator import itemgetter
 from pathlib import Path
 import re
 
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from case_set import THINKING_MARKERS
 from common import LabError, python_command, run
 from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, \
@@ -108,6 +106,7 @@ class TokenCounter:
     """The pinned tokenizer and chat format, loaded once, and the sizes of the messages it has seen."""
 
     def __init__(self, folder: Path = PREPARED, manifest_path: Path = MANIFEST):
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
 
         manifest, manifest_sha256 = read_manifest(manifest_path)

@@ -352,38 +352,36 @@ def check_report(path: Path, report) -> None:
     def wrong(what: str) -> ReportError:
         return ReportError(f'{path}: not an evaluate.py report ({what})')
 
-    if not isinstance(report, dict):
-        raise wrong(f'expected an object with cases and summary, got {json_kind(report)}')
-    if not isinstance(report.get('cases'), dict) or not isinstance(report.get('summary'), dict):
-        raise wrong('expected an object with cases and summary')
+    def facts(value) -> bool:
+        return isinstance(value, list) and all(isinstance(fact, str) for fact in value)
+
+    if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
+            or not isinstance(report.get('summary'), dict):
+        got = '' if isinstance(report, dict) else f', got {json_kind(report)}'
+        raise wrong(f'expected an object with cases and summary{got}')
     for name, rows in report['cases'].items():
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise wrong(f'cases.{name} must be a list of rows')
         for index, row in enumerate(rows):
-            absent = [field for field in ROW_FIELDS if field not in row]
-            if absent:
-                raise wrong(f'cases.{name}[{index}] lacks {absent}')
-            for field in ('case', 'split', 'kind'):
-                if not isinstance(row[field], str):
-                    raise wrong(f'cases.{name}[{index}].{field} must be a string')
-            for field in ('missing', 'stale_included'):
-                if not isinstance(row[field], list) or not all(isinstance(fact, str) for fact in row[field]):
-                    raise wrong(f'cases.{name}[{index}].{field} must be a list of facts')
-            if not is_turn_list(row['turns']):
-                raise wrong(f'cases.{name}[{index}].turns must be a list of turn indices')
+            where = f'cases.{name}[{index}]'
+            if absent := [field for field in ROW_FIELDS if field not in row]:
+                raise wrong(f'{where} lacks {absent}')
+            for field, ok, kind in [*((f, isinstance(row[f], str), 'a string') for f in ('case', 'split', 'kind')),
+                                    *((f, facts(row[f]), 'a list of facts') for f in ('missing', 'stale_included')),
+                                    ('turns', is_turn_list(row['turns']), 'a list of turn indices')]:
+                if not ok:
+                    raise wrong(f'{where}.{field} must be {kind}')
     for name, splits in report['summary'].items():
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
             raise wrong(f'summary.{name} must map each split to its figures')
     best = report.get('best_possible')
-    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
-            or not isinstance(best.get('summary'), dict):
+    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) or not isinstance(best.get('summary'), dict):
         raise wrong('best_possible must be an object with cases and summary')
     for index, row in enumerate(best['cases']):
-        absent = [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]
-        if absent:
+        if absent := [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]:
             raise wrong(f'best_possible.cases[{index}] lacks {absent}')
-        if not isinstance(row['case'], str) or not all(isinstance(row[field], (list, type(None)))
-                                                       for field in ('turns', 'missing', 'stale_included')):
+        if not isinstance(row['case'], str) or not all(facts(row[field]) or row[field] is None
+                                                       for field in ('missing', 'stale_included')):
             raise wrong(f'best_possible.cases[{index}] must name its case and list its turns and facts')
         for field in ('turns', 'fact_turns', 'stale_turns'):
             if not (is_turn_list(row[field]) or (field == 'turns' and row[field] is None)):
