@@ -36,7 +36,7 @@ import sys
 import time
 
 from case_set import check_case, grade, load_cases
-from common import LabError, check_fits, markdown_table, run
+from common import LabError, check_fits, markdown_table, progress, run
 from rule_files import load_rule_files
 from strategies import RULES, build_request
 from tokenizer import counter, piece
@@ -164,17 +164,12 @@ def cpu_seconds() -> float:
     return time.process_time()
 
 
-def progress(what: str, done: int, total: int) -> None:
-    if done == total or done % max(1, total // 5) == 0:
-        print(f'benchmark.py: {what}: {done} of {total} cases', file=sys.stderr, flush=True)
-
-
 def timed_run(cases: list[dict], count, what: str) -> tuple[float, list]:
     start = cpu_seconds()
     results = []
     for case in cases:
         results.append([rule(case, count) for rule in RULES.values()])
-        progress(what, len(results), len(cases))
+        progress(f'benchmark.py: {what}', len(results), len(cases), steps=5)
     return cpu_seconds() - start, results
 
 
@@ -206,7 +201,7 @@ def clear_tokenizer_cache() -> None:
     clear = getattr(counter().tokenizer.model, '_clear_cache', None)
     if clear is None:
         raise LabError('this tokenizers version has no BPE _clear_cache, so timings cannot start cold; '
-                           'install the locked versions (requirements.lock)')
+                       'install the locked versions (requirements.lock)')
     clear()
 
 
@@ -278,7 +273,7 @@ def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
         start = cpu_seconds()
         for done, case in enumerate(cases, 1):
             [grade(case, rule(case, exact)) for rule in RULES.values()]
-            progress(what, done, len(cases))
+            progress(f'benchmark.py: {what}', done, len(cases), steps=5)
         seconds = cpu_seconds() - start
         bound = bound_seconds()
         settings.append({'context_limit': context_limit, 'turns': turns, 'cases': cases_count,

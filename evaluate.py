@@ -12,24 +12,16 @@
     .venv/bin/python evaluate.py --rules field_rules.py --format table   # also a file's rules (rule_files.py)
 
 A row per (rule, case) says which required facts and which stale (replaced) facts
-appear, character for character, in the chosen messages (case_set.grade). So the
-report is about the request, not the reply: nothing here calls a model
-(answer_check.py does). Choosing and counting have no randomness, so there is a
-single trial and no timing. Beside the rules the report holds, per case, the best
-possible selection of whole turns (best_possible.py; it reads the labels, so it is
-no rule). The report's `turns` are 0-based indices into `history`; every view for
-people (views.py: the table, --format turns, --show, --compare) says `turn N` from 1.
-
-Alongside the results the report keeps the SHA-256 of the case file, of every
-module whose change can change a row (common.CODE_FILES) and of tokenizer-manifest.json,
-which pins the tokenizer files the counter accepts. With --rules, each file's
-rules get rows after the four and the report records each file's name and SHA-256
-under `rule_files`; without it the report has no such key. The environment
-(Python version) is recorded but not compared.
-
-A malformed case set, an unprepared counter, an unreadable report to compare
-with, an unwritable --output or a broken rules file print one line and exit 2;
-Ctrl-C exits 130 and says whether --output was written.
+reach the chosen messages, by exact text (case_set.grade): the report is about the
+request, not a reply, so it calls no model and has a single trial. Beside the rules
+it holds each case's best possible selection (best_possible.py, which reads the
+labels). Rows keep 0-based turn indices; the views (views.py) count turns from 1.
+It records the SHA-256 of the case file, of every module that can change a row
+(common.CODE_FILES, plus rule_files.py and each rules file with --rules) and of
+tokenizer-manifest.json; the Python version is recorded but not compared. A bad
+case set, an unprepared counter, a bad report to compare with, an unwritable
+--output or a broken rules file is one line and exit 2; Ctrl-C exits 130 and says
+whether --output was written.
 """
 import argparse
 import os

@@ -4,40 +4,24 @@
     .venv/bin/python locomo_cases.py locomo10.json --output locomo-16k.json --context-limit 16384
     .venv/bin/python evaluate.py --cases locomo-cases.json --format table --group kind
 
-The input is `data/locomo10.json` of the snap-research/LoCoMo repository
-(CC BY-NC 4.0): the user downloads it; nothing of it is kept here. Every
-question of the chosen categories becomes one case: its id is
-`<sample_id>-q<index in qa, from 0>`, its kind the category's name, its history
-the whole conversation, oldest first, and its required facts the text of each
-evidence utterance exactly as it stands in that history. LoCoMo labels no
-replaced facts, so `stale` is always empty.
+The input is `data/locomo10.json` of snap-research/LoCoMo (CC BY-NC 4.0), which the
+user downloads; nothing of it is kept here. Every question of the chosen categories
+becomes one case: id `<sample_id>-q<index in qa>`, kind the category's name, the
+whole conversation as history, and as required facts the text of each evidence
+utterance exactly as the history holds it. LoCoMo labels no replaced facts, so
+`stale` is empty. speaker_a is the user and speaker_b the assistant; a turn never
+spans two sessions (a session ending on speaker_a ends with an empty reply); each
+session's first user message opens with SESSION_HEADER on its own line; a shared
+image adds IMAGE_NOTE with LoCoMo's caption; speaker names are not added.
 
-How a conversation becomes a history:
-    speaker_a is the user, speaker_b the assistant, and the two alternate;
-    a turn never spans two sessions, so a session that ends with speaker_a ends
-    with an empty assistant message;
-    each session's first user message begins with SESSION_HEADER on its own
-    line; when speaker_b opens the session, that line is the whole user side
-    of its first turn;
-    an utterance with a shared image keeps its text unchanged, followed by
-    IMAGE_NOTE with LoCoMo's caption; speaker names are not added, so the
-    texts the rules match words against are LoCoMo's own.
-
-Evidence ids are read as numbers, so `D30:05` names utterance `D30:5`; the
-malformed forms in locomo10.json are read too: several ids in one string
-(`D8:6; D9:17`, `D9:1 D4:4 D4:6`), a stray colon (`D:11:26`), and a lone `D`,
-which holds no id and is ignored. A question is skipped, and counted by
-reason, when its category was not chosen, it has no evidence id, an id names
-no utterance of its conversation, or an entry is not an id at all.
-
-The output is one case per line, ASCII only (json's \\u escapes), so the same
-input and options always give the same bytes, and it is written atomically.
-stderr ends with one line: conversations, questions read, cases written and
-questions skipped by reason. Input that is not in LoCoMo's shape prints one
-line naming the sample and field and exits 2, writing nothing.
-
-It does not call a model, count tokens, or judge answers: LoCoMo's answers are
-not used, only its evidence labels.
+Evidence ids are read as numbers (`D30:05` is `D30:5`), with locomo10.json's
+malformed forms: several ids in one string, a stray colon (`D:11:26`), a lone `D`.
+A question is skipped, and counted by reason, when its category was not chosen, it
+has no evidence id, an id names no utterance, or an entry is not an id at all. The
+output is one case per line, ASCII only, so the same input gives the same bytes;
+stderr ends with one summary line. Input not in LoCoMo's shape is one line naming
+sample and field, exit 2, nothing written. It calls no model, counts no tokens and
+uses LoCoMo's evidence labels only, not its answers.
 """
 import argparse
 from collections import Counter

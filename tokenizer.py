@@ -6,27 +6,22 @@
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-The count covers the whole prompt the model is given: <bos>, every turn with its
-delimiters, and the generation prompt that opens the model's turn, thinking off.
-Requests are rendered with the text-only subset of the official template below;
-anything else (images, tool calls, thinking blocks) is refused, not guessed.
+The count covers the whole prompt: <bos>, every turn with its delimiters, and the
+generation prompt, thinking off, rendered with the text-only subset of the official
+template below; images, tool calls and thinking are refused, not guessed.
 
 The counter interface every rule reads (strategies.costs):
     count(messages) -> int         the tokens of a whole request
     count.turn_costs(history)      the tokens each history turn adds to any request
-`count_request` is both. Special tokens are split out of the text before BPE
-runs, so a prompt's tokens are a sum of independent pieces: <bos>, each message's
-`role\\ncontent` between <|turn> and <turn|>, the newline after each turn, and the
-closing `model\\n`. So a message costs the same wherever it stands, each distinct
-message is encoded once per run, and the cases of one conversation share its turn
-costs. Where Gemma's vocabulary keeps newlines in tokens of their own, a message
-of several lines costs the sum of its lines, so a growing notes block is encoded a
-line at a time. Both facts are checked on the prepared tokenizer when it loads
-(`splits_cleanly`, `lines_split_cleanly`); where one fails, every count renders and
-encodes the whole prompt. The tests hold every count to the official template.
-
-It reads prepared/ (or $CONTEXT_LAB_PREPARED), which `.venv/bin/python prepare.py`
-writes, and writes nothing.
+Special tokens are split out before BPE runs, so a prompt's tokens are a sum of
+independent pieces (<bos>, each message's `role\ncontent` between <|turn> and
+<turn|>, the newline after each turn, the closing `model\n`): a message costs the
+same wherever it stands, each distinct message is encoded once per run, and the
+cases of one conversation share its turn costs. Where no token joins a newline to
+other text, a message of several lines costs the sum of its lines, so a growing
+notes block is encoded a line at a time. Both facts are checked on load
+(`splits_cleanly`, `lines_split_cleanly`); where one fails, every count encodes the
+whole prompt. It reads prepared/ (or $CONTEXT_LAB_PREPARED) and writes nothing.
 """
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
