@@ -1,28 +1,15 @@
 """Record the pinned model's answers to each strategy's held-out requests, and grade them offline.
 
-    .venv/bin/python answer_check.py record           # needs Ollama serving gemma4:e2b at the pinned digest
-                                                      # and a prepared counter (.venv/bin/python prepare.py)
+    .venv/bin/python answer_check.py record           # needs Ollama with the pinned build, and prepare.py run
     .venv/bin/python answer_check.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python answer_check.py                  # offline: re-grades answer-result.json; calls no model
 
-record asks for every strategy's request for the six held-out cases once per seed of answer-model.json
-(4 x 6 x 5 = 120 calls), keeping each answer at once in answer-result.partial.json (git-ignored), which a
-later run resumes from. answer-result.json is replaced in one step once all 120 are in: a stopped run
-leaves it as it was, and a resumed recording is byte for byte what one run writes.
-
-Grading writes answer-grades.json and prints a table and that JSON. answer-keys.json's patterns were fixed
-from each held-out case's required and stale facts before the first answer was recorded:
-    incomplete  nothing but whitespace came back
-    fail        a sentence names a stale pattern with nothing in it marking the decision as
-                superseded, or some must pattern matches nowhere in the answer
-    pass        all must patterns match, and no sentence offers a stale pattern as the current decision
-Fails that admit the fact is missing are counted apart (said_missing): a safer way to fail. Listed apart:
-prompt-token mismatches, answers cut off at num_predict, answers to requests today's code would not send,
-and answers_to_read, sentences naming a stale and a must pattern, which the rule reads as corrections.
-
-It sends no development case (the strategies were written with those in view), retries no failed call,
-reuses no answer from another build or server version, grades no recording from another build, and judges
-nothing the keys do not name. Five trials of one small model on six cases cannot say which strategy is best.
+record asks for 4 strategies x 6 held-out cases x 5 seeds = 120 answers, keeps each at once in
+answer-result.partial.json for a later run to resume from, and writes answer-result.json once all are in.
+Grading writes answer-grades.json and prints a table and that JSON; docs/answer-check.md gives the rules.
+It sends no development case, retries no failed call, reuses no answer from another build or server version,
+and grades no recording from another build. Five trials of one small model on six cases cannot say which
+strategy is best.
 """
 import argparse
 from pathlib import Path
@@ -38,22 +25,15 @@ from common import LabError
 from strategies import RULES
 from tokenizer import count_request
 
-HERE = Path(__file__).parent
-CASES_PATH = HERE / 'cases.json'
-KEYS_PATH = HERE / 'answer-keys.json'
-RESULT_PATH = HERE / 'answer-result.json'
-GRADES_PATH = HERE / 'answer-grades.json'
+KEYS_PATH = common.HERE / 'answer-keys.json'
+RESULT_PATH = common.HERE / 'answer-result.json'
+GRADES_PATH = common.HERE / 'answer-grades.json'
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
 INDENT = 1  # how the answer files are indented
-
-# What is asked.
 SPLIT = 'held_out'  # the only split sent to the model
-TOOLS: list[dict] = []  # the requests offer the model no tools
 # What identifies the server behind a kept answer; an answer is reused only when all of it matches.
 SERVER_FIELDS = ('ollama_digest', 'ollama_version')
-
-# The grader. A stale key only counts in a sentence that does not also say the
-# decision was replaced and does not also give the required fact.
+# The grader's sentence split, and the words that mark a correction or a missing fact (see grade).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
 REPLACED = re.compile(r'replac|instead|not |no longer|switch|changed|actually|previous|originally|earlier', re.I)
 SAYS_MISSING = re.compile(
@@ -61,34 +41,29 @@ SAYS_MISSING = re.compile(
     r"|not (mention|state|specif|provide|includ|contain)|no information|not enough information|missing"
     r"|not in the conversation|cannot (find|determine)|provide (more |the )?(context|conversation)", re.I)
 # Verdict reasons, as answer-grades.json spells them; two get a column of their own in the summary.
-NO_ANSWER = 'no answer'
-STALE_AS_CURRENT = 'presents a replaced decision as current'
-SAID_MISSING = 'says the fact is missing'
-FACT_ABSENT = 'required fact absent'
-EVERY_FACT = 'every required fact'
+STALE_AS_CURRENT, SAID_MISSING = 'presents a replaced decision as current', 'says the fact is missing'
 VERDICTS = ('pass', 'fail', 'incomplete')
 COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
 TABLE_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
                 'Cases passed in every trial']
-
 PYTHON = common.python_command()  # advice pasteable into a new terminal: the venv's python when that runs
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 FRESH = f'discard it with `{PYTHON} answer_check.py record --fresh`'
 
 
 def save(path: Path, data, what: str) -> None:
-    """Replace path with data as JSON in one step (common.write_output), so no reader sees half a file."""
     try:
         encoded = common.to_json(data, INDENT).encode('utf-8')
     except UnicodeEncodeError as error:  # a lone surrogate in a server's answer cannot be stored as UTF-8
         raise LabError(f'{path}: not written: the data holds text that is not valid Unicode '
                        f'({error.reason} at {error.start})') from None
-    common.write_output(Path(path), encoded, what)
+    common.write_output(path, encoded, what)
 
 
-def held_out_cases(cases_path: Path) -> list[dict]:
-    return [case for case in load_cases(Path(cases_path)) if case['split'] == SPLIT]
+def held_out(cases_path: Path, keys_path: Path) -> tuple[list[dict], dict]:
+    cases = [case for case in load_cases(cases_path) if case['split'] == SPLIT]
+    return cases, load_keys(keys_path, [case['id'] for case in cases])
 
 
 def load_keys(path: Path, case_ids: list[str]) -> dict:
@@ -118,38 +93,27 @@ def load_keys(path: Path, case_ids: list[str]) -> dict:
     return keys
 
 
-def partial_path(result_path: Path) -> Path:
-    """Where the recording so far waits: answer-result.json -> answer-result.partial.json, in the same folder."""
-    return Path(result_path).with_name(Path(result_path).stem + PARTIAL_SUFFIX)
-
-
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
 def planned_requests(cases: list[dict], model: dict) -> list[dict]:
-    """Every request record sends, in order: strategy, then case, then seed. An answer is kept under its
-    request's key(), since 30 of the 120 bodies repeat another strategy's and each is still asked for."""
+    """Every request record sends, in order: strategy, case, seed. A key joins strategy and case to the body's
+    sha256 (which holds the seed), as 30 of the 120 bodies repeat another strategy's and each is still sent."""
     plan = []
     for name, strategy in RULES.items():
         for case in cases:
             selected, budget = strategy(case, count_request), case['budget']
             for seed in model['seeds']:
-                body = chat_body(model, selected['messages'], TOOLS, budget['context_limit'],
-                                 budget['max_new_tokens'], seed)
-                plan.append({'strategy': name, 'case': case['id'], 'seed': seed, 'body': body,
-                             'request_sha256': request_sha256(body), 'input_tokens': selected['input_tokens']})
+                body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
+                sha256 = request_sha256(body)
+                plan.append({'strategy': name, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
+                             'key': (name, case['id'], sha256), 'input_tokens': selected['input_tokens']})
     return plan
 
 
-def key(request: dict) -> tuple[str, str, str]:
-    """What identifies a planned answer: strategy, case and the sha256 of the exact body (which holds the seed)."""
-    return request['strategy'], request['case'], request['request_sha256']
-
-
 def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int | None]:
-    """({key: answer} for the planned answers the partial recording holds from model's digest and server
-    version, the loaded context it noted)."""
+    """({key: answer} for the planned answers kept from model's digest and server version, its loaded context)."""
     if not path.exists():
         return {}, None
     case_ids = list(dict.fromkeys(item['case'] for item in plan))
@@ -158,18 +122,18 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
         say(f'{path.name} holds answers from digest {str(kept["model"].get("ollama_digest"))[:12]} on Ollama '
             f'{kept["model"]["ollama_version"]}, not from this server; none is reused')
         return {}, None
-    planned = {key(item) for item in plan}
     stored = {(strategy, case_id, answer['request_sha256']): answer for strategy, case_id, answer in each_answer(kept)}
-    return {at: answer for at, answer in stored.items() if at in planned}, kept['model'].get('loaded_context_length')
+    answers = {item['key']: stored[item['key']] for item in plan if item['key'] in stored}
+    return answers, kept['model'].get('loaded_context_length')
 
 
 def recording(model: dict, context_length: int | None, plan: list[dict], answers: dict) -> dict:
     """What answer-result.json holds for the planned answers present in answers, in plan order."""
     by_strategy: dict = {}
     for item in plan:
-        if key(item) in answers:
+        if item['key'] in answers:
             # Today's count, as an uninterrupted run records it, also for an answer an earlier run kept.
-            answer = {**answers[key(item)], 'input_tokens': item['input_tokens']}
+            answer = {**answers[item['key']], 'input_tokens': item['input_tokens']}
             by_strategy.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(answer)
     block = {**model, 'loaded_context_length': context_length} if context_length is not None else model
     return {'model': block, 'answers': by_strategy}
@@ -188,15 +152,9 @@ def loaded_context(client: AnswerModel, num_ctx: int) -> int | None:
     return length
 
 
-def duration(seconds: float) -> str:
-    """A time left, rounded for reading: 42.4 -> '42 s'; 500 -> '8 min 20 s'."""
-    minutes, rest = divmod(round(seconds), 60)
-    return f'{minutes} min {rest} s' if minutes else f'{rest} s'
-
-
-def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fresh: bool = False) -> None:
+def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fresh: bool) -> None:
     """Ask for every planned answer not already kept; write result_path only when all of them are present."""
-    partial = partial_path(result_path)
+    partial = result_path.with_suffix(PARTIAL_SUFFIX)
     if fresh and partial.exists():
         partial.unlink()
         say(f'discarded {partial.name}')
@@ -214,24 +172,24 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fre
         else f'asking for {asking} answers; the first call may also load the model')
     seconds: list[float] = []
     for number, item in enumerate(plan, 1):
-        if key(item) in answers:
+        if item['key'] in answers:
             continue
-        started, body = time.monotonic(), item['body']
+        started, options = time.monotonic(), item['body']['options']
         label = f'{item["strategy"]} {item["case"]} seed {item["seed"]}'
         try:
-            reply = client.answer(body['messages'], body.get('tools', []), body['options']['num_ctx'],
-                                  body['options']['num_predict'], item['seed'])
+            reply = client.answer(item['body']['messages'], options['num_ctx'], options['num_predict'], item['seed'])
         except AnswerModelError as error:
             kept = f'the {len(answers)} answers so far are kept in {partial.name}' if answers else 'no answer is kept'
             raise AnswerModelError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
         seconds.append(time.monotonic() - started)
-        answers[key(item)] = {**reply, 'request_sha256': item['request_sha256'], 'input_tokens': item['input_tokens']}
+        answers[item['key']] = {**reply, 'request_sha256': item['request_sha256'], 'input_tokens': item['input_tokens']}
         # Kept before anything else is asked, so no later failure can lose this answer.
         save(partial, recording(model, context_length, plan, answers), 'partial recording')
         if len(seconds) == 1:  # the model is loaded now, so the server can say with what context
-            context_length = loaded_context(client, body['options']['num_ctx']) or context_length
-        left = sum(seconds) / len(seconds) * (asking - len(seconds))
-        say(f'call {number} of {len(plan)}: {label}: {seconds[-1]:.1f} s, about {duration(left)} left')
+            context_length = loaded_context(client, options['num_ctx']) or context_length
+        minutes, rest = divmod(round(sum(seconds) / len(seconds) * (asking - len(seconds))), 60)  # time left
+        left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
+        say(f'call {number} of {len(plan)}: {label}: {seconds[-1]:.1f} s, about {left} left')
     save(result_path, recording(model, context_length, plan, answers), 'recording')
     partial.unlink(missing_ok=True)
 
@@ -244,39 +202,27 @@ def grade(text: str, key: dict) -> tuple[str, str]:
     """(verdict, reason) for one answer to the case of key. A sentence naming a stale pattern reads as a
     correction when it matches REPLACED or also states a must pattern; else it offers the old decision."""
     if not text.strip():  # nothing to grade; the text itself is matched unstripped
-        return 'incomplete', NO_ANSWER
+        return 'incomplete', 'no answer'
     if any(matches_any(key['stale'], sentence) for sentence in SENTENCE.split(text)
            if not REPLACED.search(sentence) and not matches_any(key['must'], sentence)):
         return 'fail', STALE_AS_CURRENT
     if all(re.search(must, text, re.I) for must in key['must']):
-        return 'pass', EVERY_FACT
-    return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else FACT_ABSENT)
-
-
-def sentences_naming_both(text: str, key: dict) -> list[str]:
-    """The sentences of text (stripped) that name a stale and a must pattern of the key: the grader reads them
-    as corrections but cannot tell which decision they offer as current. With must ['redis'] and stale
-    ['rabbitmq'], 'The job queue uses RabbitMQ, not Redis streams. It is fast.' -> its first sentence."""
-    return [sentence.strip() for sentence in SENTENCE.split(text)
-            if matches_any(key['stale'], sentence) and matches_any(key['must'], sentence)]
+        return 'pass', 'every required fact'
+    return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else 'required fact absent')
 
 
 def each_answer(recorded: dict):
-    """(strategy, case_id, answer) for every recorded answer, in recording order."""
     return ((strategy, case_id, answer) for strategy, by_case in recorded['answers'].items()
             for case_id, answers in by_case.items() for answer in answers)
 
 
 def tally(by_case: dict) -> dict:
     """One strategy's summary row from its {case_id: [verdict entry, ...]}."""
-    row = dict.fromkeys((*VERDICTS, *COUNTED_REASONS.values()), 0)
-    for entry in (entry for entries in by_case.values() for entry in entries):
-        row[entry['verdict']] += 1
-        if entry['reason'] in COUNTED_REASONS:
-            row[COUNTED_REASONS[entry['reason']]] += 1
-    row['cases_passed_every_trial'] = sum(all(entry['verdict'] == 'pass' for entry in entries)
-                                          for entries in by_case.values())
-    return row
+    every = [entry for entries in by_case.values() for entry in entries]
+    return {**{verdict: sum(entry['verdict'] == verdict for entry in every) for verdict in VERDICTS},
+            **{column: sum(entry['reason'] == reason for entry in every) for reason, column in COUNTED_REASONS.items()},
+            'cases_passed_every_trial': sum(all(entry['verdict'] == 'pass' for entry in entries)
+                                            for entries in by_case.values())}
 
 
 def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
@@ -285,8 +231,8 @@ def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
     mismatches, cut_off, outdated, to_read = [], [], [], []
     undercounts = undercounts_cached_prompt(recorded['model']['ollama_version'])
     for strategy, case_id, answer in each_answer(recorded):
-        where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
-        verdict, reason = grade(answer['answer'], keys[case_id])
+        where, key = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}, keys[case_id]
+        verdict, reason = grade(answer['answer'], key)
         verdicts[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
         counted, read = answer['input_tokens'], answer['prompt_tokens']
         if read != counted:  # the model did not see the request counted, unless the server's cache hid some
@@ -297,7 +243,9 @@ def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
         today = current.get((strategy, case_id, answer['seed']))
         if today != answer['request_sha256']:
             outdated.append({**where, 'reason': 'no longer sent' if today is None else 'request changed'})
-        to_read += [{**where, 'sentence': both} for both in sentences_naming_both(answer['answer'], keys[case_id])]
+        # A sentence naming a stale and a must pattern reads as a correction, whichever decision it offers.
+        to_read += [{**where, 'sentence': sentence.strip()} for sentence in SENTENCE.split(answer['answer'])
+                    if matches_any(key['stale'], sentence) and matches_any(key['must'], sentence)]
     return {'model': recorded['model'], 'answers_recorded': sum(1 for _ in each_answer(recorded)),
             'summary': {strategy: tally(by_case) for strategy, by_case in verdicts.items()},
             'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
@@ -307,10 +255,8 @@ def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
 
 def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path) -> dict:
     """Grade result_path, write grades_path, return what was written; another build's recording writes nothing."""
-    cases = held_out_cases(cases_path)
-    case_ids = [case['id'] for case in cases]
-    keys = load_keys(keys_path, case_ids)
-    pinned = load_model(model_path)
+    cases, keys = held_out(cases_path, keys_path)
+    case_ids, pinned = [case['id'] for case in cases], load_model(model_path)
     recorded = load_recording(result_path, RULES, case_ids, 'recording', REDO)
     check_pinned(recorded, pinned, result_path, model_path, REDO)
     # Today's requests need the prepared counter; an empty recording needs nothing.
@@ -354,16 +300,15 @@ def report(grades: dict) -> str:
     return common.markdown_table(TABLE_HEADER, rows) + '\n'.join(lines)
 
 
-def main(argv: list[str], *, cases_path: Path = CASES_PATH, keys_path: Path = KEYS_PATH,
+def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = KEYS_PATH,
          model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
          client: AnswerModel | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog='answer_check.py',
-        description='Grade the recorded answers in answer-result.json offline, or record them again from the '
-                    'pinned model through Ollama first. Writes answer-grades.json.')
-    parser.add_argument('command', nargs='?', choices=['record'],
-                        help='send the 120 held-out requests to the pinned model, then grade (needs Ollama); '
-                             'reuses the answers a stopped run kept in answer-result.partial.json')
+    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade the recorded answers in '
+                                     'answer-result.json offline, or record them again from the pinned model '
+                                     'through Ollama first. Writes answer-grades.json.')
+    parser.add_argument('command', nargs='?', choices=['record'], help='send the 120 held-out requests to the '
+                        'pinned model, then grade (needs Ollama); reuses the answers a stopped run kept in '
+                        'answer-result.partial.json')
     parser.add_argument('--fresh', action='store_true',
                         help='with record: discard answer-result.partial.json first and ask for all 120 answers')
     args = parser.parse_args(argv)  # a usage error exits 2
@@ -371,25 +316,23 @@ def main(argv: list[str], *, cases_path: Path = CASES_PATH, keys_path: Path = KE
         parser.error('--fresh goes with record')
     try:
         if args.command == 'record':
-            cases = held_out_cases(cases_path)
-            load_keys(keys_path, [case['id'] for case in cases])  # before any call: ungradable is 120 wasted calls
+            cases, _ = held_out(cases_path, keys_path)  # keys before any call: ungradable is 120 wasted calls
             client = client if client is not None else AnswerModel(load_model(model_path))
             record_answers(planned_requests(cases, client.model), client, result_path, args.fresh)
         grades = grade_files(cases_path, keys_path, model_path, result_path, grades_path)
     except KeyboardInterrupt:
-        # During record, the recording is replaced only in its last step, after every answer arrived.
-        partial = partial_path(result_path)
+        partial = result_path.with_suffix(PARTIAL_SUFFIX)
         kept = (f'; the answers so far are kept in {partial.name} for the next `record`'
                 if args.command == 'record' and partial.exists() else '')
         state = 'is replaced only once every answer has arrived' if args.command == 'record' else 'is unchanged'
-        raise KeyboardInterrupt(f'{Path(result_path).name} {state}{kept}') from None
+        raise KeyboardInterrupt(f'{result_path.name} {state}{kept}') from None
     model = grades['model']
     print(report(grades) if grades['answers_recorded'] else
-          f'Nothing is recorded: {Path(result_path).name} holds the pinned model block and no answers.\n'
+          f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\n'
           f'To record, start Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of '
           f'`ollama list` starts with {model["ollama_digest"][:12]}, then run `{PYTHON} answer_check.py record` '
           '(120 calls).')
-    print(f'\n{Path(grades_path).name}:\n{common.to_json(grades, INDENT)}', end='')
+    print(f'\n{grades_path.name}:\n{common.to_json(grades, INDENT)}', end='')
     return 0
 
 

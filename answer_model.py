@@ -2,18 +2,9 @@
 
     .venv/bin/python answer_model.py    # does the server hold the pinned build? sends no chat request
 
-answer-model.json pins the build (tag gemma4:e2b, the sha256 digest of its manifest), the sampling options
-and the seeds; a recording is that block with what the server reports, and the answers. Before its first
-chat request AnswerModel checks that the server answers /api/version with a version (else it is not
-Ollama) and that /api/tags lists the tag at exactly the pinned digest, so no answer comes from other
-weights. A reply is an answer only once the server says it is done. Each body is serialised once, and
-those bytes are sent and hashed. The server is OLLAMA_HOST, read as the official ollama Python client
-reads it, except that an unspecified bind address (0.0.0.0, ::) means this machine. Whatever a user can
-fix (no server or no Ollama, a server that is not Ollama, a tag not pulled or moved, a busy queue, a
-timeout, an unfinished reply) is one AnswerModelError line naming the host and what to do.
-
-It writes nothing. It does not pull or delete models, stream, retry, or use a proxy: the server is meant
-to be on this machine.
+Before its first chat request the client checks that the server is Ollama and holds the pinned digest; what
+a user can fix is one AnswerModelError line naming the host and what to do. It writes nothing, and does not
+pull or delete models, stream, retry, or use a proxy: the server is meant to be on this machine.
 """
 import argparse
 import hashlib
@@ -28,48 +19,39 @@ from urllib.parse import urlsplit
 import common
 from common import LabError
 
-MODEL_PATH = Path(__file__).parent / 'answer-model.json'
+MODEL_PATH = common.HERE / 'answer-model.json'
 # The fields answer-model.json must have; a recording copies them into its model block.
 MODEL_FIELDS = ('checked_on', 'publisher_model', 'license', 'ollama_tag', 'ollama_digest', 'ollama_version',
                 'quantization', 'parameters', 'options', 'think', 'trials', 'seeds')
 SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
 HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
-
+# What a recording's model block adds to answer-model.json's from the server; no other field may differ.
+SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
+COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')  # a token count's check
+# Each recorded answer's fields and what each must be: answer()'s reply (tool_calls is always a list, so null
+# is refused), then what the lab knew about the request.
+ANSWER_CHECKS = {
+    'seed': (lambda v: type(v) is int, 'an integer'), 'answer': (lambda v: isinstance(v, str), 'a string'),
+    'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
+    'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
+    'prompt_tokens': COUNT, 'answer_tokens': COUNT,
+    'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
+    'input_tokens': COUNT}
+ANSWER_FIELDS = list(ANSWER_CHECKS)
 DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on by default
 DEFAULT_PORT = 11434
 SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no port means the scheme's port
+LOOPBACK = {4: '127.0.0.1', 6: '::1'}  # what an unspecified bind address (0.0.0.0, ::) means to a client
 VERSION_PATH = '/api/version'  # every Ollama server answers it with {"version": "..."}; others are not Ollama
 CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
 CHECK_TIMEOUT = 10.0  # seconds; /api/version, /api/tags and /api/ps answer at once on a live server
 CHAT_TIMEOUT = 600.0  # seconds; the first chat loads the weights, which can take minutes on a CPU
 BODY_QUOTED = 80  # characters of an unexpected reply body quoted in a message
-# Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so every repeated
-# request (the second and later seeds) reads as a shorter prompt than it was. From ollama/ollama's history:
-# up to 0.1.48 the runner subtracted the cached tokens (fixed by #5371, first released in 0.1.49), and 0.30.0,
-# with its release candidates, counted only the tokens llama-server newly processed (fixed by #16428 in 0.30.1).
+# Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so the second and later
+# seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed by #5371 in 0.1.49), and
+# 0.30.0 with its release candidates counted only what llama-server newly processed (fixed by #16428 in 0.30.1).
 CACHE_UNCOUNTED_BEFORE = (0, 1, 49)
 CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
-# What a recording's model block adds to answer-model.json's from the server; no other field may differ.
-SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
-
-
-def is_count(value) -> bool:
-    return type(value) is int and value >= 0
-
-
-# What each recorded answer holds, and what each field must be: answer()'s reply (tool_calls always a
-# list, empty when the model called no tool, so null is refused), then what the lab knew about the request.
-ANSWER_CHECKS = {
-    'seed': (lambda v: type(v) is int, 'an integer'),
-    'answer': (lambda v: isinstance(v, str), 'a string'),
-    'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
-    'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
-    'prompt_tokens': (is_count, 'a non-negative integer'),
-    'answer_tokens': (is_count, 'a non-negative integer'),
-    'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
-    'input_tokens': (is_count, 'a non-negative integer'),
-}
-ANSWER_FIELDS = list(ANSWER_CHECKS)
 
 
 class AnswerModelError(LabError):
@@ -110,11 +92,9 @@ def shown(value) -> str:
 
 
 def check_answer(where: str, answer, advice: str) -> None:
-    """Refuse a recorded answer that is not exactly ANSWER_CHECKS, naming where and the field."""
     if not isinstance(answer, dict):
         raise LabError(f'{where}: must be an object with fields {ANSWER_FIELDS}, got {shown(answer)}; {advice}')
-    missing = [field for field in ANSWER_FIELDS if field not in answer]
-    extra = sorted(set(answer) - set(ANSWER_FIELDS))
+    missing, extra = [field for field in ANSWER_FIELDS if field not in answer], sorted(set(answer) - set(ANSWER_FIELDS))
     if missing or extra:
         raise LabError(f'{where}: fields must be exactly {ANSWER_FIELDS}; missing {missing}, unexpected {extra}; '
                        f'{advice}')
@@ -124,8 +104,7 @@ def check_answer(where: str, answer, advice: str) -> None:
 
 
 def load_recording(path: Path, strategies, case_ids: list[str], what: str, advice: str) -> dict:
-    """{"model": a model block, "answers": {strategy: {case_id: [answer, ...]}}}, checked field by field so
-    grading never meets a half-formed answer; strategies and case_ids are the names it may hold."""
+    """{"model": a model block, "answers": {strategy: {case_id: [answer, ...]}}}, checked field by field."""
     recorded = common.read_json(path, what, advice)
     if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
         raise LabError(f'{path}: expected exactly "model" and "answers"; {advice}')
@@ -135,7 +114,7 @@ def load_recording(path: Path, strategies, case_ids: list[str], what: str, advic
     if not isinstance(model.get('ollama_version'), str) or not model['ollama_version']:
         raise LabError(f'{path}: model.ollama_version must name the server that answered; {advice}')
     length = model.get('loaded_context_length')
-    if 'loaded_context_length' in model and not (is_count(length) and length > 0):
+    if 'loaded_context_length' in model and not (type(length) is int and length > 0):
         raise LabError(f'{path}: model.loaded_context_length must be a positive integer, got {shown(length)}; {advice}')
     for strategy, by_case in answers.items():
         if strategy not in strategies:
@@ -165,19 +144,23 @@ def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Pa
                        f'({", ".join(differ)} differ), so its answers are not graded; {advice}')
 
 
-def ollama_host(value: str | None) -> str:
-    """The base URL for OLLAMA_HOST's value, read as the official ollama Python client reads it.
+def ip_address(text: str):
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
 
-    ':56789' -> 'http://127.0.0.1:56789'; 'https://example.com' -> 'https://example.com:443';
-    '0.0.0.0:8080' -> 'http://127.0.0.1:8080' (an unspecified bind address means this machine).
-    """
+
+def ollama_host(value: str | None) -> str:
+    """OLLAMA_HOST's base URL, read as the official ollama Python client reads it, and 0.0.0.0 or :: as loopback:
+    ':56789' -> 'http://127.0.0.1:56789'; '0.0.0.0' -> 'http://127.0.0.1:11434'."""
     value = value or ''
     scheme, _, hostport = value.partition('://')
     port = SCHEME_PORTS.get(scheme, DEFAULT_PORT)
     if not hostport:
         scheme, hostport, port = 'http', value, DEFAULT_PORT
     address, slash, path = hostport.partition('/')
-    if is_ip(address) and ':' in address:  # a bare IPv6 address such as ::, as the server itself accepts it
+    if (bare := ip_address(address)) is not None and bare.version == 6:  # such as ::, as the server accepts it
         hostport = f'[{address}]{slash}{path}'
     try:
         parts = urlsplit(f'{scheme}://{hostport}')
@@ -186,42 +169,26 @@ def ollama_host(value: str | None) -> str:
         raise AnswerModelError(f'OLLAMA_HOST={value!r} cannot be read as an address ({error}): '
                                f'set it like {DEFAULT_HOST}') from None
     host = parts.hostname or '127.0.0.1'
-    if is_ip(host) and ipaddress.ip_address(host).is_unspecified:
-        host = '127.0.0.1' if ipaddress.ip_address(host).version == 4 else '::1'
-    if is_ip(host) and ':' in host:
-        host = f'[{host}]'  # urlsplit drops the brackets an IPv6 address needs in a URL
+    if (ip := ip_address(host)) is not None:
+        host = LOOPBACK[ip.version] if ip.is_unspecified else host
+        host = f'[{host}]' if ip.version == 6 else host  # urlsplit drops the brackets IPv6 needs in a URL
     path = parts.path.strip('/')
     return f'{scheme}://{host}:{port}' + (f'/{path}' if path else '')
 
 
-def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
 def undercounts_cached_prompt(version: str) -> bool:
-    """Whether this Ollama version leaves prompt tokens served from its cache out of prompt_eval_count.
-
-    '0.30.0' -> True; '0.30.0-rc5' -> True; '0.1.48' -> True; '0.32.14' -> False; '0.0.0' -> False.
-    """
+    """Whether this Ollama version leaves cached prompt tokens out of prompt_eval_count: '0.30.0-rc5' -> True."""
     match = re.match(r'(\d+)\.(\d+)\.(\d+)', version)
-    if match is None:
-        return False
-    release = tuple(int(part) for part in match.groups())
+    release = tuple(int(part) for part in match.groups()) if match else (0, 0, 0)
     # A build from source without a version says 0.0.0, which tells nothing about its accounting.
     return release in CACHE_UNCOUNTED_RELEASES or (0, 0, 0) < release < CACHE_UNCOUNTED_BEFORE
 
 
-def chat_body(model: dict, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int,
-              seed: int) -> dict:
-    """The /api/chat body for one answer: pinned tag and sampling, one seed, the case's budget."""
+def chat_body(model: dict, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
+    """The /api/chat body for one answer: pinned tag and sampling, one seed, the case's budget, and no tools."""
     # Ollama streams unless told not to, and turns thinking on for Gemma 4 by default.
-    body = {'model': model['ollama_tag'], 'messages': messages, 'stream': False, 'think': model['think'],
+    return {'model': model['ollama_tag'], 'messages': messages, 'stream': False, 'think': model['think'],
             'options': {**model['options'], 'seed': seed, 'num_ctx': num_ctx, 'num_predict': num_predict}}
-    return {**body, 'tools': tools} if tools else body
 
 
 def encode(body: dict) -> bytes:
@@ -233,24 +200,13 @@ def request_sha256(body: dict) -> str:
     return hashlib.sha256(encode(body)).hexdigest()
 
 
-def json_object(response) -> dict | None:
-    """The reply's body as a JSON object, or None when it is anything else."""
-    try:
-        payload = response.json()
-    except ValueError:
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
 def reply_detail(response, payload: dict | None) -> str:
-    """What a reply said, for a message: {"error": "model not found"} -> 'model not found';
-    '404 page not found\\n' -> 'the body "404 page not found"'; '' -> 'an empty body'."""
+    """What a reply said, for a message: its error, else its body quoted and cut short, or 'an empty body'."""
     if payload is not None and isinstance(payload.get('error'), str):
         return payload['error']
     text = ' '.join(response.text.split())
-    if not text:
-        return 'an empty body'
-    return f'the body "{text[:BODY_QUOTED]}' + ('..."' if len(text) > BODY_QUOTED else '"')
+    shortened = text if len(text) <= BODY_QUOTED else text[:BODY_QUOTED] + '...'
+    return f'the body "{shortened}"' if text else 'an empty body'
 
 
 def find_tag(listed, tag: str) -> dict | None:
@@ -260,16 +216,11 @@ def find_tag(listed, tag: str) -> dict | None:
 
 
 class AnswerModel:
-    """A client for one Ollama server that talks only to the pinned build."""
+    """A client for the Ollama server at OLLAMA_HOST that talks only to the pinned build."""
 
-    def __init__(self, model: dict | None = None, host: str | None = None,
-                 timeout: float = CHAT_TIMEOUT, check_timeout: float = CHECK_TIMEOUT):
+    def __init__(self, model: dict):
         import requests  # here, not at the top: a missing package is then common.run's one line
-
-        self.model = model if model is not None else load_model()
-        self.host = ollama_host(host if host is not None else os.environ.get('OLLAMA_HOST'))
-        self.timeout = timeout
-        self.check_timeout = check_timeout
+        self.model, self.host = model, ollama_host(os.environ.get('OLLAMA_HOST'))
         self.session = requests.Session()
         self.session.trust_env = False  # the server is local: a proxy from the environment must not carry requests
         self.version: str | None = None  # set once verify() has passed
@@ -278,16 +229,15 @@ class AnswerModel:
         """Check the server and the pinned digest once; return the server's version."""
         if self.version is not None:
             return self.version
-        response = self._send('GET', VERSION_PATH, None, self.check_timeout)
-        payload = json_object(response)
+        response, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
         if response.status_code != 200 or not isinstance(version, str) or not version:
-            raise AnswerModelError(  # whatever answers there, it is not Ollama
+            raise AnswerModelError(
                 f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
                 f'{response.status_code} ({reply_detail(response, payload)}), where Ollama gives its version; '
                 f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
-        listed = self._call('GET', '/api/tags', None, self.check_timeout).get('models')
+        listed = self._call('GET', '/api/tags', None, CHECK_TIMEOUT).get('models')
         if not isinstance(listed, list):
             raise AnswerModelError(f'{self.host}/api/tags gave no model list: '
                                    'check that OLLAMA_HOST points at an Ollama server')
@@ -304,14 +254,11 @@ class AnswerModel:
         self.version = version
         return version
 
-    def answer(self, messages: list[dict], tools: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
-        """One answer from the pinned build: {seed, answer, tool_calls, done_reason, prompt_tokens, answer_tokens}.
-
-        Only message.content is the answer; a thinking field, should the server send one, is not kept.
-        """
+    def answer(self, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
+        """One answer from the pinned build; only message.content is the answer, not a thinking field."""
         self.verify()
-        body = chat_body(self.model, messages, tools, num_ctx, num_predict, seed)
-        payload = self._call('POST', CHAT_PATH, encode(body), self.timeout)
+        body = chat_body(self.model, messages, num_ctx, num_predict, seed)
+        payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
         if payload.get('done') is not True:
             # Even with stream false the server answers 200 with what it has when generation ends
             # without a final response (it does so after one token repeats many times): no counts.
@@ -328,21 +275,17 @@ class AnswerModel:
                 'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
 
     def loaded_context_length(self) -> int | None:
-        """The context the server loaded the pinned tag with, from /api/ps; None where it reports none (before
-        0.9.7 there is no context_length; 0 means no value). num_ctx only decides which old messages the server
-        would drop: it loads gemma4:e2b with a context of its own, at least 2048 tokens."""
-        entry = find_tag(self._call('GET', '/api/ps', None, self.check_timeout).get('models'),
-                         self.model['ollama_tag'])
+        """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""
+        entry = find_tag(self._call('GET', '/api/ps', None, CHECK_TIMEOUT).get('models'), self.model['ollama_tag'])
         length = entry.get('context_length') if entry is not None else None
         return length if type(length) is int and length > 0 else None
 
-    def _send(self, method: str, path: str, data: bytes | None, timeout: float):
-        """One request; a server that cannot be reached becomes one AnswerModelError naming the host."""
+    def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple:
+        """(response, its body if that is a JSON object, else None); an unreachable server is one AnswerModelError."""
         import requests
-
         headers = {'Content-Type': 'application/json'} if data is not None else {}
         try:
-            return self.session.request(method, self.host + path, data=data, headers=headers, timeout=timeout)
+            response = self.session.request(method, self.host + path, data=data, headers=headers, timeout=timeout)
         except requests.Timeout:
             raise AnswerModelError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
                                    'check that the server is not stuck or overloaded, then run again') from None
@@ -355,11 +298,15 @@ class AnswerModel:
         except requests.RequestException as error:
             raise AnswerModelError(f'cannot send a request to {self.host} ({error}): '
                                    f'set OLLAMA_HOST like {DEFAULT_HOST}') from None
+        try:
+            payload = response.json()
+        except ValueError:  # not JSON at all
+            payload = None
+        return response, payload if isinstance(payload, dict) else None
 
     def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
         """One request whose answer must be a JSON object; every way it can fail is one AnswerModelError."""
-        response = self._send(method, path, data, timeout)
-        payload = json_object(response)
+        response, payload = self._send(method, path, data, timeout)
         error = payload.get('error') if payload is not None else None
         detail, status = reply_detail(response, payload), response.status_code
         if status == 404 and path == CHAT_PATH and error is not None:
@@ -382,11 +329,10 @@ class AnswerModel:
 
 
 def main(argv: list[str]) -> int:
-    argparse.ArgumentParser(
-        prog='answer_model.py',
-        description='Check that the Ollama server at OLLAMA_HOST (default 127.0.0.1:11434) holds the pinned '
-                    'build of answer-model.json. Sends no chat request and writes nothing.').parse_args(argv)
-    client = AnswerModel()
+    argparse.ArgumentParser(prog='answer_model.py', description='Check that the Ollama server at OLLAMA_HOST '
+                            '(default 127.0.0.1:11434) holds the pinned build of answer-model.json. Sends no chat '
+                            'request and writes nothing.').parse_args(argv)
+    client = AnswerModel(load_model())
     print(f'Ollama {client.verify()} at {client.host} has {client.model["ollama_tag"]} '
           f'with the pinned digest {client.model["ollama_digest"]}')
     return 0

@@ -129,7 +129,8 @@ class GradeTest(unittest.TestCase):
                               ('held-correction', ''),
                               ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
             with self.subTest(case=case_id, text=text):
-                self.assertEqual(answer_check.sentences_naming_both(text, KEYS[case_id]), [])
+                recorded = {'model': load_model(), 'answers': {'recent': {case_id: [answer(text)]}}}
+                self.assertEqual(answer_check.grade_recording(recorded, KEYS, current={})['answers_to_read'], [])
 
     def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
         # The original rule reads 'not ' as a correction: seed 1 passes although it keeps the replaced decision.
@@ -210,7 +211,7 @@ class ClientTest(unittest.TestCase):
         with FakeOllama(digest=OTHER) as fake:
             client = client_for(fake.host)
             with self.assertRaises(AnswerModelError) as caught:
-                client.answer([{'role': 'user', 'content': 'Hi'}], [], num_ctx=384, num_predict=96, seed=1)
+                client.answer([{'role': 'user', 'content': 'Hi'}], num_ctx=384, num_predict=96, seed=1)
         self.assertEqual(str(caught.exception),
                          f'Ollama at {fake.host} has gemma4:e2b with digest {OTHER}, but the pinned build is {PINNED}: '
                          'the tag has moved (`ollama pull gemma4:e2b` fetches whatever it points to today), and '
@@ -221,7 +222,7 @@ class ClientTest(unittest.TestCase):
     def test_model_that_is_not_pulled_is_refused_before_any_chat_request(self):
         with FakeOllama(tags=('llama3:8b',)) as fake:
             with self.assertRaises(AnswerModelError) as caught:
-                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
         self.assertEqual(str(caught.exception),
                          f'Ollama at {fake.host} has no gemma4:e2b: run `ollama pull gemma4:e2b`, then check that '
                          'the ID column of `ollama list` starts with b37049369adf, the pinned build')
@@ -261,7 +262,7 @@ class ClientTest(unittest.TestCase):
         for status in (404, 503, 400, 500):
             with self.subTest(status=status), FakeOllama(chat=lambda body, n: (status, {})) as fake:
                 with self.assertRaises(AnswerModelError) as caught:
-                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
                 self.assertIn('the body "{}"', str(caught.exception))
                 self.assertNotIn('None', str(caught.exception))
                 self.assertNotIn('pull', str(caught.exception))
@@ -270,9 +271,9 @@ class ClientTest(unittest.TestCase):
         def slow(body, number):
             time.sleep(1.0)
             return 200, reply('late')
-        with FakeOllama(chat=slow) as fake:
+        with FakeOllama(chat=slow) as fake, mock.patch.object(answer_model, 'CHAT_TIMEOUT', 0.2):
             with self.assertRaises(AnswerModelError) as caught:
-                client_for(fake.host, timeout=0.2).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
         self.assertEqual(str(caught.exception), f'Ollama at {fake.host} did not answer /api/chat within 0.2 s: '
                                                 'check that the server is not stuck or overloaded, then run again')
 
@@ -284,7 +285,7 @@ class ClientTest(unittest.TestCase):
                 (500, 'llama runner process has terminated', 'answered HTTP 500 to /api/chat')):
             with self.subTest(status=status), FakeOllama(chat=lambda body, n: (status, {'error': error})) as fake:
                 with self.assertRaises(AnswerModelError) as caught:
-                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
                 message = str(caught.exception)
                 self.assertIn(fake.host, message)
                 self.assertIn(expected, message)
@@ -292,7 +293,7 @@ class ClientTest(unittest.TestCase):
 
     def test_omitted_zero_counts_read_as_zero(self):
         with FakeOllama(chat=lambda body, n: (200, reply('', done_reason='length'))) as fake:
-            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 4)
+            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 4)
         self.assertEqual(got, {'seed': 4, 'answer': '', 'tool_calls': [], 'done_reason': 'length',
                                'prompt_tokens': 0, 'answer_tokens': 0})
 
@@ -340,14 +341,14 @@ class ClientTest(unittest.TestCase):
     def test_unfinished_reply_is_not_an_answer(self):
         with FakeOllama(chat=lambda body, n: (200, unfinished('the the the'))) as fake:
             with self.assertRaises(AnswerModelError) as caught:
-                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
         self.assertEqual(str(caught.exception), f'Ollama at {fake.host} stopped before finishing the reply (done '
                                                 'is false), so nothing from it is kept: run again, and read the '
                                                 'server log if it happens again')
 
     def test_thinking_is_not_taken_for_the_answer(self):
         with FakeOllama(chat=lambda body, n: (200, reply('Mateo.', 20, 2, thinking='Mateo or Ana?'))) as fake:
-            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
         self.assertEqual(got, {'seed': 1, 'answer': 'Mateo.', 'tool_calls': [], 'done_reason': 'stop',
                                'prompt_tokens': 20, 'answer_tokens': 2})
 
@@ -356,7 +357,7 @@ class ClientTest(unittest.TestCase):
             with self.subTest(context_length=context_length), FakeOllama(context_length=context_length) as fake:
                 client = client_for(fake.host)
                 self.assertIsNone(client.loaded_context_length())  # nothing is loaded before a chat
-                client.answer([{'role': 'user', 'content': 'Hi'}], [], 384, 96, 1)
+                client.answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
                 self.assertEqual(client.loaded_context_length(), expected)
 
     def test_versions_that_leave_cached_prompt_tokens_uncounted(self):

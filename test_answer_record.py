@@ -396,7 +396,7 @@ class RecordTest(AnswerFilesTest):
 
 class ShippedFilesTest(unittest.TestCase):
     def test_the_partial_file_record_keeps_is_git_ignored_and_named_in_the_answer_check_page(self):
-        name = answer_check.partial_path(answer_check.RESULT_PATH).name
+        name = answer_check.RESULT_PATH.with_suffix(answer_check.PARTIAL_SUFFIX).name
         self.assertEqual(name, 'answer-result.partial.json')
         self.assertIn(name, (HERE / '.gitignore').read_text().splitlines())
         page = (HERE / 'docs' / 'answer-check.md').read_text(encoding='utf-8')
@@ -407,7 +407,7 @@ class ShippedFilesTest(unittest.TestCase):
         plan = answer_check.planned_requests(held_out_cases(), load_model())
         bodies = [json.dumps(item['body'], sort_keys=True) for item in plan]
         self.assertEqual((len(bodies), len(set(bodies))), (120, 90))
-        self.assertEqual(len({answer_check.key(item) for item in plan}), 120)
+        self.assertEqual(len({item['key'] for item in plan}), 120)
 
 
 if __name__ == '__main__':

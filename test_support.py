@@ -33,6 +33,7 @@ from unittest import mock
 
 import requests
 
+import answer_model
 from answer_model import AnswerModel, load_model
 from case_set import load_cases
 import common
@@ -62,9 +63,11 @@ def loopback_only(session, method, url, *args, **kwargs):
 
 
 def only_loopback():
-    """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1."""
+    """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1 and wait TIMEOUT."""
     for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
-                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'})):
+                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'}),
+                    mock.patch.object(answer_model, 'CHECK_TIMEOUT', TIMEOUT),
+                    mock.patch.object(answer_model, 'CHAT_TIMEOUT', TIMEOUT)):
         patcher.start()
         unittest.addModuleCleanup(patcher.stop)
 
@@ -237,10 +240,10 @@ def closed_port() -> int:
         return probe.getsockname()[1]
 
 
-def client_for(host: str, timeout: float = TIMEOUT) -> AnswerModel:
+def client_for(host: str) -> AnswerModel:
     """The real client, finding the server through OLLAMA_HOST as a user's would."""
     with mock.patch.dict(os.environ, {'OLLAMA_HOST': host}):
-        return AnswerModel(load_model(), timeout=timeout, check_timeout=timeout)
+        return AnswerModel(load_model())
 
 
 def run_command(main, argv: list[str], script: str) -> tuple[int, str, str]:
