@@ -1,5 +1,4 @@
-"""Time the rules: on generated case sets both ways of counting, chat-shaped histories at real budgets, or
-each rule on a case set of yours.
+"""Time the rules (docs/speed.md explains each part and figure).
 
     .venv/bin/python benchmark.py                                          # both parts (about a minute on 2 cores)
     .venv/bin/python benchmark.py --generated 10 --turns 30 --sweep-cases 10   # a quick look
@@ -7,25 +6,13 @@ each rule on a case set of yours.
     .venv/bin/python benchmark.py --no-sweep                               # only the first part
     .venv/bin/python benchmark.py --cases locomo-cases.json --rules field_rules.py   # each rule's CPU, twice
 
-First part: 100 cases from a fixed seed (about 150 tokens a turn, some long logs,
-facts and replaced facts planted at varied depths, a budget of 8192 - 512 - 64
-that binds partway through each history). The four rules run with a plain count
-function that renders and encodes every request whole, then with the lab's
-counter; both must select identically. Sweep: chat-shaped cases from their own
-seed (short turns, a few pasted logs of 1,000 to 2,000 tokens) through the whole
-evaluation at contexts of 4,096, 16,384 and 65,536 with 300 turns and 4,096 with
-1,200, each setting starting from empty caches. Both parts compare their CPU
-seconds with the encode-once bound: encoding once every distinct message (and
-notes line) the rules measured, the least any exact counter must do. It prints
-Markdown tables, then one JSON line with every figure; progress goes to stderr.
+First part: the four rules on seeded synthetic cases, counting each request whole and with the lab's
+counter, which must select identically. Sweep: chat-shaped cases through the whole evaluation at several
+contexts and history lengths. Both compare their CPU seconds with the encode-once bound. It prints Markdown
+tables, then one JSON line with every figure; progress goes to stderr. --cases FILE times each rule instead,
+one at a time, twice (the first pass pays for what the rule builds on first use), and grades nothing.
 
---cases FILE times each rule instead (the four and any --rules file's), one rule
-at a time, twice: the first pass pays for what the rule builds on first use (a
-model, indexes, messages no rule before it measured), the second is what it costs
-at a further budget of a sweep. It grades nothing.
-
-It writes nothing and needs the prepared counter. No test checks its timings,
-which depend on the machine; test_benchmark.py checks the workloads and the output.
+It writes nothing and needs the prepared counter. No test checks its timings, which depend on the machine.
 """
 import argparse
 import json
@@ -90,8 +77,7 @@ INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.
 
 
 def sentence(rng: random.Random, length: int, vocabulary: list[str] = FILLER) -> str:
-    words = [rng.choice(vocabulary) for _ in range(length)]
-    return ' '.join(words).capitalize() + '.'
+    return ' '.join(rng.choice(vocabulary) for _ in range(length)).capitalize() + '.'
 
 
 def chat_turn(rng: random.Random, topic: str) -> dict:
@@ -158,19 +144,14 @@ def with_budget(cases: list[dict], context_limit: int) -> list[dict]:
     return out
 
 
-def cpu_seconds() -> float:
-    # This process's CPU time: other programs on a shared machine disturb it far less than wall-clock time,
-    # and the tokenizer encodes on the calling thread, so nothing runs elsewhere unseen.
-    return time.process_time()
-
-
 def timed_run(cases: list[dict], count, what: str) -> tuple[float, list]:
-    start = cpu_seconds()
+    # CPU time: other programs disturb it far less than wall-clock time, and the tokenizer encodes on this thread.
+    start = time.process_time()
     results = []
     for case in cases:
         results.append([rule(case, count) for rule in RULES.values()])
         progress(f'benchmark.py: {what}', len(results), len(cases), steps=5)
-    return cpu_seconds() - start, results
+    return time.process_time() - start, results
 
 
 def count_whole(messages: list[dict]) -> int:
@@ -179,25 +160,19 @@ def count_whole(messages: list[dict]) -> int:
 
 
 def loaded_counter():
-    """The counter, with everything it checks once per process done, so that no timed run pays for loading."""
-    exact = counter()
-    exact.lines_apart  # reads the whole vocabulary on first use
-    return exact
+    """The counter, with its once-per-process vocabulary check done, so that no timed run pays for loading."""
+    counter().lines_apart  # reads the whole vocabulary on first use
+    return counter()
 
 
 def cold_start() -> None:
-    """Empty the counter's caches and the tokenizer's own cache, as in a fresh process."""
     counter().forget()
     clear_tokenizer_cache()
 
 
 def clear_tokenizer_cache() -> None:
-    """Forget the texts the BPE model remembers, so every timing starts as cold as a fresh process.
-
-    The model caches recent short texts (under about 256 characters); a warm one would encode them again
-    about twice as fast and make the bound look lower than any fresh count could be. `_clear_cache` is the
-    BPE model's own method in the pinned tokenizers; without it the figures would not compare like with like.
-    """
+    """Forget the short texts the BPE model caches: a warm cache encodes them about twice as fast and would
+    make the bound look lower than any fresh count could be."""
     clear = getattr(counter().tokenizer.model, '_clear_cache', None)
     if clear is None:
         raise LabError('this tokenizers version has no BPE _clear_cache, so timings cannot start cold; '
@@ -206,30 +181,14 @@ def clear_tokenizer_cache() -> None:
 
 
 def bound_seconds() -> float:
-    """Encode once every distinct message (and line of a notes block) the counter measured: no exact counter
-    can do less tokenizer work."""
+    """Encode once every distinct message (and notes line) the counter measured: no exact counter does less."""
     encode = counter().encode
     texts = [piece(role, content) for role, content in counter().sizes] + list(counter().lines)
     clear_tokenizer_cache()
-    start = cpu_seconds()
+    start = time.process_time()
     for text in texts:
         encode(text)
-    return cpu_seconds() - start
-
-
-def peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
-
-
-def rows_of(cases: list[dict], results: list) -> list[tuple]:
-    """(rule, facts found, facts total, cases with stale facts, mean input tokens) for the first part."""
-    rows = []
-    for position, name in enumerate(RULES):
-        graded = [grade(case, results[i][position]) for i, case in enumerate(cases)]
-        rows.append((name, sum(g['required_found'] for g in graded), sum(g['required_total'] for g in graded),
-                     sum(bool(g['stale_included']) for g in graded),
-                     round(sum(g['input_tokens'] for g in graded) / len(graded), 1)))
-    return rows
+    return time.process_time() - start
 
 
 def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, list[tuple]]:
@@ -243,20 +202,18 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, list[tuple
     cold_start()  # the fast path starts cold, like a fresh process
     fast, quick = timed_run(cases, exact, 'cached count')
     bound = bound_seconds()
-    figures = {
-        'cases': cases_count,
-        'turns_per_case': turns,
-        'seed': seed,
-        'distinct_pieces': len(exact.sizes),
-        'naive_seconds': round(naive, 3),
-        'fast_seconds': round(fast, 3),
-        'speedup': round(naive / fast, 1),
-        'bound_seconds': round(bound, 3),
-        'fast_over_bound': round(fast / bound, 2),
-        'identical_selections': slow == quick,
-    }
+    figures = {'cases': cases_count, 'turns_per_case': turns, 'seed': seed, 'distinct_pieces': len(exact.sizes),
+               'naive_seconds': round(naive, 3), 'fast_seconds': round(fast, 3), 'speedup': round(naive / fast, 1),
+               'bound_seconds': round(bound, 3), 'fast_over_bound': round(fast / bound, 2),
+               'identical_selections': slow == quick}
     exact.forget()  # nothing after this needs these sizes
-    return figures, rows_of(cases, quick)
+    rows = []  # (rule, facts found, facts total, cases with stale facts, mean input tokens)
+    for position, name in enumerate(RULES):
+        graded = [grade(case, quick[i][position]) for i, case in enumerate(cases)]
+        rows.append((name, sum(g['required_found'] for g in graded), sum(g['required_total'] for g in graded),
+                     sum(bool(g['stale_included']) for g in graded),
+                     round(sum(g['input_tokens'] for g in graded) / len(graded), 1)))
+    return figures, rows
 
 
 def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
@@ -270,11 +227,11 @@ def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
         cases = with_budget(histories[turns], context_limit)
         what = f'sweep {context_limit} context, {turns} turns'
         cold_start()  # the cache then never holds more than one setting's distinct messages
-        start = cpu_seconds()
+        start = time.process_time()
         for done, case in enumerate(cases, 1):
             [grade(case, rule(case, exact)) for rule in RULES.values()]
             progress(f'benchmark.py: {what}', done, len(cases), steps=5)
-        seconds = cpu_seconds() - start
+        seconds = time.process_time() - start
         bound = bound_seconds()
         settings.append({'context_limit': context_limit, 'turns': turns, 'cases': cases_count,
                          'seconds': round(seconds, 3), 'bound_seconds': round(bound, 3),
@@ -285,12 +242,6 @@ def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
             'worst_over_bound': max(s['over_bound'] for s in settings),
             'budget_growth': round(at[65536, 300] / at[4096, 300], 2),
             'turns_growth': round(at[4096, 1200] / at[4096, 300], 2)}
-
-
-def targets_met(figures: dict) -> dict:
-    """Each target whose figure this run measured -> whether it was met."""
-    return {name: (figures[name] >= limit if kind == 'min' else figures[name] <= limit)
-            for name, kind, limit in TARGETS if name in figures}
 
 
 def summary_table(figures: dict, rows: list[tuple]) -> str:
@@ -341,18 +292,16 @@ def rule_timing(path: Path, rule_paths: list) -> str:
     cases = load_cases(path)
     for case in cases:
         check_fits(path, case, counter()(build_request(case, [])))
-    counter().lines_apart  # the counter's one-time vocabulary check, outside every timing
+    exact = loaded_counter()
     rules = {**RULES, **load_rule_files(rule_paths)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
-    return timing_table(time_rules(cases, rules, counter()))
+    return timing_table(time_rules(cases, rules, exact))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description='Time the four rules on generated case sets: full against cached counting, then a sweep '
-                    'of chat-shaped histories over context sizes and history lengths. Prints Markdown tables, then '
-                    'one JSON line with every figure; progress on stderr. With --cases FILE, time each rule on '
-                    'that case set instead.')
+        description='Time the four rules on generated case sets: full against cached counting, then a sweep over '
+                    'context sizes and history lengths (docs/speed.md). With --cases FILE, time each rule on that.')
     parser.add_argument('--generated', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
     parser.add_argument('--cases', type=Path, metavar='FILE', help='time each rule on this case set instead')
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
@@ -382,8 +331,9 @@ def main(argv: list[str]) -> int:
         figures, rows = benchmark(args.generated, args.turns, args.seed)
     if not args.no_sweep:
         figures.update(sweep(args.sweep_cases))
-    figures['peak_rss_mb'] = peak_rss_mb()  # the whole run's peak, so it covers the sweep
-    figures['targets_met'] = targets_met(figures)
+    figures['peak_rss_mb'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # whole run, KiB
+    figures['targets_met'] = {name: (figures[name] >= limit if kind == 'min' else figures[name] <= limit)
+                              for name, kind, limit in TARGETS if name in figures}
     print(summary_table(figures, rows))
     print(json.dumps(figures))
     return 0 if figures.get('identical_selections', True) else 1

@@ -4,22 +4,12 @@
     .venv/bin/python budget_sweep.py --cases locomo-cases.json --context-limits 1024,2048,4096,8192,16384 \\
         --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png --format table
 
-For each limit, every case's budget.context_limit is replaced by it (max_new_tokens
-and margin are kept), and every rule runs on every case: the four, each --rules
-file's, and the best possible selection. Each (limit, rule) is one point holding
-the figures evaluate.py reports for that rule at that limit (with --group, per split
-or kind too), from the same grade and summaries. --plot draws them: a line per
-rule over the input allowance (log scale), the best possible dashed, a panel per
-group; the same figures give the same bytes. Everything is loaded once: the
-counter keeps each conversation's turn costs across limits, and which turn holds
-which fact is worked out once per case. Progress goes to stderr.
-
-With no options it re-records budget-sweep.json and budget-sweep.png (their code
-hashes tie them to the code; test_budget_sweep.py regenerates and compares them);
-otherwise the JSON goes to stdout or --output, and a picture only to --plot. A bad
-limit, a limit some case cannot fit, cases that keep different answer or margin
-tokens, or any error evaluate.py refuses is one line, exit 2, and nothing written.
-It calls no model.
+At each limit, every case's budget.context_limit is replaced by it (answer and margin tokens are kept) and
+every rule runs on every case: the four, each --rules file's, and the best possible selection. Each (limit,
+rule) point holds the figures evaluate.py reports for that rule (with --group, per split or kind too);
+--plot draws them, the same figures giving the same bytes. Everything is loaded once; progress goes to stderr.
+With no options it re-records budget-sweep.json and budget-sweep.png; otherwise the JSON goes to stdout or
+--output. A limit or case set it cannot sweep is one line, exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io
@@ -104,11 +94,7 @@ def at_limit(cases: list[dict], limit: int) -> list[dict]:
 
 
 def figures(summary: dict) -> dict:
-    """The point's figures of one summary (common.summarize's or best_possible.best_totals').
-
-    The best possible selection's summary has no over-budget count (its search never exceeds the
-    allowance, and evaluate.py reports none), so it gets None there, and keeps its not_searched.
-    """
+    """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched."""
     chosen = {key: summary.get(key) for key in FIGURES}
     if 'not_searched' in summary:
         chosen['not_searched'] = summary['not_searched']
@@ -123,7 +109,7 @@ def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None,
     return entry
 
 
-def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None = None, progress=None) -> list[dict]:
+def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None, progress) -> list[dict]:
     """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
     started, cpu = time.perf_counter(), time.process_time()
     facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
@@ -153,23 +139,16 @@ def report_progress(done: str, started: float, cpu: float) -> None:
 def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
                  progress=None) -> dict:
     """The sweep's report for a case set: where the figures come from, and the points."""
-    path = Path(path)
     started, cpu = time.perf_counter(), time.process_time()
     cases = load_cases(path)
     reserved(path, cases)
     check_limits(path, cases, limits)
     if progress:
         progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    return {
-        'case_set': path.name,
-        'case_set_sha256': sha256_file(path),
-        'code_sha256': code_hashes(bool(files), Path(__file__).name),
-        'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
-        'rule_files': files,
-        'context_limits': limits,
-        'group': group,
-        'points': sweep(cases, limits, rules, group, progress),
-    }
+    return {'case_set': path.name, 'case_set_sha256': sha256_file(path),
+            'code_sha256': code_hashes(bool(files), Path(__file__).name),
+            'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'), 'rule_files': files,
+            'context_limits': limits, 'group': group, 'points': sweep(cases, limits, rules, group, progress)}
 
 
 def sweep_table(report: dict) -> str:
@@ -190,21 +169,16 @@ def sweep_table(report: dict) -> str:
         f"{', '.join(f'{limit:,}' for limit in limits)}).\n")
 
 
-def percent_found(entry: dict) -> float:
-    """The share of required facts found, in percent: 3 of 4 -> 75.0."""
-    return 100 * entry['facts_found'] / entry['facts_total']
-
-
 def draw_panel(axes, report: dict, title: str, pick) -> None:
     """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures."""
     from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
 
     allowances = sorted({entry['allowance'] for entry in report['points']})
     for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
-        entries = [pick(entry) for entry in report['points'] if entry['rule'] == rule]
-        xs = [entry['allowance'] for entry in report['points'] if entry['rule'] == rule]
+        entries = [entry for entry in report['points'] if entry['rule'] == rule]
+        found = [100 * pick(entry)['facts_found'] / pick(entry)['facts_total'] for entry in entries]  # percent
         style = dict(color='black', linestyle='--', marker='') if rule == BEST else dict(marker='o', markersize=3)
-        axes.plot(xs, [percent_found(entry) for entry in entries], label=rule, linewidth=1.4, clip_on=False, **style)
+        axes.plot([entry['allowance'] for entry in entries], found, label=rule, linewidth=1.4, clip_on=False, **style)
     axes.set_xscale('log')
     axes.xaxis.set_major_locator(FixedLocator(allowances))
     axes.xaxis.set_minor_locator(NullLocator())
@@ -238,7 +212,8 @@ def draw(report: dict):
     reserve = first['context_limit'] - first['allowance']
     for axes in grid[-1, :]:
         axes.set_xlabel(f'input allowance in tokens (context limit - {reserve:,}), log scale')
-    figure.legend(*grid.flat[0].get_legend_handles_labels(), loc='outside right center', frameon=False)  # clear of the title
+    # Right of the panels, clear of the title.
+    figure.legend(*grid.flat[0].get_legend_handles_labels(), loc='outside right center', frameon=False)
     figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}")
     return figure
 
@@ -255,7 +230,7 @@ def picture(report: dict, kind: str) -> bytes:
 
 def picture_kind(path: Path) -> str:
     """'png' or 'svg' from a --plot file name: Path('a.SVG') -> 'svg'."""
-    kind = Path(path).suffix.lower().removeprefix('.')
+    kind = path.suffix.lower().removeprefix('.')
     if kind not in NO_DATES:
         raise SweepError(f'--plot {path}: the picture must be a .png or .svg file')
     return kind

@@ -4,24 +4,13 @@
     .venv/bin/python locomo_cases.py locomo10.json --output locomo-16k.json --context-limit 16384
     .venv/bin/python evaluate.py --cases locomo-cases.json --format table --group kind
 
-The input is `data/locomo10.json` of snap-research/LoCoMo (CC BY-NC 4.0), which the
-user downloads; nothing of it is kept here. Every question of the chosen categories
-becomes one case: id `<sample_id>-q<index in qa>`, kind the category's name, the
-whole conversation as history, and as required facts the text of each evidence
-utterance exactly as the history holds it. LoCoMo labels no replaced facts, so
-`stale` is empty. speaker_a is the user and speaker_b the assistant; a turn never
-spans two sessions (a session ending on speaker_a ends with an empty reply); each
-session's first user message opens with SESSION_HEADER on its own line; a shared
-image adds IMAGE_NOTE with LoCoMo's caption; speaker names are not added.
-
-Evidence ids are read as numbers (`D30:05` is `D30:5`), with locomo10.json's
-malformed forms: several ids in one string, a stray colon (`D:11:26`), a lone `D`.
-A question is skipped, and counted by reason, when its category was not chosen, it
-has no evidence id, an id names no utterance, or an entry is not an id at all. The
-output is one case per line, ASCII only, so the same input gives the same bytes;
-stderr ends with one summary line. Input not in LoCoMo's shape is one line naming
-sample and field, exit 2, nothing written. It calls no model, counts no tokens and
-uses LoCoMo's evidence labels only, not its answers.
+The input is `data/locomo10.json` of snap-research/LoCoMo (CC BY-NC 4.0), which the user downloads;
+nothing of it is kept here. Every usable question of the chosen categories becomes one case: the whole
+conversation as history, each evidence utterance's text as a required fact, no stale facts (docs/locomo.md
+gives the conversion in full). The output is one case per line, ASCII only, so the same input gives the same
+bytes; stderr ends with one summary line counting skipped questions by reason. Input not in LoCoMo's shape is
+one line naming sample and field, exit 2, nothing written. It calls no model, counts no tokens and uses
+LoCoMo's evidence labels only, not its answers.
 """
 import argparse
 from collections import Counter
