@@ -5,17 +5,8 @@
     common.allowance({'context_limit': 384, 'max_new_tokens': 96, 'margin': 32})   # -> 256
     common.write_output(Path('report.json'), common.to_json(report), 'report')    # whole, or not at all
 
-- The entry point. `run` checks the locked packages (one line naming what is
-  missing and the command that installs the lock), then calls main. A LabError is
-  one line on stderr and exit 2; Ctrl-C is exit 130; a reader that closes the pipe
-  early is exit 141, what a shell reports for SIGPIPE. Importing a module checks
-  nothing: only a script that starts pays for the check.
-- Files. JSON in (`read_json`), whole files out (`write_atomically`): a symlink
-  stays a link, a pipe or device is written into, a directory is refused.
-- Budgets, figures and the words people read: the allowance, the summary of a
-  list of graded rows and its grouping, Markdown tables, turn numbers counted from 1.
-
-It writes nothing and prints nothing on its own.
+Besides: JSON in, the allowance, summaries of graded rows by group, Markdown tables, turn numbers counted from 1.
+Importing it checks nothing (only a script that starts checks its packages); it writes and prints nothing on its own.
 """
 from collections.abc import Callable
 import errno
@@ -45,8 +36,7 @@ EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everyth
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 SPLITS = ('dev', 'held_out')  # reported separately, in this order
 CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
-# Every module whose change can change a row: the shared figures, cases and grading, rules, counting, the best
-# possible, the report; and, in a report with --rules, how rules files' rules are run and counted.
+# Every module whose change can change a row; and, in a report with --rules, the module that runs rules files.
 CODE_FILES = ('common.py', 'case_set.py', 'strategies.py', 'tokenizer.py', 'best_possible.py', 'evaluate.py')
 RULES_CODE_FILE = 'rule_files.py'
 
@@ -54,8 +44,6 @@ RULES_CODE_FILE = 'rule_files.py'
 class LabError(Exception):
     """A mistake the user can fix; the message names the file, case or field. `run` prints it in one line."""
 
-
-# --- the entry point -------------------------------------------------------------------------------------------
 
 def pins(text: str) -> dict[str, str | None]:
     """The distributions a requirements file names, with the version each pins (None: any version will do).
@@ -113,13 +101,9 @@ def package_advice(missing: list[str]) -> str:
 
 
 def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool = True) -> None:
-    """Exit with main(arguments), after checking the locked packages (unless a standard-library-only script
-    says `packages=False`); errors end in one line, no traceback.
-
-    `interrupted` says, after 'interrupted; ', what a Ctrl-C leaves behind; a main whose state changes as it
-    goes re-raises KeyboardInterrupt with the state at that point. --help answers even without the
-    packages, with the script's docstring and the advice.
-    """
+    """Exit with main(arguments), after checking the locked packages unless `packages=False`. A LabError is one
+    line on stderr and exit 2, Ctrl-C exit 130 (after 'interrupted; ', `interrupted` or the KeyboardInterrupt's
+    own text says what it left behind), a closed pipe exit 141. --help answers even without the packages."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill is handled like Ctrl-C
     try:
         missing = missing_packages() if packages else []
@@ -144,8 +128,6 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
         sys.exit(EXIT_READER_GONE)
     sys.exit(status)
 
-
-# --- files -----------------------------------------------------------------------------------------------------
 
 def read_json(path: Path, what: str, advice: str = ''):
     """The JSON in a file, or one LabError naming the file and what it was meant to be.
@@ -183,11 +165,8 @@ def code_hashes(with_rules: bool, *more: str) -> dict[str, str]:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, 'rb') as file:
-        for block in iter(lambda: file.read(1 << 20), b''):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, 'sha256').hexdigest()
 
 
 def path_text(path: Path) -> str:
@@ -196,12 +175,9 @@ def path_text(path: Path) -> str:
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write data (text as UTF-8, or bytes) to path whole, without destroying what the path is.
-
-    A regular file or nothing yet: a temporary file beside it is renamed over it (an existing file keeps its
-    mode, a new one gets NEW_FILE_MODE). A symbolic link: the file it finally names is replaced that way and
-    the link stays. A device or named pipe: written into, never replaced. A directory: IsADirectoryError.
-    """
+    """Write data (text as UTF-8, or bytes) to path whole, without destroying what the path is: a temporary file
+    is renamed over a regular file (which keeps its mode; a new one gets NEW_FILE_MODE) or over the file a symlink
+    finally names (the link stays); a device or named pipe is written into; a directory is IsADirectoryError."""
     data = data.encode('utf-8') if isinstance(data, str) else bytes(data)
     try:
         status = os.stat(path)  # follows every link, as the kernel does, so /dev/stdout reads as what it is
@@ -238,8 +214,6 @@ def write_output(path: Path, data: str | bytes, what: str) -> None:
         raise KeyboardInterrupt(f'while writing {path}: a file there holds what it held or all of the new '
                                 'contents, a pipe or device may have received part of them') from None
 
-
-# --- budgets and figures ---------------------------------------------------------------------------------------
 
 def allowance(case: dict) -> int:
     """Input tokens a request may use: {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32} -> 256."""
@@ -285,11 +259,8 @@ def counted(number: int, noun: str) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]], pad: bool = False) -> str:
-    """A Markdown table, its columns padded to line up in a terminal if `pad`.
-
-    markdown_table(['a', 'bb'], [['xyz', '1']]) -> '| a | bb |\\n|---|---|\\n| xyz | 1 |\\n'
-    markdown_table(['a', 'bb'], [['xyz', '1']], pad=True) -> '| a   | bb |\\n|-----|----|\\n| xyz | 1  |\\n'
-    """
+    """A Markdown table, its columns padded to line up in a terminal if `pad`:
+    markdown_table(['a', 'bb'], [['xyz', '1']], pad=True) -> '| a   | bb |\\n|-----|----|\\n| xyz | 1  |\\n'"""
     widths = [max(len(line[column]) for line in [header, *rows]) if pad else 0 for column in range(len(header))]
     rule = '|' + '|'.join('-' * (width + 2) if pad else '---' for width in widths) + '|'
     lines = ['| ' + ' | '.join(cell.ljust(width) for cell, width in zip(cells, widths)) + ' |'

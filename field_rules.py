@@ -3,22 +3,12 @@
     .venv/bin/python evaluate.py --rules field_rules.py --format table
     .venv/bin/python evaluate.py --cases locomo-cases.json --rules field_rules.py --format table --group kind
 
-Each rule ranks the history's turns (a turn's text: its user message, a newline,
-its assistant message) against the question and keeps each turn of that order that
-still fits (strategies.costs and fit, as `relevant` does), counted exactly.
-
-    bm25   BM25 (bm25s, Lucene scoring) over English-stemmed words (PyStemmer)
-           without English stop words; turns scoring above 0
-    dense  WordLlama's bundled 256-dimension model; every turn, by cosine
-           similarity to the question
-    fused  reciprocal-rank fusion: a turn scores the sum of 1 / (RRF_K + rank)
-           over the rankings that hold it
-    (each highest first, newer first on ties)
-
-Indexes are built once per conversation, found by its text, and the last
-CONVERSATIONS_KEPT stay cached, so a sweep over several budgets reuses them. The
-model is read from the wordllama package's own folder with downloads disabled:
-nothing is fetched at run time. The rules read no labels and write nothing.
+Each rule ranks the history's turns (user message, newline, assistant message) against the question, highest first,
+newer first on ties, and keeps each turn of that order that still fits, as `relevant` does: `bm25` by BM25 over
+stemmed words (turns scoring above 0), `dense` by WordLlama's cosine similarity (every turn), `fused` by
+reciprocal-rank fusion of the two (docs/rules.md). Indexes are cached per conversation, found by its text. The
+model is read from the wordllama package's own folder with downloads disabled: nothing is fetched at run time. The
+rules read no labels and write nothing.
 """
 from functools import lru_cache
 import importlib
@@ -32,11 +22,10 @@ import Stemmer
 from common import allowance
 from strategies import chosen, costs, fit
 
-def import_keeping_logging(name: str):
-    """importlib.import_module(name), undoing what it does to the root logger's handlers and level.
 
-    wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr.
-    """
+def import_keeping_logging(name: str):
+    """importlib.import_module(name), undoing what it does to the root logger's handlers and level: wordllama's
+    import calls logging.basicConfig, which would put every library's info lines on stderr."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:
@@ -58,8 +47,7 @@ WORDLLAMA_DIM = 256  # ... at the one dimension whose weights it ships
 RRF_K = 60  # reciprocal-rank fusion constant, the usual value
 # Not measured, only how much is kept: conversations whose indexes stay cached, per retriever ...
 CONVERSATIONS_KEPT = 32
-# ... and rankings of questions: `fused` reuses what bm25 and dense ranked, and a sweep over several budgets ranks
-# each question once (LoCoMo's 1,534 fit, in about 40 MB).
+# ... and rankings of questions, reused by `fused` and across a sweep's budgets (LoCoMo's 1,534 fit, in about 40 MB).
 QUESTIONS_KEPT = 2048
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
@@ -119,12 +107,9 @@ def bm25_ranked(turns: Turns, current: str) -> list[int]:
 
 @lru_cache(maxsize=1)
 def model():
-    """WordLlama from the files in its own package, never from the network.
-
-    The package looks for its tokenizer under a folder it does not ship and would then
-    download it; with the package folder as cache folder it finds the bundled file in
-    tokenizers/, and with downloads disabled a missing file raises instead of fetching.
-    """
+    """WordLlama from the files in its own package, never from the network: with the package folder as cache
+    folder it finds its bundled tokenizer in tokenizers/ (it would otherwise look under a folder it does not ship
+    and download it), and with downloads disabled a missing file raises instead of fetching."""
     folder = Path(wordllama.__file__).resolve().parent
     return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder,
                                     disable_download=True)

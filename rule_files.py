@@ -3,18 +3,11 @@
     .venv/bin/python evaluate.py --rules my_rules.py --format table
     .venv/bin/python evaluate.py --rules field_rules.py --rules my_rules.py --show dev-correction --strategy mine
 
-A rules file is plain Python that defines RULES, a dict of name -> function(case, count)
-returning the request it would send (a list of chat messages, or a dict holding them
-under 'messages'). The lab hands each rule a copy of the case without `required` and
-`stale`, counts what comes back with its own counter, finds the history turns it
-carries (a user and an assistant message side by side, with the history's exact
-text), and grades it like the four; a request over the allowance is graded and
-counted as over budget, never refused. A file that cannot be imported, a bad RULES,
-a taken name, a return value the counter refuses or an exception in a rule is one
-RuleError naming file, rule and case. The contract in full: docs/rules.md.
-
-Each file is imported under a name of its own, writing no __pycache__ beside it.
-This module writes nothing and prints nothing.
+A rules file defines RULES, a dict of name -> function(case, count) returning the request it would send. Each rule
+sees the case without its labels; the lab counts what comes back, finds the history turns it carries and grades it
+like the four, over budget or not. Whatever goes wrong is one RuleError naming file, rule and case. The contract in
+full: docs/rules.md. Each file is imported under a name of its own, writing no __pycache__ beside it; this module
+writes nothing and prints nothing.
 """
 from collections.abc import Callable
 import hashlib
@@ -40,15 +33,9 @@ class RuleError(LabError):
     """A rules file or one of its rules cannot be run; the message names the file, rule and case."""
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def raised_at(error: BaseException, path: Path) -> str:
     """Where in the rules file an exception was raised: ' (line 7 of my_rules.py)', or '' if not inside it.
-
-    The last frame in that file is the rule's own line, even when the error came from deeper down.
-    """
+    The last frame in that file is the rule's own line, even when the error came from deeper down."""
     where = str(path.resolve())
     lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == where]
     if isinstance(error, SyntaxError) and error.filename == where:
@@ -139,11 +126,9 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
         first, second = messages[position], messages[position + 1]
         pair = (first['content'], second['content'])
         if first['role'] == 'user' and second['role'] == 'assistant' and pair in where:
-            free = [index for index in where[pair] if index not in taken]
-            taken.update(free[:1])
-            position += 2
-        else:
-            position += 1
+            taken.update([index for index in where[pair] if index not in taken][:1])
+            position += 1  # past the pair's user message; the line below passes its assistant message
+        position += 1
     return sorted(taken)
 
 
@@ -187,6 +172,6 @@ def load_rule_files(paths: list) -> tuple[dict[str, Callable], list[dict]]:
             if name in rules:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[name]}')
             rules[name], origin[name] = wrap(path, name, function), path
-        files.append({'file': path.name, 'sha256': sha256_bytes(path.read_bytes())})
+        files.append({'file': path.name, 'sha256': hashlib.sha256(path.read_bytes()).hexdigest()})
     return rules, files
 

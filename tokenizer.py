@@ -6,22 +6,16 @@
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-The count covers the whole prompt: <bos>, every turn with its delimiters, and the
-generation prompt, thinking off, rendered with the text-only subset of the official
-template below; images, tool calls and thinking are refused, not guessed.
+The count covers <bos>, every turn with its delimiters and the generation prompt, thinking off, rendered with the
+text-only subset of the official template below; images, tool calls and thinking are refused, not guessed. Rules
+read count(messages) -> int and count.turn_costs(history), the tokens each turn adds to any request.
 
-The counter interface every rule reads (strategies.costs):
-    count(messages) -> int         the tokens of a whole request
-    count.turn_costs(history)      the tokens each history turn adds to any request
-Special tokens are split out before BPE runs, so a prompt's tokens are a sum of
-independent pieces (<bos>, each message's `role\ncontent` between <|turn> and
-<turn|>, the newline after each turn, the closing `model\n`): a message costs the
-same wherever it stands, each distinct message is encoded once per run, and the
-cases of one conversation share its turn costs. Where no token joins a newline to
-other text, a message of several lines costs the sum of its lines, so a growing
-notes block is encoded a line at a time. Both facts are checked on load
-(`splits_cleanly`, `lines_split_cleanly`); where one fails, every count encodes the
-whole prompt. It reads prepared/ (or $CONTEXT_LAB_PREPARED) and writes nothing.
+Special tokens are split out before BPE runs, so a prompt's tokens are a sum of independent pieces (<bos>, each
+`role\ncontent` between <|turn> and <turn|>, the newline after each turn, the closing `model\n`); and where no
+token joins a newline to other text, a message's tokens are the sum of its lines'. So each distinct message (or
+notes line) is encoded once per run. `splits_cleanly` (on load) and `lines_split_cleanly` (when first needed)
+check both facts; where one fails, every count encodes the whole prompt. It reads prepared/ (or
+$CONTEXT_LAB_PREPARED) and writes nothing.
 """
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
@@ -35,16 +29,11 @@ from common import LabError, python_command, run
 from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, \
     read_manifest
 
-# The text-only subset of the official Gemma 4 E2B chat template, thinking off:
-#   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n ... <|turn>model\n
-# Every content is trimmed, as the official template trims it.
-TEMPLATE = (
-    "{{- bos -}}"
-    "{%- for message in messages -%}"
-    "{{- '<|turn>' + message.role + '\\n' + message.content | trim + '<turn|>\\n' -}}"
-    "{%- endfor -%}"
-    "{{- '<|turn>model\\n' -}}"
-)
+# The text-only subset of the official Gemma 4 E2B chat template, thinking off, trimming contents as it does:
+#   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n...<|turn>model\n
+TEMPLATE = ("{{- bos -}}{%- for message in messages -%}"
+            "{{- '<|turn>' + message.role + '\\n' + message.content | trim + '<turn|>\\n' -}}"
+            "{%- endfor -%}{{- '<|turn>model\\n' -}}")
 BOS = '<bos>'
 ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
@@ -74,8 +63,7 @@ def check_message(index: int, message, previous_role: str | None) -> str:
         raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
     if role == 'system' and index != 0:
         raise CounterError(f'message {index}: a system message may only come first')
-    if role == 'assistant' and previous_role == 'assistant':
-        # The official template merges consecutive assistant messages into one turn.
+    if role == 'assistant' and previous_role == 'assistant':  # the official template would merge them into one turn
         raise CounterError(f'message {index}: two assistant messages in a row are not counted')
     if role == 'assistant' and any(marker in content for marker in THINKING_MARKERS):
         raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
@@ -128,13 +116,10 @@ class TokenCounter:
         return self.fast and lines_split_cleanly(self.tokenizer)  # reads the whole vocabulary: only when needed
 
     def profile(self) -> dict:
-        return {
-            'model': self.manifest['publisher_model'],
-            'revision': self.manifest['revision'],
-            'template_sha256': self.manifest['hub_files']['chat_template.jinja']['sha256'],
-            'enable_thinking': self.manifest['chat_format']['enable_thinking'],
-            'count_scope': self.manifest['chat_format']['count_scope'],
-        }
+        manifest, chat = self.manifest, self.manifest['chat_format']
+        return {'model': manifest['publisher_model'], 'revision': manifest['revision'],
+                'template_sha256': manifest['hub_files']['chat_template.jinja']['sha256'],
+                'enable_thinking': chat['enable_thinking'], 'count_scope': chat['count_scope']}
 
     def prompt(self, messages: list[dict]) -> str:
         """The exact text the model receives for a request."""
@@ -168,7 +153,7 @@ class TokenCounter:
         except (KeyError, TypeError):
             return None
         roles = list(map(ROLE, messages))
-        if set(map(len, messages)) != {2} or 'system' in roles[1:] or ('assistant', 'assistant') in zip(roles, roles[1:]):
+        if set(map(len, messages)) != {2} or 'system' in roles[1:] or ('assistant',) * 2 in zip(roles, roles[1:]):
             return None
         return sizes
 
@@ -202,7 +187,7 @@ class TokenCounter:
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
             costs = self.turns[key] = [2 * self.per_message + self.message_size('user', user, keep=True)
-                                       + self.message_size('assistant', assistant, keep=True) for user, assistant in key]
+                                       + self.message_size('assistant', answer, keep=True) for user, answer in key]
         return costs
 
     def forget(self) -> None:
@@ -211,32 +196,23 @@ class TokenCounter:
 
 
 def splits_cleanly(tokenizer) -> bool:
-    """True when counting message by message must give the full count for this tokenizer.
-
-    That holds when every added token is matched as-is (no stripping of neighbouring spaces, no word-boundary
-    rule, no normalisation), and when a special token cannot straddle a boundary: each is `<...>` with no
-    other '<' or '>' inside, while the template puts `<turn|>` right after each piece and `<|turn>` right
-    before it. The template's own markers must be single tokens.
-    """
+    """True when counting message by message must give the full count for this tokenizer: every added token is
+    matched as-is (no stripping of neighbouring spaces, no word-boundary rule, no normalisation) and cannot straddle
+    a boundary (each is `<...>` with no other '<' or '>' inside, while the template puts `<turn|>` right after each
+    piece and `<|turn>` right before it), and the template's own markers are single tokens."""
     added = tokenizer.get_added_tokens_decoder().values()
-    for token in added:
-        text = token.content
-        if token.lstrip or token.rstrip or token.single_word or token.normalized:
-            return False
-        if not (text.startswith('<') and text.endswith('>')) or '<' in text[1:-1] or '>' in text[1:-1]:
-            return False
-    return {BOS, '<|turn>', '<turn|>'} <= {token.content for token in added}
+    texts = {token.content for token in added}
+    return not any(token.lstrip or token.rstrip or token.single_word or token.normalized for token in added) \
+        and all(text.startswith('<') and text.endswith('>') and not {'<', '>'} & set(text[1:-1]) for text in texts) \
+        and {BOS, '<|turn>', '<turn|>'} <= texts
 
 
 def lines_split_cleanly(tokenizer) -> bool:
-    """True when a text's tokens are the tokens of its parts cut at every newline followed by other text.
-
-    That holds for a BPE model when no token, learned or added, holds a newline next to any other character
-    (so no merge can join the two sides of a cut), the normalizer at most replaces a string without newlines
-    by one without newlines, the pre-tokenizer at most splits at such a string, and nothing marks where a word
-    starts or ends or looks whole words up before merging. Gemma 4's vocabulary keeps runs of newlines in
-    tokens of their own, so this holds for the pinned tokenizer.
-    """
+    """True when a text's tokens are the tokens of its parts cut at every newline followed by other text: for a BPE
+    model, when no token, learned or added, holds a newline next to another character (so no merge can join the two
+    sides of a cut), the normalizer at most replaces and the pre-tokenizer at most splits at a string without
+    newlines, and nothing marks word starts or ends or looks whole words up before merging. Gemma 4's vocabulary
+    keeps runs of newlines in tokens of their own, so this holds for the pinned tokenizer."""
     from tokenizers.models import BPE
 
     def state(part) -> dict | None:  # a normalizer's or pre-tokenizer's settings, as tokenizer.json holds them
