@@ -3,17 +3,11 @@
     from best_possible import search
     search({0: (14, frozenset({'a'})), 2: (9, frozenset({'a'}))}, room=20)   # -> [2]
 
-evaluate.py runs this for every case: among all sets of whole turns (no notes) whose
-request fits the allowance and that take no turn holding a stale fact, the one
-carrying the most required facts, then the fewest input tokens, then the earliest
-turns. It reads the labels, so it is no rule: not in strategies.RULES, never sent
-by answer_check.py, and no rule may take its name ("best possible (reads the
-labels)" in the table, the turn map and --show; "best possible" in --compare and
-budget_sweep.py). The search runs over the fact-holding stale-free turns only and
-does not extend a subset already over the room; beyond MAX_CANDIDATES such turns
-it does not search, and says so. Which turn holds which fact is the report's own
-grader's word (case_set.grade), and every cost the counter's (strategies.costs).
-It prints and writes nothing.
+evaluate.py and budget_sweep.py run it for every case; what it picks and how: docs/reviewing.md. It reads the
+labels, so it is no rule: not in strategies.RULES, never sent by answer_check.py, and no rule may take its name.
+Beyond MAX_CANDIDATES fact-holding stale-free turns it does not search, and says so. Which turn holds which fact
+is the report's own grader's word (case_set.grade), every cost the counter's (strategies.costs). It prints and
+writes nothing.
 """
 from case_set import grade
 from common import LabError, allowance
@@ -27,8 +21,7 @@ LABEL = 'best possible (reads the labels)'  # its name in the table, the turn ma
 def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:
     """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left.
 
-    A turn's cost is what it adds to the request's count (strategies.costs), so a set costs the sum of its turns.
-    Most facts first, then fewest tokens, then earliest turns:
+    A set costs the sum of its turns. Most facts first, then fewest tokens, then earliest turns:
     search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2]
     search({0: (50, frozenset({'a'}))}, 40) -> []
     """
@@ -45,9 +38,7 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
     # sorted turns, so a set visited later never wins a full tie: a branch that cannot carry more facts
     # than the best so far, and already costs as much, is cut.
     def visit(position: int, chosen: tuple, cost: int, facts: frozenset) -> None:
-        key = (-len(facts), cost, chosen)
-        if key < best[0]:
-            best[0] = key
+        best[0] = min(best[0], (-len(facts), cost, chosen))
         if position == len(order):
             return
         bound, most = len(facts | reachable[position]), -best[0][0]
@@ -95,12 +86,9 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
 
 
 def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dict:
-    """The best-possible report row of a case: search() over its fact-holding, stale-free turns.
-
-    The chosen request is counted and graded like a rule's, and a count that is not the predicted sum
-    stops the run rather than report a search that was not exact. `facts` is turn_facts(case) if the
-    caller has it already: it does not depend on the budget, so budget_sweep.py works it out once per case.
-    """
+    """The best-possible report row of a case: search() over its fact-holding, stale-free turns, counted and graded
+    like a rule's; a count off the predicted sum stops the run. `facts` is turn_facts(case) if the caller has it:
+    it does not depend on the budget, so budget_sweep.py works it out once per case."""
     required, stale = facts if facts is not None else turn_facts(case)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
@@ -122,19 +110,14 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
         raise LabError(f'case {case["id"]}: the counter is not additive over turns here, '
                        'so the best possible selection cannot be searched exactly')
     row.update({key: graded[key] for key in ('turns', 'input_tokens', 'required_found', 'required_total',
-                                             'missing', 'stale_included')})
-    row['not_searched'] = None
+                                             'missing', 'stale_included')}, not_searched=None)
     return row
 
 
 def best_totals(rows: list[dict]) -> dict:
-    """Totals for a list of best-possible rows, of whatever grouping (split, kind) the caller chose.
-
-    A row not searched (too many candidate turns) adds its facts to the total, as the strategies' rows of
-    the same case do, but no facts found, complete case or tokens: one row with 1 of 1 facts in 40 tokens,
-    one with 0 of 2 in 51 and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1,
-    mean_input_tokens 45.5, not_searched 1.
-    """
+    """Totals of best-possible rows, in any grouping. A row not searched adds its facts to the total, as the rules'
+    rows of that case do, but no facts found, complete case or tokens: rows of 1 of 1 facts in 40 tokens, 0 of 2
+    in 51 and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1, mean_input_tokens 45.5."""
     searched = [row for row in rows if row['turns'] is not None]
     tokens = [row['input_tokens'] for row in searched]
     return {'cases': len(rows), 'not_searched': len(rows) - len(searched),

@@ -4,22 +4,11 @@
     cases = load_cases('cases.json')   # a list of checked cases, or one CaseError naming file, case and field
     grade(cases[0], RULES['recent'](cases[0], count_request))   # one report row: which facts reached the request
 
-A case is one conversation (`history`, a list of {user, assistant} turns), the
-question asked after it (`current`), the system message (`instructions`), a token
-budget, and the labels the grader reads: `required` facts the question needs and
-`stale` facts a later turn replaced, each copied word for word from one message.
-Validation refuses whatever could make a result lie (see docs/cases.md): a missing
-or extra field, a wrong type, a budget with no input allowance, a duplicate id, an
-unknown split, a case without a required fact, a fact no single message states,
-text that is not Unicode, or assistant text the counter cannot cover.
-
-The grader is exact text: a row says which required facts and which stale facts
-appear, character for character, in the request's messages; a fact the notes
-block quoted escaped still counts. It reads the request, not a reply.
-
-This module uses the standard library only, so a step that counts nothing (the
-LoCoMo conversion) can check cases without loading the tokenizer. It reads and
-prints nothing on its own; evaluate.py and the other scripts call it.
+The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md. The
+grader is exact text: a row says which required and stale facts appear, character for character, in the
+request's messages (a fact the notes quoted escaped still counts); it reads the request, not a reply.
+Standard library only, so a step that counts nothing (the LoCoMo conversion) can check cases without the
+tokenizer. It reads and prints nothing on its own; evaluate.py and the other scripts call it.
 """
 from pathlib import Path
 
@@ -127,14 +116,9 @@ def load_cases(path: Path) -> list[dict]:
 def share_equal_parts(cases: list[dict]) -> list[dict]:
     """A copy of a checked case set in which equal texts, turns, histories and budgets are one object each.
 
-    Parsed JSON holds its own copy of every string, so 1,534 LoCoMo cases that
-    each carry one of ten 300-turn conversations would hold each conversation
-    hundreds of times. In the copy, cases with the same conversation share one
-    history list (copy[0]['history'] is copy[1]['history']). It is built from
-    new objects only: a string kept from the parsed JSON would pin the memory
-    around it, while with nothing kept all of it is freed and returned to the
-    system (measured on LoCoMo: 298 MiB resident after loading becomes 42 MiB).
-    The strategies never change a case; a caller that does must copy it first.
+    Cases with the same conversation share one history list (copy[0]['history'] is copy[1]['history']). It is
+    built from new objects only: a string kept from the parsed JSON would pin the memory around it (measured on
+    LoCoMo: 298 MiB resident after loading becomes 42 MiB). A caller that changes a case must copy it first.
     """
     texts, turns, histories, budgets = {}, {}, {}, {}
 
@@ -157,7 +141,6 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     return shared
 
 
-
 def grade(case: dict, chosen: dict) -> dict:
     """One report row: which required and stale facts reached the chosen request."""
     text = '\n'.join(message['content'] for message in chosen['messages'])
@@ -166,13 +149,12 @@ def grade(case: dict, chosen: dict) -> dict:
         return fact in text or escape(fact) in text  # notes quote facts escaped
 
     reached = [fact for fact in case['required'] if present(fact)]
-    row = {'case': case['id'], 'split': case['split'], 'kind': case['kind']}
-    row.update({key: chosen[key] for key in ('turns', 'notes', 'input_tokens')})
-    row['within_budget'] = chosen['input_tokens'] <= allowance(case)
-    row['required_found'], row['required_total'] = len(reached), len(case['required'])
-    row['missing'] = [fact for fact in case['required'] if fact not in reached]
-    row['stale_included'] = [fact for fact in case['stale'] if present(fact)]
-    return row
+    return {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
+            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'],
+            'within_budget': chosen['input_tokens'] <= allowance(case),
+            'required_found': len(reached), 'required_total': len(case['required']),
+            'missing': [fact for fact in case['required'] if fact not in reached],
+            'stale_included': [fact for fact in case['stale'] if present(fact)]}
 
 
 def grade_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:

@@ -1,27 +1,17 @@
 """Put every rule through every case and report which facts its request carries.
 
-    .venv/bin/python evaluate.py                              # JSON report on stdout
-    .venv/bin/python evaluate.py --format table               # the summary as a Markdown table
-    .venv/bin/python evaluate.py --format table --group kind  # ... a row per kind of case instead of per split
-    .venv/bin/python evaluate.py --cases my-cases.json        # evaluate another case set
-    .venv/bin/python evaluate.py --output evaluation-result.json   # also record the report (atomically)
-    .venv/bin/python evaluate.py --compare evaluation-result.json  # what changed against an older report
-    .venv/bin/python evaluate.py --compare evaluation-result.json --summary-only   # ... only in the summaries
-    .venv/bin/python evaluate.py --format turns               # which turns each rule kept, case by case
+    .venv/bin/python evaluate.py                                    # JSON report on stdout
+    .venv/bin/python evaluate.py --format table [--group kind]      # the summary as a Markdown table
+    .venv/bin/python evaluate.py --format turns                     # which turns each rule kept, case by case
+    .venv/bin/python evaluate.py --output evaluation-result.json    # also record the report (atomically)
+    .venv/bin/python evaluate.py --compare evaluation-result.json [--summary-only]   # what changed since
     .venv/bin/python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
-    .venv/bin/python evaluate.py --rules field_rules.py --format table   # also a file's rules (rule_files.py)
+    .venv/bin/python evaluate.py --cases my-cases.json --rules field_rules.py   # another case set; a file's rules too
 
-A row per (rule, case) says which required facts and which stale (replaced) facts
-reach the chosen messages, by exact text (case_set.grade): the report is about the
-request, not a reply, so it calls no model and has a single trial. Beside the rules
-it holds each case's best possible selection (best_possible.py, which reads the
-labels). Rows keep 0-based turn indices; the views (views.py) count turns from 1.
-It records the SHA-256 of the case file, of every module that can change a row
-(common.CODE_FILES, plus rule_files.py and each rules file with --rules) and of
-tokenizer-manifest.json; the Python version is recorded but not compared. A bad
-case set, an unprepared counter, a bad report to compare with, an unwritable
---output or a broken rules file is one line and exit 2; Ctrl-C exits 130 and says
-whether --output was written.
+A row per (rule, case) says which required and stale facts reach the request, by exact text (case_set.grade):
+it calls no model, so one trial. Beside the rules it holds each case's best possible selection (best_possible.py)
+and the SHA-256 of the case file, of the code that can change a row and of tokenizer-manifest.json
+(docs/reviewing.md). Any bad input is one line and exit 2; Ctrl-C exits 130 and says whether --output was written.
 """
 import argparse
 import os
@@ -43,10 +33,10 @@ GRADER = 'exact substring match of required and stale facts, raw or escaped, in 
 PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
 
 
-def check_bare_requests(path: Path, cases: list[dict], count=count_request) -> None:
+def check_bare_requests(path: Path, cases: list[dict]) -> None:
     """Refuse a case whose instructions and question alone exceed its allowance: every rule would."""
     for case in cases:
-        check_fits(path, case, count(build_request(case, [])))
+        check_fits(path, case, count_request(build_request(case, [])))
 
 
 def report(path: Path = CASES, rule_paths: list = ()) -> dict:
@@ -75,28 +65,24 @@ def report(path: Path = CASES, rule_paths: list = ()) -> dict:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description='Run the four context-selection rules (and the rules of any --rules file) on a case set '
-                    'and grade which required and stale facts reach each request. Prints the report as JSON '
-                    'by default.')
+    parser = argparse.ArgumentParser(description='Run the four context-selection rules (and the rules of any --rules '
+                                     'file) on a case set and grade which required and stale facts reach each '
+                                     'request. Prints the report as JSON by default.')
     parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
                              'turns: per case, which turns each rule and the best possible selection kept')
-    parser.add_argument('--group', choices=('split', 'kind'), default='split',
-                        help='rows of the table: one per split (default) or one per kind of case, '
-                             'e.g. per LoCoMo category')
-    parser.add_argument('--output', type=Path,
-                        help='also write the JSON report to this file (replaced whole; a symlink is followed, '
-                             'a pipe or device written into)')
+    parser.add_argument('--group', choices=('split', 'kind'), default='split', help='rows of the table: one per '
+                        'split (default) or one per kind of case, e.g. per LoCoMo category')
+    parser.add_argument('--output', type=Path, help='also write the JSON report to this file (replaced whole; '
+                        'a symlink is followed, a pipe or device written into)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
     parser.add_argument('--summary-only', action='store_true',
                         help='with --compare: print only what changed in the summaries and identity hashes, '
                              'and count the changes case by case in one line')
-    parser.add_argument('--show', metavar='CASE_ID',
-                        help='print the request each rule builds for this case, message by message, '
-                             'then the best possible selection')
+    parser.add_argument('--show', metavar='CASE_ID', help='print the request each rule builds for this case, '
+                        'message by message, then the best possible selection')
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
                         help='also run the rules this file defines in RULES, after the four (repeatable; '
                              'see rule_files.py)')
@@ -124,8 +110,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def show(args: argparse.Namespace) -> str:
     """--show: one case's requests, laid out by views.show_case."""
     rules = {**RULES, **load_rule_files(args.rules)[0]}
-    cases = load_cases(args.cases)
-    case = views.find_case(args.cases, cases, args.show)
+    case = views.find_case(args.cases, load_cases(args.cases), args.show)
     check_bare_requests(args.cases, [case])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
     return views.show_case(case, views.shown_rules(args.strategy, rules), args.strategy is None, args.prompt,

@@ -5,13 +5,9 @@
     .venv/bin/python evaluate.py --show dev-correction --strategy notes     # show_case, folded
     .venv/bin/python evaluate.py --compare evaluation-result.json           # compare: exit 0 no change, 1 changes
 
-evaluate.py runs the rules, counts and grades; this module only lays out what it
-is handed, so every figure shown is one the report holds. Turns are numbered
-from 1 here (`turn 3, user`, runs as `turns 3-15, 20`), as in the notes block;
-the report's `turns` stay 0-based. Output is plain text that also reads as
-Markdown; colour only when the caller asks. --compare's lines stay short on real
-case sets: a long list shows what fits and counts the rest, and no line passes
-MAX_LINE characters. It writes nothing.
+It only lays out what evaluate.py hands it, so every figure shown is one the report holds; turns count from 1
+here (`turns 3-15, 20`) while the report's stay 0-based. Plain text that also reads as Markdown, colour only when
+the caller asks. It writes nothing.
 """
 import json
 from pathlib import Path
@@ -47,8 +43,6 @@ class ReportError(LabError):
     """A file given to --compare is not an evaluate.py report; the message names the part that is off."""
 
 
-# --- the table ---------------------------------------------------------------------------------------------------
-
 def report_table(report: dict, group: str = 'split') -> str:
     """The summary as the Markdown table the README shows, a row per rule and split (or kind)."""
     if group == 'split':
@@ -60,12 +54,11 @@ def report_table(report: dict, group: str = 'split') -> str:
              f"{s['complete_cases']} of {s['cases']}", str(s['cases_with_stale_facts']),
              plain_number(s['mean_input_tokens'])] for name, groups in rules.items() for value, s in groups.items()]
     for value, s in best.items():
-        searched = s['cases'] - s['not_searched']
-        complete = f"{s['complete_cases']} of {searched}" + (f" ({s['not_searched']} not searched)"
-                                                             if s['not_searched'] else '')
-        mean = '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])
+        not_searched = f" ({s['not_searched']} not searched)" if s['not_searched'] else ''
         rows.append([best_possible.LABEL, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
-                     complete, str(s['cases_with_stale_facts']), mean])
+                     f"{s['complete_cases']} of {s['cases'] - s['not_searched']}{not_searched}",
+                     str(s['cases_with_stale_facts']),
+                     '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])])
     text = markdown_table([cell.format(group=group.capitalize()) for cell in TABLE_HEADER], rows)
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
@@ -73,20 +66,11 @@ def report_table(report: dict, group: str = 'split') -> str:
     return text + (f"\nRequests over the input allowance (graded all the same): {'; '.join(over)}.\n" if over else '')
 
 
-# --- the turn map ------------------------------------------------------------------------------------------------
-
 def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
-    """(header, one cell per row) for each turn, or for each run of alike turns in a long history.
-
-    A turn's header is its number and its fact marks; a row's cell says whether that row kept it
-    (None as a kept set: the row was not worked out).
-    """
-    columns = []
-    for index in range(best['history_turns']):
-        marks = (REQUIRED_MARK if index in best['fact_turns'] else '') + \
-                (STALE_MARK if index in best['stale_turns'] else '')
-        cells = [UNKNOWN if kept is None else KEPT if index in kept else LEFT_OUT for kept in kept_sets]
-        columns.append((index, marks, cells))
+    """(number and fact marks, a cell per row) for each turn, or each run of alike turns in a long history."""
+    columns = [(index, REQUIRED_MARK * (index in best['fact_turns']) + STALE_MARK * (index in best['stale_turns']),
+                [UNKNOWN if kept is None else KEPT if index in kept else LEFT_OUT for kept in kept_sets])
+               for index in range(best['history_turns'])]  # a kept set None: the row was not worked out
     if best['history_turns'] <= MAP_FULL_UP_TO:
         return [(f'{index + 1}{marks}', cells) for index, marks, cells in columns]
     merged = []  # runs of turns with no fact and the same cell in every row become one column
@@ -102,14 +86,10 @@ def case_map(best: dict, rule_rows: dict[str, dict], label: str) -> str:
     """The turn map of one case: a row per rule and the best-possible row, a column per turn."""
     named = [*rule_rows.items(), (label, best)]
     columns = turn_columns(best, [None if row['turns'] is None else set(row['turns']) for _, row in named])
-    rows = []
-    for position, (name, row) in enumerate(named):
-        cells = [cells[position] for _, cells in columns]
-        if row['turns'] is None:
-            rows.append([name, *cells, '', f'not searched: {row["not_searched"]}', ''])
-        else:
-            rows.append([name, *cells, str(row.get('notes', 0)),
-                         f"{row['required_found']} of {row['required_total']}", str(len(row['stale_included']))])
+    rows = [[name, *(cells[position] for _, cells in columns),
+             *(('', f'not searched: {row["not_searched"]}', '') if row['turns'] is None else
+               (str(row.get('notes', 0)), f"{row['required_found']} of {row['required_total']}",
+                str(len(row['stale_included']))))] for position, (name, row) in enumerate(named)]
     title = f"{best['case']} ({best['split'].replace('_', '-')}, {best['kind']}), {best['history_turns']} turns"
     header = ['rule', *(heading for heading, _ in columns), 'notes', 'facts found', 'stale facts sent']
     return f'{title}\n\n' + markdown_table(header, rows, pad=True).rstrip('\n')
@@ -123,8 +103,6 @@ def turn_map(report: dict) -> str:
     return '\n\n'.join([MAP_LEGEND, *maps]) + '\n'
 
 
-# --- one request, as sent ----------------------------------------------------------------------------------------
-
 def find_case(path: Path, cases: list[dict], case_id: str) -> dict:
     by_id = {case['id']: case for case in cases}
     if case_id not in by_id:
@@ -133,7 +111,6 @@ def find_case(path: Path, cases: list[dict], case_id: str) -> dict:
 
 
 def shown_rules(name: str | None, rules: dict) -> dict:
-    """The rules --show shows: the one --strategy names, or all of them."""
     if name is not None and name not in rules:
         raise LabError(f'--strategy {name}: no such rule; the rules are: {", ".join(rules)}')
     return rules if name is None else {name: rules[name]}
@@ -196,11 +173,8 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
 
 
 def show_case(case: dict, rules: dict, with_best: bool, prompt: bool, full: bool, colour: bool) -> str:
-    """--show: the request each rule builds for one case, message by message or (prompt) as rendered.
-
-    With `with_best` (no --strategy) the best possible selection follows, so one command answers both
-    "what did the rule send?" and "could any selection do better?".
-    """
+    """--show: the request each rule builds for one case, message by message or (prompt) as rendered; with_best
+    (no --strategy) adds the best possible selection."""
     from tokenizer import count_request, counter
 
     chosen = {name: rule(case, count_request) for name, rule in rules.items()}
@@ -218,19 +192,16 @@ def show_case(case: dict, rules: dict, with_best: bool, prompt: bool, full: bool
         if request is None:
             views.append(f"{name} on {where}: not searched ({rows[name]['not_searched']})\n")
         elif prompt:
-            views.append(f"=== {name}: {request['input_tokens']} input tokens ===\n{counter().prompt(request['messages'])}")
+            views.append(f"=== {name}: {request['input_tokens']} input tokens ===\n"
+                         + counter().prompt(request['messages']))
         else:
             views.append(request_text(case, f'{name} on {where}', request, rows[name], full, colour))
     return ('' if prompt else '\n').join(views)
 
 
-# --- what changed ------------------------------------------------------------------------------------------------
-
 def shortened(items: list[str], room: int = LIST_CHARS) -> tuple[list[str], int]:
-    """(the first items that fit in room characters joined by ', ', how many did not); at least one is shown.
-
-    shortened(['aaaa', 'bb', 'cc'], 8) -> (['aaaa', 'bb'], 1)
-    """
+    """(the first items that fit in room characters joined by ', ', how many did not); at least one is shown:
+    shortened(['aaaa', 'bb', 'cc'], 8) -> (['aaaa', 'bb'], 1)"""
     shown, length = [], 0
     for item in items:
         if shown and length + 2 + len(item) > room:
@@ -261,11 +232,8 @@ def turn_numbers(indices: list[int] | None) -> str:
 
 
 def row_changes(old: dict, new: dict) -> list[str]:
-    """What changed in one (rule or best-possible, case) row, turns counted from 1.
-
-    Old missing ['x'] and new missing [] give ["facts gained: ['x']"]; old turns [2] and new turns [0, 2]
-    give ['kept turn 3 -> turns 1, 3'].
-    """
+    """What changed in one (rule or best-possible, case) row, turns counted from 1: old missing ['x'] and new
+    missing [] give ["facts gained: ['x']"]; old turns [2] and new turns [0, 2] give ['kept turn 3 -> turns 1, 3']."""
     old_missing, new_missing = old['missing'] or [], new['missing'] or []  # None: the row was not searched
     old_stale, new_stale = old['stale_included'] or [], new['stale_included'] or []
     out = [f'{label}: {fact_list(facts)}' for label, facts in (
@@ -276,11 +244,9 @@ def row_changes(old: dict, new: dict) -> list[str]:
     for field, label in (('turns', 'kept'), ('fact_turns', 'required facts in'), ('stale_turns', 'stale facts in')):
         if old.get(field) != new.get(field):
             out.append(f'{label} {turn_numbers(old.get(field))} -> {turn_numbers(new.get(field))}')
-    for field in ('notes', 'input_tokens', 'within_budget', 'required_total', 'history_turns', 'not_searched',
-                  'split', 'kind'):
-        if old.get(field) != new.get(field):
-            out.append(f'{field} {old.get(field)} -> {new.get(field)}')
-    return out
+    return out + [f'{field} {old.get(field)} -> {new.get(field)}' for field in (
+        'notes', 'input_tokens', 'within_budget', 'required_total', 'history_turns', 'not_searched', 'split', 'kind')
+        if old.get(field) != new.get(field)]
 
 
 def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[str]:
@@ -304,10 +270,8 @@ def dict_changes(prefix: str, before: dict, after: dict, between: str = ': ') ->
 
 
 def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
-    """Every difference between two reports except the environment, one line each; [] when equal.
-
-    With rows=False (--summary-only) the changes case by case are counted in one last line instead.
-    """
+    """Every difference between two reports except the environment, one line each; [] when equal. With rows=False
+    (--summary-only) the changes case by case are counted in one last line instead."""
     lines, hidden = [], 0
     for key in ('case_set', 'case_set_sha256', 'code_sha256', 'tokenizer_manifest_sha256', 'rule_files', 'counter',
                 'trials', 'grader'):
@@ -335,18 +299,6 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     return [line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + '...' for line in lines]
 
 
-def is_turn_list(value) -> bool:
-    """Is value a list of 0-based turn indices, as a report row holds them? [0, 2] -> True; ['x'] -> False"""
-    return isinstance(value, list) and all(type(index) is int and index >= 0 for index in value)
-
-
-def json_kind(value) -> str:
-    """What a parsed JSON value is, in JSON's words: None -> 'null', [] -> 'a list', 3.5 -> 'a number'."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    return {dict: 'an object', list: 'a list', str: 'a string'}.get(type(value), 'a number')
-
-
 def check_report(path: Path, report) -> None:
     """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
     def wrong(what: str) -> ReportError:
@@ -355,10 +307,15 @@ def check_report(path: Path, report) -> None:
     def facts(value) -> bool:
         return isinstance(value, list) and all(isinstance(fact, str) for fact in value)
 
+    def is_turn_list(value) -> bool:  # 0-based turn indices
+        return isinstance(value, list) and all(type(index) is int and index >= 0 for index in value)
+
     if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
             or not isinstance(report.get('summary'), dict):
-        got = '' if isinstance(report, dict) else f', got {json_kind(report)}'
-        raise wrong(f'expected an object with cases and summary{got}')
+        # what the parsed JSON is, in JSON's words: null, a list, a number ...
+        kind = json.dumps(report) if report is None or isinstance(report, bool) else \
+            {list: 'a list', str: 'a string'}.get(type(report), 'a number')
+        raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
     for name, rows in report['cases'].items():
         if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
             raise wrong(f'cases.{name} must be a list of rows')
@@ -375,7 +332,8 @@ def check_report(path: Path, report) -> None:
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
             raise wrong(f'summary.{name} must map each split to its figures')
     best = report.get('best_possible')
-    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) or not isinstance(best.get('summary'), dict):
+    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
+            or not isinstance(best.get('summary'), dict):
         raise wrong('best_possible must be an object with cases and summary')
     for index, row in enumerate(best['cases']):
         if absent := [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]:
