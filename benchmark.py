@@ -23,7 +23,7 @@ import sys
 import time
 
 from case_set import check_case, grade, load_cases
-from common import LabError, check_fits, markdown_table, progress, run
+from common import LabError, add_input_options, check_fits, markdown_table, progress, run
 from rule_files import load_rule_files
 from strategies import RULES, build_request
 from tokenizer import counter, piece
@@ -303,9 +303,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description='Time the four rules on generated case sets: full against cached counting, then a sweep over '
                     'context sizes and history lengths (docs/speed.md). With --cases FILE, time each rule on that.')
     parser.add_argument('--generated', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
-    parser.add_argument('--cases', type=Path, metavar='FILE', help='time each rule on this case set instead')
-    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
-                        help='with --cases: a rules file to time beside the four; repeatable')
+    add_input_options(parser, None, 'time each rule on this case set instead')
     parser.add_argument('--turns', type=int, default=TURNS, help=f'turns per case in the first part (default {TURNS})')
     parser.add_argument('--seed', type=int, default=SEED, help='seed of the first part')
     parser.add_argument('--sweep-cases', type=int, default=SWEEP_CASES,

@@ -19,8 +19,8 @@ import time
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import CASES, LabError, allowance, by_group, check_fits, code_hashes, counted, markdown_table, run, \
-    sha256_file, summarize, to_json, write_output
+from common import LabError, add_input_options, allowance, by_group, check_fits, code_hashes, counted, markdown_table, \
+    run, sha256_file, summarize, to_json, write_output
 from rule_files import load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request
@@ -241,12 +241,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description='Run every rule on a case set at several context limits and report, per limit and rule, '
                     'the figures evaluate.py reports; optionally draw them. With no options it re-records '
                     f'{RECORDING.name} and {PICTURE.name} (cases.json at {",".join(map(str, DEFAULT_LIMITS))}).')
-    parser.add_argument('--cases', type=Path, default=CASES, help='case set to sweep (default: cases.json)')
+    add_input_options(parser)
     parser.add_argument('--context-limits', metavar='L1,L2,...', default=','.join(map(str, DEFAULT_LIMITS)),
                         help='context limits to give every case, comma-separated (default: %(default)s)')
-    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
-                        help='a rules file (a RULES dict, as for evaluate.py --rules) to run beside the four; '
-                             'repeatable')
     parser.add_argument('--group', choices=('split', 'kind'),
                         help='also give each point its figures per split or per kind (and a panel each in the picture)')
     parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the JSON here instead of stdout')

@@ -215,6 +215,14 @@ def write_output(path: Path, data: str | bytes, what: str) -> None:
                                 'contents, a pipe or device may have received part of them') from None
 
 
+def add_input_options(parser, cases: Path | None = CASES, cases_help: str = 'case set (default: cases.json)') -> None:
+    """--cases FILE and --rules FILE.py (repeatable), as every script that runs the rules spells them."""
+    parser.add_argument('--cases', type=Path, default=cases, metavar='FILE', help=cases_help)
+    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
+                        help='a rules file (RULES, a dict of name -> rule; docs/rules.md) whose rules run after '
+                             'the four; repeatable')
+
+
 def allowance(case: dict) -> int:
     """Input tokens a request may use: {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32} -> 256."""
     budget = case.get('budget', case)

@@ -21,8 +21,8 @@ import sys
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import CASES, by_group, check_fits, code_hashes, path_text, read_json, run, sha256_file, to_json, \
-    write_output
+from common import CASES, add_input_options, by_group, check_fits, code_hashes, path_text, read_json, run, \
+    sha256_file, to_json, write_output
 from rule_files import load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request, counter
@@ -68,7 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Run the four context-selection rules (and the rules of any --rules '
                                      'file) on a case set and grade which required and stale facts reach each '
                                      'request. Prints the report as JSON by default.')
-    parser.add_argument('--cases', type=Path, default=CASES, help='case set to evaluate (default: cases.json)')
+    add_input_options(parser)
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
                              'turns: per case, which turns each rule and the best possible selection kept')
@@ -83,9 +83,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              'and count the changes case by case in one line')
     parser.add_argument('--show', metavar='CASE_ID', help='print the request each rule builds for this case, '
                         'message by message, then the best possible selection')
-    parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
-                        help='also run the rules this file defines in RULES, after the four (repeatable; '
-                             'see rule_files.py)')
     parser.add_argument('--strategy', metavar='NAME',
                         help=f'with --show: only this rule ({", ".join(RULES)}, or one from --rules)')
     parser.add_argument('--prompt', action='store_true',
