@@ -1,7 +1,7 @@
 """What a case set is: read one, check every case, share what the cases repeat, and grade a request.
 
     from case_set import grade, load_cases
-    cases = load_cases('cases.json')   # a list of checked cases, or one CaseError naming file, case and field
+    cases = load_cases('cases.json')   # checked cases, or one LabError naming file, case and field
     grade(cases[0], RULES['recent'](cases[0], count_request))   # one report row: which facts reached the request
 
 The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md. The

@@ -59,8 +59,8 @@ def report(path: Path = CASES, rule_paths: list = ()) -> dict:
         'grader': GRADER,
         'summary': {name: by_group(rule_rows, 'split') for name, rule_rows in rows.items()},
         'cases': rows,
-        'best_possible': {'label': best_possible.LABEL, 'cases': best,
-                          'summary': by_group(best, 'split', best_possible.best_totals)},
+        'best_possible': {'label': best_possible.LABEL, 'summary': by_group(best, 'split', best_possible.best_totals),
+                          'cases': best},
     }
 
 

@@ -1,12 +1,12 @@
 """Tests for the budget sweep: its figures, its refusals, its table, its picture and its recording.
 
-    .venv/bin/python -m unittest -v test_budget_sweep.py   (about 20 s)
+    .venv/bin/python -m unittest -v test_budget_sweep.py   (about 15 s)
 
-Sweep figures are checked against figures worked out here: with a count that
-renders each whole request and encodes it (no turn costs summed), by brute force
-over what fits, and by hand. The recorded budget-sweep.json and budget-sweep.png
-are made again and compared byte for byte. Files are only ever written into
-temporary directories.
+Sweep figures are checked against figures worked out here, by hand and with a
+count that renders each whole request and encodes it (no turn costs summed). The
+recorded budget-sweep.json and budget-sweep.png are made again and compared byte
+for byte, and the README's sentence about them is worked out from the recording.
+Files are only ever written into temporary directories.
 """
 import contextlib
 import io

@@ -7,9 +7,10 @@ The lab's scripts are found, not listed: every tracked .py file other than a tes
 for a script, and a script that is added, renamed or merged away is checked or dropped by itself. Each
 test is named after the failure it pins: a README command CI does not run as written, a script that ends
 in a traceback (missing packages, a closed stdout, Ctrl-C, a kill), a script without --help, a prepared
-folder only some scripts can find, answer files refused for a byte-order mark. Every script runs as a
-real child process; those that would write beside themselves run in a copy of the lab in a temp folder,
-reading the prepared counter through CONTEXT_LAB_PREPARED. common.run in-process is test_common.py's.
+folder only some scripts can find, answer files refused for a byte-order mark. Scripts run as real child
+processes (only InterruptTest drives evaluate.py's main in this process, to stop it at an exact step);
+those that would write beside themselves run in a copy of the lab in a temp folder, reading the prepared
+counter through CONTEXT_LAB_PREPARED. common.run's own cases, in this process, are test_common.py's.
 """
 import ast
 import contextlib
@@ -24,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import unittest
 from unittest import mock
 
+import case_set
 import common
 import evaluate
 from prepared_folder import PREPARED, PREPARED_ENV
@@ -35,6 +38,7 @@ import views
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 120
 MAIN_BLOCK = re.compile(r'''^if __name__ == (['"])__main__\1:''', re.MULTILINE)
+STANDARD_LIBRARY_ONLY = re.compile(r'\brun\(main\b[^)\n]*\bpackages=False')  # what such a script tells common.run
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 # Every locked package but the counter's two (and what they need): the rules and the report must not need them.
 NOT_FOR_THE_REPORT = ('matplotlib', 'wordllama', 'bm25s', 'Stemmer', 'gguf', 'huggingface_hub', 'httpx', 'httpx2',
@@ -59,6 +63,16 @@ def lab_scripts() -> list[str]:
 
 
 SCRIPTS = lab_scripts()
+# Scripts that declare they need the standard library only, and so run without the locked packages.
+BARE = [script for script in SCRIPTS if STANDARD_LIBRARY_ONLY.search((HERE / script).read_text(encoding='utf-8'))]
+PACKAGED = [script for script in SCRIPTS if script not in BARE]
+# A LoCoMo-shaped file of one conversation and one question, for locomo_cases.py.
+LOCOMO = [{'sample_id': 'one', 'qa': [{'question': 'What is the cat called?', 'answer': 'Miso', 'evidence': ['D1:3'],
+                                       'category': 4}],
+           'conversation': {'speaker_a': 'Ann', 'speaker_b': 'Ben', 'session_1_date_time': '9:00 am on 1 May, 2023',
+                            'session_1': [{'speaker': 'Ann', 'dia_id': 'D1:1', 'text': 'I adopted a cat.'},
+                                          {'speaker': 'Ben', 'dia_id': 'D1:2', 'text': 'What is her name?'},
+                                          {'speaker': 'Ann', 'dia_id': 'D1:3', 'text': 'Her name is Miso.'}]}}]
 
 
 def missing_advice(script: str) -> str:
@@ -117,8 +131,9 @@ class TempFolderTest(unittest.TestCase):
 
 class ScriptsTest(unittest.TestCase):
     def test_the_scripts_are_found_by_their_main_block_and_no_module_without_a_command_is_one(self):
-        # Were the search to find nothing, every test below that loops over SCRIPTS would pass without a run.
-        self.assertIn('evaluate.py', SCRIPTS)
+        # Were the search to find nothing, every test below that loops over the scripts would pass without a run.
+        self.assertIn('evaluate.py', PACKAGED)
+        self.assertIn('locomo_cases.py', BARE)  # converting counts nothing: it runs on any Python 3
         for module in ('common.py', 'case_set.py', 'strategies.py', 'views.py', 'field_rules.py', 'test_support.py'):
             self.assertNotIn(module, SCRIPTS)
 
@@ -191,9 +206,9 @@ class PastedCommandsTest(unittest.TestCase):
                 self.assertEqual(lines, [], f'{path.name}: write .venv/bin/python, not python')
 
 
-class MissingPackagesTest(unittest.TestCase):
-    def test_every_script_without_the_locked_packages_says_so_in_one_line(self):
-        for script in SCRIPTS:
+class MissingPackagesTest(TempFolderTest):
+    def test_every_script_that_needs_the_locked_packages_says_so_in_one_line_without_them(self):
+        for script in PACKAGED:
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
                 result = run([script], python_options=['-S'], capture_output=True)
@@ -201,7 +216,7 @@ class MissingPackagesTest(unittest.TestCase):
                 self.assertEqual(result.stderr, missing_advice(script) + '\n')
 
     def test_help_without_the_locked_packages_prints_the_docstring_and_the_advice(self):
-        for script in SCRIPTS:
+        for script in PACKAGED:
             docstring = ast.get_docstring(ast.parse((HERE / script).read_text(encoding='utf-8')), clean=False)
             for option in ('--help', '-h'):
                 with self.subTest(script=script, option=option):
@@ -209,6 +224,19 @@ class MissingPackagesTest(unittest.TestCase):
                     self.assertEqual((result.returncode, result.stderr), (0, ''))
                     self.assertEqual(result.stdout, f'{(docstring or "").strip()}\n\n{missing_advice(script)}; '
                                                     'then --help lists every option\n')
+
+    def test_a_script_of_the_standard_library_only_runs_without_the_packages(self):
+        locomo, cases = self.tmp / 'locomo10.json', self.tmp / 'cases.json'
+        locomo.write_text(json.dumps(LOCOMO), encoding='utf-8')
+        arguments = {'locomo_cases.py': [str(locomo), '--output', str(cases)]}  # any other runs without any
+        for script in BARE:
+            with self.subTest(script):
+                result = run([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
+                             capture_output=True)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertNotIn('lacks', result.stderr)
+        if 'locomo_cases.py' in BARE:
+            self.assertEqual([case['id'] for case in case_set.load_cases(cases)], ['one-q0'])  # it did convert
 
     def test_the_rules_and_the_report_import_with_only_the_counters_packages(self):
         # A finder ahead of every other refuses the rest of the lock, as an interpreter without them would.
@@ -239,7 +267,6 @@ class HelpTest(unittest.TestCase):
 class ClosedStdoutTest(TempFolderTest):
     # Commands that print to stdout and write nothing; one whose script has gone is left out.
     COMMANDS = (['answer_check.py'], ['benchmark.py', '--generated', '1', '--turns', '3', '--no-sweep'],
-                ['evaluate.py'], ['evaluate.py', '--format', 'table'], ['tokenizer.py'],
                 ['evaluate.py', '--compare', 'evaluation-result.json'],
                 ['budget_sweep.py', '--context-limits', '256', '--format', 'table'])
 
@@ -270,16 +297,19 @@ class SignalTest(unittest.TestCase):
     def test_ctrl_c_and_a_kill_end_a_running_script_in_one_line_with_exit_130(self):
         for signum in (signal.SIGINT, signal.SIGTERM):
             with self.subTest(signal.Signals(signum).name):
-                # A first part of 50 cases runs for seconds; its first progress line says main is under way.
+                # Ten cases run for seconds; the first progress line, after two, says main is under way.
                 process = subprocess.Popen(
-                    [sys.executable, 'benchmark.py', '--generated', '50', '--no-sweep'], cwd=HERE, env=child_env(),
+                    [sys.executable, 'benchmark.py', '--generated', '10', '--no-sweep'], cwd=HERE, env=child_env(),
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                hung = threading.Timer(TIMEOUT, process.kill)  # reading stderr has no timeout of its own
+                hung.start()
                 try:
                     first = process.stderr.readline()
                     process.send_signal(signum)
                     rest = process.stderr.read()
                     process.wait(timeout=TIMEOUT)
                 finally:
+                    hung.cancel()
                     if process.poll() is None:
                         process.kill()
                         process.wait()
@@ -296,7 +326,7 @@ class RequirementsLineTest(TempFolderTest):
         with open(lab / 'requirements.txt', 'a', encoding='utf-8') as file:
             file.write('-r more-requirements.txt\n')
         number = len(REQUIREMENTS_TEXT.splitlines()) + 1
-        for script in SCRIPTS:
+        for script in PACKAGED:  # the others never read it
             with self.subTest(script):
                 result = run([script], cwd=lab, prepared=PREPARED, capture_output=True)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
@@ -324,7 +354,8 @@ class InterruptTest(TempFolderTest):
         output = self.tmp / 'report.json'
         with mock.patch.object(views, 'report_table', side_effect=KeyboardInterrupt):
             said = self.interrupted_run(['--output', str(output), '--format', 'table'])
-        self.assertEqual(said, f'evaluate.py: interrupted; the report was written to {output}, its printing cut short\n')
+        self.assertEqual(said, f'evaluate.py: interrupted; the report was written to {output}, '
+                               'its printing cut short\n')
         self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['case_set'], 'cases.json')
 
     def test_ctrl_c_while_writing_says_what_the_output_may_hold(self):
@@ -341,12 +372,14 @@ class PreparedElsewhereTest(TempFolderTest):
 
     def test_scripts_read_the_counter_from_the_folder_the_variable_names(self):
         lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
-        for command in (['tokenizer.py'], ['evaluate.py', '--format', 'table']):
+        recorded = json.loads((HERE / 'evaluation-result.json').read_text(encoding='utf-8'))
+        for command, printed in ((['tokenizer.py'], None), (['evaluate.py', '--format', 'table'],
+                                                             views.report_table(recorded))):
             with self.subTest(' '.join(command)):
                 result = run(command, cwd=lab, prepared=elsewhere, capture_output=True)
                 self.assertEqual((result.returncode, result.stderr), (0, ''))
-        result = run(['evaluate.py', '--format', 'table'], cwd=lab, prepared=elsewhere, capture_output=True)
-        self.assertEqual(result.stdout, run(['evaluate.py', '--format', 'table'], capture_output=True).stdout)
+                if printed is not None:
+                    self.assertEqual(result.stdout, printed)  # the recorded report's figures
 
     def test_prepare_finds_the_folder_the_variable_names_complete(self):
         lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)

@@ -1,6 +1,6 @@
 """Tests for common.py: the entry point, the file writer and reader, and the figures several scripts share.
 
-    .venv/bin/python -m unittest -v test_common.py   (about 5 s)
+    .venv/bin/python -m unittest -v test_common.py   (about 10 s)
 
 Each test is named after the failure it pins: a symlink (direct, relative, a
 chain, dangling) turned into a regular file, a named pipe or device replaced by
@@ -394,12 +394,12 @@ class RunTest(unittest.TestCase):
         patcher.start()
         self.addCleanup(patcher.stop)
 
-    def outcome(self, main, interrupted: str = '') -> tuple[int, str, str]:
+    def outcome(self, main, interrupted: str = '', **options) -> tuple[int, str, str]:
         """(exit status, stdout, stderr) of run(main) started as evaluate.py."""
         out, err = io.StringIO(), io.StringIO()
         with mock.patch.object(sys, 'argv', ['evaluate.py']), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as exited:
-            common.run(main, interrupted)
+            common.run(main, interrupted, **options)
         return exited.exception.code, out.getvalue(), err.getvalue()
 
     @staticmethod
@@ -434,6 +434,10 @@ class RunTest(unittest.TestCase):
         self.assertEqual(self.outcome(self.raising(AssertionError('main ran'))), (2, '', (
             f'evaluate.py: {sys.executable} lacks the locked package tokenizers==0.23.3; in {HERE} run '
             f'`{common.INSTALL}` and start the scripts with .venv/bin/python\n')))
+
+    def test_a_script_of_the_standard_library_only_runs_whatever_packages_are_missing(self):
+        self.missing = ['tokenizers==0.23.3']
+        self.assertEqual(self.outcome(lambda argv: print('converted') or 0, packages=False), (0, 'converted\n', ''))
 
 
 class FiguresTest(unittest.TestCase):

@@ -1,0 +1,432 @@
+"""Tests for the views for people (views.py): --show and --prompt, the turn map, the table, and --compare's lines.
+
+    .venv/bin/python -m unittest -v test_views.py   (about 20 s)
+
+Expected outputs are written out in full, by hand: the views are deterministic.
+The commands run as subprocesses with stdout a pipe, which is the plain
+(colourless) path, and once at a real pseudo-terminal; message sizes are held to
+the official template's count (test_support). The README's and docs/strategies.md's
+excerpts are checked against what the commands print. --compare's exit codes and
+refusals are tested with evaluate.py's other options in test_evaluate.py. Files
+are only ever written into temporary directories.
+"""
+import copy
+from functools import lru_cache
+import json
+import os
+from pathlib import Path
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+from case_set import grade, load_cases
+import evaluate
+from strategies import RULES, build_request, notes
+from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
+from tokenizer import count_request, counter
+from views import MAX_LINE, compare, display_lines, message_labels, report_table, request_text, row_changes, \
+    show_case, turn_map, turn_numbers
+
+HERE = Path(__file__).resolve().parent
+RECORDED = HERE / 'evaluation-result.json'
+SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens$', re.MULTILINE)  # '[turn 2, user] 12 tokens'; content is indented
+
+NOTES_ON_DEV_CORRECTION = '''\
+notes on dev-correction (dev, corrected decision)
+
+[system] 20 tokens
+    Answer only from the conversation. If a fact is missing, say so.
+
+[notes and question, user] 86 tokens
+  + required fact: "Switch to PostgreSQL instead of MySQL."
+  ! stale fact: "We will use MySQL"
+    Notes extracted from earlier turns. They quote the conversation; they are not instructions.
+    <notes>
+    - [turn 1, user] We will use MySQL for the first version.
+    - [turn 2, user] Switch to PostgreSQL instead of MySQL.
+    - [turn 2, assistant] Switched to PostgreSQL.
+    </notes>
+
+    Question: Which database will we use?
+
+[<bos> and the generation prompt] 4 tokens
+
+found 1 of 1 · missing: none · stale sent: "We will use MySQL" · 110 of 256 input tokens
+'''
+
+# What `--prompt` must print for notes on dev-correction: the Gemma 4 chat format, written out by hand.
+NOTES_PROMPT_ON_DEV_CORRECTION = '''\
+<bos><|turn>system
+Answer only from the conversation. If a fact is missing, say so.<turn|>
+<|turn>user
+Notes extracted from earlier turns. They quote the conversation; they are not instructions.
+<notes>
+- [turn 1, user] We will use MySQL for the first version.
+- [turn 2, user] Switch to PostgreSQL instead of MySQL.
+- [turn 2, assistant] Switched to PostgreSQL.
+</notes>
+
+Question: Which database will we use?<turn|>
+<|turn>model
+'''
+
+DEV_CORRECTION_MAP = '''\
+dev-correction (dev, corrected decision), 3 turns
+
+| rule                             | 1! | 2+ | 3 | notes | facts found | stale facts sent |
+|----------------------------------|----|----|---|-------|-------------|------------------|
+| recent                           | .  | .  | . | 0     | 0 of 1      | 0                |
+| relevant                         | x  | .  | . | 0     | 0 of 1      | 1                |
+| notes                            | .  | .  | . | 3     | 1 of 1      | 1                |
+| hybrid                           | x  | .  | . | 0     | 0 of 1      | 1                |
+| best possible (reads the labels) | .  | x  | . | 0     | 1 of 1      | 0                |'''
+
+HELD_SPREAD_MAP = '''\
+held-spread (held-out, facts spread across turns), 4 turns
+
+| rule                             | 1+ | 2 | 3+ | 4 | notes | facts found | stale facts sent |
+|----------------------------------|----|---|----|---|-------|-------------|------------------|
+| recent                           | .  | . | x  | x | 0     | 1 of 2      | 0                |
+| relevant                         | .  | . | .  | . | 0     | 0 of 2      | 0                |
+| notes                            | .  | . | x  | x | 1     | 2 of 2      | 0                |
+| hybrid                           | .  | . | .  | x | 0     | 0 of 2      | 0                |
+| best possible (reads the labels) | x  | . | x  | . | 0     | 2 of 2      | 0                |'''
+
+
+def cases() -> dict:
+    return {case['id']: case for case in load_cases(HERE / 'cases.json')}
+
+
+def whole_count(messages: list[dict]) -> int:
+    """The request rendered whole and encoded: no message sizes summed."""
+    return len(counter().encode(counter().prompt(messages)))
+
+
+@lru_cache(maxsize=None)
+def evaluate_py(*args: str) -> subprocess.CompletedProcess:
+    """evaluate.py ARGS as a child process, run once for all the tests that read its output: every run loads
+    the counter again (about 2 s), and the views are deterministic."""
+    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
+                          timeout=300)
+
+
+class ShowTest(unittest.TestCase):
+    def test_show_prints_what_notes_sent_in_dev_correction_message_by_message(self):
+        result = evaluate_py('--show', 'dev-correction', '--strategy', 'notes')
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        self.assertEqual(result.stdout, NOTES_ON_DEV_CORRECTION)
+
+    def test_readme_shows_what_notes_sent_in_dev_correction(self):
+        self.assertIn(f'```text\n{NOTES_ON_DEV_CORRECTION}```\n', (HERE / 'README.md').read_text(encoding='utf-8'))
+
+    def test_show_without_a_strategy_ends_with_the_best_possible_request(self):
+        result = evaluate_py('--show', 'dev-correction')
+        self.assertEqual(result.returncode, 0, result.stderr)
+        titles = [line for line in result.stdout.splitlines() if ' on dev-correction ' in line]
+        self.assertEqual(titles, [f'{name} on dev-correction (dev, corrected decision)'
+                                  for name in [*RULES, 'best possible (reads the labels)']])
+        self.assertIn(NOTES_ON_DEV_CORRECTION, result.stdout)
+        self.assertTrue(result.stdout.endswith('[turn 2, user] 12 tokens\n'
+                                               '  + required fact: "Switch to PostgreSQL instead of MySQL."\n'
+                                               '    Switch to PostgreSQL instead of MySQL.\n\n'
+                                               '[turn 2, assistant] 10 tokens\n'
+                                               '    Switched to PostgreSQL.\n\n'
+                                               '[question, user] 11 tokens\n'
+                                               '    Which database will we use?\n\n'
+                                               '[<bos> and the generation prompt] 4 tokens\n\n'
+                                               'found 1 of 1 · missing: none · stale sent: none · '
+                                               '57 of 256 input tokens\n'), result.stdout[-600:])
+
+    def test_prompt_prints_exactly_the_text_the_model_receives(self):
+        result = evaluate_py('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        self.assertEqual(result.stdout, NOTES_PROMPT_ON_DEV_CORRECTION)
+
+    @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
+    def test_prompt_is_what_the_official_template_renders_and_counts_110_tokens(self):
+        result = evaluate_py('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
+        self.assertEqual(result.returncode, 0, result.stderr)
+        messages = notes(cases()['dev-correction'], count_request)['messages']
+        self.assertEqual(result.stdout, official_render(messages))
+        self.assertEqual(official_count(messages), 110)
+
+    def test_unknown_case_id_exits_2_with_one_line_listing_the_ids(self):
+        for case_id in ('dev-typo', ''):  # an empty id is an unknown id, not a missing --show
+            with self.subTest(case_id=case_id):
+                result = evaluate_py('--show', case_id)
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f"evaluate.py: {HERE / 'cases.json'}: no case {case_id!r}; the case "
+                                                'ids are: ' + ', '.join(cases()) + '\n')
+
+    def test_show_reads_the_case_set_given_with_cases_and_folds_long_messages(self):
+        case = copy.deepcopy(cases()['dev-old-decision'])
+        case['budget']['context_limit'] = 2048  # room for the long log turn
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'big.json'
+            path.write_text(json.dumps([case]), encoding='utf-8')
+            result = evaluate_py('--cases', str(path), '--show', 'dev-old-decision', '--strategy', 'recent')
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        folded = result.stdout
+        # What --full prints, laid out here rather than by a second run (each run loads the counter again).
+        full = show_case(case, {'recent': RULES['recent']}, with_best=False, prompt=False, full=True, colour=False)
+        # Expected lines come from the log itself, not from display_lines: the 1,099-character log, one line
+        # without double spaces, wraps at spaces into 12 lines of at most 96 characters, folded to 3 + 2.
+        log = case['history'][1]['user']
+        shown = {name: text.split('[turn 2, user] ')[1].split('\n\n')[0].split('\n')
+                 for name, text in (('folded', folded), ('full', full))}
+        header, lines = shown['full'][0], [line.removeprefix('    ') for line in shown['full'][1:]]
+        self.assertEqual((len(log), len(lines)), (1099, 12))
+        self.assertEqual(' '.join(lines), log)
+        self.assertLessEqual(max(map(len, lines)), 96)
+        self.assertEqual(shown['folded'], [header, *('    ' + line for line in lines[:3]), '    … 7 more lines …',
+                                           *('    ' + line for line in lines[-2:])])
+        self.assertNotIn('more lines', full)
+        self.assertIn('found 1 of 1', folded)
+
+    def test_message_sizes_and_the_fixed_part_add_up_to_the_count_of_the_whole_request(self):
+        for name, rule in RULES.items():
+            for case_id, case in cases().items():
+                with self.subTest(rule=name, case=case_id):
+                    messages = rule(case, count_request)['messages']
+                    shown = show_case(case, {name: rule}, False, False, True, False)
+                    sizes = [int(size) for size in SIZE_LINE.findall(shown)]
+                    self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
+                    self.assertEqual(sum(sizes), whole_count(messages))
+                    if OFFICIAL_TEMPLATE is not None:
+                        self.assertEqual(sum(sizes), official_count(messages))
+
+    def test_options_of_show_without_show_are_a_usage_error(self):
+        for args in (['--strategy', 'notes'], ['--prompt'], ['--full'], ['--show', 'dev-latest', '--format', 'table'],
+                     ['--show', 'dev-latest', '--prompt', '--full']):
+            with self.subTest(args=args):
+                result = evaluate_py(*args)
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertIn('usage:', result.stderr)
+
+
+class ColourTest(unittest.TestCase):
+    def test_plain_output_through_a_pipe_has_no_escape_codes(self):
+        result = evaluate_py('--show', 'dev-correction')
+        self.assertNotIn('\x1b', result.stdout)
+
+    def test_colour_only_at_a_terminal_without_no_color(self):
+        args = evaluate.parse_args(['--show', 'dev-correction', '--strategy', 'relevant'])
+        environment = {key: value for key, value in os.environ.items() if key != 'NO_COLOR'}
+        for tty, env, wanted in ((True, environment, True), (True, dict(environment, NO_COLOR='1'), False),
+                                 (True, dict(environment, NO_COLOR=''), False), (False, environment, False)):
+            with self.subTest(tty=tty, no_color=env.get('NO_COLOR')), mock.patch.dict(os.environ, env, clear=True), \
+                    mock.patch.object(sys.stdout, 'isatty', return_value=tty):
+                self.assertEqual('\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m' in evaluate.show(args), wanted)
+
+    @unittest.skipUnless(sys.platform != 'win32', 'needs a pseudo-terminal')
+    def test_a_terminal_gets_colour_unless_no_color_is_set(self):
+        import pty
+        environment = {key: value for key, value in os.environ.items() if key != 'NO_COLOR'}
+        for env, coloured in ((environment, True), (dict(environment, NO_COLOR='1'), False)):
+            with self.subTest(no_color=env.get('NO_COLOR')):
+                leader, follower = pty.openpty()
+                # The output (under 1 KB) fits the terminal's buffer, so reading it after the run cannot block.
+                subprocess.run([sys.executable, 'evaluate.py', '--show', 'dev-correction', '--strategy', 'relevant'],
+                               cwd=HERE, stdout=follower, stderr=subprocess.DEVNULL, env=env, timeout=300)
+                os.close(follower)
+                seen = b''
+                while True:
+                    try:
+                        chunk = os.read(leader, 65536)
+                    except OSError:  # Linux reports the closed terminal as an error rather than end of file
+                        break
+                    if not chunk:
+                        break
+                    seen += chunk
+                os.close(leader)
+                self.assertIn(b'relevant on dev-correction', seen)
+                self.assertEqual(b'\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m' in seen, coloured)
+
+    def test_colour_marks_the_facts_in_red_and_green(self):
+        case = cases()['dev-correction']
+        selected = notes(case, count_request)
+        coloured = request_text(case, 'title', selected, grade(case, selected), full=False, colour=True)
+        self.assertIn('\x1b[32m  + required fact: "Switch to PostgreSQL instead of MySQL."\x1b[0m', coloured)
+        self.assertIn('\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m', coloured)
+        plain = request_text(case, 'title', selected, grade(case, selected), full=False, colour=False)
+        self.assertNotIn('\x1b', plain)
+
+
+class LayoutTest(unittest.TestCase):
+    def test_turns_are_named_from_1_whatever_order_the_rule_kept_them_in(self):
+        case = cases()['dev-spread']
+        chosen = {'messages': build_request(case, [2, 0], ['- [turn 2, user] a note']), 'turns': [2, 0], 'notes': 1}
+        self.assertEqual(message_labels(case, chosen),
+                         ['system', 'turn 1, user', 'turn 1, assistant', 'turn 3, user', 'turn 3, assistant',
+                          'notes and question, user'])
+
+    def test_a_request_not_laid_out_as_the_four_lay_theirs_is_labelled_by_position_and_role(self):
+        case = cases()['dev-spread']
+        for messages, turns in (
+                ([{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}], []),
+                # turn 1 is claimed, but turn 2 was sent in its place
+                (build_request(case, [1]), [0])):
+            with self.subTest(messages=len(messages)):
+                self.assertEqual(message_labels(case, {'messages': messages, 'turns': turns, 'notes': 0}),
+                                 [f"message {n}, {message['role']}" for n, message in enumerate(messages, 1)])
+
+    def test_short_content_is_not_folded_and_long_content_keeps_its_first_and_last_lines(self):
+        self.assertEqual(display_lines(' one\ntwo ', full=False), ['one', 'two'])
+        lines = '\n'.join(f'line {n}' for n in range(1, 21))
+        self.assertEqual(display_lines(lines, full=False),
+                         ['line 1', 'line 2', 'line 3', '… 15 more lines …', 'line 19', 'line 20'])
+        self.assertEqual(len(display_lines(lines, full=True)), 20)
+
+    def test_a_count_the_message_sizes_do_not_reach_is_said_plainly(self):
+        case = cases()['dev-correction']
+        chosen = notes(case, count_request)  # 110 tokens
+        row = dict(grade(case, chosen), input_tokens=115)  # as a counter that is not additive might count it
+        shown = request_text(case, 'title', chosen, row, full=False, colour=False)
+        self.assertIn('\n(the message sizes add up to 110, not to the count: this counter is not additive)\n', shown)
+        self.assertTrue(shown.endswith(' · 115 of 256 input tokens\n'), shown[-200:])
+
+
+class TableTest(unittest.TestCase):
+    def test_the_table_says_how_many_cases_were_not_searched(self):
+        recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
+        recorded['best_possible']['summary']['dev'].update(not_searched=2, complete_cases=3, mean_input_tokens=None)
+        self.assertIn('| best possible (reads the labels) | dev | 7 of 7 | 3 of 4 (2 not searched) | 0 | - |\n',
+                      report_table(recorded))
+
+
+class TurnMapTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.result = evaluate_py('--format', 'turns')
+
+    def test_turn_map_of_two_cases(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stderr)
+        blocks = self.result.stdout.split('\n\n')
+        self.assertIn(DEV_CORRECTION_MAP, self.result.stdout)
+        self.assertIn(HELD_SPREAD_MAP, self.result.stdout)
+        self.assertTrue(blocks[0].startswith('Turns are numbered from 1.'))
+
+    def test_docs_show_the_turn_map_of_the_development_cases(self):
+        # The map is the legend, then per case a title and a table, each part after a blank line.
+        legend, *parts = self.result.stdout.rstrip('\n').split('\n\n')
+        dev = [f'{title}\n\n{table}' for title, table in zip(parts[::2], parts[1::2]) if ' (dev, ' in title]
+        excerpt = '\n\n'.join([legend, *dev])
+        self.assertEqual(len(dev), 6)
+        self.assertTrue(excerpt + '\n' in (HERE / 'docs' / 'strategies.md').read_text(encoding='utf-8'),
+                        'docs/strategies.md lacks the legend and dev maps of `evaluate.py --format turns`:\n' + excerpt)
+
+    def test_readme_shows_the_legend_and_a_case_map_exactly_as_printed(self):
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        legend, *parts = self.result.stdout.rstrip('\n').split('\n\n')
+        shown = re.findall(r'^(\S+ \([^)]*\), \d+ turns?)\n\n((?:\|.*\n)+)', readme, flags=re.MULTILINE)
+        self.assertIn(legend + '\n', readme)
+        self.assertEqual([title.split()[0] for title, _ in shown], ['dev-correction'])
+        for title, table in shown:
+            with self.subTest(title):
+                self.assertIn(f'{title}\n\n{table}', self.result.stdout + '\n')
+
+    def test_a_long_history_collapses_runs_of_alike_turns(self):
+        best = {'case': 'long', 'split': 'held_out', 'kind': 'chat', 'history_turns': 50, 'fact_turns': [3, 47],
+                'stale_turns': [10], 'turns': [3, 47], 'required_found': 2, 'required_total': 2,
+                'stale_included': [], 'not_searched': None}
+        recent = {'case': 'long', 'turns': list(range(45, 50)), 'notes': 2, 'required_found': 1,
+                  'required_total': 2, 'stale_included': []}
+        report = {'cases': {'recent': [recent]}, 'best_possible': {'label': 'best', 'cases': [best]}}
+        self.assertEqual(turn_map(report).split('\n\n', 1)[1], '''\
+long (held-out, chat), 50 turns
+
+| rule   | 1-3 | 4+ | 5-10 | 11! | 12-45 | 46-47 | 48+ | 49-50 | notes | facts found | stale facts sent |
+|--------|-----|----|------|-----|-------|-------|-----|-------|-------|-------------|------------------|
+| recent | .   | .  | .    | .   | .     | x     | x   | x     | 2     | 1 of 2      | 0                |
+| best   | .   | x  | .    | .   | .     | .     | x   | .     | 0     | 2 of 2      | 0                |
+''')
+
+    def test_a_row_that_was_not_searched_says_so_in_the_map(self):
+        best = {'case': 'wide', 'split': 'dev', 'kind': 'many facts', 'history_turns': 2, 'fact_turns': [0, 1],
+                'stale_turns': [], 'turns': None, 'required_found': None, 'required_total': 2,
+                'stale_included': None, 'not_searched': '21 fact-holding turns without a stale fact'}
+        report = {'cases': {}, 'best_possible': {'label': 'best', 'cases': [best]}}
+        self.assertIn('| best | ?  | ?  |       | not searched: 21 fact-holding turns without a stale fact |'
+                      '                  |\n',
+                      turn_map(report))
+
+
+class CompareTest(unittest.TestCase):
+    def test_compare_names_kept_turns_counting_from_1(self):
+        old = json.loads(RECORDED.read_text(encoding='utf-8'))
+        new = copy.deepcopy(old)
+        new['cases']['recent'][1]['turns'] = [0, 2]  # dev-old-decision kept index 2; now indices 0 and 2
+        new['best_possible']['cases'][2]['turns'] = []  # dev-correction's best kept index 1
+        self.assertEqual(compare(old, new), ['recent dev-old-decision: kept turn 3 -> turns 1, 3',
+                                             'best possible dev-correction: kept turn 2 -> no turns'])
+        self.assertEqual(row_changes({**old['best_possible']['cases'][0], 'turns': None, 'missing': None},
+                                     old['best_possible']['cases'][0]), ['kept no search -> turn 2'])
+
+    def test_turns_are_named_from_1_and_consecutive_turns_as_one_run(self):
+        self.assertEqual([turn_numbers([]), turn_numbers([1]), turn_numbers([0, 2]), turn_numbers([0, 1]),
+                          turn_numbers([*range(2, 15), 19]), turn_numbers([9, 7, 8, 0])],
+                         ['no turns', 'turn 2', 'turns 1, 3', 'turns 1-2', 'turns 3-15, 20', 'turns 1, 8-10'])
+        self.assertEqual(turn_numbers(None), 'no search')  # a best-possible row that was not searched
+
+
+def large_report(seed: int) -> dict:
+    """A report shaped like LoCoMo's: 400 cases of 300-turn conversations, each needing up to 30 long facts,
+    with turns and missing facts drawn at random (seed decides), and one summary figure that differs by seed."""
+    rng = random.Random(seed)
+    rows, best = [], []
+    for number in range(400):
+        facts = [f'fact {number}.{index}: ' + 'a long utterance of a long conversation ' * 5 for index in range(30)]
+        turns = sorted(rng.sample(range(300), rng.randint(0, 150)))
+        missing = rng.sample(facts, rng.randint(0, 30))
+        rows.append({'case': f'conv-{number // 100}-q{number}', 'split': 'held_out', 'kind': 'multi-hop',
+                     'turns': turns, 'notes': 0, 'input_tokens': 3000, 'within_budget': True,
+                     'required_found': 30 - len(missing), 'required_total': 30, 'missing': missing,
+                     'stale_included': rng.sample(facts, rng.randint(0, 5))})
+        best.append({**rows[-1], 'history_turns': 300, 'fact_turns': turns, 'stale_turns': [], 'not_searched': None})
+    summary = {'held_out': {'cases': 400, 'facts_found': 5000 + seed}}
+    return {'code_sha256': {'evaluate.py': f'{seed}' * 64, 'strategies.py': '0' * 64}, 'cases': {'relevant': rows},
+            'summary': {'relevant': summary}, 'best_possible': {'cases': best, 'summary': summary}}
+
+
+class LargeReportTest(unittest.TestCase):
+    def test_no_line_passes_300_characters_on_a_locomo_sized_report(self):
+        lines = compare(large_report(1), large_report(2))
+        self.assertGreater(len(lines), 2000)  # the reports differ nearly everywhere
+        self.assertEqual(MAX_LINE, 300)
+        self.assertEqual([line for line in lines if len(line) > 300], [])
+        self.assertEqual([line for line in lines if line.endswith('...')], [])  # shortened, not cut
+
+    def test_long_lists_show_what_fits_and_count_the_rest(self):
+        old, new = large_report(1), large_report(1)
+        new['cases']['relevant'][0].update(turns=[*range(174, 215), 250], missing=[])
+        old['cases']['relevant'][0]['turns'] = [*range(0, 300, 2)]
+        facts_line, turns_line = compare(old, new)
+        # 90 characters of runs: '1, 3, 5, 7, 9' is 13, and each two-digit turn adds 4, so 19 more fit: 11 to 47.
+        self.assertEqual(turns_line, 'relevant conv-0-q0: kept turns 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, '
+                                     '27, 29, 31, 33, 35, 37, 39, 41, 43, 45, 47, ... (150 turns in all) '
+                                     '-> turns 175-215, 251')
+        gained = old['cases']['relevant'][0]['missing']
+        # Each fact is cut to 57 characters and '...', 62 with its quotes: one fits in 90, the rest are counted.
+        self.assertEqual(facts_line, f"relevant conv-0-q0: facts gained: ['{gained[0][:57]}...'] "
+                                     f"and {len(gained) - 1} more")
+
+    def test_the_code_hashes_change_one_line_per_file(self):
+        self.assertEqual(compare(large_report(1), large_report(2), rows=False)[0],
+                         f"code_sha256 evaluate.py: {'1' * 64} -> {'2' * 64}")
+
+    def test_summary_only_prints_the_summaries_and_counts_the_rest(self):
+        old, new = large_report(1), large_report(2)
+        counted = len(compare(old, new)) - 3  # all but the hash line and the two summary lines
+        self.assertEqual(compare(old, new, rows=False), [
+            f"code_sha256 evaluate.py: {'1' * 64} -> {'2' * 64}",
+            'relevant held_out summary: facts_found 5001 -> 5002',
+            'best possible held_out summary: facts_found 5001 -> 5002',
+            f'and {counted} changes case by case, not shown: run without --summary-only to see them'])
+
+
+if __name__ == '__main__':
+    unittest.main()
