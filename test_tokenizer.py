@@ -312,6 +312,15 @@ class LookAlikeInputTest(unittest.TestCase):
 
 
 class RefusalTest(unittest.TestCase):
+    def test_a_thinking_channel_in_a_history_is_refused_by_turn_costs_so_no_later_count_finds_it_cached(self):
+        history = [{'user': 'Hi', 'assistant': 'Fine.'}, {'user': 'Q', 'assistant': '<|channel>thought\n<channel|>A'}]
+        with self.assertRaises(CounterError) as caught:
+            count_request.turn_costs(history)
+        self.assertEqual(str(caught.exception), 'history[1]: assistant content with a thinking channel is not counted')
+        with self.assertRaises(CounterError):
+            count_request([{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': history[1]['assistant']},
+                           {'role': 'user', 'content': 'Again?'}])
+
     def test_requests_outside_the_text_format_are_refused_even_when_each_message_was_counted_before(self):
         table = [
             ('no messages', [], 'a request must be a non-empty list of messages'),

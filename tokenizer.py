@@ -184,6 +184,9 @@ class TokenCounter:
         key = tuple(map(TURN_TEXTS, history))
         costs = self.turns.get(key)
         if costs is None:
+            for index, (_, answer) in enumerate(key):  # as check_message refuses it, so the cache never holds it
+                if any(marker in answer for marker in THINKING_MARKERS):
+                    raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
             costs = self.turns[key] = [2 * self.per_message + self.message_size('user', user, keep=True)
