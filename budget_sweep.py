@@ -19,8 +19,8 @@ import time
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import LabError, add_input_options, allowance, by_group, check_fits, code_hashes, counted, markdown_table, \
-    run, sha256_file, summarize, to_json, write_output
+from common import LabError, add_input_options, allowance, by_group, check_fits, check_outputs, code_hashes, counted, \
+    markdown_table, run, sha256_file, summarize, to_json, write_output
 from rule_files import load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request
@@ -260,13 +260,14 @@ def main(argv: list[str]) -> int:
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)
     kind = picture_kind(plot) if plot else None
+    check_outputs([('--output', output), ('--plot', plot)],
+                  [('--cases', args.cases), *(('--rules', path) for path in args.rules)])
     rules, files = load_rule_files(args.rules)
     report = sweep_report(args.cases, limits, rules, files, args.group, report_progress)
     drawn = picture(report, kind) if plot else None  # drawn before anything is written
-    if output:
-        write_output(output, to_json(report), 'sweep')
-    if plot:
-        write_output(plot, drawn, 'picture')
+    written = [(output, to_json(report), 'sweep')] * bool(output) + [(plot, drawn, 'picture')] * bool(plot)
+    if written:
+        write_output(*written[0], *written[1:])  # both or neither
     if args.format == 'table':
         print(sweep_table(report), end='')
     elif not output:

@@ -21,8 +21,8 @@ import sys
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import CASES, add_input_options, by_group, check_fits, code_hashes, path_text, read_json, run, \
-    sha256_file, to_json, write_output
+from common import CASES, add_input_options, by_group, check_fits, check_outputs, code_hashes, path_text, \
+    read_json, run, sha256_file, to_json, write_output
 from rule_files import load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request, counter
@@ -119,6 +119,8 @@ def main(argv: list[str]) -> int:
     if args.show is not None:  # --show '' is a case id too, and an unknown one
         print(show(args), end='')
         return 0
+    check_outputs([('--output', args.output)],
+                  [('--cases', args.cases), ('--compare', args.compare), *(('--rules', path) for path in args.rules)])
     old = None
     if args.compare:
         old = read_json(args.compare, 'report to compare with')

@@ -20,7 +20,7 @@ import re
 import sys
 
 from case_set import CaseError, check_budget, check_case
-from common import SPLITS, read_json, run, write_output  # standard library only: converting counts nothing
+from common import SPLITS, check_outputs, read_json, run, write_output  # standard library only: counts nothing
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -235,6 +235,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     budget = {name: getattr(args, name) for name in BUDGET}
     check_budget('the budget options', budget)
+    check_outputs([('--output', args.output)], [('the LoCoMo file', args.locomo)])
     cases, summary = convert(args.locomo, args.categories, budget, args.split)
     write_output(args.output, to_text(cases), 'case set')
     try:
