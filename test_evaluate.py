@@ -349,7 +349,19 @@ class CaseValidationTest(unittest.TestCase):
             ('turn with a number', one(lambda c: c['history'][0].update(user=3)),
              'case dev-latest: field history[0] must be an object with exactly the string fields user and assistant'),
             ('budget field missing', one(lambda c: c['budget'].pop('margin')),
-             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', 'margin']"),
+             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
+             "'margin']; missing ['margin'], unexpected []"),
+            ('budget field misspelled', one(lambda c: c['budget'].update(marign=c['budget'].pop('margin'))),
+             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
+             "'margin']; missing ['margin'], unexpected ['marign']"),
+            ('budget not an object', one(lambda c: c.update(budget=[384, 96, 32])),
+             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
+             "'margin']; missing ['context_limit', 'max_new_tokens', 'margin'], unexpected []"),
+            ('empty history', one(lambda c: c.update(history=[])),
+             'case dev-latest: field history is empty; the required facts must be stated in its messages'),
+            ('stale fact also required', one(lambda c: c.update(stale=[c['required'][0]])),
+             "case dev-latest: field stale: fact 'The release freeze starts on Thursday at noon.' is also required; a "
+             'replaced fact cannot be one the question needs'),
             ('negative margin', one(lambda c: c['budget'].update(margin=-1)),
              'case dev-latest: field budget.margin must be a non-negative integer, got -1'),
             ('boolean limit', one(lambda c: c['budget'].update(context_limit=True)),
