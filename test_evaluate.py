@@ -566,5 +566,61 @@ class CommandLineTest(unittest.TestCase):
         self.assertIn('| recent | dev | 101 of 101 | 101 of 101 | 0 |', out)
 
 
+class OutputIsInputTest(unittest.TestCase):
+    def test_an_output_that_is_the_case_set_or_the_report_compared_with_is_refused_and_both_stay(self):
+        with tempfile.TemporaryDirectory() as folder:
+            mine, old = Path(folder) / 'my.json', Path(folder) / 'old.json'
+            mine.write_bytes((HERE / 'cases.json').read_bytes())
+            old.write_bytes(RECORDED.read_bytes())
+            (Path(folder) / 'link.json').symlink_to('my.json')
+            for args, output, what in (
+                    (['--cases', str(mine)], Path(folder) / 'link.json', f'--cases {mine}'),
+                    (['--compare', str(old)], Path(folder) / '.' / 'old.json', f'--compare {old}')):
+                with self.subTest(what):
+                    result = evaluate_py(*args, '--output', str(output))
+                    self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+                        f'evaluate.py: --output {output}: the same file as {what}, which this run reads; write '
+                        'the output elsewhere\n')))
+            self.assertEqual(mine.read_bytes(), (HERE / 'cases.json').read_bytes())
+            self.assertEqual(old.read_bytes(), RECORDED.read_bytes())
+            self.assertEqual(sorted(path.name for path in Path(folder).iterdir()), ['link.json', 'my.json', 'old.json'])
+
+
+class SignalTest(unittest.TestCase):
+    def test_sigterm_mid_run_says_nothing_was_written_exits_130_and_leaves_no_file(self):
+        template = cases()['dev-latest']
+        many = [dict(copy.deepcopy(template), id=f'copy-{n}') for n in range(2000)]  # progress lines, then more
+        with tempfile.TemporaryDirectory() as folder:
+            path, output = Path(folder) / 'many.json', Path(folder) / 'report.json'
+            path.write_text(json.dumps(many), encoding='utf-8')
+            environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
+            process = subprocess.Popen([sys.executable, 'evaluate.py', '--cases', str(path), '--output', str(output)],
+                                       cwd=HERE, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+            try:
+                first = process.stderr.readline()  # main is grading: the first progress line
+                process.terminate()  # a real SIGTERM
+                out, rest = process.communicate(timeout=120)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            self.assertEqual(first, 'evaluate.py: 100 of 2000 cases\n')
+            self.assertEqual((process.returncode, out, rest.splitlines()[-1]),
+                             (130, '', 'evaluate.py: interrupted; nothing was written'))
+            self.assertEqual([line for line in rest.splitlines() if not line.startswith('evaluate.py: ')], [])
+            self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['many.json'])
+
+
+class EncodingTest(unittest.TestCase):
+    def test_an_ascii_only_output_is_one_line_not_a_traceback(self):
+        environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
+        result = subprocess.run([sys.executable, 'evaluate.py', '--show', 'dev-latest', '--strategy', 'recent'],
+                                cwd=HERE, capture_output=True, text=True, timeout=300,
+                                env=environment | {'PYTHONIOENCODING': 'ascii'})
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+            "evaluate.py: the output cannot be written as ascii (it holds '\\xb7'); set PYTHONIOENCODING=utf-8\n")))
+
+
 if __name__ == '__main__':
     unittest.main()
