@@ -32,9 +32,10 @@ IMAGE_NOTE = '{text} [shared an image: {caption}]'  # an utterance that shares a
 BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}  # defaults of the options
 SPLIT = 'held_out'  # nobody tuned the rules on LoCoMo
 
-SESSION_KEY = re.compile(r'session_(\d+)')
-UTTERANCE_ID = re.compile(r'D(\d+):(\d+)')  # the dia_id of an utterance
-EVIDENCE_ID = re.compile(r'D:?(\d+):(\d+)')  # an evidence id, allowing LoCoMo's stray colon ('D:11:26')
+# At most 9 digits a number: int() refuses past 4,300 with a traceback, and LoCoMo's are below 100.
+SESSION_KEY = re.compile(r'session_(\d{1,9})')
+UTTERANCE_ID = re.compile(r'D(\d{1,9}):(\d{1,9})')  # the dia_id of an utterance
+EVIDENCE_ID = re.compile(r'D:?(\d{1,9}):(\d{1,9})')  # an evidence id, allowing LoCoMo's stray colon ('D:11:26')
 EVIDENCE_SEPARATOR = re.compile(r'[\s;,]+')  # between several ids in one evidence string
 # Why a question gives no case, in the order the summary line lists them.
 SKIP_REASONS = ('category not chosen', 'no evidence id', 'evidence names no utterance', 'evidence not an id')
