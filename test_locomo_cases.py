@@ -268,6 +268,12 @@ class BadInputTest(unittest.TestCase):
              "sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got '1:1'"),
             ('repeated utterance id', changed(lambda d: conversation(d)['session_2'][0].update(dia_id='D1:1')),
              "sample one: field conversation.session_2[0].dia_id repeats 'D1:1'"),
+            ('utterance number past 4,300 digits', changed(lambda d: conversation(d)['session_1'][0].update(
+                dia_id='D1:' + '9' * 5000)),  # int() would refuse it with a traceback
+             f"sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got 'D1:{'9' * 5000}'"),
+            ('session number past 4,300 digits', changed(lambda d: d[1].update(conversation={
+                'speaker_a': 'Cy', 'speaker_b': 'Di', 'session_' + '1' * 5000: []})),
+             'sample two: field conversation holds no session_N list'),
             ('unknown category', changed(lambda d: d[1]['qa'][0].update(category=6)),
              'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 6'),
             ('category as a float', changed(lambda d: d[1]['qa'][0].update(category=4.0)),
@@ -306,6 +312,29 @@ class BadInputTest(unittest.TestCase):
                              (2, 'locomo_cases.py: the budget options: field budget leaves no input allowance '
                                  '(context_limit - max_new_tokens - margin must be positive)\n'))
             self.assertFalse(output.exists())
+
+    def test_an_output_that_is_the_locomo_file_is_refused_and_the_download_stays(self):
+        with tempfile.TemporaryDirectory() as folder:
+            source = Path(folder) / 'locomo10.json'
+            (Path(folder) / 'link.json').symlink_to('locomo10.json')
+            for output in (source, Path(folder) / 'link.json'):
+                with self.subTest(output.name):
+                    text = json.dumps(locomo_sample())
+                    source.write_text(text, encoding='utf-8')
+                    result = subprocess.run([sys.executable, 'locomo_cases.py', str(source), '--output', str(output)],
+                                            cwd=HERE, capture_output=True, text=True, timeout=120)
+                    self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+                        f'locomo_cases.py: --output {output}: the same file as the LoCoMo file {source}, which this '
+                        'run reads; write the output elsewhere\n')))
+                    self.assertEqual(source.read_text(encoding='utf-8'), text)
+
+    def test_an_evidence_number_past_4300_digits_is_skipped_as_not_an_id(self):
+        data = locomo_sample()
+        data[1]['qa'].append(question('How far?', 4, ['D1:' + '3' * 5000]))
+        with tempfile.TemporaryDirectory() as folder:
+            _, result = convert(folder, data)
+        self.assertEqual((result.returncode, result.stderr), (0, EXPECTED_SUMMARY.replace(
+            '12 questions', '13 questions').replace('1 evidence not an id', '2 evidence not an id')))
 
     def test_unknown_category_option_is_a_usage_error(self):
         with tempfile.TemporaryDirectory() as folder:
