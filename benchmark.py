@@ -34,10 +34,12 @@ CASES = 100
 TURNS = 60
 BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}
 LOG_EVERY = 9  # about one turn in nine is a long log
+MAX_TURNS = 200_000  # turns in all of the first part (--generated x --turns): about 0.2 GB of text
 
 # Sweep: chat-shaped histories at real budgets.
 SWEEP_SEED = 20261201  # its own seed: the sweep's cases share nothing with the first part's
 SWEEP_CASES = 100  # cases per setting; every setting of one history length uses the same cases
+MAX_SWEEP_CASES = 2_000  # --sweep-cases: 1,200 turns each, about 0.5 GB of text
 SWEEP = ((4096, 300), (16384, 300), (65536, 300), (4096, 1200))  # (context_limit, turns per case)
 SWEEP_ANSWER, SWEEP_MARGIN = 512, 64  # the budget's max_new_tokens and margin in every setting
 PASTE_EVERY = 100  # about one turn in a hundred is a pasted log
@@ -312,8 +314,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     only.add_argument('--sweep', action='store_true', help='run only the sweep')
     only.add_argument('--no-sweep', action='store_true', help='run only the first part')
     args = parser.parse_args(argv)
-    if args.generated < 1 or args.turns < 3 or args.sweep_cases < 1:
-        parser.error('--generated and --sweep-cases must be at least 1, and --turns at least 3')
+    if args.generated < 1 or args.turns < 3 or args.sweep_cases < 1:  # one line, as every refusal of a size
+        raise LabError('--generated and --sweep-cases must be at least 1, and --turns at least 3')
+    if args.generated * args.turns > MAX_TURNS or args.sweep_cases > MAX_SWEEP_CASES:
+        raise LabError(f'--generated times --turns may be at most {MAX_TURNS:,} turns, and --sweep-cases at most '
+                       f'{MAX_SWEEP_CASES:,}: larger case sets would not fit in memory')
     if args.rules and not args.cases:
         parser.error('--rules goes with --cases FILE')
     return args
