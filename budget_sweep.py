@@ -9,7 +9,9 @@ every rule runs on every case: the four, each --rules file's, and the best possi
 rule) point holds the figures evaluate.py reports for that rule (with --group, per split or kind too);
 --plot draws them, the same figures giving the same bytes. Everything is loaded once; progress goes to stderr.
 With no options it re-records budget-sweep.json and budget-sweep.png; otherwise the JSON goes to stdout or
---output. A limit or case set it cannot sweep is one line, exit 2, and nothing written. It calls no model.
+--output; --output and --plot are written both or neither, and never over an input. A cell or point where a
+request sent a stale fact or went over the allowance is marked. A limit or case set it cannot sweep is one line,
+exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io

@@ -3,9 +3,11 @@
     import common
     common.run(main)                                  # a script's entry point: packages, errors, Ctrl-C, pipes
     common.allowance({'context_limit': 384, 'max_new_tokens': 96, 'margin': 32})   # -> 256
+    common.check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input
     common.write_output(Path('report.json'), common.to_json(report), 'report')    # whole, or not at all
 
-Besides: JSON in, the allowance, summaries of graded rows by group, Markdown tables, turn numbers counted from 1.
+Besides: JSON in (regular files only), the allowance, summaries of graded rows by group, Markdown tables that
+escape what they show, turn numbers counted from 1.
 Importing it checks nothing (only a script that starts checks its packages); it writes and prints nothing on its own.
 """
 from collections.abc import Callable
@@ -152,8 +154,6 @@ def read_json(path: Path, what: str, advice: str = ''):
         text = path.read_text(encoding='utf-8-sig')
     except OSError as error:
         problem = f'cannot read the {what}: {error.strerror}'
-    except MemoryError:
-        problem = f'the {what} is too large to read'
     except UnicodeDecodeError as error:
         problem = f'the {what} is not UTF-8 text (byte {error.start})'
     else:

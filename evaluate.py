@@ -11,7 +11,8 @@
 A row per (rule, case) says which required and stale facts reach the request, by exact text (case_set.grade):
 it calls no model, so one trial. Beside the rules it holds each case's best possible selection (best_possible.py)
 and the SHA-256 of the case file, of the code that can change a row and of tokenizer-manifest.json
-(docs/reviewing.md). Any bad input is one line and exit 2; Ctrl-C exits 130 and says whether --output was written.
+(docs/reviewing.md). Any bad input, and an --output that is one of its inputs, is one line and exit 2; Ctrl-C or
+SIGTERM exits 130 and says whether --output was written.
 """
 import argparse
 import os

@@ -570,6 +570,10 @@ class RunTest(unittest.TestCase):
         self.assertEqual(self.outcome(self.raising(LabError('cases.json: the case set is empty'))),
                          (2, '', 'evaluate.py: cases.json: the case set is empty\n'))
 
+    def test_a_lab_error_naming_a_newline_or_an_override_stays_one_line_showing_them_escaped(self):
+        self.assertEqual(self.outcome(self.raising(LabError("c.json: no case 'a\nb\u202ec'"))),
+                         (2, '', "evaluate.py: c.json: no case 'a\\nb\\u202ec'\n"))
+
     def test_ctrl_c_is_one_line_and_exit_130_saying_what_it_left_behind(self):
         for error, interrupted, line in (
                 (KeyboardInterrupt(), 'nothing was written', 'evaluate.py: interrupted; nothing was written\n'),
