@@ -22,7 +22,7 @@ import sys
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import CASES, add_input_options, by_group, check_fits, check_outputs, code_hashes, path_text, \
+from common import CASES, PIPE_WAIT, add_input_options, by_group, check_fits, check_outputs, code_hashes, path_text, \
     read_json, run, sha256_file, to_json, write_output
 from rule_files import load_rule_files
 from strategies import RULES, build_request
@@ -76,7 +76,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--group', choices=('split', 'kind'), default='split', help='rows of the table: one per '
                         'split (default) or one per kind of case, e.g. per LoCoMo category')
     parser.add_argument('--output', type=Path, help='also write the JSON report to this file (replaced whole; '
-                        'a symlink is followed, a pipe or device written into)')
+                        'a symlink is followed, a pipe or device written into, a named pipe once a reader opens it '
+                        f'within {PIPE_WAIT} s; never one of the inputs)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
     parser.add_argument('--summary-only', action='store_true',

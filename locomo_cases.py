@@ -20,7 +20,7 @@ import re
 import sys
 
 from case_set import CaseError, check_budget, check_case
-from common import SPLITS, check_outputs, read_json, run, write_output  # standard library only: counts nothing
+from common import PIPE_WAIT, SPLITS, check_outputs, read_json, run, write_output  # standard library only
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -222,7 +222,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Convert LoCoMo (locomo10.json) into a case set for evaluate.py.')
     parser.add_argument('locomo', type=Path, help="LoCoMo's data/locomo10.json, downloaded by you")
     parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
-                        'followed, a pipe or device written into)')
+                        'followed, a pipe or device written into, a named pipe once a reader opens it '
+                        f'within {PIPE_WAIT} s; never the LoCoMo file)')
     for name, value in BUDGET.items():
         parser.add_argument(f'--{name.replace("_", "-")}', type=int, default=value,
                             help=f'budget.{name} of every case (default {value})')
