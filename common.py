@@ -6,9 +6,8 @@
     common.check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input
     common.write_output(Path('report.json'), common.to_json(report), 'report')    # whole, or not at all
 
-Besides: JSON in (regular files only), the allowance, summaries of graded rows by group, Markdown tables that
-escape what they show, turn numbers counted from 1.
-Importing it checks nothing (only a script that starts checks its packages); it writes and prints nothing on its own.
+Besides: JSON in (regular files only), the allowance, summaries of graded rows by group, escaped Markdown tables,
+turns counted from 1. Importing it checks nothing (a script that starts checks its packages) and writes nothing.
 """
 from collections.abc import Callable
 import contextlib
@@ -122,12 +121,11 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
             raise LabError(package_advice(missing))
         status = main(sys.argv[1:])
         sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
-    except LabError as error:
-        print(f'{script_name()}: {printable(str(error))}', file=sys.stderr)  # one line, whatever a name holds
-        sys.exit(EXIT_ERROR)
-    except UnicodeEncodeError as error:  # e.g. PYTHONIOENCODING=ascii, and a report that is not ASCII
-        print(f'{script_name()}: the output cannot be written as {error.encoding} (it holds '
-              f'{error.object[error.start:error.end]!r}); set PYTHONIOENCODING=utf-8', file=sys.stderr)
+    except (LabError, UnicodeEncodeError) as error:  # the latter: e.g. PYTHONIOENCODING=ascii and text that is not
+        problem = printable(str(error)) if isinstance(error, LabError) else (  # one line, whatever a name holds
+            f'the output cannot be written as {error.encoding} (it holds {error.object[error.start:error.end]!r}); '
+            'set PYTHONIOENCODING=utf-8')
+        print(f'{script_name()}: {problem}', file=sys.stderr)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt as stop:
         state = stop.args[0] if stop.args and isinstance(stop.args[0], str) else interrupted
@@ -189,27 +187,21 @@ def path_text(path: Path) -> str:
 
 
 def file_identity(path: Path) -> tuple | None:
-    """What names one file however it is spelt or linked: (device, inode) of a regular file; for a path with no
-    file yet, its folder's (device, inode) and the name; None for a pipe, device or unreadable path, which no
-    write replaces."""
-    real = os.path.realpath(path)
-    try:
-        status = os.stat(real)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
+    """One file however it is spelt or linked: a regular file's (device, inode), else (no file yet) its folder's and
+    its name; None for a pipe or device, which no write replaces."""
+    with contextlib.suppress(OSError):  # a path that cannot be looked at is none; writing to it will say why
+        real = os.path.realpath(path)
+        if not os.path.exists(real):  # no file yet
             folder = os.stat(os.path.dirname(real))
             return folder.st_dev, folder.st_ino, os.path.basename(real)
-        return None
-    except OSError:
-        return None
-    return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+        status = os.stat(real)
+        return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
 
 
 def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str, Path | None]]) -> None:
-    """Refuse, before anything is computed or written, an output that is the same file as one the run reads (the
-    given inputs, the lab's code) or as another output: check_outputs([('--output', Path('my.json'))],
-    [('--cases', Path('./my.json'))]) raises LabError('--output my.json: the same file as --cases ./my.json, which
-    this run reads; write the output elsewhere'). A path with no file yet is no input."""
+    """Refuse, before anything is run, an output that is the same file as an input (or the lab's code) or as another
+    output: check_outputs([('--output', Path('my.json'))], [('--cases', Path('./my.json'))]) raises LabError('--output
+    my.json: the same file as --cases my.json, which this run reads; write the output elsewhere')."""
     lab = [(f"the lab's {name}", HERE / name)
            for name in (*CODE_FILES, RULES_CODE_FILE, 'tokenizer-manifest.json', script_name())]
     seen = {}
@@ -224,23 +216,17 @@ def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str
         seen[identity] = f'{option} {path}, which this run also writes'
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0 only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, and belongs to someone else
-        return True
-    return True
-
-
 def remove_leftovers(target: Path) -> None:
-    """Delete the temporary files of earlier writes to target that no living process owns (a run killed outright,
-    kill -9 or a power cut, mid-write): their names carry the writer's pid."""
-    leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d+)-[a-z0-9_]{8}\.tmp')
+    """Delete the temporary files of earlier writes to target whose writer is gone (killed outright mid-write):
+    their names carry its pid."""
+    leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
     for name in os.listdir(target.parent):
-        if (match := leftover.fullmatch(name)) and not alive(int(match[1])):
-            (target.parent / name).unlink(missing_ok=True)
+        if match := leftover.fullmatch(name):
+            try:
+                os.kill(int(match[1]), 0)  # signal 0 only asks whether the writer lives
+            except OSError as error:  # EPERM: it lives, as someone else's process
+                if error.errno == errno.ESRCH:
+                    (target.parent / name).unlink(missing_ok=True)
 
 
 def open_writer(path: Path, status: os.stat_result) -> int:
@@ -250,22 +236,20 @@ def open_writer(path: Path, status: os.stat_result) -> int:
     while True:
         try:
             handle = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-            break
+            os.set_blocking(handle, True)  # from here on a slow reader is waited for, as by any writer
+            return handle
         except OSError as error:
             if error.errno != errno.ENXIO or not stat.S_ISFIFO(status.st_mode):
                 raise
             if time.monotonic() > deadline:
                 raise OSError(errno.ENXIO, f'no process opened the named pipe for reading within {PIPE_WAIT} s; '
                               'start its reader first') from None
-            time.sleep(0.05)
-    os.set_blocking(handle, True)
-    return handle
+        time.sleep(0.05)
 
 
 def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
-    """The first half of a write, which changes nothing at path: (an open descriptor, None) for a pipe or device,
-    else (a temporary file beside the file path finally names, holding data with that file's mode and owner,
-    that file). Only a path that is a folder is an error (IsADirectoryError)."""
+    """The first half of a write, changing nothing at path: (an open descriptor, None) for a pipe or device, else (a
+    temporary file holding data with the mode and owner of the file path finally names, beside it, that file)."""
     try:
         status = os.stat(path)  # follows every link, as the kernel does, so /dev/stdout reads as what it is
     except FileNotFoundError:
@@ -292,10 +276,9 @@ def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
 
 
 def write_atomically(path: Path, data: str | bytes, *more: tuple[Path, str | bytes]) -> None:
-    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, without destroying what
-    a path is: a regular file (or the file a symlink finally names; the link stays) is replaced by a renamed
-    temporary file keeping its mode and owner (a new one gets NEW_FILE_MODE); a device or named pipe is written
-    into. Every file is staged before the first is put in place, so if one cannot be written none is."""
+    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, keeping what a path is: a
+    regular file or the file a symlink names is replaced by a renamed temporary file with its mode and owner (a new
+    one gets NEW_FILE_MODE), a device or pipe written into. All are staged first: if one cannot be, none is written."""
     files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content))
              for name, content in [(path, data), *more]]
     staged = []
@@ -326,9 +309,8 @@ def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, st
     except OSError as error:
         raise LabError(f'{error.output}: cannot write the {whats[error.output]}: {error.strerror}') from None
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"while writing {', '.join(map(str, whats))}: a file there holds "
-                                'what it held or all of the new contents, a pipe or device may have received part '
-                                'of them') from None
+        raise KeyboardInterrupt(f"while writing {', '.join(map(str, whats))}: a file there holds what it held or all "
+                                'of the new contents, a pipe or device may have received part of them') from None
 
 
 def add_input_options(parser, cases: Path | None = CASES, cases_help: str = 'case set (default: cases.json)') -> None:
@@ -383,10 +365,8 @@ def counted(number: int, noun: str) -> str:
 
 
 def printable(text: str) -> str:
-    """Text that shows as itself on one line: control, bidirectional and other invisible characters escaped.
-
-    printable('a\\nb\\u202ec') -> 'a\\\\nb\\\\u202ec'; printable('café') -> 'café'
-    """
+    """Text that shows as itself on one line, control, bidirectional and other invisible characters escaped:
+    printable('a\\nb\\u202ec') -> 'a\\\\nb\\\\u202ec'; printable('café') -> 'café'"""
     return ''.join(char if char.isprintable() else char.encode('unicode_escape').decode('ascii') for char in text)
 
 

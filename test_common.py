@@ -258,6 +258,8 @@ class OutputIsInputTest(TempFolderTest):
                                                 'output elsewhere')
         os.mkfifo(self.tmp / 'pipe')
         common.check_outputs([('--output', self.tmp / 'pipe'), ('--plot', self.tmp / 'pipe')], [])
+        (self.tmp / 'loop').symlink_to('loop')  # nothing to compare: the write itself will say what is wrong
+        common.check_outputs([('--output', self.tmp / 'loop')], [('--cases', self.tmp / 'loop')])
 
 
 class TwoOutputsTest(TempFolderTest):
