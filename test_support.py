@@ -7,11 +7,13 @@ encoded by the tokenizers library straight from prepared/tokenizer.json) share n
 FakeOllama speaks the /api wire format as Ollama 0.32.14 writes it (api/types.go, server/routes.go):
 counts left out when zero, a reply with done false and no counts where generation ended without a final
 response, done_reason "length", a thinking field, the model named as the request named it, /api/show's
-details, /api/ps with or without context_length, and any version string. Its prompt_eval_count is official_count of the chat, never the lab's counter, so a recording
-test's prompt-token check compares the lab's count with an independent one; without the template file it
-leaves the count out, as a server that reports none would. NotOllama is another kind of HTTP server on
-127.0.0.1; RawServer sends fixed bytes, one at a time if asked (a trickling server), then closes. Each test file calls only_loopback() from its setUpModule, so every HTTP request its tests make
-is checked to go to 127.0.0.1 and OLLAMA_HOST points at a closed loopback port: no test reaches a real server.
+details, /api/ps with or without context_length, and any version string. Its prompt_eval_count is
+official_count of the chat, never the lab's counter, so a recording test's prompt-token check compares the
+lab's count with an independent one; without the template file it leaves the count out, as a server that
+reports none would. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed bytes, one at
+a time if asked (a trickling server), then closes. Each test file calls only_loopback() from its setUpModule,
+so every HTTP request its tests make is checked to go to 127.0.0.1 and OLLAMA_HOST points at a closed loopback
+port: no test reaches a real server.
 run_command runs a script's main as a user's command runs it, through common.run. This module holds no
 test methods (AnswerFilesTest and Rejecting are only base classes).
 """
