@@ -6,11 +6,10 @@
     .venv/bin/python answer_check.py pin TAG --output my-model.json       # pin a model Ollama holds
     .venv/bin/python answer_check.py record --model my-model.json --cases my-cases.json --rules my_rules.py
 
-By default record asks for 4 rules x 6 held-out cases x 5 seeds = 120 answers, appends each at once to
-answer-result.partial.json to resume from, and writes answer-result.json once all are in. Grading (with record's
-options) writes answer-grades.json, or NAME.grades.json beside --output, and prints tables and that JSON (graders:
-answer_keys.py, answer_f1.py; docs/answer-check.md). It retries no call, reuses no answer from another build or
-server, and grades no recording of another build or with an answer missing or twice.
+By default record asks for 4 rules x 6 held-out cases x 5 seeds = 120 answers, appending each to
+answer-result.partial.json to resume from, and writes answer-result.json once all are in. Grading writes
+answer-grades.json (NAME.grades.json beside --output) and prints its tables and JSON (docs/answer-check.md). It
+retries no call, and reuses or grades no answer of another build, nor a recording missing an answer or twice.
 """
 import argparse
 from collections import Counter
@@ -327,16 +326,14 @@ def load_inputs(args: argparse.Namespace, keys_path: Path) -> tuple[dict, dict, 
     cases = [case for case in every if args.split in ('all', case['split'])]
     if not cases:
         raise LabError(f'{args.cases}: holds no {args.split} case')
-    cases, known = sampled(cases, args.sample), {case['id'] for case in every}
-    keys = (answer_f1.load_gold(keys_path, [case['id'] for case in cases], known) if args.grader == 'f1'
-            else answer_keys.load_keys(keys_path, cases, known))
+    cases = sampled(cases, args.sample)
+    keys = (answer_f1 if args.grader == 'f1' else answer_keys).load_keys(keys_path, cases, every)
     return model, rules, cases, keys
 
 
 def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path,
                 args: argparse.Namespace | None = None, inputs: tuple | None = None, plan: list | None = None) -> dict:
-    """Grade result_path into grades_path and return it: as `answer_check.py` does, or as args say, with the inputs
-    loaded and the plan followed by a recording just made."""
+    """Grade result_path into grades_path and return it: by default, or as args say with inputs and plan in hand."""
     args = args or parse_args([], model_path, cases_path)
     model, rules, cases, keys = inputs or load_inputs(args, keys_path)
     recorded = load_recording(result_path, rules, [case['id'] for case in cases], 'recording', REDO)

@@ -2,10 +2,9 @@
 
     answer_f1.f1('Psychology and counseling', 'Psychology, counseling certification', 'open-domain')  # -> 0.8
 
-Both texts are normalised as LoCoMo's evaluation script does (commas and punctuation removed, lowercased, a, an,
-the and `and` dropped, Porter-stemmed) and scored by the F1 of their shared tokens; a multi-hop case averages the
-best F1 per comma-separated part of the gold answer, an open-domain one keeps the gold text before its first ';'
-(docs/answer-check.md says what it follows of LoCoMo's scoring). No BERTScore, ROUGE or category 5. Writes nothing.
+Both are normalised as LoCoMo's evaluation script does and scored by the F1 of their shared tokens, a multi-hop
+case part by part, an open-domain one up to the gold text's first ';'; docs/answer-check.md says which parts of
+LoCoMo's scoring it follows and which not. It reads and writes nothing.
 """
 from collections import Counter
 from functools import lru_cache
@@ -58,14 +57,14 @@ def f1(answer: str, gold: str, kind: str) -> float:
     return sum(max(token_f1(part, one) for part in parts) for one in wanted) / len(wanted)
 
 
-def load_gold(path: Path, case_ids: list[str], known: set[str]) -> dict[str, str]:
-    """{case_id: gold answer} for every one of case_ids and no id outside known, from {"answers": {id: text}}."""
+def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict[str, str]:
+    """{case_id: gold answer} for each of cases and no id but those of every, from {"answers": {id: text}}."""
     document = read_json(path, 'gold answers', 'write it with `locomo_cases.py --answers FILE`')
     answers = document.get('answers') if isinstance(document, dict) else None
     if not isinstance(answers, dict) or not all(isinstance(text, str) for text in answers.values()):
         raise LabError(f'{path}: expected {{"answers": {{case_id: "gold answer"}}}}, as locomo_cases.py --answers '
                        'writes it')
-    answer_keys.exactly(path, 'answers', answers, case_ids, known)
+    answer_keys.exactly(path, 'answers', answers, [case['id'] for case in cases], {case['id'] for case in every})
     return answers
 
 
@@ -74,8 +73,7 @@ def mean(values: list[float]) -> float | None:
 
 
 def grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[dict, dict]:
-    """As answer_keys.grades: the mean F1 per rule, by whether every required fact reached the request, and per
-    kind; graded is {strategy: {case: []}} to fill."""
+    """As answer_keys.grades: the mean F1 per rule, by whether the request held every required fact, per kind."""
     scores: dict = {strategy: {} for strategy in graded}
     for strategy, case_id, answer, row in joined:
         score = round(f1(answer['answer'], gold[case_id], kinds[case_id]), DIGITS)
@@ -90,8 +88,7 @@ def grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[
 
 
 def report(grades: dict, cut_off: str) -> list[str]:
-    """The mean F1 per rule (of all its answers, by whether the request held every required fact, per kind), then
-    the cut_off line."""
+    """The table of mean F1 per rule, then the cut_off line."""
     kinds = list(dict.fromkeys(kind for row in grades['f1'].values() for kind in row['by_kind']))
 
     def cell(value: float | None) -> str:

@@ -33,15 +33,15 @@ NAMED = 5  # ids a refusal names before it only counts them
 KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
 
 
-def load_keys(path: Path, cases: list[dict], known: set[str]) -> dict:
-    """{case_id: {'must': [...], 'stale': [...]}} for every case, each compiling, and for no id outside known; a
-    pattern matching none of its case's facts of its kind gets a one-line warning, as it is usually a typo."""
+def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
+    """{case_id: {'must': [...], 'stale': [...]}} for each of cases, and for no id but those of every (the case set);
+    every pattern compiles, and one that matches none of its case's facts of its kind, usually a typo, is warned of."""
     document = common.read_json(path, 'answer keys', 'restore it from version control')
     keys = document.get('keys') if isinstance(document, dict) else None
     if not isinstance(keys, dict):
         raise LabError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
-    exactly(path, 'keys', keys, [case['id'] for case in cases], known)
-    for case in cases:
+    exactly(path, 'keys', keys, [case['id'] for case in cases], {case['id'] for case in every})
+    for case in (case for case in every if case['id'] in keys):
         key = keys[case['id']]
         if not isinstance(key, dict) or set(key) != {'must', 'stale'}:
             raise LabError(f'{path}: keys.{case["id"]} must have exactly "must" and "stale"')
@@ -54,8 +54,7 @@ def load_keys(path: Path, cases: list[dict], known: set[str]) -> dict:
                 try:
                     found = any(re.search(pattern, fact, re.I) for fact in case[facts])
                 except re.error as error:
-                    raise LabError(f'{where}[{index}] {pattern!r} is not a valid regular expression ({error})') \
-                        from None
+                    raise LabError(f'{where}[{index}] {pattern!r} is not a regular expression ({error})') from None
                 if not found:
                     print(f'{where}[{index}] {pattern!r}: warning: matches none of the case\'s {facts} facts; '
                           'check it for a typo', file=sys.stderr)
@@ -97,8 +96,7 @@ def tally(by_case: dict) -> dict:
 
 
 def grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
-    """(grades before the checks, after them) from (strategy, case, answer, fact-recall row of its request or None);
-    graded is {strategy: {case: []}} to fill."""
+    """(grades before the checks, after them) from (strategy, case, answer, its request's fact-recall row or None)."""
     causes = {strategy: dict.fromkeys(CAUSES, 0) for strategy in graded}
     to_read = []
     for strategy, case_id, answer, row in joined:

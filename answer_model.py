@@ -3,9 +3,8 @@
     .venv/bin/python answer_model.py    # does the server hold the pinned build? sends no chat request
 
 Before its first chat the client checks that the server is Ollama and holds the pinned digest; a reply must name
-the pinned tag and hold what a recording accepts, within a deadline for the whole reply. What a user can fix is
-one AnswerModelError line naming the host. It writes nothing, and does not pull or delete models, stream, retry,
-or use a proxy: the server is meant to be on this machine.
+the pinned tag and hold what a recording accepts, within a deadline for the whole reply. Each failure is one
+AnswerModelError line naming the host. It writes nothing, pulls nothing, and uses no stream, retry or proxy.
 """
 import argparse
 from datetime import date
@@ -41,9 +40,8 @@ ANSWER_CHECKS = {
     'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
     'input_tokens': COUNT}
 ANSWER_FIELDS = list(ANSWER_CHECKS)
-# Where each answer field comes from in an /api/chat reply.
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
-              'prompt_tokens': 'prompt_eval_count', 'answer_tokens': 'eval_count'}
+              'prompt_tokens': 'prompt_eval_count', 'answer_tokens': 'eval_count'}  # each field in an /api/chat reply
 DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on by default
 DEFAULT_PORT = 11434
 SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no port means the scheme's port
@@ -130,8 +128,7 @@ def load_recording(path: Path, strategies, case_ids: list[str], what: str, advic
         raise LabError(f'{path}: model.loaded_context_length must be a positive integer, got {shown(length)}; {advice}')
     for strategy, by_case in answers.items():
         if strategy not in strategies:
-            raise LabError(f'{path}: answers.{strategy}: not a rule of this run '
-                           f'({", ".join(strategies)}); {advice}')
+            raise LabError(f'{path}: answers.{strategy}: not a rule of this run ({", ".join(strategies)}); {advice}')
         if not isinstance(by_case, dict):
             raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
         for case_id, listed in by_case.items():

@@ -160,8 +160,7 @@ class Sample:
 
 
 def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str, skipped: Counter, golds) -> list[dict]:
-    """The cases of one conversation, in qa order; each skipped question is counted in `skipped` by reason, and
-    each case's gold answer, as text, goes into golds unless that is None."""
+    """The cases of one conversation, in qa order; skipped questions counted by reason, gold answers in golds."""
     cases = []
     for index in range(len(sample.qa)):
         current, category, evidence = sample.question(index)

@@ -8,11 +8,13 @@ test_answer_f1.py, the client in test_answer_model.py and the recording run in t
 a test writes goes to a temporary directory; the shipped files are only read. Every HTTP request in these tests is
 checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test can reach a real server.
 """
+import contextlib
 from datetime import date
 import json
 import os
 from pathlib import Path
 import re
+import shlex
 import tempfile
 import unittest
 from unittest import mock
@@ -28,6 +30,7 @@ from test_support import (DETAILS, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
+PY = ['.venv/bin/python', 'answer_check.py']  # how the docs start the answer check
 # A user's own material, written for these tests: two held-out cases and a development one, their keys, and a
 # rule that sends only the last turn of the conversation.
 TURN = 'Answer only from the conversation.'
@@ -136,6 +139,36 @@ class InputFilesTest(AnswerFilesTest):
                 self.assertEqual(run_command(main, argv, f'{main.__module__}.py')[0], 2)
 
 
+class AnswerCheckPageTest(AnswerFilesTest):
+    def test_the_pages_workflow_for_ones_own_model_cases_and_rule_runs_as_written(self):
+        page = (HERE / 'docs' / 'answer-check.md').read_text(encoding='utf-8')
+        section = page.split('\n## Your own model, cases and rule\n')[1].split('\n## ')[0]
+        files = re.findall(r'`([\w.-]+)`:\n\n```\w+\n(.*?)```', section, re.S)
+        self.assertEqual([name for name, _ in files], ['my-cases.json', 'my_rules.py', 'my-keys.json'])
+        for name, text in files:
+            (self.folder / name).write_text(text)
+        commands = [shlex.split(line, comments=True) for line in re.findall(r'```sh\n(.*?)```', section, re.S)[0]
+                    .splitlines()]
+        self.assertEqual([words[:3] for words in commands], [
+            ['ollama', 'pull', 'llama3.2:1b'], [*PY, 'pin'], [*PY, 'record'], [*PY, '--model']])
+        with (FakeOllama(digest=OTHER, tags=('llama3.2:1b',), chat=reads_the_request) as fake,
+              mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}), contextlib.chdir(self.folder)):
+            for words in commands[1:]:  # as a user types them in the lab's folder; `ollama pull` needs a real server
+                code, out, err = run_answer_check(words[2:])
+                self.assertEqual(code, 0, err)
+        self.assertEqual(sorted(path.name for path in self.folder.iterdir()), [
+            'my-answers.grades.json', 'my-answers.json', 'my-cases.json', 'my-keys.json', 'my-model.json',
+            'my_rules.py'])
+        self.assertEqual(len(fake.chats()), 20)  # the four rules and `last turn`, two cases, two seeds
+        grades = json.loads((self.folder / 'my-answers.grades.json').read_text())
+        # By hand: the last turn holds the new port (2 passes) but not the reviewer (2 answers say it is missing,
+        # and the request lacked the required fact: the rule's failure).
+        self.assertEqual(grades['summary']['last turn'], {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 2,
+                                                          'stale_as_current': 0, 'cases_passed_every_trial': 1})
+        self.assertEqual(grades['failure_causes']['last turn'],
+                         {'passed': 2, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0})
+
+
 class CompleteRecordingTest(AnswerFilesTest):
     """Grading refuses a recording that lacks a planned answer or holds one twice, naming them."""
 
@@ -208,12 +241,6 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
             {'role': 'user', 'content': 'Which port does the API use?'}])
         grades = json.loads((self.folder / 'my-answers.grades.json').read_text())
         self.assertEqual(list(grades['summary']), ['recent', 'relevant', 'notes', 'hybrid', 'last turn'])
-        # By hand: the last turn holds the new port (2 passes) but not the reviewer (2 answers say it is missing,
-        # and the request lacked the required fact: the rule's failure).
-        self.assertEqual(grades['summary']['last turn'], {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 2,
-                                                          'stale_as_current': 0, 'cases_passed_every_trial': 1})
-        self.assertEqual(grades['failure_causes']['last turn'],
-                         {'passed': 2, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0})
         self.assertEqual((grades['answers_recorded'], grades['outdated_requests']), (20, []))
         self.assertFalse(self.result.exists())  # the default recording is not touched
         code, again, err = run_answer_check(['--model', str(pin), '--output', str(answers), *self.own])

@@ -10,7 +10,7 @@ import json
 import os
 from unittest import mock
 
-from answer_f1 import f1, load_gold, tokens
+from answer_f1 import f1, load_keys, tokens
 from answer_model import load_model
 from test_support import AnswerFilesTest, FakeOllama, Rejecting, only_loopback, reply, run_answer_check
 
@@ -73,13 +73,12 @@ class ScoreTest(AnswerFilesTest):
 
 class GoldFileTest(Rejecting):
     def test_a_gold_file_must_answer_every_chosen_case_with_text_and_no_other(self):
-        ids, known = ['conv-1-q0', 'conv-1-q1'], {'conv-1-q0', 'conv-1-q1'}
         for data, expected in (({'conv-1-q0': 'x'}, 'expected {"answers": {case_id: "gold answer"}}'),
                                ({'answers': {'conv-1-q0': 2022, 'conv-1-q1': 'x'}}, 'expected {"answers"'),
                                ({'answers': {'conv-1-q0': 'x'}}, "none for 1 ['conv-1-q1'], 0 for no case []"),
                                ({'answers': {**GOLD['answers'], 'conv-9-q9': 'x'}}, "1 for no case ['conv-9-q9']")):
             with self.subTest(data=data):
-                self.assertIn(expected, self.rejection(lambda path: load_gold(path, ids, known), 'gold.json', data))
+                self.assertIn(expected, self.rejection(lambda path: load_keys(path, CASES, CASES), 'gold.json', data))
 
 
 class GraderTest(AnswerFilesTest):
