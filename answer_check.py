@@ -107,7 +107,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
     try:
         lines = path.read_bytes().decode('utf-8').split('\n')
         header = json.loads(lines[0])
-    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError: ValueErrors
         raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
     if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
         raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
@@ -128,7 +128,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
             elif entry is not None:
                 check_answer('answer', entry['answer'], 'asked for again')
                 stored[(entry['strategy'], entry['case'], entry['answer']['request_sha256'])] = entry['answer']
-        except (ValueError, LabError) as error:
+        except (ValueError, RecursionError, LabError) as error:
             say(f'{path.name}: line {number} is not a kept answer ({error}); it is asked for again')
     if lines[-1]:  # cut off mid-line: the next answer starts a line of its own
         append(path, None)

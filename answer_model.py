@@ -299,10 +299,11 @@ class AnswerModel:
         about = self._call('POST', '/api/show', encode({'model': tag}), CHECK_TIMEOUT)
         details = about['details'] if isinstance(about.get('details'), dict) else {}
         text = about['license'] if isinstance(about.get('license'), str) and about['license'].strip() else UNSTATED
-        return {'checked_on': date.today().isoformat(), 'license': text.strip().splitlines()[0][:BODY_QUOTED],
-                **{field: str(details.get(name) or UNSTATED)[:BODY_QUOTED] for field, name in DETAILS.items()},
-                'ollama_tag': tag, 'ollama_digest': digest, 'ollama_version': version, 'options': options,
-                'think': False, 'trials': len(seeds), 'seeds': seeds}
+        pinned = {'checked_on': date.today().isoformat(), 'license': text.strip().splitlines()[0][:BODY_QUOTED],
+                  **{field: str(details.get(name) or UNSTATED)[:BODY_QUOTED] for field, name in DETAILS.items()},
+                  'ollama_tag': tag, 'ollama_digest': digest, 'ollama_version': version, 'options': options,
+                  'think': False, 'trials': len(seeds), 'seeds': seeds}
+        return {field: pinned[field] for field in MODEL_FIELDS}  # in answer-model.json's order
 
     def loaded_context_length(self) -> int | None:
         """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""

@@ -245,6 +245,11 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
         self.assertFalse(self.result.exists())  # the default recording is not touched
         code, again, err = run_answer_check(['--model', str(pin), '--output', str(answers), *self.own])
         self.assertEqual((code, json.loads((self.folder / 'my-answers.grades.json').read_text())), (0, grades))
+        self.assertEqual(list(json.loads(pin.read_text())), list(load_model()))  # answer-model.json's fields, in order
+        with FakeOllama(digest='b' * 64, tags=('tiny:1b',)) as moved:  # the tag after another `ollama pull`
+            code, out, err = self.run_at(moved, ['record', '--model', str(pin), '--output', str(answers), *self.own])
+        self.assertEqual((code, moved.chats()), (2, []))
+        self.assertIn(f'has tiny:1b with digest {"b" * 64}, but the pinned build is {OTHER}', err)
 
     def test_split_and_sample_choose_the_cases_record_sends_and_grading_expects(self):
         with FakeOllama(chat=reads_the_request) as fake:
