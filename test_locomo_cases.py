@@ -47,7 +47,7 @@ def utterance(speaker: str, dia_id: str, text: str, **image) -> dict:
 def question(text: str, category: int, evidence: list[str]) -> dict:
     if category == 5:
         return {'question': text, 'adversarial_answer': 'never said', 'evidence': evidence, 'category': category}
-    return {'question': text, 'answer': 'an answer the conversion ignores', 'evidence': evidence, 'category': category}
+    return {'question': text, 'answer': f'gold: {text}', 'evidence': evidence, 'category': category}
 
 
 def locomo_sample() -> list[dict]:
@@ -223,6 +223,32 @@ class ConversionTest(unittest.TestCase):
                          [(8, 6), (9, 17), (9, 1), (4, 4), (4, 6), (11, 26), (30, 5)])
         self.assertEqual(evidence_ids(['D']), [])
         self.assertIsNone(evidence_ids(['D1:1', 'session 2']))
+
+
+class GoldAnswersTest(unittest.TestCase):
+    def test_answers_holds_the_gold_answer_of_each_converted_question_as_text(self):
+        data = locomo_sample()
+        data[0]['qa'][1]['answer'] = 2023  # a few of LoCoMo's answers are years, as integers
+        with tempfile.TemporaryDirectory() as folder:
+            answers = Path(folder) / 'locomo-answers.json'
+            output, result = convert(folder, data, '--answers', str(answers))
+            self.assertEqual((result.returncode, result.stdout, result.stderr), (0, '', EXPECTED_SUMMARY))
+            self.assertEqual(json.loads(output.read_text(encoding='utf-8')), EXPECTED_CASES)
+            self.assertEqual(json.loads(answers.read_text(encoding='utf-8')), {'answers': {
+                case['id']: '2023' if case['id'] == 'one-q1' else f'gold: {case["current"]}'
+                for case in EXPECTED_CASES}})
+
+    def test_a_question_without_a_usable_answer_is_refused_only_when_answers_are_asked_for(self):
+        for answer in (None, True, '  ', ['x']):
+            data = locomo_sample()
+            data[1]['qa'][0]['answer'] = answer
+            with self.subTest(answer=answer), tempfile.TemporaryDirectory() as folder:
+                output, result = convert(folder, data, '--answers', str(Path(folder) / 'answers.json'))
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f'locomo_cases.py: {Path(folder) / "locomo10.json"}: sample two: '
+                                 f'field qa[0].answer must be a non-empty string or an integer, got {answer!r}\n')
+                self.assertEqual(sorted(path.name for path in Path(folder).iterdir()), ['locomo10.json'])
+                self.assertEqual(convert(folder, data)[1].returncode, 0)
 
 
 class BadInputTest(unittest.TestCase):
