@@ -21,7 +21,7 @@ import best_possible
 from case_set import grade_rules, load_cases
 from common import CASES, LabError, allowance, by_group, check_fits, code_hashes, counted, markdown_table, run, \
     sha256_file, summarize, to_json, write_output
-from rule_files import load_rule_files
+from rule_files import add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request
 
@@ -247,6 +247,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
                         help='a rules file (a RULES dict, as for evaluate.py --rules) to run beside the four; '
                              'repeatable')
+    add_timeout_option(parser)
     parser.add_argument('--group', choices=('split', 'kind'),
                         help='also give each point its figures per split or per kind (and a panel each in the picture)')
     parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the JSON here instead of stdout')
@@ -263,7 +264,7 @@ def main(argv: list[str]) -> int:
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)
     kind = picture_kind(plot) if plot else None
-    rules, files = load_rule_files(args.rules)
+    rules, files = load_rule_files(args.rules, args.rule_timeout)
     report = sweep_report(args.cases, limits, rules, files, args.group, report_progress)
     drawn = picture(report, kind) if plot else None  # drawn before anything is written
     if output:

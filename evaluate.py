@@ -33,7 +33,7 @@ import best_possible
 from case_set import grade_rules, load_cases
 from common import CASES, by_group, check_fits, code_hashes, path_text, read_json, run, sha256_file, to_json, \
     write_output
-from rule_files import load_rule_files
+from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request, counter
 import views
@@ -49,10 +49,10 @@ def check_bare_requests(path: Path, cases: list[dict], count=count_request) -> N
         check_fits(path, case, count(build_request(case, [])))
 
 
-def report(path: Path = CASES, rule_paths: list = ()) -> dict:
+def report(path: Path = CASES, rule_paths: list = (), rule_timeout: float = RULE_TIMEOUT) -> dict:
     """The full report for a case set: the four rules, then the rules of each file of rule_paths."""
     path = Path(path)
-    rules, files = load_rule_files(rule_paths)
+    rules, files = load_rule_files(rule_paths, rule_timeout)
     cases = load_cases(path)
     check_bare_requests(path, cases)
     rows = grade_rules(cases, {**RULES, **rules}, count_request, 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
@@ -100,6 +100,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
                         help='also run the rules this file defines in RULES, after the four (repeatable; '
                              'see rule_files.py)')
+    add_timeout_option(parser)
     parser.add_argument('--strategy', metavar='NAME',
                         help=f'with --show: only this rule ({", ".join(RULES)}, or one from --rules)')
     parser.add_argument('--prompt', action='store_true',
@@ -123,7 +124,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def show(args: argparse.Namespace) -> str:
     """--show: one case's requests, laid out by views.show_case."""
-    rules = {**RULES, **load_rule_files(args.rules)[0]}
+    rules = {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]}
     cases = load_cases(args.cases)
     case = views.find_case(args.cases, cases, args.show)
     check_bare_requests(args.cases, [case])
@@ -141,7 +142,7 @@ def main(argv: list[str]) -> int:
     if args.compare:
         old = read_json(args.compare, 'report to compare with')
         views.check_report(args.compare, old)
-    result = report(args.cases, args.rules)
+    result = report(args.cases, args.rules, args.rule_timeout)
     if args.output:
         write_output(args.output, to_json(result), 'report')
     try:
