@@ -24,7 +24,7 @@ import time
 
 from case_set import check_case, grade, load_cases
 from common import LabError, add_input_options, check_fits, markdown_table, progress, run
-from rule_files import load_rule_files
+from rule_files import add_timeout_option, child_cpu, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import counter, piece
 
@@ -289,15 +289,16 @@ def timing_table(seconds: dict) -> str:
                           [[name, *(f'{value:.2f}' for value in passes)] for name, passes in seconds.items()])
 
 
-def rule_timing(path: Path, rule_paths: list) -> str:
+def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     """--cases: each rule's two passes over a case set, after loading the cases, the counter and the rules."""
     cases = load_cases(path)
     for case in cases:
         check_fits(path, case, counter()(build_request(case, [])))
     exact = loaded_counter()
-    rules = {**RULES, **load_rule_files(rule_paths)[0]}
+    rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
-    return timing_table(time_rules(cases, rules, exact))
+    # A rules file's rules run in a process of their own: its CPU counts too.
+    return timing_table(time_rules(cases, rules, exact, lambda: time.process_time() + child_cpu()))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -306,6 +307,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     'context sizes and history lengths (docs/speed.md). With --cases FILE, time each rule on that.')
     parser.add_argument('--generated', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
     add_input_options(parser, None, 'time each rule on this case set instead')
+    add_timeout_option(parser)
     parser.add_argument('--turns', type=int, default=TURNS, help=f'turns per case in the first part (default {TURNS})')
     parser.add_argument('--seed', type=int, default=SEED, help='seed of the first part')
     parser.add_argument('--sweep-cases', type=int, default=SWEEP_CASES,
@@ -327,7 +329,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.cases:
-        print(rule_timing(args.cases, args.rules), end='')
+        print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0
     figures, rows = {}, []
     if not args.sweep:

@@ -23,7 +23,7 @@ import best_possible
 from case_set import grade_rules, load_cases
 from common import LabError, add_input_options, allowance, by_group, check_fits, check_outputs, code_hashes, counted, \
     markdown_table, printable, run, sha256_file, summarize, to_json, write_output
-from rule_files import load_rule_files
+from rule_files import add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request
 
@@ -274,6 +274,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_input_options(parser)
     parser.add_argument('--context-limits', metavar='L1,L2,...', default=','.join(map(str, DEFAULT_LIMITS)),
                         help='context limits to give every case, comma-separated (default: %(default)s)')
+    add_timeout_option(parser)
     parser.add_argument('--group', choices=('split', 'kind'),
                         help='also give each point its figures per split or per kind (and a panel each in the picture)')
     parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the JSON here instead of stdout')
@@ -292,7 +293,7 @@ def main(argv: list[str]) -> int:
     kind = picture_kind(plot) if plot else None
     check_outputs([('--output', output), ('--plot', plot)],
                   [('--cases', args.cases), *(('--rules', path) for path in args.rules)])
-    rules, files = load_rule_files(args.rules)
+    rules, files = load_rule_files(args.rules, args.rule_timeout)
     report = sweep_report(args.cases, limits, rules, files, args.group, report_progress)
     drawn = picture(report, kind) if plot else None  # drawn before anything is written
     written = [(output, to_json(report), 'sweep')] * bool(output) + [(plot, drawn, 'picture')] * bool(plot)

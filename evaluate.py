@@ -24,7 +24,7 @@ import best_possible
 from case_set import grade_rules, load_cases
 from common import CASES, PIPE_WAIT, add_input_options, by_group, check_fits, check_outputs, code_hashes, path_text, \
     read_json, run, sha256_file, to_json, write_output
-from rule_files import load_rule_files
+from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import count_request, counter
 import views
@@ -40,10 +40,10 @@ def check_bare_requests(path: Path, cases: list[dict]) -> None:
         check_fits(path, case, count_request(build_request(case, [])))
 
 
-def report(path: Path = CASES, rule_paths: list = ()) -> dict:
+def report(path: Path = CASES, rule_paths: list = (), rule_timeout: float = RULE_TIMEOUT) -> dict:
     """The full report for a case set: the four rules, then the rules of each file of rule_paths."""
     path = Path(path)
-    rules, files = load_rule_files(rule_paths)
+    rules, files = load_rule_files(rule_paths, rule_timeout)
     cases = load_cases(path)
     check_bare_requests(path, cases)
     rows = grade_rules(cases, {**RULES, **rules}, count_request, 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
@@ -85,6 +85,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              'and count the changes case by case in one line')
     parser.add_argument('--show', metavar='CASE_ID', help='print the request each rule builds for this case, '
                         'message by message, then the best possible selection')
+    add_timeout_option(parser)
     parser.add_argument('--strategy', metavar='NAME',
                         help=f'with --show: only this rule ({", ".join(RULES)}, or one from --rules)')
     parser.add_argument('--prompt', action='store_true',
@@ -108,7 +109,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def show(args: argparse.Namespace) -> str:
     """--show: one case's requests, laid out by views.show_case."""
-    rules = {**RULES, **load_rule_files(args.rules)[0]}
+    rules = {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]}
     case = views.find_case(args.cases, load_cases(args.cases), args.show)
     check_bare_requests(args.cases, [case])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
@@ -127,7 +128,7 @@ def main(argv: list[str]) -> int:
     if args.compare:
         old = read_json(args.compare, 'report to compare with')
         views.check_report(args.compare, old)
-    result = report(args.cases, args.rules)
+    result = report(args.cases, args.rules, args.rule_timeout)
     if args.output:
         write_output(args.output, to_json(result), 'report')
     try:
