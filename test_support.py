@@ -51,7 +51,7 @@ PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'  # a
 OTHER = 'a' * 64  # a digest the tag might point to after it moved
 SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
 LOADED_CONTEXT = 4096  # what the fake's /api/ps reports; a real server loads gemma4:e2b with at least 2048
-TIMEOUT = 5.0  # seconds for every request a test makes; the fake answers in milliseconds
+TIMEOUT = 15.0  # seconds for every request a test makes; the fake answers in milliseconds, once its oracle is loaded
 # What the fake's /api/tags and /api/show say about every model it holds, as Ollama spells it.
 DETAILS = {'parent_model': '', 'format': 'gguf', 'family': 'gemma4', 'families': ['gemma4'], 'parameter_size': '5.1B',
            'quantization_level': 'Q4_K_M'}
@@ -198,11 +198,6 @@ class FakeOllama(LoopbackServer):
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05},
                                        daemon=True)
-
-    def __enter__(self):
-        if OFFICIAL_TEMPLATE is not None:  # loaded here, once, not within the first request's time limit
-            official_tokenizer(), official_template()
-        return super().__enter__()
 
     @property
     def host(self) -> str:
