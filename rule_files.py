@@ -72,8 +72,6 @@ def import_file(path: Path) -> list[tuple[str, Callable]]:
         found = list(rules.items())
     except BaseException as error:  # a dict whose items() raises
         raise RuleError(f'cannot read its RULES: {describe(error, path)}') from None
-    if not all(isinstance(name, str) and callable(function) for name, function in found):
-        raise RuleError('RULES: expected names (strings) of functions(case, count)')
     return found
 
 
@@ -89,10 +87,10 @@ class Labelled(io.TextIOBase):
 
 
 class RemoteCount:
-    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the call."""
+    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the case."""
 
     def __init__(self, requests, replies):
-        self.requests, self.replies, self.counts, self.turns = requests, replies, {}, {}
+        self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
         print(line, file=self.replies, flush=True)
@@ -153,7 +151,9 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = [{'user': user, 'assistant': reply} for user, reply in request['turns']]
     out.path, name, function = rules[request['rule']]
-    out.label, count.counts = f'{out.path}: rule {name}: ', {}
+    out.label = f'{out.path}: rule {name}: '
+    if count.case != request['case']:  # the counts of one case's requests serve all its rules
+        count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=list(map(dict.copy, histories[request['history']])))  # its own copy
     try:
         returned = function(case, count)
