@@ -3,10 +3,10 @@
     .venv/bin/python evaluate.py --rules field_rules.py --rules my_rules.py --show dev-correction --strategy mine
 
 A rules file defines RULES, a dict of name -> function(case, count) returning the request it would send. One child
-process per run (`serve`) imports the files and runs their rules on label-free copies of the cases; its `count` asks
-the lab's counter; it answers in plain JSON, which the lab counts and grades itself. Whatever goes wrong is one
-RuleError naming file, rule and case (docs/rules.md). It writes nothing; a rule's prints go to stderr, labelled.
-The process keeps the labels out of a rule's reach, not the file system: a rule is code run as the user.
+process per run (`serve`) runs them on label-free copies of the cases, `count` asking the lab's counter, and answers
+in plain JSON, which the lab counts and grades itself. Whatever goes wrong is one RuleError naming file, rule and
+case (docs/rules.md). It writes nothing; a rule's prints go to stderr, labelled. It keeps the labels out of a rule's
+reach, not the file system: a rule is code run as the user.
 """
 from collections.abc import Callable
 import contextlib
@@ -47,9 +47,8 @@ class RuleError(LabError):
 def describe(error: BaseException, path: Path) -> str:
     """An exception in one line, with the last line of the rules file it passed: 'NameError: ... (line 3 of r.py)'."""
     try:
-        where = str(path.resolve())
-        lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == where]
-        lines += [error.lineno] if isinstance(error, SyntaxError) and error.filename == where else []
+        frames = traceback.extract_tb(error.__traceback__) + ([error] if isinstance(error, SyntaxError) else [])
+        lines = [frame.lineno for frame in frames if frame.filename == str(path.resolve())]
         text = ' '.join(str(error).split())
         return (f'{type(error).__name__}: {text}' if text else type(error).__name__) \
             + (f' (line {lines[-1]} of {path.name})' if lines else '')
@@ -103,7 +102,7 @@ class RemoteCount:
 
     def __call__(self, messages: list[dict]) -> int:
         if (key := json.dumps(messages)) not in self.counts:
-            self.counts[key] = self.ask('count', key)
+            self.counts[key], self.last = self.ask('count', key), key
         return self.counts[key]
 
     def turn_costs(self, history: list[dict]) -> list[int]:
@@ -151,7 +150,7 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = [{'user': user, 'assistant': reply} for user, reply in request['turns']]
     out.path, name, function = rules[request['rule']]
-    out.label = f'{out.path}: rule {name}: '
+    out.label, count.last = f'{out.path}: rule {name}: ', None
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=list(map(dict.copy, histories[request['history']])))  # its own copy
@@ -164,9 +163,11 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         got = 'a dict without a messages list' if isinstance(returned, dict) else type(returned).__name__
         raise RuleError(f"returned {got}; expected a list of chat messages or a dict with 'messages'")
     try:
-        return json.dumps({'messages': messages, 'cpu': time.process_time()})
+        sent = json.dumps(messages)
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
+    body = '"counted": true' if sent == count.last else f'"messages": {sent}'  # most often the request it counted
+    return f'{{{body}, "cpu": {time.process_time()}}}'
 
 
 def end(process: Popen) -> int:  # a rules process stopped, whatever it was doing: its exit status
@@ -202,8 +203,7 @@ class Child:
                 if not (chunk := os.read(self.process.stdout.fileno(), 1 << 20)):
                     raise RuleError(f'{where}: the rules process ended (exit status {self.stop()}) without answering')
                 self.buffer += chunk
-            line = bytes(self.buffer[:end_of_line])
-            del self.buffer[:end_of_line + 1]
+            line, self.buffer = self.buffer[:end_of_line], self.buffer[end_of_line + 1:]
             try:
                 reply = json.loads(line)
                 SURROGATE.search(line) and json.dumps(reply, ensure_ascii=False).encode()  # JSON can carry one
@@ -219,7 +219,7 @@ class Child:
             if count is None or not {'count', 'turn_costs'} & set(reply):
                 self.cpu = max(self.cpu, reply['cpu']) if type(reply.get('cpu')) is float else self.cpu
                 return reply
-            request = counted(reply, count)
+            request = self.counted(reply, count)
 
     def rule(self, path: Path, name: str) -> Callable[[dict, Callable], dict]:
         """A rule of the file as the lab runs it: (case, count) -> what a built-in rule returns."""
@@ -234,28 +234,32 @@ class Child:
                 known = self.histories[id(history)] = history, len(self.histories), turn_places(history)
                 request['turns'] = list(map(TURN_TEXTS, history))
             request['history'] = known[1]
-            messages = self.ask(request, where, count=count).get('messages')
-            try:
-                size = count(messages)  # the lab's count; whatever the rule said about its size is not read
-            except LabError as error:
-                raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
+            self.last = None
+            if (reply := self.ask(request, where, count=count)).get('counted') is True and self.last:
+                messages, size = self.last  # the request the lab counted for the rule, and the one it returned
+            else:
+                messages = reply.get('messages')
+                try:
+                    size = count(messages)  # the lab's count; whatever the rule said about its size is not read
+                except LabError as error:
+                    raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
             return {'messages': messages, 'turns': carried_turns(history, messages, known[2]), 'notes': 0,
                     'input_tokens': size}
         return rule
 
-
-def counted(asked: dict, count) -> dict:
-    """The lab's answer to a rule that counts: its counter on the request, or the turns, the rule sent."""
-    try:
-        if 'count' in asked:
-            return {'answer': count(asked['count'])}
-        turns = asked['turn_costs']
-        if not isinstance(turns, list) or not all(isinstance(pair, list) and len(pair) == 2
-                                                  and all(type(text) is str for text in pair) for pair in turns):
-            raise CounterError('turn_costs: expected a list of turns, each {"user": text, "assistant": text}')
-        return {'answer': count.turn_costs([{'user': user, 'assistant': reply} for user, reply in turns])}
-    except LabError as error:
-        return {'error': str(error)}
+    def counted(self, asked: dict, count) -> dict:
+        """The lab's answer to a rule that counts: its counter on the request, or the turns, the rule sent."""
+        try:
+            if 'count' in asked:
+                self.last = asked['count'], count(asked['count'])
+                return {'answer': self.last[1]}
+            turns = asked['turn_costs']
+            if not isinstance(turns, list) or not all(isinstance(pair, list) and len(pair) == 2
+                                                      and all(type(text) is str for text in pair) for pair in turns):
+                raise CounterError('turn_costs: expected a list of turns, each {"user": text, "assistant": text}')
+            return {'answer': count.turn_costs([{'user': user, 'assistant': reply} for user, reply in turns])}
+        except LabError as error:
+            return {'error': str(error)}
 
 
 def turn_places(history: list[dict]) -> dict[tuple, list[int]]:
@@ -287,12 +291,9 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
 def check_name(path: Path, name) -> str:
     """The name as names are compared (casefolded), or RuleError if it could pass for another row or forge one."""
     if not isinstance(name, str) or not name or not name.isprintable() or '|' in name \
-            or name != ' '.join(name.split()):
-        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable text without "|", with single '
-                        'spaces between words and none at the ends')
-    if name.casefold() in RESERVED:
-        raise RuleError(f'{path}: rule {name}: the name is taken by the lab, ignoring case (built-in rules: '
-                        f'{", ".join(BUILT_IN)}; and best possible)')
+            or name != ' '.join(name.split()) or name.casefold() in RESERVED:
+        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable text without "|", single-spaced, '
+                        f'and none of the lab\'s in any case ({", ".join(BUILT_IN)}, best possible)')
     return name.casefold()
 
 
@@ -318,6 +319,5 @@ def add_timeout_option(parser) -> None:
             raise ValueError(text)
         return value
 
-    parser.add_argument('--rule-timeout', type=seconds, default=RULE_TIMEOUT, metavar='SECONDS',
-                        help='stop the run when a rules file takes longer than this to import, or one of its rules '
-                             f'on one case (default {RULE_TIMEOUT:g})')
+    parser.add_argument('--rule-timeout', type=seconds, default=RULE_TIMEOUT, metavar='SECONDS', help='the most a '
+                        f'rules file may take to import, and one of its rules on one case (default {RULE_TIMEOUT:g})')

@@ -36,6 +36,7 @@ import evaluate
 from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files
+from strategies import build_request
 from tokenizer import count_request
 from views import report_table
 
@@ -147,6 +148,17 @@ class ContractTest(RulesFolder):
             case_named('dev-correction'), count_request)
         self.assertEqual((selected['input_tokens'], selected['turns'], selected['notes']), (57, [0], 0))
         self.assertEqual(sorted(selected), ['input_tokens', 'messages', 'notes', 'turns'])
+
+    def test_a_request_changed_after_it_was_counted_is_counted_as_returned(self):
+        # The lab reuses its count of a request only when the rule returns that very text.
+        rule = self.rule('''
+            request = build_request(case, [])
+            before = count(request)
+            request[-1]['content'] += ' And the history? ' + case['history'][0]['user']
+            return {'messages': request, 'input_tokens': before}''')
+        selected = rule(case_named('dev-correction'), count_request)
+        self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
+        self.assertGreater(selected['input_tokens'], count_request(build_request(case_named('dev-correction'), [])))
 
     def test_one_rules_process_serves_every_rule_and_case_and_it_is_not_the_lab(self):
         path = self.write('import os\nRULES = {name: lambda case, count: [{"role": "user", "content": str(os.getpid())}]'
@@ -263,7 +275,8 @@ class RefusalTest(RulesFolder):
     def test_a_name_taken_by_a_built_in_the_best_possible_or_another_file_is_one_line(self):
         for name in ('recent', 'best possible', 'best possible (reads the labels)'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
-            self.assertIn(f'{path}: rule {name}: the name is taken by the lab', self.refused(path))
+            self.assertIn(f"{path}: rule {name!r}: a rule name must be printable text without \"|\", single-spaced, "
+                          "and none of the lab's", self.refused(path))
         # Two files may share a basename; two rules may not share a name.
         first = self.write('RULES = {"mine": len}\n', under='one')
         second = self.write('RULES = {"mine": len}\n', under='two')
@@ -390,17 +403,14 @@ class AnythingGoesWrongTest(RulesFolder):
                           if child.timeout == 0.3], [-signal.SIGKILL])
 
     def test_names_that_could_pass_for_another_row_or_forge_one_are_refused(self):
-        for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', ''):
+        for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', '', 'Recent',
+                     'best possible (READS the labels)'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
             with self.subTest(name=name), self.assertRaises(RuleError) as raised:
                 load_rule_files([path])
             self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable text '
-                                                    'without "|", with single spaces between words and none at the ends')
-        for name in ('Recent', 'best possible (READS the labels)'):
-            path = self.write(f'RULES = {{{name!r}: len}}\n')
-            with self.subTest(name=name), self.assertRaisesRegex(RuleError, f'rule {re.escape(name)}: the name is '
-                                                                            'taken by the lab, ignoring case'):
-                load_rule_files([path])
+                                                    'without "|", single-spaced, and none of the lab\'s in any case '
+                                                    '(recent, relevant, notes, hybrid, best possible)')
         one, two = self.write('RULES = {"Mine": len}\n', under='one'), self.write('RULES = {"mine": len}\n', under='two')
         with self.assertRaisesRegex(RuleError, f'rule mine: the name is taken by a rule of {re.escape(str(one))}$'):
             load_rule_files([one, two])
