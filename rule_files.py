@@ -68,10 +68,9 @@ def import_file(path: Path) -> list[tuple[str, Callable]]:
         raise RuleError('expected RULES, a dict of name -> function(case, count); found '
                         + ('none' if rules is None else type(rules).__name__))
     try:
-        found = list(rules.items())
+        return list(rules.items())
     except BaseException as error:  # a dict whose items() raises
         raise RuleError(f'cannot read its RULES: {describe(error, path)}') from None
-    return found
 
 
 class Labelled(io.TextIOBase):
@@ -102,7 +101,8 @@ class RemoteCount:
 
     def __call__(self, messages: list[dict]) -> int:
         if (key := json.dumps(messages)) not in self.counts:
-            self.counts[key], self.last = self.ask('count', key), key
+            self.counts[key] = self.ask('count', key)
+            self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
         return self.counts[key]
 
     def turn_costs(self, history: list[dict]) -> list[int]:
@@ -141,9 +141,8 @@ def orphaned(lab: int) -> None:  # a looping rule cannot outlive the lab
 def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount) -> str:
     """The reply to one request, as JSON text: a file's rule names, or the request a rule sends for a case."""
     if 'load' in request:
-        out.path = path = Path(request['load'])
+        out.path, out.label = (path := Path(request['load'])), f'{request["load"]}: '
         sys.path.insert(0, str(path.resolve().parent))  # a helper module beside the file can be imported
-        out.label = f'{path}: '
         found = import_file(path)
         rules += [(path, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
@@ -157,17 +156,17 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
+        counted = count.last is not None and messages == count.last  # most often: the lab has it already
     except BaseException as error:
         raise RuleError(f'the rule raised {describe(error, out.path)}') from None
     if not isinstance(messages, list):
         got = 'a dict without a messages list' if isinstance(returned, dict) else type(returned).__name__
         raise RuleError(f"returned {got}; expected a list of chat messages or a dict with 'messages'")
     try:
-        sent = json.dumps(messages)
+        reply = {'counted': True} if counted else {'messages': messages}
+        return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
-    body = '"counted": true' if sent == count.last else f'"messages": {sent}'  # most often the request it counted
-    return f'{{{body}, "cpu": {time.process_time()}}}'
 
 
 def end(process: Popen) -> int:  # a rules process stopped, whatever it was doing: its exit status
@@ -228,13 +227,12 @@ class Child:
         def rule(case: dict, count) -> dict:
             where = f'{path}: rule {name}: case {case["id"]}'
             history = case['history']
-            request = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}
+            request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}, None
             known = self.histories.get(id(history))
             if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
                 known = self.histories[id(history)] = history, len(self.histories), turn_places(history)
                 request['turns'] = list(map(TURN_TEXTS, history))
             request['history'] = known[1]
-            self.last = None
             if (reply := self.ask(request, where, count=count)).get('counted') is True and self.last:
                 messages, size = self.last  # the request the lab counted for the rule, and the one it returned
             else:

@@ -108,46 +108,26 @@ class ContractTest(RulesFolder):
             self.assertEqual(result['cases'][name], recorded['cases'][name])
 
     def test_a_message_that_reads_short_when_counted_and_long_when_copied_is_counted_as_graded(self):
-        # A dict whose content is the question at its first reading and the whole history after that: in the
-        # lab's own process it was counted short and graded long, "7 of 7 within budget". As JSON it is read
-        # once per crossing, and the lab counts the very text it grades.
+        # A dict whose content is the whole history when read from a comprehension (the lab's copy) and the
+        # question otherwise (the counter): in the lab's own process it was counted at 35 tokens and graded
+        # with its fact, "within budget". As JSON it crosses once, and the lab counts the very text it grades.
         rule = self.rule('''
+            import sys
             class Shifty(dict):
-                readings = 0
                 def __getitem__(self, key):
-                    Shifty.readings += key == 'content'
-                    if key != 'content' or Shifty.readings == 1:
-                        return dict.__getitem__(self, key)
-                    return ' '.join(turn['user'] + ' ' + turn['assistant'] for turn in case['history'])
+                    if key == 'content' and sys._getframe(1).f_code.co_name == '<listcomp>':
+                        return ' '.join(turn['user'] + ' ' + turn['assistant'] for turn in case['history'])
+                    return dict.__getitem__(self, key)
                 def items(self):
                     return [(key, self[key]) for key in self]
             request = build_request(case, [])
             request[-1] = Shifty(request[-1])
-            return {'messages': request, 'input_tokens': count(request)}''')
+            return request''')
         case = case_named('dev-correction')
         selected = rule(case, count_request)
         self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
         row = grade(case, selected)
-        self.assertEqual((row['required_found'], row['within_budget']), (1, selected['input_tokens'] <= 256))
-
-    def test_a_rule_that_changes_its_case_cannot_change_the_labs(self):
-        case = case_named('dev-correction')
-        before = copy.deepcopy(case)
-        mine = self.rule('''
-            case['history'][0]['user'] = 'changed'
-            case['history'].append({'user': 'x', 'assistant': 'y'})
-            case['budget']['context_limit'] = 1
-            case['current'] = 'changed'
-            return build_request(case, [0])''')
-        mine(case, count_request)
-        self.assertEqual(case, before)
-
-    def test_the_lab_counts_the_request_itself_when_the_rule_says_another_size(self):
-        # relevant keeps turn 1 of dev-correction in 57 input tokens (the recorded report).
-        selected = self.rule("return {'messages': build_request(case, [0]), 'turns': [2], 'notes': 5, 'input_tokens': 1}")(
-            case_named('dev-correction'), count_request)
-        self.assertEqual((selected['input_tokens'], selected['turns'], selected['notes']), (57, [0], 0))
-        self.assertEqual(sorted(selected), ['input_tokens', 'messages', 'notes', 'turns'])
+        self.assertEqual((row['required_found'], row['within_budget']), (1, False))  # the whole history is sent
 
     def test_a_request_changed_after_it_was_counted_is_counted_as_returned(self):
         # The lab reuses its count of a request only when the rule returns that very text.
