@@ -24,7 +24,7 @@ import time
 
 from case_set import check_case, grade, load_cases
 from common import LabError, add_input_options, check_fits, markdown_table, progress, run
-from rule_files import add_timeout_option, child_cpu, load_rule_files
+from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import counter, piece
 
@@ -298,7 +298,7 @@ def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
     # A rules file's rules run in a process of their own: its CPU counts too.
-    return timing_table(time_rules(cases, rules, exact, lambda: time.process_time() + child_cpu()))
+    return timing_table(time_rules(cases, rules, exact, lambda: time.process_time() + sum(c.cpu for c in CHILDREN)))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -1,33 +1,25 @@
-"""Rules from a user's file, run beside the four in a process of their own: the plug-in contract of
-`evaluate.py --rules FILE.py`.
+"""Rules from a user's file, run beside the four in a process of their own: `evaluate.py --rules FILE.py`.
 
-    .venv/bin/python evaluate.py --rules my_rules.py --format table
     .venv/bin/python evaluate.py --rules field_rules.py --rules my_rules.py --show dev-correction --strategy mine
 
-A rules file defines RULES, a dict of name -> function(case, count) returning the request it would send. The files
-are imported, and their rules run, in one child process per run (`serve`): it is sent label-free copies of the
-cases, each conversation once; its `count` asks the lab's counter; it answers in plain JSON. The lab counts what
-comes back itself, finds the history turns it carries and grades it like the four, over budget or not. Whatever
-goes wrong (an exception of any kind, an exit, a reply out of shape, a rule past its time limit) is one RuleError
-naming file, rule and case. The contract in full: docs/rules.md. This module writes nothing; what a rule prints
-goes to stderr after the file's and the rule's name.
+A rules file defines RULES, a dict of name -> function(case, count) returning the request it would send. One child
+process per run (`serve`) runs them on label-free copies of the cases, `count` asking the lab's counter, and answers
+in plain JSON, which the lab counts and grades itself. Whatever goes wrong is one RuleError naming file, rule and
+case (docs/rules.md). It writes nothing; a rule's prints go to stderr, labelled. It keeps the labels out of a rule's
+reach, not the file system: a rule is code run as the user.
 """
 from collections.abc import Callable
 import contextlib
 import hashlib
-import importlib.machinery
 import importlib.util
 import io
-from itertools import count as numbers
 import json
-import math
-from operator import itemgetter
 import os
 from pathlib import Path
-import queue
+import re
 import select
 import signal
-import subprocess
+from subprocess import PIPE, Popen
 import sys
 import threading
 import time
@@ -35,21 +27,17 @@ import traceback
 import weakref
 
 from best_possible import LABEL
-from case_set import CASE_FIELDS
 from common import LabError
 from strategies import RULES as BUILT_IN
-from tokenizer import CounterError
+from tokenizer import TURN_TEXTS, CounterError
 
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
-START_LIMIT = 60.0  # seconds the rules process may take to import the lab's own modules
-LABELS = ('required', 'stale')  # what a rule never sees
-VISIBLE = tuple(name for name in CASE_FIELDS if name not in (*LABELS, 'history'))  # sent as they are
+VISIBLE = ('id', 'split', 'kind', 'instructions', 'current', 'budget')  # with the history, all but the labels
 RESERVED = frozenset(name.casefold() for name in (*BUILT_IN, 'best possible', LABEL))  # names a rule may not take
-MODULE_PREFIX = 'context_lab_rules_'  # + a number: each file's own module name in the rules process
+MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many modules came before): each file's own module name
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'
-TURN_TEXTS = itemgetter('user', 'assistant')
-_module_numbers = numbers(1)  # one module name per import, never reused
-_children = weakref.WeakSet()  # this process's rules processes, for child_cpu
+SURROGATE = re.compile(rb'\\u[dD][89a-fA-F]')  # JSON's escape of a surrogate; a lone one is no text
+CHILDREN = weakref.WeakSet()  # this process's rules processes: benchmark.py adds the CPU each reports
 
 
 class RuleError(LabError):
@@ -57,12 +45,10 @@ class RuleError(LabError):
 
 
 def describe(error: BaseException, path: Path) -> str:
-    """An exception in one line, with the last line of the rules file it passed (the rule's own line, even when
-    it came from deeper down): 'ZeroDivisionError: division by zero (line 3 of r.py)'."""
+    """An exception in one line, with the last line of the rules file it passed: 'NameError: ... (line 3 of r.py)'."""
     try:
-        where = str(path.resolve())
-        lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == where]
-        lines += [error.lineno] if isinstance(error, SyntaxError) and error.filename == where else []
+        frames = traceback.extract_tb(error.__traceback__) + ([error] if isinstance(error, SyntaxError) else [])
+        lines = [frame.lineno for frame in frames if frame.filename == str(path.resolve())]
         text = ' '.join(str(error).split())
         return (f'{type(error).__name__}: {text}' if text else type(error).__name__) \
             + (f' (line {lines[-1]} of {path.name})' if lines else '')
@@ -70,34 +56,21 @@ def describe(error: BaseException, path: Path) -> str:
         return 'an exception that cannot be shown'
 
 
-def shown(text) -> str:
-    """Text from the rules process as one printable line: shown('a\\nb') -> 'a\\\\nb'."""
-    return ''.join(char if char.isprintable() else ascii(char)[1:-1] for char in str(text))
-
-
 def import_file(path: Path) -> list[tuple[str, Callable]]:
     """The RULES a file defines, imported as a module of a fresh name (the process writes no bytecode)."""
-    name = f'{MODULE_PREFIX}{next(_module_numbers)}'
-    loader = importlib.machinery.SourceFileLoader(name, str(path.resolve()))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
-    sys.modules[name] = module  # some code (dataclasses, pickle) looks its module up by name
+    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{len(sys.modules)}', path.resolve())
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses, pickle look it up
     try:
-        loader.exec_module(module)
+        spec.loader.exec_module(module)
     except BaseException as error:  # anything the file's own code raises, or exits with, is the file's fault
         raise RuleError(f'cannot import it: {describe(error, path)}') from None
-    rules = getattr(module, 'RULES', None)
-    if not isinstance(rules, dict):
+    if not isinstance(rules := getattr(module, 'RULES', None), dict):
         raise RuleError('expected RULES, a dict of name -> function(case, count); found '
                         + ('none' if rules is None else type(rules).__name__))
     try:
-        found = list(rules.items())
+        return list(rules.items())
     except BaseException as error:  # a dict whose items() raises
         raise RuleError(f'cannot read its RULES: {describe(error, path)}') from None
-    for name, function in found:
-        if not isinstance(name, str) or not callable(function):
-            raise RuleError(f'RULES: expected names of functions(case, count), got {name!r}: '
-                            f'{type(function).__name__}')
-    return found
 
 
 class Labelled(io.TextIOBase):
@@ -112,22 +85,24 @@ class Labelled(io.TextIOBase):
 
 
 class RemoteCount:
-    """The `count` a rule gets in the rules process: the lab's counter, asked through the pipe. Each answer is
-    kept for the call (a rule counts its bare request more than once), turn costs for the conversation."""
+    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the case."""
 
-    def __init__(self, send: Callable[[str], None], inbox: queue.SimpleQueue):
-        self.send, self.inbox, self.counts, self.turns = send, inbox, {}, {}
+    def __init__(self, requests, replies):
+        self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
+
+    def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
+        print(line, file=self.replies, flush=True)
 
     def ask(self, what: str, sent: str):
         self.send(f'{{"{what}": {sent}}}')
-        answer = json.loads(self.inbox.get())
-        if 'error' in answer:
+        if 'error' in (answer := json.loads(self.requests.readline())):
             raise CounterError(answer['error'])
         return answer['answer']
 
     def __call__(self, messages: list[dict]) -> int:
         if (key := json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
+            self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
         return self.counts[key]
 
     def turn_costs(self, history: list[dict]) -> list[int]:
@@ -139,66 +114,65 @@ class RemoteCount:
 def serve() -> None:
     """The rules process: import files and run their rules on label-free cases, one request at a time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the lab's to handle; it then ends this process
-    inbox, replies = queue.SimpleQueue(), os.fdopen(os.dup(1), 'w', encoding='ascii')
-    threading.Thread(target=watch, args=(os.fdopen(os.dup(0), 'rb'), inbox), daemon=True).start()
+    threading.Thread(target=orphaned, args=(os.getppid(),), daemon=True).start()  # a killed lab ends it too
+    count = RemoteCount(os.fdopen(os.dup(0), 'rb'), os.fdopen(os.dup(1), 'w', encoding='ascii'))
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # a rule reading stdin reads nothing,
     os.dup2(2, 1)  # and one writing to fd 1 writes to stderr
     sys.stdout = sys.stderr = out = Labelled()
     rules, histories, reply = [], {}, '{"ready": true}'
-    count = RemoteCount(lambda line: (replies.write(line + '\n'), replies.flush()), inbox)
     while True:
-        count.send(reply)  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
+        count.send(reply)
+        if not (line := count.requests.readline()):
+            os._exit(0)  # the lab is done
         try:
-            reply = answer(json.loads(inbox.get()), rules, histories, out, count)
+            reply = answer(json.loads(line), rules, histories, out, count)
         except RuleError as error:
             reply = json.dumps({'error': str(error)})
         except BaseException as error:  # the file's code ran where the lab reads it (a module's __getattr__, ...)
             reply = json.dumps({'error': f'failed: {describe(error, out.path)}'})
 
 
-def watch(pipe, inbox: queue.SimpleQueue) -> None:
-    """Pass the lab's lines on; when the lab is gone (even killed), end the process, looping rule and all."""
-    for line in pipe:
-        inbox.put(line)
+def orphaned(lab: int) -> None:  # a looping rule cannot outlive the lab
+    while os.getppid() == lab:
+        time.sleep(0.2)
     os._exit(0)
 
 
 def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount) -> str:
     """The reply to one request, as JSON text: a file's rule names, or the request a rule sends for a case."""
     if 'load' in request:
-        out.path = path = Path(request['load'])
+        out.path, out.label = (path := Path(request['load'])), f'{request["load"]}: '
         sys.path.insert(0, str(path.resolve().parent))  # a helper module beside the file can be imported
-        out.label = f'{path}: '
         found = import_file(path)
         rules += [(path, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = [{'user': user, 'assistant': reply} for user, reply in request['turns']]
     out.path, name, function = rules[request['rule']]
-    out.label, count.counts = f'{out.path}: rule {name}: ', {}
+    out.label, count.last = f'{out.path}: rule {name}: ', None
+    if count.case != request['case']:  # the counts of one case's requests serve all its rules
+        count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=list(map(dict.copy, histories[request['history']])))  # its own copy
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
+        counted = count.last is not None and messages == count.last  # most often: the lab has it already
     except BaseException as error:
         raise RuleError(f'the rule raised {describe(error, out.path)}') from None
     if not isinstance(messages, list):
         got = 'a dict without a messages list' if isinstance(returned, dict) else type(returned).__name__
-        raise RuleError(f"returned {got}; expected a list of chat messages ({{'role', 'content'}}) or a dict with "
-                        "'messages'")
+        raise RuleError(f"returned {got}; expected a list of chat messages or a dict with 'messages'")
     try:
-        return json.dumps({'messages': messages, 'cpu': time.process_time()})
+        reply = {'counted': True} if counted else {'messages': messages}
+        return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
 
 
-def end(process: subprocess.Popen) -> int:
-    """Stop a rules process, whatever it is doing; its exit status."""
+def end(process: Popen) -> int:  # a rules process stopped, whatever it was doing: its exit status
     process.kill()
-    with contextlib.suppress(OSError):  # a request it never read
-        process.stdin.close()
-    process.stdout.close()
-    return process.wait()
+    process.communicate()  # closes its pipes
+    return process.returncode
 
 
 class Child:
@@ -206,41 +180,45 @@ class Child:
 
     def __init__(self, timeout: float):
         self.timeout, self.cpu, self.rules, self.histories, self.buffer = timeout, 0.0, 0, {}, bytearray()
-        self.process = subprocess.Popen([sys.executable, '-B', '-c', CHILD], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE)
+        self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE)
         self.stop = weakref.finalize(self, end, self.process)  # at the latest when this process ends
-        _children.add(self)
-        self.ask(None, 'starting the rules process', START_LIMIT)
+        CHILDREN.add(self)
+        self.ask(None, 'starting the rules process')
 
-    def ask(self, request: dict | None, where: str, limit: float = 0, count=None) -> dict:
-        """The reply to a request (None: the first reply), answering the rule's counts on the way; or RuleError."""
-        limit = limit or self.timeout
-        deadline = time.monotonic() + limit
+    def ask(self, request: dict | None, where: str, count=None) -> dict:
+        """The reply to a request (None: the first, once the lab's own modules are in, within the default limit),
+        answering the rule's counts on the way; or RuleError."""
+        deadline = time.monotonic() + (limit := RULE_TIMEOUT if request is None else self.timeout)
         while True:
-            try:
+            with contextlib.suppress(OSError):  # if it is gone, the read below says so
                 if request is not None:
                     self.process.stdin.write(json.dumps(request).encode() + b'\n')
                     self.process.stdin.flush()
-                while (end_of_line := self.buffer.find(b'\n')) < 0:
-                    if not select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                        self.stop()
-                        raise RuleError(f'{where}: still running after {limit:g} s (--rule-timeout SECONDS sets '
-                                        'the limit per case)')
-                    if not (chunk := os.read(self.process.stdout.fileno(), 1 << 20)):
-                        break
-                    self.buffer += chunk
-            except OSError:  # it is gone and cannot read
-                end_of_line = -1
-            if end_of_line < 0:
-                raise RuleError(f'{where}: the rules process ended (exit status {self.stop()}) without answering')
-            reply = parsed(self.buffer[:end_of_line], where)
-            del self.buffer[:end_of_line + 1]
+            while (end_of_line := self.buffer.find(b'\n')) < 0:
+                if not select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    self.stop()
+                    raise RuleError(f'{where}: still running after {limit:g} s (--rule-timeout SECONDS sets the '
+                                    'limit per case)')
+                if not (chunk := os.read(self.process.stdout.fileno(), 1 << 20)):
+                    raise RuleError(f'{where}: the rules process ended (exit status {self.stop()}) without answering')
+                self.buffer += chunk
+            line, self.buffer = self.buffer[:end_of_line], self.buffer[end_of_line + 1:]
+            try:
+                reply = json.loads(line)
+                SURROGATE.search(line) and json.dumps(reply, ensure_ascii=False).encode()  # JSON can carry one
+            except UnicodeEncodeError:
+                raise RuleError(f'{where}: sent a lone surrogate (half a UTF-16 pair), which is not text') from None
+            except (ValueError, RecursionError):
+                reply = None
+            if not isinstance(reply, dict):
+                raise RuleError(f'{where}: the rules process sent a reply that is not a JSON object')
+            if 'error' in reply:  # one printable line, whatever the rule's exception said
+                raise RuleError(f'{where}: ' + ''.join(char if char.isprintable() else ascii(char)[1:-1]
+                                                       for char in str(reply['error'])))
             if count is None or not {'count', 'turn_costs'} & set(reply):
-                break
-            request = counted(reply, count, where)
-        if type(reply.get('cpu')) is float:
-            self.cpu = max(self.cpu, reply['cpu'])
-        return reply
+                self.cpu = max(self.cpu, reply['cpu']) if type(reply.get('cpu')) is float else self.cpu
+                return reply
+            request = self.counted(reply, count)
 
     def rule(self, path: Path, name: str) -> Callable[[dict, Callable], dict]:
         """A rule of the file as the lab runs it: (case, count) -> what a built-in rule returns."""
@@ -249,62 +227,45 @@ class Child:
         def rule(case: dict, count) -> dict:
             where = f'{path}: rule {name}: case {case["id"]}'
             history = case['history']
-            request = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}
+            request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}, None
             known = self.histories.get(id(history))
             if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
-                places: dict[tuple, list[int]] = {}
-                for turn, pair in enumerate(map(TURN_TEXTS, history)):
-                    places.setdefault(pair, []).append(turn)
-                known = self.histories[id(history)] = history, len(self.histories), places
+                known = self.histories[id(history)] = history, len(self.histories), turn_places(history)
                 request['turns'] = list(map(TURN_TEXTS, history))
             request['history'] = known[1]
-            messages = self.ask(request, where, count=count).get('messages')
-            try:
-                size = count(text_only(messages))  # the lab's count; whatever the rule said about its size is not read
-            except LabError as error:
-                raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
+            if (reply := self.ask(request, where, count=count)).get('counted') is True and self.last:
+                messages, size = self.last  # the request the lab counted for the rule, and the one it returned
+            else:
+                messages = reply.get('messages')
+                try:
+                    size = count(messages)  # the lab's count; whatever the rule said about its size is not read
+                except LabError as error:
+                    raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
             return {'messages': messages, 'turns': carried_turns(history, messages, known[2]), 'notes': 0,
                     'input_tokens': size}
-        rule.__name__ = rule.__qualname__ = name
         return rule
 
-
-def parsed(line: bytes, where: str) -> dict:
-    """One reply of the rules process: a JSON object, or RuleError naming `where` (with the error it reports)."""
-    try:
-        reply = json.loads(line.decode('utf-8'))
-    except (ValueError, RecursionError):
-        reply = None
-    if not isinstance(reply, dict):
-        raise RuleError(f'{where}: the rules process sent a reply that is not a JSON object')
-    if 'error' in reply:
-        raise RuleError(f'{where}: {shown(reply["error"])}')
-    return reply
-
-
-def counted(asked: dict, count, where: str) -> dict:
-    """The lab's answer to a rule that counts: the lab's counter on what it sent (a request, or a history)."""
-    try:
-        if 'count' in asked:
-            return {'answer': count(text_only(asked['count']))}
-        turns = asked['turn_costs']
-        if not isinstance(turns, list) or not all(isinstance(pair, list) and len(pair) == 2
-                                                  and all(type(text) is str for text in pair) for pair in turns):
-            raise CounterError('turn_costs: expected a list of turns, each {"user": text, "assistant": text}')
-        return {'answer': count.turn_costs(text_only([dict(zip(('user', 'assistant'), pair)) for pair in turns]))}
-    except LabError as error:
-        return {'error': str(error)}
+    def counted(self, asked: dict, count) -> dict:
+        """The lab's answer to a rule that counts: its counter on the request, or the turns, the rule sent."""
+        try:
+            if 'count' in asked:
+                self.last = asked['count'], count(asked['count'])
+                return {'answer': self.last[1]}
+            turns = asked['turn_costs']
+            if not isinstance(turns, list) or not all(isinstance(pair, list) and len(pair) == 2
+                                                      and all(type(text) is str for text in pair) for pair in turns):
+                raise CounterError('turn_costs: expected a list of turns, each {"user": text, "assistant": text}')
+            return {'answer': count.turn_costs([{'user': user, 'assistant': reply} for user, reply in turns])}
+        except LabError as error:
+            return {'error': str(error)}
 
 
-def text_only(messages) -> list:
-    """The messages as sent, or CounterError naming one whose text holds a lone surrogate (JSON can carry one)."""
-    for index, message in enumerate(messages if isinstance(messages, list) else ()):
-        for text in message.values() if isinstance(message, dict) else ():
-            try:
-                isinstance(text, str) and not text.isascii() and text.encode('utf-8')  # isascii() is O(1)
-            except UnicodeEncodeError:
-                raise CounterError(f'message {index}: its text holds a lone surrogate, which is not text') from None
-    return messages
+def turn_places(history: list[dict]) -> dict[tuple, list[int]]:
+    """Where each (user, assistant) text pair stands in a history: [A, B, A] -> {A: [0, 2], B: [1]}."""
+    where: dict[tuple, list[int]] = {}
+    for index, pair in enumerate(map(TURN_TEXTS, history)):
+        where.setdefault(pair, []).append(index)
+    return where
 
 
 def carried_turns(history: list[dict], messages: list[dict], where: dict | None = None) -> list[int]:
@@ -312,12 +273,8 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
 
     With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
     give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2].
-    `where` maps each (user, assistant) pair to its indices, for a caller that has it already.
-    """
-    if where is None:
-        where = {}
-        for index, pair in enumerate(map(TURN_TEXTS, history)):
-            where.setdefault(pair, []).append(index)
+    `where` is turn_places(history), for a caller that has it already."""
+    where = turn_places(history) if where is None else where
     taken, position = set(), 0
     while position < len(messages) - 1:
         first, second = messages[position], messages[position + 1]
@@ -332,23 +289,19 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
 def check_name(path: Path, name) -> str:
     """The name as names are compared (casefolded), or RuleError if it could pass for another row or forge one."""
     if not isinstance(name, str) or not name or not name.isprintable() or '|' in name \
-            or name != ' '.join(name.split()):
-        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable text without "|", with single '
-                        'spaces between words and none at the ends')
-    if name.casefold() in RESERVED:
-        raise RuleError(f'{path}: rule {name}: the name is taken by the lab, ignoring case (built-in rules: '
-                        f'{", ".join(BUILT_IN)}; and best possible)')
+            or name != ' '.join(name.split()) or name.casefold() in RESERVED:
+        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable text without "|", single-spaced, '
+                        f'and none of the lab\'s in any case ({", ".join(BUILT_IN)}, best possible)')
     return name.casefold()
 
 
 def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[str, Callable], list[dict]]:
     """(rules by name, in file order then each file's order; [{'file': name, 'sha256': hex}] per file)."""
-    rules, origin, files = {}, {}, []
+    rules, origin, files, child = {}, {}, [], None
     for path in map(Path, paths):
         if not path.is_file():
             raise RuleError(f'{path}: no such rules file')
-    child = Child(timeout) if paths else None
-    for path in map(Path, paths):
+        child = child or Child(timeout)
         names = child.ask({'load': str(path)}, str(path)).get('names')
         for name in names if isinstance(names, list) else [None]:
             if (key := check_name(path, name)) in origin:
@@ -358,19 +311,11 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
     return rules, files
 
 
-def child_cpu() -> float:
-    """CPU seconds the living rules processes have reported so far (benchmark.py adds them to its own)."""
-    return sum(child.cpu for child in _children)
-
-
-def seconds(text: str) -> float:
-    """--rule-timeout's value: a positive, finite number of seconds; argparse refuses the rest in one line."""
-    if not 0 < (value := float(text)) < math.inf:
-        raise ValueError(text)
-    return value
-
-
 def add_timeout_option(parser) -> None:
-    parser.add_argument('--rule-timeout', type=seconds, default=RULE_TIMEOUT, metavar='SECONDS',
-                        help='stop the run when a rules file takes longer than this to import, or one of its rules '
-                             f'on one case (default {RULE_TIMEOUT:g})')
+    def seconds(text: str) -> float:  # a positive, finite number; argparse refuses the rest in one line
+        if not 0 < (value := float(text)) < float('inf'):
+            raise ValueError(text)
+        return value
+
+    parser.add_argument('--rule-timeout', type=seconds, default=RULE_TIMEOUT, metavar='SECONDS', help='the most a '
+                        f'rules file may take to import, and one of its rules on one case (default {RULE_TIMEOUT:g})')

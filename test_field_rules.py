@@ -14,7 +14,7 @@ import sys
 import tempfile
 import unittest
 
-from case_set import load_cases
+from case_set import grade, load_cases
 from evaluate import report
 import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
@@ -134,6 +134,14 @@ class RequestTest(unittest.TestCase):
         selected = field_rules.bm25(case, count_request)
         self.assertEqual(selected['turns'], [0, 2])
         self.assertLessEqual(selected['input_tokens'], 200)
+
+    def test_the_rules_process_changes_no_row_of_the_field_rules(self):
+        # Run as a rules file, in a process of its own with the lab's counter asked through a pipe, each rule
+        # must give the rows it gives when called in this process.
+        cases = load_cases(HERE / 'cases.json')
+        rows = report(HERE / 'cases.json', [HERE / 'field_rules.py'])['cases']
+        for name, rule in field_rules.RULES.items():
+            self.assertEqual(rows[name], [grade(case, rule(case, count_request)) for case in cases])
 
     def test_the_readme_shows_the_field_rules_rows_of_the_twelve_cases(self):
         printed = report_table(report(HERE / 'cases.json', [HERE / 'field_rules.py'])).splitlines()

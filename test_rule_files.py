@@ -36,6 +36,7 @@ import evaluate
 from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files
+from strategies import build_request
 from tokenizer import count_request
 from views import report_table
 
@@ -107,46 +108,37 @@ class ContractTest(RulesFolder):
             self.assertEqual(result['cases'][name], recorded['cases'][name])
 
     def test_a_message_that_reads_short_when_counted_and_long_when_copied_is_counted_as_graded(self):
-        # A dict whose content is the question at its first reading and the whole history after that: in the
-        # lab's own process it was counted short and graded long, "7 of 7 within budget". As JSON it is read
-        # once per crossing, and the lab counts the very text it grades.
+        # A dict whose content is the whole history when read from a comprehension (the lab's copy) and the
+        # question otherwise (the counter): in the lab's own process it was counted at 35 tokens and graded
+        # with its fact, "within budget". As JSON it crosses once, and the lab counts the very text it grades.
         rule = self.rule('''
+            import sys
             class Shifty(dict):
-                readings = 0
                 def __getitem__(self, key):
-                    Shifty.readings += key == 'content'
-                    if key != 'content' or Shifty.readings == 1:
-                        return dict.__getitem__(self, key)
-                    return ' '.join(turn['user'] + ' ' + turn['assistant'] for turn in case['history'])
+                    if key == 'content' and sys._getframe(1).f_code.co_name == '<listcomp>':
+                        return ' '.join(turn['user'] + ' ' + turn['assistant'] for turn in case['history'])
+                    return dict.__getitem__(self, key)
                 def items(self):
                     return [(key, self[key]) for key in self]
             request = build_request(case, [])
             request[-1] = Shifty(request[-1])
-            return {'messages': request, 'input_tokens': count(request)}''')
+            return request''')
         case = case_named('dev-correction')
         selected = rule(case, count_request)
         self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
         row = grade(case, selected)
-        self.assertEqual((row['required_found'], row['within_budget']), (1, selected['input_tokens'] <= 256))
+        self.assertEqual((row['required_found'], row['within_budget']), (1, False))  # the whole history is sent
 
-    def test_a_rule_that_changes_its_case_cannot_change_the_labs(self):
-        case = case_named('dev-correction')
-        before = copy.deepcopy(case)
-        mine = self.rule('''
-            case['history'][0]['user'] = 'changed'
-            case['history'].append({'user': 'x', 'assistant': 'y'})
-            case['budget']['context_limit'] = 1
-            case['current'] = 'changed'
-            return build_request(case, [0])''')
-        mine(case, count_request)
-        self.assertEqual(case, before)
-
-    def test_the_lab_counts_the_request_itself_when_the_rule_says_another_size(self):
-        # relevant keeps turn 1 of dev-correction in 57 input tokens (the recorded report).
-        selected = self.rule("return {'messages': build_request(case, [0]), 'turns': [2], 'notes': 5, 'input_tokens': 1}")(
-            case_named('dev-correction'), count_request)
-        self.assertEqual((selected['input_tokens'], selected['turns'], selected['notes']), (57, [0], 0))
-        self.assertEqual(sorted(selected), ['input_tokens', 'messages', 'notes', 'turns'])
+    def test_a_request_changed_after_it_was_counted_is_counted_as_returned(self):
+        # The lab reuses its count of a request only when the rule returns that very text.
+        rule = self.rule('''
+            request = build_request(case, [])
+            before = count(request)
+            request[-1]['content'] += ' And the history? ' + case['history'][0]['user']
+            return {'messages': request, 'input_tokens': before}''')
+        selected = rule(case_named('dev-correction'), count_request)
+        self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
+        self.assertGreater(selected['input_tokens'], count_request(build_request(case_named('dev-correction'), [])))
 
     def test_one_rules_process_serves_every_rule_and_case_and_it_is_not_the_lab(self):
         path = self.write('import os\nRULES = {name: lambda case, count: [{"role": "user", "content": str(os.getpid())}]'
@@ -263,7 +255,8 @@ class RefusalTest(RulesFolder):
     def test_a_name_taken_by_a_built_in_the_best_possible_or_another_file_is_one_line(self):
         for name in ('recent', 'best possible', 'best possible (reads the labels)'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
-            self.assertIn(f'{path}: rule {name}: the name is taken by the lab', self.refused(path))
+            self.assertIn(f"{path}: rule {name!r}: a rule name must be printable text without \"|\", single-spaced, "
+                          "and none of the lab's", self.refused(path))
         # Two files may share a basename; two rules may not share a name.
         first = self.write('RULES = {"mine": len}\n', under='one')
         second = self.write('RULES = {"mine": len}\n', under='two')
@@ -278,8 +271,7 @@ class RefusalTest(RulesFolder):
                          f"accept: message 0: unknown role 'robot'; expected one of ['assistant', 'system', 'user']\n")
         path = self.write('RULES = {"nothing": lambda case, count: None}\n')
         self.assertEqual(self.refused(path), f"evaluate.py: {path}: rule nothing: case dev-latest: returned NoneType; "
-                                             "expected a list of chat messages ({'role', 'content'}) or a dict with "
-                                             "'messages'\n")
+                                             "expected a list of chat messages or a dict with 'messages'\n")
 
     def test_an_exception_in_a_rule_gives_the_last_line_of_the_rules_file_it_passed(self):
         path = self.write('''\
@@ -362,13 +354,16 @@ class AnythingGoesWrongTest(RulesFolder):
                                                r'items \(line 3 of rules\.py\)$'):
             load_rule_files([path])
 
-    def test_a_lone_surrogate_in_a_request_is_refused_not_a_traceback(self):
-        self.assertTrue(self.refusal('return [{"role": "user", "content": "a\\ud800"}]').endswith(
-            ': rule mine: case dev-latest: returned a request the counter does not accept: message 0: its text '
-            'holds a lone surrogate, which is not text'))
-        counted = self.refusal('count([{"role": "user", "content": "a\\ud800"}])')
-        self.assertTrue(counted.endswith("the rule raised CounterError: message 0: its text holds a lone surrogate, "
-                                         "which is not text (line 4 of rules.py)"), counted)
+    def test_a_lone_surrogate_in_a_request_or_a_count_is_refused_not_a_traceback(self):
+        # JSON carries "\ud800" escaped; as a request's text it ended the run in a traceback (exit 1).
+        for body in ('return [{"role": "user", "content": "a\\ud800"}]',
+                     'count([{"role": "user", "content": "a\\ud800"}])'):
+            self.assertEqual(self.refusal(body).split(': ', 1)[1], 'rule mine: case dev-latest: sent a lone surrogate '
+                                                                  '(half a UTF-16 pair), which is not text')
+        # A pair is one character, and text.
+        selected = self.rule('return [{"role": "user", "content": "a\\U0001F600"}]')(case_named('dev-latest'),
+                                                                                    count_request)
+        self.assertEqual(selected['messages'], [{'role': 'user', 'content': 'a\U0001F600'}])
 
     def test_a_return_value_json_cannot_carry_is_one_line(self):
         self.assertTrue(self.refusal('return [{"role": "user", "content": {1, 2}}]').endswith(
@@ -384,21 +379,18 @@ class AnythingGoesWrongTest(RulesFolder):
         with self.assertRaisesRegex(RuleError, r': rule mine: case dev-latest: still running after 0\.3 s '):
             rule(case_named('dev-latest'), count_request)
         self.assertLess(time.monotonic() - started, 30)
-        self.assertEqual([child.process.returncode for child in rule_files._children
+        self.assertEqual([child.process.returncode for child in rule_files.CHILDREN
                           if child.timeout == 0.3], [-signal.SIGKILL])
 
     def test_names_that_could_pass_for_another_row_or_forge_one_are_refused(self):
-        for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', ''):
+        for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', '', 'Recent',
+                     'best possible (READS the labels)'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
             with self.subTest(name=name), self.assertRaises(RuleError) as raised:
                 load_rule_files([path])
             self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable text '
-                                                    'without "|", with single spaces between words and none at the ends')
-        for name in ('Recent', 'best possible (READS the labels)'):
-            path = self.write(f'RULES = {{{name!r}: len}}\n')
-            with self.subTest(name=name), self.assertRaisesRegex(RuleError, f'rule {re.escape(name)}: the name is '
-                                                                            'taken by the lab, ignoring case'):
-                load_rule_files([path])
+                                                    'without "|", single-spaced, and none of the lab\'s in any case '
+                                                    '(recent, relevant, notes, hybrid, best possible)')
         one, two = self.write('RULES = {"Mine": len}\n', under='one'), self.write('RULES = {"mine": len}\n', under='two')
         with self.assertRaisesRegex(RuleError, f'rule mine: the name is taken by a rule of {re.escape(str(one))}$'):
             load_rule_files([one, two])
