@@ -34,6 +34,12 @@ from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMP
 
 ROLES = ('system', 'user', 'assistant')
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
+LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see byte_lines_split_cleanly
+# Byte-level BPE splits (Llama 3's, Qwen 2's) that never put a newline and a following non-space in one piece: each
+# alternative matches letters, digits or punctuation (a newline run only at its end) or whitespace, and a run holding
+# a newline goes to \s*[\r\n]+, which ends at its last newline.
+SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
 ROLE_AND_CONTENT, ROLE, TURN_TEXTS = itemgetter('role', 'content'), itemgetter('role'), itemgetter('user', 'assistant')
 HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
@@ -125,8 +131,11 @@ class TokenCounter:
         self.no_system = 0 if no_system is None else len(self.encode(self.span('system', no_system)))
 
     @cached_property
-    def lines_apart(self) -> bool:
-        return self.fast and lines_split_cleanly(self.tokenizer)  # reads the whole vocabulary: only when needed
+    def lines_apart(self) -> re.Pattern | None:
+        """Where a span may be cut into lines counted apart, None if nowhere (reads the vocabulary: only when needed)."""
+        if self.fast and lines_split_cleanly(self.tokenizer):
+            return LINE_START
+        return LINE_BEFORE_TEXT if self.fast and byte_lines_split_cleanly(self.tokenizer) else None
 
     def profile(self) -> dict:
         manifest, chat = self.manifest, self.manifest['chat_format']
@@ -205,7 +214,7 @@ class TokenCounter:
             self.refuse(content)
             text = self.span(role, content)
             several = '\n' in content.strip() and self.lines_apart
-            size = sum(map(self.line_size, LINE_START.split(text))) if several else len(self.encode(text))
+            size = sum(map(self.line_size, self.lines_apart.split(text))) if several else len(self.encode(text))
             if keep or not several:
                 self.sizes[role, content] = size
         return size
@@ -252,6 +261,11 @@ def splits_cleanly(tokenizer, form: dict) -> bool:
         and markers(form) <= texts and all(MARKER.match(text) and MARKER.match(text)[0] in texts for text in starts)
 
 
+def state(part) -> dict | None:
+    """A normalizer's or pre-tokenizer's settings, as tokenizer.json holds them."""
+    return None if part is None else json.loads(part.__getstate__())
+
+
 def lines_split_cleanly(tokenizer) -> bool:
     """True when a text's tokens are the tokens of its parts cut at every newline followed by other text: for a BPE
     model, when no token, learned or added, holds a newline next to another character (so no merge can join the two
@@ -260,9 +274,6 @@ def lines_split_cleanly(tokenizer) -> bool:
     whitespace after it. Gemma 4's vocabulary
     keeps runs of newlines in tokens of their own, so this holds for the pinned tokenizer."""
     from tokenizers.models import BPE
-
-    def state(part) -> dict | None:  # a normalizer's or pre-tokenizer's settings, as tokenizer.json holds them
-        return None if part is None else json.loads(part.__getstate__())
 
     def newline_free(replace: dict) -> bool:
         return set(replace.get('pattern', {})) == {'String'} and '\n' not in replace['pattern']['String'] \
@@ -281,6 +292,23 @@ def lines_split_cleanly(tokenizer) -> bool:
         return False
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
     return '\n' in vocabulary and not any('\n' in token and token.strip('\n') for token in vocabulary)
+
+
+def byte_lines_split_cleanly(tokenizer) -> bool:
+    """True when a text's tokens are the tokens of its parts cut after every newline followed by a non-space: for a
+    byte-level BPE (Llama 3's, Qwen 2's) whose split is one of LINE_SAFE_SPLITS, after at most NFC (which composes
+    nothing with a newline), with no dropout and no added token that takes the whitespace after it."""
+    from tokenizers.models import BPE
+
+    parts = (state(tokenizer.pre_tokenizer) or {}).get('pretokenizers') or []
+    if len(parts) != 2 or not isinstance(tokenizer.model, BPE) or tokenizer.model.dropout:
+        return False
+    split, byte_level = parts
+    return state(tokenizer.normalizer) in (None, {'type': 'NFC'}) and split.get('type') == 'Split' \
+        and split.get('pattern', {}).get('Regex') in LINE_SAFE_SPLITS and split.get('behavior') == 'Isolated' \
+        and split.get('invert') is False and byte_level.get('type') == 'ByteLevel' \
+        and byte_level.get('add_prefix_space') is False and byte_level.get('use_regex') is False \
+        and not any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values())
 
 
 @lru_cache(maxsize=None)
