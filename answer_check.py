@@ -1,27 +1,33 @@
-"""Record the pinned model's answers to each strategy's held-out requests, and grade them offline.
+"""Record a pinned model's answers to each rule's requests through Ollama, and grade them offline.
 
     .venv/bin/python answer_check.py record           # needs Ollama with the pinned build, and prepare.py run
     .venv/bin/python answer_check.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python answer_check.py                  # offline: re-grades answer-result.json; calls no model
+    .venv/bin/python answer_check.py pin TAG --output my-model.json       # pin a model Ollama holds
+    .venv/bin/python answer_check.py record --model my-model.json --cases my-cases.json --rules my_rules.py
 
-record asks for 4 strategies x 6 held-out cases x 5 seeds = 120 answers, keeps each at once in
-answer-result.partial.json for a later run to resume from, and writes answer-result.json once all are in.
-Grading writes answer-grades.json and prints a table and that JSON; docs/answer-check.md gives the rules.
-It sends no development case, retries no failed call, reuses no answer from another build or server version,
-and grades no recording from another build. Five trials of one small model on six cases cannot say which
-strategy is best.
+By default record asks for 4 rules x 6 held-out cases x 5 seeds = 120 answers, appending each to
+answer-result.partial.json to resume from, and writes answer-result.json once all are in. Grading writes
+answer-grades.json (NAME.grades.json beside --output) and prints its tables and JSON (docs/answer-check.md). It
+retries no call, and reuses or grades no answer of another build, nor a recording missing an answer or twice.
 """
 import argparse
+from collections import Counter
+import json
 from pathlib import Path
-import re
+import random
 import sys
 import time
 
-from answer_model import (MODEL_PATH, AnswerModel, AnswerModelError, chat_body, check_pinned, load_model,
-                          load_recording, request_sha256, shown, undercounts_cached_prompt)
-from case_set import load_cases
+import answer_f1
+import answer_keys
+from answer_model import (MODEL_PATH, SAMPLING_OPTIONS, AnswerModel, AnswerModelError, chat_body, check_answer,
+                          check_model, check_pinned, load_model, load_recording, request_sha256,
+                          undercounts_cached_prompt)
+import case_set
 import common
 from common import LabError
+from rule_files import load_rule_files
 from strategies import RULES
 from tokenizer import count_request
 
@@ -29,102 +35,104 @@ KEYS_PATH = common.HERE / 'answer-keys.json'
 RESULT_PATH = common.HERE / 'answer-result.json'
 GRADES_PATH = common.HERE / 'answer-grades.json'
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
+GRADES_SUFFIX = '.grades.json'  # where the grades of an --output recording go
 INDENT = 1  # how the answer files are indented
-SPLIT = 'held_out'  # the only split sent to the model
+SPLIT = 'held_out'  # the split sent by default: the rules were written while looking at the others
+SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading draw the same cases
+ASK_ABOVE = 500  # record makes more calls than this only with --yes
 # What identifies the server behind a kept answer; an answer is reused only when all of it matches.
 SERVER_FIELDS = ('ollama_digest', 'ollama_version')
-# The grader's sentence split, and the words that mark a correction or a missing fact (see grade).
-SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
-REPLACED = re.compile(r'replac|instead|not |no longer|switch|changed|actually|previous|originally|earlier', re.I)
-SAYS_MISSING = re.compile(
-    r"(do not|don't|does not|doesn't) (have|say|mention|state|specify|contain)"
-    r"|not (mention|state|specif|provide|includ|contain)|no information|not enough information|missing"
-    r"|not in the conversation|cannot (find|determine)|provide (more |the )?(context|conversation)", re.I)
-# Verdict reasons, as answer-grades.json spells them; two get a column of their own in the summary.
-STALE_AS_CURRENT, SAID_MISSING = 'presents a replaced decision as current', 'says the fact is missing'
-VERDICTS = ('pass', 'fail', 'incomplete')
-COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
+ANSWER_LINE = {'strategy', 'case', 'answer'}  # a kept answer's line in the partial file
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
-TABLE_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
-                'Cases passed in every trial']
 PYTHON = common.python_command()  # advice pasteable into a new terminal: the venv's python when that runs
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 FRESH = f'discard it with `{PYTHON} answer_check.py record --fresh`'
 
 
-def save(path: Path, data, what: str) -> None:
+def encoded(path: Path, text: str) -> bytes:
     try:
-        encoded = common.to_json(data, INDENT).encode('utf-8')
+        return text.encode('utf-8')
     except UnicodeEncodeError as error:  # a lone surrogate in a server's answer cannot be stored as UTF-8
         raise LabError(f'{path}: not written: the data holds text that is not valid Unicode '
                        f'({error.reason} at {error.start})') from None
-    common.write_output(path, encoded, what)
 
 
-def held_out(cases_path: Path, keys_path: Path) -> tuple[list[dict], dict]:
-    cases = [case for case in load_cases(cases_path) if case['split'] == SPLIT]
-    return cases, load_keys(keys_path, [case['id'] for case in cases])
+def save(path: Path, data, what: str) -> None:
+    common.write_output(path, encoded(path, common.to_json(data, INDENT)), what)
 
 
-def load_keys(path: Path, case_ids: list[str]) -> dict:
-    """{case_id: {'must': [pattern, ...], 'stale': [pattern, ...]}} for exactly case_ids; every pattern compiles."""
-    document = common.read_json(path, 'answer keys', 'restore it from version control')
-    keys = document.get('keys') if isinstance(document, dict) else None
-    if not isinstance(keys, dict):
-        raise LabError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
-    missing, extra = sorted(set(case_ids) - set(keys)), sorted(set(keys) - set(case_ids))
-    if missing or extra:
-        raise LabError(f'{path}: keys must be exactly the held-out case ids {sorted(case_ids)}; '
-                       f'missing {missing}, not held-out {extra}')
-    for case_id, key in keys.items():
-        if not isinstance(key, dict) or set(key) != {'must', 'stale'}:
-            raise LabError(f'{path}: keys.{case_id} must have exactly "must" and "stale"')
-        for kind, wanted in (('must', 'a non-empty list of strings'), ('stale', 'a list of strings')):
-            patterns = key[kind]
-            if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns) or (
-                    kind == 'must' and not patterns):
-                raise LabError(f'{path}: keys.{case_id}.{kind} must be {wanted}, got {shown(patterns)}')
-            for index, pattern in enumerate(patterns):
-                try:
-                    re.compile(pattern, re.I)
-                except re.error as error:
-                    raise LabError(f'{path}: keys.{case_id}.{kind}[{index}] {pattern!r} is not a valid '
-                                   f'regular expression ({error})') from None
-    return keys
+def append(path: Path, entry: dict | None) -> None:
+    """A line at the end of the partial file (None ends a line cut off); what it holds is never rewritten."""
+    data = encoded(path, '\n' if entry is None else json.dumps(entry, ensure_ascii=False) + '\n')
+    try:
+        with open(path, 'ab') as file:
+            file.write(data)
+    except OSError as error:
+        raise LabError(f'{path}: cannot write the partial recording: {error.strerror}') from None
 
 
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def planned_requests(cases: list[dict], model: dict) -> list[dict]:
-    """Every request record sends, in order: strategy, case, seed. A key joins strategy and case to the body's
-    sha256 (which holds the seed), as 30 of the 120 bodies repeat another strategy's and each is still sent."""
+def sampled(cases: list[dict], size: int | None) -> list[dict]:
+    """size of the cases, drawn with SAMPLE_SEED and kept in file order; all of them for None."""
+    if size is not None and not 0 < size <= len(cases):
+        raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
+    drawn = range(len(cases)) if size is None else set(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))
+    return [case for index, case in enumerate(cases) if index in drawn]
+
+
+def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
+    """Every request record sends, in order: rule, case, seed, with its fact-recall row. A key joins rule and case to
+    the body's sha256 (which holds the seed): 30 of the default 120 bodies repeat another rule's, each still sent."""
     plan = []
-    for name, strategy in RULES.items():
+    for name, rule in rules.items():
         for case in cases:
-            selected, budget = strategy(case, count_request), case['budget']
+            selected, budget = rule(case, count_request), case['budget']
+            row = case_set.grade(case, selected)
             for seed in model['seeds']:
                 body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
                 sha256 = request_sha256(body)
                 plan.append({'strategy': name, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
-                             'key': (name, case['id'], sha256), 'input_tokens': selected['input_tokens']})
+                             'key': (name, case['id'], sha256), 'input_tokens': selected['input_tokens'], 'row': row})
     return plan
 
 
-def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int | None]:
-    """({key: answer} for the planned answers kept from model's digest and server version, its loaded context)."""
+def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int | None] | None:
+    """({key: answer} kept in path from this digest and server for the plan, the loaded context), or None if path
+    holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line."""
     if not path.exists():
-        return {}, None
-    case_ids = list(dict.fromkeys(item['case'] for item in plan))
-    kept = load_recording(path, RULES, case_ids, 'partial recording', FRESH)
-    if any(kept['model'].get(field) != model[field] for field in SERVER_FIELDS):
-        say(f'{path.name} holds answers from digest {str(kept["model"].get("ollama_digest"))[:12]} on Ollama '
-            f'{kept["model"]["ollama_version"]}, not from this server; none is reused')
-        return {}, None
-    stored = {(strategy, case_id, answer['request_sha256']): answer for strategy, case_id, answer in each_answer(kept)}
-    answers = {item['key']: stored[item['key']] for item in plan if item['key'] in stored}
-    return answers, kept['model'].get('loaded_context_length')
+        return None
+    try:
+        lines = path.read_bytes().decode('utf-8').split('\n')
+        header = json.loads(lines[0])
+    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError: ValueErrors
+        raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
+    if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
+        raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
+    if any(header['model'].get(field) != model[field] for field in SERVER_FIELDS):
+        say(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
+            f'{header["model"].get("ollama_version")}, not from this server; none is reused')
+        return None
+    stored, context_length = {}, None
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            entry = json.loads(line) if line else None
+            if isinstance(entry, dict) and set(entry) == {'loaded_context_length'}:
+                if type(entry['loaded_context_length']) is not int or entry['loaded_context_length'] < 1:
+                    raise LabError('loaded_context_length must be a positive integer')
+                context_length = entry['loaded_context_length']
+            elif entry is not None and (not isinstance(entry, dict) or set(entry) != ANSWER_LINE):
+                raise LabError(f'expected {sorted(ANSWER_LINE)}')
+            elif entry is not None:
+                check_answer('answer', entry['answer'], 'asked for again')
+                stored[(entry['strategy'], entry['case'], entry['answer']['request_sha256'])] = entry['answer']
+        except (ValueError, RecursionError, LabError) as error:
+            say(f'{path.name}: line {number} is not a kept answer ({error}); it is asked for again')
+    if lines[-1]:  # cut off mid-line: the next answer starts a line of its own
+        append(path, None)
+    return {item['key']: stored[item['key']] for item in plan if item['key'] in stored}, context_length
 
 
 def recording(model: dict, context_length: int | None, plan: list[dict], answers: dict) -> dict:
@@ -139,22 +147,11 @@ def recording(model: dict, context_length: int | None, plan: list[dict], answers
     return {'model': block, 'answers': by_strategy}
 
 
-def loaded_context(client: AnswerModel, num_ctx: int) -> int | None:
-    """The context length /api/ps reports for the loaded tag, or None; a failing /api/ps only costs the note."""
-    try:
-        length = client.loaded_context_length()
-    except AnswerModelError as error:
-        say(f'the server did not say what context it loaded the model with ({error}); recording goes on')
-        return None
-    if length:
-        say(f'the server loaded {client.model["ollama_tag"]} with a context of {length} tokens; '
-            f'num_ctx {num_ctx} only decides which old messages it would drop')
-    return length
-
-
 def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fresh: bool) -> None:
-    """Ask for every planned answer not already kept; write result_path only when all of them are present."""
+    """Ask for every planned answer not kept; write result_path once all are in and the digest is still pinned."""
     partial = result_path.with_suffix(PARTIAL_SUFFIX)
+    if partial.exists() and not partial.is_file():
+        raise LabError(f'{partial}: not a file, so it cannot keep the answers so far; move it away, then run again')
     if fresh and partial.exists():
         partial.unlink()
         say(f'discarded {partial.name}')
@@ -166,49 +163,51 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fre
         say(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
             'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
     model = {**client.model, 'ollama_version': version}
-    answers, context_length = kept_answers(partial, model, plan)
+    kept = kept_answers(partial, model, plan)
+    if kept is None:
+        common.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
+    answers, context_length = kept or ({}, None)
     asking = len(plan) - len(answers)
     say(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
         else f'asking for {asking} answers; the first call may also load the model')
-    seconds: list[float] = []
+    started = time.monotonic()
     for number, item in enumerate(plan, 1):
         if item['key'] in answers:
             continue
-        started, options = time.monotonic(), item['body']['options']
+        call_started, options = time.monotonic(), item['body']['options']
         label = f'{item["strategy"]} {item["case"]} seed {item["seed"]}'
         try:
             reply = client.answer(item['body']['messages'], options['num_ctx'], options['num_predict'], item['seed'])
         except AnswerModelError as error:
             kept = f'the {len(answers)} answers so far are kept in {partial.name}' if answers else 'no answer is kept'
             raise AnswerModelError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
-        seconds.append(time.monotonic() - started)
-        answers[item['key']] = {**reply, 'request_sha256': item['request_sha256'], 'input_tokens': item['input_tokens']}
+        answer = answers[item['key']] = {**reply, 'request_sha256': item['request_sha256'],
+                                         'input_tokens': item['input_tokens']}
         # Kept before anything else is asked, so no later failure can lose this answer.
-        save(partial, recording(model, context_length, plan, answers), 'partial recording')
-        if len(seconds) == 1:  # the model is loaded now, so the server can say with what context
-            context_length = loaded_context(client, options['num_ctx']) or context_length
-        minutes, rest = divmod(round(sum(seconds) / len(seconds) * (asking - len(seconds))), 60)  # time left
+        append(partial, {'strategy': item['strategy'], 'case': item['case'], 'answer': answer})
+        asked = len(answers) - (len(plan) - asking)
+        if asked == 1:  # the model is loaded now, so /api/ps can say with what context; its failure costs the note
+            try:
+                length = client.loaded_context_length()
+            except AnswerModelError as error:
+                length = None
+                say(f'the server did not say what context it loaded the model with ({error}); recording goes on')
+            if length:
+                say(f'the server loaded {client.model["ollama_tag"]} with a context of {length} tokens; '
+                    f'num_ctx {options["num_ctx"]} only decides which old messages it would drop')
+                context_length = length
+                append(partial, {'loaded_context_length': length})
+        # Time left from every second the run has taken so far, writing included.
+        minutes, rest = divmod(round((time.monotonic() - started) / asked * (asking - asked)), 60)
         left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
-        say(f'call {number} of {len(plan)}: {label}: {seconds[-1]:.1f} s, about {left} left')
+        say(f'call {number} of {len(plan)}: {label}: {time.monotonic() - call_started:.1f} s, about {left} left')
+    if (digest := client.tag_digest()) != model['ollama_digest']:  # a build that came mid-run may have answered
+        partial.unlink()
+        raise AnswerModelError(f'Ollama at {client.host} now has {model["ollama_tag"]} with digest {digest}, not the '
+                               f'pinned {model["ollama_digest"]}: the tag moved during the run, so no answer of it is '
+                               f'kept ({partial.name} is discarded, {result_path.name} unchanged)')
     save(result_path, recording(model, context_length, plan, answers), 'recording')
     partial.unlink(missing_ok=True)
-
-
-def matches_any(patterns: list[str], text: str) -> bool:
-    return any(re.search(pattern, text, re.I) for pattern in patterns)
-
-
-def grade(text: str, key: dict) -> tuple[str, str]:
-    """(verdict, reason) for one answer to the case of key. A sentence naming a stale pattern reads as a
-    correction when it matches REPLACED or also states a must pattern; else it offers the old decision."""
-    if not text.strip():  # nothing to grade; the text itself is matched unstripped
-        return 'incomplete', 'no answer'
-    if any(matches_any(key['stale'], sentence) for sentence in SENTENCE.split(text)
-           if not REPLACED.search(sentence) and not matches_any(key['must'], sentence)):
-        return 'fail', STALE_AS_CURRENT
-    if all(re.search(must, text, re.I) for must in key['must']):
-        return 'pass', 'every required fact'
-    return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else 'required fact absent')
 
 
 def each_answer(recorded: dict):
@@ -216,72 +215,50 @@ def each_answer(recorded: dict):
             for case_id, answers in by_case.items() for answer in answers)
 
 
-def tally(by_case: dict) -> dict:
-    """One strategy's summary row from its {case_id: [verdict entry, ...]}."""
-    every = [entry for entries in by_case.values() for entry in entries]
-    return {**{verdict: sum(entry['verdict'] == verdict for entry in every) for verdict in VERDICTS},
-            **{column: sum(entry['reason'] == reason for entry in every) for reason, column in COUNTED_REASONS.items()},
-            'cases_passed_every_trial': sum(all(entry['verdict'] == 'pass' for entry in entries)
-                                            for entries in by_case.values())}
+def check_complete(recorded: dict, plan: list[dict], path: Path) -> None:
+    """Refuse a recording that lacks a planned answer, or holds one twice, naming them: its counts would lie."""
+    held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
+    planned = [(item['strategy'], item['case'], item['seed']) for item in plan]
+    for problem, found in (('missing', [key for key in planned if key not in held]),
+                           ('recorded more than once', [key for key, times in held.items() if times > 1])):
+        if found:
+            named = ', '.join(f'{s} {c} seed {seed}' + (f' ({held[s, c, seed]} times)' if held[s, c, seed] > 1 else '')
+                              for s, c, seed in found[:answer_keys.NAMED])
+            raise LabError(f'{path}: {common.counted(len(found), "answer")} {problem}, such as {named}; {REDO}')
 
 
-def grade_recording(recorded: dict, keys: dict, current: dict) -> dict:
-    """The content of answer-grades.json; current maps (strategy, case, seed) to the sha256 of today's body."""
-    verdicts = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
-    mismatches, cut_off, outdated, to_read = [], [], [], []
+def grade_recording(recorded: dict, keys: dict, current: dict, kinds: dict | None = None) -> dict:
+    """The grades file's content; current maps (strategy, case, seed) to today's request, whose fact-recall row joins
+    an answer given that very request. With kinds ({case_id: kind}), keys are gold answers graded by token F1."""
+    mismatches, cut_off, outdated, joined = [], [], [], []
     undercounts = undercounts_cached_prompt(recorded['model']['ollama_version'])
     for strategy, case_id, answer in each_answer(recorded):
-        where, key = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}, keys[case_id]
-        verdict, reason = grade(answer['answer'], key)
-        verdicts[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
+        where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
+        today = current.get((strategy, case_id, answer['seed']))
+        same = today is not None and today['request_sha256'] == answer['request_sha256']
+        joined.append((strategy, case_id, answer, today['row'] if same else None))
         counted, read = answer['input_tokens'], answer['prompt_tokens']
         if read != counted:  # the model did not see the request counted, unless the server's cache hid some
             mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted,
                                'probably_cache_accounting': undercounts and read < counted})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
-        today = current.get((strategy, case_id, answer['seed']))
-        if today != answer['request_sha256']:
+        if not same:
             outdated.append({**where, 'reason': 'no longer sent' if today is None else 'request changed'})
-        # A sentence naming a stale and a must pattern reads as a correction, whichever decision it offers.
-        to_read += [{**where, 'sentence': sentence.strip()} for sentence in SENTENCE.split(answer['answer'])
-                    if matches_any(key['stale'], sentence) and matches_any(key['must'], sentence)]
-    return {'model': recorded['model'], 'answers_recorded': sum(1 for _ in each_answer(recorded)),
-            'summary': {strategy: tally(by_case) for strategy, by_case in verdicts.items()},
+    graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
+    before, after = (answer_f1.grades(joined, keys, kinds, graded) if kinds is not None
+                     else answer_keys.grades(joined, keys, graded))
+    return {'model': recorded['model'], 'answers_recorded': len(joined), **before,
             'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
-            'cut_off_per_strategy': {name: sum(c['strategy'] == name for c in cut_off) for name in verdicts},
-            'outdated_requests': outdated, 'answers_to_read': to_read, 'graded': verdicts}
-
-
-def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path) -> dict:
-    """Grade result_path, write grades_path, return what was written; another build's recording writes nothing."""
-    cases, keys = held_out(cases_path, keys_path)
-    case_ids, pinned = [case['id'] for case in cases], load_model(model_path)
-    recorded = load_recording(result_path, RULES, case_ids, 'recording', REDO)
-    check_pinned(recorded, pinned, result_path, model_path, REDO)
-    # Today's requests need the prepared counter; an empty recording needs nothing.
-    current = {(p['strategy'], p['case'], p['seed']): p['request_sha256']
-               for p in planned_requests(cases, pinned)} if recorded['answers'] else {}
-    grades = grade_recording(recorded, keys, current)
-    save(grades_path, grades, 'answer grades')
-    return grades
+            'cut_off_per_strategy': {name: sum(c['strategy'] == name for c in cut_off) for name in graded},
+            'outdated_requests': outdated, **after}
 
 
 def report(grades: dict) -> str:
-    """The summary as a Markdown table in the original's layout, its counts, then the checks kept apart."""
-    summary = grades['summary']
-    rows = [[name, f'{s["pass"]} of {s["pass"] + s["fail"] + s["incomplete"]}', str(s['fail']),
-             str(s['said_missing']), str(s['stale_as_current']),
-             f'{s["cases_passed_every_trial"]} of {len(grades["graded"][name])}'] for name, s in summary.items()]
-    incomplete = ', '.join(f'{strategy} {s["incomplete"]}' for strategy, s in summary.items() if s['incomplete'])
-    lines = [f'Incomplete (empty answers): {incomplete}'] if incomplete else []
-    lines.append('Cut off at num_predict (graded as they stand): '
-                 + ', '.join(f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items()))
-    to_read = grades['answers_to_read']
-    answers = len({(a['strategy'], a['case'], a['seed']) for a in to_read})
-    lines.append('To read (a sentence names both the replaced and the current decision, so the grader cannot tell '
-                 f'which it offers as current; verdicts stand as graded): {common.counted(answers, "answer")}')
-    lines += [f'  {a["strategy"]} {a["case"]} seed {a["seed"]}: {a["sentence"]}' for a in to_read] + ['']
+    """The grader's tables and lists, then the checks kept apart."""
+    cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
+        f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
+    lines = [*(answer_f1 if 'f1' in grades else answer_keys).report(grades, cut_off), '']
     if mismatches := grades['prompt_token_mismatches']:
         lines.append(f'{common.counted(len(mismatches), "answer")} where the server read a different prompt '
                      'than the one counted:')
@@ -297,41 +274,107 @@ def report(grades: dict) -> str:
         lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
     else:
         lines.append('Every recorded request is what the current strategies and cases send.')
-    return common.markdown_table(TABLE_HEADER, rows) + '\n'.join(lines)
+    return '\n'.join(lines)
+
+
+def parse_args(argv: list[str], model_path: Path, cases_path: Path) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade the recorded answers offline, or '
+                                     'record them from the pinned model through Ollama first, or pin a model.')
+    parser.add_argument('command', nargs='?', choices=['record', 'pin'], help='record, then grade; or pin TAG')
+    parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
+    parser.add_argument('--model', type=Path, default=model_path, help='the pin (default answer-model.json)')
+    parser.add_argument('--cases', type=Path, default=cases_path, help='case set (default cases.json)')
+    parser.add_argument('--split', choices=['dev', 'held_out', 'all'], default=SPLIT, help=f'default {SPLIT}')
+    parser.add_argument('--rules', type=Path, action='append', default=[], help='rules beside the four (repeatable)')
+    parser.add_argument('--keys', type=Path, help='answer-keys.json by default; gold answers with --grader f1')
+    parser.add_argument('--grader', choices=['keys', 'f1'], default='keys', help="f1: LoCoMo's token F1")
+    parser.add_argument('--output', type=Path, help='the recording (default answer-result.json); with pin: the pin')
+    parser.add_argument('--sample', type=int, help='a seeded sample of N of the chosen cases')
+    parser.add_argument('--yes', action='store_true', help=f'with record: make more than {ASK_ABOVE} calls')
+    parser.add_argument('--fresh', action='store_true', help='with record: discard the partial file first')
+    for option in SAMPLING_OPTIONS:
+        parser.add_argument(f'--{option.replace("_", "-")}', type=int if option == 'top_k' else float,
+                            help=f'with pin: {option} (default: that of --model)')
+    parser.add_argument('--seeds', type=int, nargs='+', help='with pin: seeds such as 1 2 3, one trial each')
+    args = parser.parse_args(argv)  # a usage error exits 2
+    sampling = args.seeds or any(getattr(args, option) is not None for option in SAMPLING_OPTIONS)
+    for wrong, message in (((args.command == 'pin') != (args.tag is not None), 'pin takes one TAG; only pin does'),
+                           (args.command == 'pin' and args.output is None, 'pin needs --output FILE'),
+                           ((args.fresh or args.yes) and args.command != 'record', '--fresh and --yes go with record'),
+                           (sampling and args.command != 'pin', '--seeds and the sampling options go with pin'),
+                           (args.grader == 'f1' and args.keys is None, '--grader f1 needs --keys GOLD.json')):
+        if wrong:
+            parser.error(message)
+    return args
+
+
+def pin(args: argparse.Namespace) -> int:
+    defaults = load_model(args.model)
+    options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
+    client = AnswerModel({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
+    pinned = check_model(args.output, client.pin(options, args.seeds or defaults['seeds']))
+    save(args.output, pinned, 'answer model pin')
+    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}')
+    return 0
+
+
+def load_inputs(args: argparse.Namespace, keys_path: Path) -> tuple[dict, dict, list[dict], dict]:
+    """The pin, rules, chosen cases and their keys (or gold answers), checked before any call is wasted."""
+    model = load_model(args.model)
+    rules = {**RULES, **load_rule_files(args.rules)[0]} if args.rules else RULES
+    every = case_set.load_cases(args.cases)
+    cases = [case for case in every if args.split in ('all', case['split'])]
+    if not cases:
+        raise LabError(f'{args.cases}: holds no {args.split} case')
+    cases = sampled(cases, args.sample)
+    keys = (answer_f1 if args.grader == 'f1' else answer_keys).load_keys(keys_path, cases, every)
+    return model, rules, cases, keys
+
+
+def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path,
+                args: argparse.Namespace | None = None, inputs: tuple | None = None, plan: list | None = None) -> dict:
+    """Grade result_path into grades_path and return it: by default, or as args say with inputs and plan in hand."""
+    args = args or parse_args([], model_path, cases_path)
+    model, rules, cases, keys = inputs or load_inputs(args, keys_path)
+    recorded = load_recording(result_path, rules, [case['id'] for case in cases], 'recording', REDO)
+    check_pinned(recorded, model, result_path, args.model, REDO)
+    if recorded['answers']:  # today's requests need the prepared counter; an empty recording needs nothing
+        plan = plan or planned_requests(cases, rules, model)
+        check_complete(recorded, plan, result_path)
+    kinds = {case['id']: case['kind'] for case in cases} if args.grader == 'f1' else None
+    grades = grade_recording(recorded, keys, {(p['strategy'], p['case'], p['seed']): p for p in plan or []}, kinds)
+    save(grades_path, grades, 'answer grades')
+    return grades
 
 
 def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = KEYS_PATH,
          model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
          client: AnswerModel | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade the recorded answers in '
-                                     'answer-result.json offline, or record them again from the pinned model '
-                                     'through Ollama first. Writes answer-grades.json.')
-    parser.add_argument('command', nargs='?', choices=['record'], help='send the 120 held-out requests to the '
-                        'pinned model, then grade (needs Ollama); reuses the answers a stopped run kept in '
-                        'answer-result.partial.json')
-    parser.add_argument('--fresh', action='store_true',
-                        help='with record: discard answer-result.partial.json first and ask for all 120 answers')
-    args = parser.parse_args(argv)  # a usage error exits 2
-    if args.fresh and args.command != 'record':
-        parser.error('--fresh goes with record')
+    args = parse_args(argv, model_path, cases_path)
+    if args.command == 'pin':
+        return pin(args)
+    result_path, keys_path = args.output or result_path, args.keys or keys_path
+    grades_path = grades_path if args.output is None else result_path.with_suffix(GRADES_SUFFIX)
+    partial, recording_run = result_path.with_suffix(PARTIAL_SUFFIX), args.command == 'record'
     try:
-        if args.command == 'record':
-            cases, _ = held_out(cases_path, keys_path)  # keys before any call: ungradable is 120 wasted calls
-            client = client if client is not None else AnswerModel(load_model(model_path))
-            record_answers(planned_requests(cases, client.model), client, result_path, args.fresh)
-        grades = grade_files(cases_path, keys_path, model_path, result_path, grades_path)
+        model, rules, cases, keys = inputs = load_inputs(args, keys_path)
+        plan = planned_requests(cases, rules, model) if recording_run else None
+        if plan is not None and len(plan) > ASK_ABOVE and not args.yes:
+            raise LabError(f'record would make {len(plan):,} calls ({len(rules)} rules x {len(cases)} cases x '
+                           f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
+        if plan is not None:
+            record_answers(plan, client if client is not None else AnswerModel(model), result_path, args.fresh)
+        grades = grade_files(args.cases, keys_path, args.model, result_path, grades_path, args, inputs, plan)
     except KeyboardInterrupt:
-        partial = result_path.with_suffix(PARTIAL_SUFFIX)
         kept = (f'; the answers so far are kept in {partial.name} for the next `record`'
-                if args.command == 'record' and partial.exists() else '')
-        state = 'is replaced only once every answer has arrived' if args.command == 'record' else 'is unchanged'
+                if recording_run and partial.exists() else '')
+        state = 'is replaced only once every answer has arrived' if recording_run else 'is unchanged'
         raise KeyboardInterrupt(f'{result_path.name} {state}{kept}') from None
-    model = grades['model']
     print(report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\n'
           f'To record, start Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of '
           f'`ollama list` starts with {model["ollama_digest"][:12]}, then run `{PYTHON} answer_check.py record` '
-          '(120 calls).')
+          f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
     print(f'\n{grades_path.name}:\n{common.to_json(grades, INDENT)}', end='')
     return 0
 

@@ -2,11 +2,12 @@
 
     .venv/bin/python answer_model.py    # does the server hold the pinned build? sends no chat request
 
-Before its first chat request the client checks that the server is Ollama and holds the pinned digest; what
-a user can fix is one AnswerModelError line naming the host and what to do. It writes nothing, and does not
-pull or delete models, stream, retry, or use a proxy: the server is meant to be on this machine.
+Before its first chat the client checks that the server is Ollama and holds the pinned digest; a reply must name
+the pinned tag and hold what a recording accepts, within a deadline for the whole reply. Each failure is one
+AnswerModelError line naming the host. It writes nothing, pulls nothing, and uses no stream, retry or proxy.
 """
 import argparse
+from datetime import date
 import hashlib
 import ipaddress
 import json
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 import re
 import shutil
+import threading
 from urllib.parse import urlsplit
 
 import common
@@ -28,8 +30,8 @@ HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
 # What a recording's model block adds to answer-model.json's from the server; no other field may differ.
 SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
 COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')  # a token count's check
-# Each recorded answer's fields and what each must be: answer()'s reply (tool_calls is always a list, so null
-# is refused), then what the lab knew about the request.
+# Each recorded answer's fields and what each must be: answer()'s reply (its tool_calls is always a list), then
+# what the lab knew about the request.
 ANSWER_CHECKS = {
     'seed': (lambda v: type(v) is int, 'an integer'), 'answer': (lambda v: isinstance(v, str), 'a string'),
     'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
@@ -38,15 +40,20 @@ ANSWER_CHECKS = {
     'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
     'input_tokens': COUNT}
 ANSWER_FIELDS = list(ANSWER_CHECKS)
+WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
+              'prompt_tokens': 'prompt_eval_count', 'answer_tokens': 'eval_count'}  # each field in an /api/chat reply
 DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on by default
 DEFAULT_PORT = 11434
 SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no port means the scheme's port
 LOOPBACK = {4: '127.0.0.1', 6: '::1'}  # what an unspecified bind address (0.0.0.0, ::) means to a client
 VERSION_PATH = '/api/version'  # every Ollama server answers it with {"version": "..."}; others are not Ollama
 CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
-CHECK_TIMEOUT = 10.0  # seconds; /api/version, /api/tags and /api/ps answer at once on a live server
+# Each is a deadline for the whole reply, not for each read, so a server that trickles is stopped too.
+CHECK_TIMEOUT = 10.0  # seconds; /api/version, /api/tags, /api/show and /api/ps answer at once on a live server
 CHAT_TIMEOUT = 600.0  # seconds; the first chat loads the weights, which can take minutes on a CPU
 BODY_QUOTED = 80  # characters of an unexpected reply body quoted in a message
+DETAILS = {'publisher_model': 'family', 'quantization': 'quantization_level', 'parameters': 'parameter_size'}  # pin
+UNSTATED = 'not stated by the server'  # a pin's field where /api/show says nothing
 # Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so the second and later
 # seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed by #5371 in 0.1.49), and
 # 0.30.0 with its release candidates counted only what llama-server newly processed (fixed by #16428 in 0.30.1).
@@ -59,9 +66,12 @@ class AnswerModelError(LabError):
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
-    """answer-model.json, checked field by field."""
-    model = common.read_json(path, 'answer model pin',
-                             'it pins the answer model and ships with the lab: restore it from version control')
+    """answer-model.json, or a pin file like it, checked field by field."""
+    return check_model(path, common.read_json(path, 'answer model pin', 'restore it from version control, or '
+                                              'write it again with `answer_check.py pin TAG --output FILE`'))
+
+
+def check_model(path: Path, model) -> dict:
     if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
         raise LabError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
     for field in ('ollama_tag', 'ollama_version'):
@@ -118,14 +128,13 @@ def load_recording(path: Path, strategies, case_ids: list[str], what: str, advic
         raise LabError(f'{path}: model.loaded_context_length must be a positive integer, got {shown(length)}; {advice}')
     for strategy, by_case in answers.items():
         if strategy not in strategies:
-            raise LabError(f'{path}: answers.{strategy}: not a strategy in strategies.py '
-                           f'({", ".join(strategies)}); {advice}')
+            raise LabError(f'{path}: answers.{strategy}: not a rule of this run ({", ".join(strategies)}); {advice}')
         if not isinstance(by_case, dict):
             raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
         for case_id, listed in by_case.items():
             where = f'{path}: answers.{strategy}.{case_id}'
             if case_id not in case_ids:
-                raise LabError(f'{where}: not a held-out case id ({", ".join(case_ids)}); {advice}')
+                raise LabError(f'{where}: not one of the chosen case ids ({", ".join(case_ids)}); {advice}')
             if not isinstance(listed, list) or not listed:
                 raise LabError(f'{where} must be a non-empty list, got {shown(listed)}; {advice}')
             for index, answer in enumerate(listed):
@@ -227,8 +236,18 @@ class AnswerModel:
 
     def verify(self) -> str:
         """Check the server and the pinned digest once; return the server's version."""
-        if self.version is not None:
-            return self.version
+        if self.version is None:
+            version, digest = self.server_version(), self.tag_digest()
+            tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
+            if digest != expected:
+                raise AnswerModelError(
+                    f'Ollama at {self.host} has {tag} with digest {digest}, but the pinned build is {expected}: the '
+                    f'tag has moved (`ollama pull {tag}` fetches whatever it points to today), and answers from a new '
+                    'build need a deliberate change of the pin file and a new recording; no chat request was sent')
+            self.version = version
+        return self.version
+
+    def server_version(self) -> str:
         response, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
         if response.status_code != 200 or not isinstance(version, str) or not version:
@@ -236,26 +255,20 @@ class AnswerModel:
                 f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
                 f'{response.status_code} ({reply_detail(response, payload)}), where Ollama gives its version; '
                 f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
-        tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
-        listed = self._call('GET', '/api/tags', None, CHECK_TIMEOUT).get('models')
-        if not isinstance(listed, list):
-            raise AnswerModelError(f'{self.host}/api/tags gave no model list: '
-                                   'check that OLLAMA_HOST points at an Ollama server')
-        entry = find_tag(listed, tag)
-        if entry is None:
-            raise AnswerModelError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`, then check that '
-                                   f'the ID column of `ollama list` starts with {expected[:12]}, the pinned build')
-        if entry.get('digest') != expected:
-            raise AnswerModelError(
-                f'Ollama at {self.host} has {tag} with digest {entry.get("digest")}, but the pinned build is '
-                f'{expected}: the tag has moved (`ollama pull {tag}` fetches whatever it points to today), and '
-                'answers from a new build need a deliberate change of answer-model.json and a new recording; '
-                'no chat request was sent')
-        self.version = version
         return version
 
+    def tag_digest(self) -> str | None:
+        """The digest /api/tags gives for the tag; a tag the server lacks is one AnswerModelError."""
+        tag, expected = self.model['ollama_tag'], self.model.get('ollama_digest')
+        entry = find_tag(self._call('GET', '/api/tags', None, CHECK_TIMEOUT).get('models'), tag)
+        if entry is None:
+            raise AnswerModelError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`' + (
+                f', then check that the ID column of `ollama list` starts with {expected[:12]}, the pinned build'
+                if expected else ''))
+        return entry.get('digest')
+
     def answer(self, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
-        """One answer from the pinned build; only message.content is the answer, not a thinking field."""
+        """One answer from the pinned build, checked as a recording checks it: message.content, not thinking."""
         self.verify()
         body = chat_body(self.model, messages, num_ctx, num_predict, seed)
         payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
@@ -265,14 +278,32 @@ class AnswerModel:
             raise AnswerModelError(f'Ollama at {self.host} stopped before finishing the reply (done is '
                                    f'{json.dumps(payload.get("done"))}), so nothing from it is kept: run again, '
                                    'and read the server log if it happens again')
-        message = payload.get('message')
-        if not isinstance(message, dict) or not isinstance(message.get('content'), str):
-            raise AnswerModelError(f'Ollama at {self.host} answered /api/chat oddly (the response has no '
-                                   'message.content): upgrade Ollama or check its log')
-        return {'seed': seed, 'answer': message['content'], 'tool_calls': message.get('tool_calls') or [],
-                'done_reason': payload.get('done_reason'),
-                # Ollama leaves both counts out when they are zero.
-                'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
+        if payload.get('model') != body['model']:  # Ollama names the tag it was asked for in every reply
+            raise AnswerModelError(f'Ollama at {self.host} answered for the model {shown(payload.get("model"))}, '
+                                   f'not the pinned {body["model"]}, so nothing from it is kept: check what serves '
+                                   'at OLLAMA_HOST')
+        message = payload['message'] if isinstance(payload.get('message'), dict) else {}
+        reply = {'seed': seed, 'answer': message.get('content'), 'tool_calls': message.get('tool_calls') or [],
+                 'done_reason': payload.get('done_reason'),  # Ollama leaves both counts out when they are zero
+                 'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
+        for field, wire in WIRE_NAMES.items():
+            if not ANSWER_CHECKS[field][0](reply[field]):
+                raise AnswerModelError(f'Ollama at {self.host} answered {CHAT_PATH} with {wire} {shown(reply[field])}, '
+                                       f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
+                                       'upgrade Ollama or read its log')
+        return reply
+
+    def pin(self, options: dict, seeds: list[int]) -> dict:
+        """A pin for the client's tag as the server describes it now (/api/show), with these options and seeds."""
+        version, digest, tag = self.server_version(), self.tag_digest(), self.model['ollama_tag']
+        about = self._call('POST', '/api/show', encode({'model': tag}), CHECK_TIMEOUT)
+        details = about['details'] if isinstance(about.get('details'), dict) else {}
+        text = about['license'] if isinstance(about.get('license'), str) and about['license'].strip() else UNSTATED
+        pinned = {'checked_on': date.today().isoformat(), 'license': text.strip().splitlines()[0][:BODY_QUOTED],
+                  **{field: str(details.get(name) or UNSTATED)[:BODY_QUOTED] for field, name in DETAILS.items()},
+                  'ollama_tag': tag, 'ollama_digest': digest, 'ollama_version': version, 'options': options,
+                  'think': False, 'trials': len(seeds), 'seeds': seeds}
+        return {field: pinned[field] for field in MODEL_FIELDS}  # in answer-model.json's order
 
     def loaded_context_length(self) -> int | None:
         """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""
@@ -281,28 +312,44 @@ class AnswerModel:
         return length if type(length) is int and length > 0 else None
 
     def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple:
-        """(response, its body if that is a JSON object, else None); an unreachable server is one AnswerModelError."""
+        """(response, its body if a JSON object, else None) within timeout seconds in all, or one AnswerModelError."""
         import requests
-        headers = {'Content-Type': 'application/json'} if data is not None else {}
-        try:
-            response = self.session.request(method, self.host + path, data=data, headers=headers, timeout=timeout)
-        except requests.Timeout:
+        from urllib3.exceptions import ProtocolError
+        done: dict = {}
+
+        def send() -> None:  # in a thread of its own, so that a reply trickling in cannot outlast the deadline
+            try:
+                done['response'] = self.session.request(method, self.host + path, data=data, timeout=timeout,
+                                                        headers={'Content-Type': 'application/json'} if data else {})
+            except BaseException as error:  # raised below, in the caller's thread
+                done['error'] = error
+        worker = threading.Thread(target=send, daemon=True)
+        worker.start()
+        worker.join(timeout)
+        error = requests.Timeout() if worker.is_alive() else done.get('error')
+        cause = error.args[0] if isinstance(error, requests.RequestException) and error.args else None
+        if isinstance(error, requests.Timeout):
             raise AnswerModelError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
-                                   'check that the server is not stuck or overloaded, then run again') from None
-        except requests.ConnectionError:
+                                   'check that the server is not stuck or overloaded, then run again')
+        if isinstance(cause, ProtocolError):  # it accepted the connection, then closed it before the reply ended
+            raise AnswerModelError(f'Ollama at {self.host} broke off its reply to {path} ({cause.args[0]}): '
+                                   'run again, and read the server log if it happens again')
+        if isinstance(error, requests.ConnectionError):
             # Without the ollama command there is nothing to start: say so before the start advice.
             install = ('' if shutil.which('ollama') else
                        ', and no `ollama` command is on PATH: install Ollama (from its download page), then')
             raise AnswerModelError(f'no Ollama server answers at {self.host}{install or ":"} start it with '
-                                   '`ollama serve`, or set OLLAMA_HOST to the address it listens on') from None
-        except requests.RequestException as error:
+                                   '`ollama serve`, or set OLLAMA_HOST to the address it listens on')
+        if isinstance(error, requests.RequestException):
             raise AnswerModelError(f'cannot send a request to {self.host} ({error}): '
-                                   f'set OLLAMA_HOST like {DEFAULT_HOST}') from None
+                                   f'set OLLAMA_HOST like {DEFAULT_HOST}')
+        if error is not None:
+            raise error
         try:
-            payload = response.json()
+            payload = done['response'].json()
         except ValueError:  # not JSON at all
             payload = None
-        return response, payload if isinstance(payload, dict) else None
+        return done['response'], payload if isinstance(payload, dict) else None
 
     def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
         """One request whose answer must be a JSON object; every way it can fail is one AnswerModelError."""

@@ -24,7 +24,7 @@ import time
 
 from case_set import check_case, grade, load_cases
 from common import LabError, add_input_options, check_fits, markdown_table, progress, run
-from rule_files import load_rule_files
+from rule_files import add_timeout_option, child_cpu, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import add_counter_option, counter, select
 
@@ -34,10 +34,12 @@ CASES = 100
 TURNS = 60
 BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}
 LOG_EVERY = 9  # about one turn in nine is a long log
+MAX_TURNS = 200_000  # turns in all of the first part (--generated x --turns): about 0.2 GB of text
 
 # Sweep: chat-shaped histories at real budgets.
 SWEEP_SEED = 20261201  # its own seed: the sweep's cases share nothing with the first part's
 SWEEP_CASES = 100  # cases per setting; every setting of one history length uses the same cases
+MAX_SWEEP_CASES = 2_000  # --sweep-cases: 1,200 turns each, about 0.5 GB of text
 SWEEP = ((4096, 300), (16384, 300), (65536, 300), (4096, 1200))  # (context_limit, turns per case)
 SWEEP_ANSWER, SWEEP_MARGIN = 512, 64  # the budget's max_new_tokens and margin in every setting
 PASTE_EVERY = 100  # about one turn in a hundred is a pasted log
@@ -287,15 +289,16 @@ def timing_table(seconds: dict) -> str:
                           [[name, *(f'{value:.2f}' for value in passes)] for name, passes in seconds.items()])
 
 
-def rule_timing(path: Path, rule_paths: list) -> str:
+def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     """--cases: each rule's two passes over a case set, after loading the cases, the counter and the rules."""
     cases = load_cases(path)
     for case in cases:
         check_fits(path, case, counter()(build_request(case, [])))
     exact = loaded_counter()
-    rules = {**RULES, **load_rule_files(rule_paths)[0]}
+    rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
-    return timing_table(time_rules(cases, rules, exact))
+    # A rules file's rules run in a process of their own: its CPU counts too.
+    return timing_table(time_rules(cases, rules, exact, lambda: time.process_time() + child_cpu()))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -304,6 +307,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     'context sizes and history lengths (docs/speed.md). With --cases FILE, time each rule on that.')
     parser.add_argument('--generated', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
     add_input_options(parser, None, 'time each rule on this case set instead')
+    add_timeout_option(parser)
     parser.add_argument('--turns', type=int, default=TURNS, help=f'turns per case in the first part (default {TURNS})')
     parser.add_argument('--seed', type=int, default=SEED, help='seed of the first part')
     parser.add_argument('--sweep-cases', type=int, default=SWEEP_CASES,
@@ -313,8 +317,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     only.add_argument('--no-sweep', action='store_true', help='run only the first part')
     add_counter_option(parser)
     args = parser.parse_args(argv)
-    if args.generated < 1 or args.turns < 3 or args.sweep_cases < 1:
-        parser.error('--generated and --sweep-cases must be at least 1, and --turns at least 3')
+    if args.generated < 1 or args.turns < 3 or args.sweep_cases < 1:  # one line, as every refusal of a size
+        raise LabError('--generated and --sweep-cases must be at least 1, and --turns at least 3')
+    if args.generated * args.turns > MAX_TURNS or args.sweep_cases > MAX_SWEEP_CASES:
+        raise LabError(f'--generated times --turns may be at most {MAX_TURNS:,} turns, and --sweep-cases at most '
+                       f'{MAX_SWEEP_CASES:,}: larger case sets would not fit in memory')
     if args.rules and not args.cases:
         parser.error('--rules goes with --cases FILE')
     return args
@@ -324,7 +331,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     select(args.counter)
     if args.cases:
-        print(rule_timing(args.cases, args.rules), end='')
+        print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0
     figures, rows = {}, []
     if not args.sweep:

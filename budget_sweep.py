@@ -9,7 +9,9 @@ every rule runs on every case: the four, each --rules file's, and the best possi
 rule) point holds the figures evaluate.py reports for that rule (with --group, per split or kind too);
 --plot draws them, the same figures giving the same bytes. Everything is loaded once; progress goes to stderr.
 With no options it re-records budget-sweep.json and budget-sweep.png; otherwise the JSON goes to stdout or
---output. A limit or case set it cannot sweep is one line, exit 2, and nothing written. It calls no model.
+--output; --output and --plot are written both or neither, and never over an input. A cell or point where a
+request sent a stale fact or went over the allowance is marked. A limit or case set it cannot sweep is one line,
+exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io
@@ -19,9 +21,9 @@ import time
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import LabError, add_input_options, allowance, by_group, check_fits, code_hashes, counted, markdown_table, \
-    run, sha256_file, summarize, to_json, write_output
-from rule_files import load_rule_files
+from common import LabError, add_input_options, allowance, by_group, check_fits, check_outputs, code_hashes, counted, \
+    markdown_table, printable, run, sha256_file, summarize, to_json, write_output
+from rule_files import add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import DEFAULT, add_counter_option, count_request, counter, select
 
@@ -30,8 +32,13 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
 RECORDING = HERE / 'budget-sweep.json'
 PICTURE = HERE / 'budget-sweep.png'
+MAX_DIGITS = 9  # a context limit is below a billion tokens; longer digit strings are refused, not converted
 BEST = 'best possible'  # the best possible selection's `rule` in the points
-FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'mean_input_tokens', 'over_budget')
+FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'cases_with_stale_facts', 'mean_input_tokens',
+           'over_budget')
+# How the picture marks a point where some request carried a stale fact, or went over the allowance.
+MARKS = {'cases_with_stale_facts': dict(marker='o', markersize=6, markerfacecolor='white', label='stale facts sent'),
+         'over_budget': dict(marker='x', markersize=8, color='red', label='requests over the allowance')}
 # The picture: fixed size, resolution and font, so the same figures give the same bytes.
 STYLE = {'font.family': 'DejaVu Sans', 'font.size': 9, 'svg.hashsalt': 'budget-sweep', 'svg.fonttype': 'path',
          'figure.dpi': 100, 'savefig.dpi': 100}
@@ -53,8 +60,10 @@ def parse_limits(text: str) -> list[int]:
     limits = []
     for part in text.split(','):
         part = part.strip()
-        if not part.isascii() or not part.isdigit() or int(part) <= 0:
-            raise SweepError(f'--context-limits: {part!r} is not a positive integer (give e.g. 256,512,1024)')
+        if not part.isascii() or not part.isdigit() or len(part) > MAX_DIGITS or int(part) <= 0:
+            shown = part if len(part) <= MAX_DIGITS else part[:MAX_DIGITS] + '...'
+            raise SweepError(f'--context-limits: {shown!r} is not a positive integer of at most {MAX_DIGITS} digits '
+                             '(give e.g. 256,512,1024)')
         if int(part) in limits:
             raise SweepError(f'--context-limits: {int(part)} is given twice')
         limits.append(int(part))
@@ -156,18 +165,30 @@ def sweep_table(report: dict) -> str:
     """The required facts each rule found at each limit, as a Markdown table (--format table).
 
     Points of 'recent' at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give
-    '| Rule | 128 | 256 |', '|---|---|---|', '| recent | 4 | 6 |', then a line saying what the figures are.
+    '| Rule | 128 | 256 |', '|---|---|---|', '| recent | 4 | 6 |', then a line saying what the figures are. A point
+    where 2 cases sent a stale fact and 3 requests went over the allowance reads '6 (2 stale, 3 over)'.
     """
     limits = report['context_limits']
-    found = {(entry['rule'], entry['context_limit']): entry['facts_found'] for entry in report['points']}
+    found = {(entry['rule'], entry['context_limit']): f"{entry['facts_found']:,}" + marked(entry)
+             for entry in report['points']}
     rooms = {entry['context_limit']: entry['allowance'] for entry in report['points']}
     totals = {entry['facts_total'] for entry in report['points']}
-    rows = [[rule, *(f'{found[rule, limit]:,}' for limit in limits)]
+    rows = [[rule, *(found[rule, limit] for limit in limits)]
             for rule in dict.fromkeys(entry['rule'] for entry in report['points'])]
     return markdown_table(['Rule', *(f'{rooms[limit]:,}' for limit in limits)], rows) + (
         f"\nRequired facts found of {', '.join(f'{total:,}' for total in sorted(totals))} in "
-        f"{report['case_set']}, at each input allowance (context limits "
-        f"{', '.join(f'{limit:,}' for limit in limits)}).\n")
+        f"{printable(report['case_set'])}, at each input allowance (context limits "
+        f"{', '.join(f'{limit:,}' for limit in limits)})" + ('; in brackets, the cases whose request carried a stale '
+        'fact and the requests over the input allowance, graded all the same' if any(map(marked, report['points']))
+        else '') + '.\n')
+
+
+def marked(entry: dict) -> str:
+    """' (2 stale, 3 over)' for a point with stale facts sent or requests over the allowance, else ''."""
+    marks = [f'{entry[key]:,} {word}' for key, word in (('cases_with_stale_facts', 'stale'), ('over_budget', 'over'))
+             if entry.get(key)]
+    return f" ({', '.join(marks)})" if marks else ''
+
 
 
 def draw_panel(axes, report: dict, title: str, pick) -> None:
@@ -179,7 +200,12 @@ def draw_panel(axes, report: dict, title: str, pick) -> None:
         entries = [entry for entry in report['points'] if entry['rule'] == rule]
         found = [100 * pick(entry)['facts_found'] / pick(entry)['facts_total'] for entry in entries]  # percent
         style = dict(color='black', linestyle='--', marker='') if rule == BEST else dict(marker='o', markersize=3)
-        axes.plot([entry['allowance'] for entry in entries], found, label=rule, linewidth=1.4, clip_on=False, **style)
+        line, = axes.plot([entry['allowance'] for entry in entries], found, label=rule, linewidth=1.4, clip_on=False,
+                          **style)
+        for key, mark in MARKS.items():  # over the line, so a rule that overflows or sends stale facts shows it
+            if points := [(entry['allowance'], y) for entry, y in zip(entries, found) if pick(entry).get(key)]:
+                axes.plot(*zip(*points), **{'color': line.get_color(), **mark, 'label': f'_{key}'}, linestyle='',
+                          clip_on=False)
     axes.set_xscale('log')
     axes.xaxis.set_major_locator(FixedLocator(allowances))
     axes.xaxis.set_minor_locator(NullLocator())
@@ -193,6 +219,7 @@ def draw_panel(axes, report: dict, title: str, pick) -> None:
 def draw(report: dict):
     """The picture of a sweep report: the whole set, then with a group one panel per split or kind."""
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     first = report['points'][0]
     panels = [('all cases', lambda entry: entry)]
@@ -214,7 +241,10 @@ def draw(report: dict):
     for axes in grid[-1, :]:
         axes.set_xlabel(f'input allowance in tokens (context limit - {reserve:,}), log scale')
     # Right of the panels, clear of the title.
-    figure.legend(*grid.flat[0].get_legend_handles_labels(), loc='outside right center', frameon=False)
+    handles = grid.flat[0].get_legend_handles_labels()[0]
+    handles += [Line2D([], [], linestyle='', **{'color': 'black', **mark}) for key, mark in MARKS.items()
+                if any(entry.get(key) for entry in report['points'])]  # only marks the picture holds
+    figure.legend(handles=handles, loc='outside right center', frameon=False)
     figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}")
     return figure
 
@@ -245,6 +275,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add_input_options(parser)
     parser.add_argument('--context-limits', metavar='L1,L2,...', default=','.join(map(str, DEFAULT_LIMITS)),
                         help='context limits to give every case, comma-separated (default: %(default)s)')
+    add_timeout_option(parser)
     parser.add_argument('--group', choices=('split', 'kind'),
                         help='also give each point its figures per split or per kind (and a panel each in the picture)')
     parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the JSON here instead of stdout')
@@ -263,13 +294,14 @@ def main(argv: list[str]) -> int:
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)
     kind = picture_kind(plot) if plot else None
-    rules, files = load_rule_files(args.rules)
+    check_outputs([('--output', output), ('--plot', plot)],
+                  [('--cases', args.cases), *(('--rules', path) for path in args.rules)])
+    rules, files = load_rule_files(args.rules, args.rule_timeout)
     report = sweep_report(args.cases, limits, rules, files, args.group, report_progress)
     drawn = picture(report, kind) if plot else None  # drawn before anything is written
-    if output:
-        write_output(output, to_json(report), 'sweep')
-    if plot:
-        write_output(plot, drawn, 'picture')
+    written = [(output, to_json(report), 'sweep')] * bool(output) + [(plot, drawn, 'picture')] * bool(plot)
+    if written:
+        write_output(*written[0], *written[1:])  # both or neither
     if args.format == 'table':
         print(sweep_table(report), end='')
     elif not output:

@@ -29,7 +29,10 @@ class CaseError(LabError):
 
 def check_budget(where: str, budget) -> None:
     if not isinstance(budget, dict) or set(budget) != set(BUDGET_FIELDS):
-        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}')
+        keys = list(budget) if isinstance(budget, dict) else []
+        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}; missing '
+                        f'{[name for name in BUDGET_FIELDS if name not in keys]}, unexpected '
+                        f'{sorted(set(keys) - set(BUDGET_FIELDS))}')
     for name in BUDGET_FIELDS:
         value = budget[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -83,6 +86,11 @@ def check_case(where: str, case: dict) -> None:
             raise CaseError(f'{where}: field {name} must be a list of non-empty strings')
     if not case['required']:
         raise CaseError(f'{where}: field required is empty; a case needs at least one required fact')
+    if not case['history']:
+        raise CaseError(f'{where}: field history is empty; the required facts must be stated in its messages')
+    if both := [fact for fact in case['stale'] if fact in case['required']]:
+        raise CaseError(f'{where}: field stale: fact {both[0]!r} is also required; a replaced fact cannot be one '
+                        'the question needs')
     said = [turn[role] for turn in case['history'] for role in ('user', 'assistant')]
     joined = '\0'.join(said)  # a fact without NUL found here lies inside one message: no match spans a NUL
     for name in ('required', 'stale'):

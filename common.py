@@ -3,12 +3,14 @@
     import common
     common.run(main)                                  # a script's entry point: packages, errors, Ctrl-C, pipes
     common.allowance({'context_limit': 384, 'max_new_tokens': 96, 'margin': 32})   # -> 256
+    common.check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input
     common.write_output(Path('report.json'), common.to_json(report), 'report')    # whole, or not at all
 
-Besides: JSON in, the allowance, summaries of graded rows by group, Markdown tables, turn numbers counted from 1.
-Importing it checks nothing (only a script that starts checks its packages); it writes and prints nothing on its own.
+Besides: JSON in (regular files only), the allowance, summaries of graded rows by group, escaped Markdown tables,
+turns counted from 1. Importing it checks nothing (a script that starts checks its packages) and writes nothing.
 """
 from collections.abc import Callable
+import contextlib
 import errno
 import hashlib
 import importlib.metadata
@@ -21,6 +23,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / 'requirements.txt'  # the direct pins; requirements.lock holds them with every hash
@@ -34,6 +37,9 @@ EXIT_ERROR = 2  # a mistake the user can fix
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
+TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
+SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
+PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the write is refused
 SPLITS = ('dev', 'held_out')  # reported separately, in this order
 CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
 # Every module whose change can change a row; and, in a report with --rules, the module that runs rules files.
@@ -115,8 +121,11 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
             raise LabError(package_advice(missing))
         status = main(sys.argv[1:])
         sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
-    except LabError as error:
-        print(f'{script_name()}: {error}', file=sys.stderr)
+    except (LabError, UnicodeEncodeError) as error:  # the latter: e.g. PYTHONIOENCODING=ascii and text that is not
+        problem = printable(str(error)) if isinstance(error, LabError) else (  # one line, whatever a name holds
+            f'the output cannot be written as {error.encoding} (it holds {error.object[error.start:error.end]!r}); '
+            'set PYTHONIOENCODING=utf-8')
+        print(f'{script_name()}: {problem}', file=sys.stderr)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt as stop:
         state = stop.args[0] if stop.args and isinstance(stop.args[0], str) else interrupted
@@ -137,6 +146,9 @@ def read_json(path: Path, what: str, advice: str = ''):
     """
     path = Path(path)
     try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+        if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
+            raise LabError(f'{path}: the {what} must be a file, not {SPECIAL.get(kind, "a device")}')
         text = path.read_text(encoding='utf-8-sig')
     except OSError as error:
         problem = f'cannot read the {what}: {error.strerror}'
@@ -174,11 +186,70 @@ def path_text(path: Path) -> str:
     return os.fsencode(path).decode('utf-8', 'backslashreplace')
 
 
-def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write data (text as UTF-8, or bytes) to path whole, without destroying what the path is: a temporary file
-    is renamed over a regular file (which keeps its mode; a new one gets NEW_FILE_MODE) or over the file a symlink
-    finally names (the link stays); a device or named pipe is written into; a directory is IsADirectoryError."""
-    data = data.encode('utf-8') if isinstance(data, str) else bytes(data)
+def file_identity(path: Path) -> tuple | None:
+    """One file however it is spelt or linked: a regular file's (device, inode), else (no file yet) its folder's and
+    its name; None for a pipe or device, which no write replaces."""
+    with contextlib.suppress(OSError):  # a path that cannot be looked at is none; writing to it will say why
+        real = os.path.realpath(path)
+        if not os.path.exists(real):  # no file yet
+            folder = os.stat(os.path.dirname(real))
+            return folder.st_dev, folder.st_ino, os.path.basename(real)
+        status = os.stat(real)
+        return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+
+
+def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str, Path | None]]) -> None:
+    """Refuse, before anything is run, an output that is the same file as an input (or the lab's code) or as another
+    output: check_outputs([('--output', Path('my.json'))], [('--cases', Path('./my.json'))]) raises LabError('--output
+    my.json: the same file as --cases my.json, which this run reads; write the output elsewhere')."""
+    lab = [(f"the lab's {name}", HERE / name)
+           for name in (*CODE_FILES, RULES_CODE_FILE, 'tokenizer-manifest.json', script_name())]
+    seen = {}
+    for option, path in [*inputs, *lab]:
+        if path is not None and len(identity := file_identity(path) or ()) == 2:
+            seen.setdefault(identity, f'{option} {path}, which this run reads')
+    for option, path in outputs:
+        if path is None or (identity := file_identity(path)) is None:
+            continue
+        if identity in seen:
+            raise LabError(f'{option} {path}: the same file as {seen[identity]}; write the output elsewhere')
+        seen[identity] = f'{option} {path}, which this run also writes'
+
+
+def remove_leftovers(target: Path) -> None:
+    """Delete the temporary files of earlier writes to target whose writer is gone (killed outright mid-write):
+    their names carry its pid."""
+    leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
+    for name in os.listdir(target.parent):
+        if match := leftover.fullmatch(name):
+            try:
+                os.kill(int(match[1]), 0)  # signal 0 only asks whether the writer lives
+            except OSError as error:  # EPERM: it lives, as someone else's process
+                if error.errno == errno.ESRCH:
+                    (target.parent / name).unlink(missing_ok=True)
+
+
+def open_writer(path: Path, status: os.stat_result) -> int:
+    """A pipe or device opened for writing, never created or truncated. A named pipe with no reader yet
+    (ENXIO without blocking) is retried for PIPE_WAIT seconds, then refused: it would otherwise hang forever."""
+    deadline = time.monotonic() + PIPE_WAIT
+    while True:
+        try:
+            handle = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(handle, True)  # from here on a slow reader is waited for, as by any writer
+            return handle
+        except OSError as error:
+            if error.errno != errno.ENXIO or not stat.S_ISFIFO(status.st_mode):
+                raise
+            if time.monotonic() > deadline:
+                raise OSError(errno.ENXIO, f'no process opened the named pipe for reading within {PIPE_WAIT} s; '
+                              'start its reader first') from None
+        time.sleep(0.05)
+
+
+def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
+    """The first half of a write, changing nothing at path: (an open descriptor, None) for a pipe or device, else (a
+    temporary file holding data with the mode and owner of the file path finally names, beside it, that file)."""
     try:
         status = os.stat(path)  # follows every link, as the kernel does, so /dev/stdout reads as what it is
     except FileNotFoundError:
@@ -186,33 +257,60 @@ def write_atomically(path: Path, data: str | bytes) -> None:
     if status is not None and stat.S_ISDIR(status.st_mode):
         raise IsADirectoryError(errno.EISDIR, 'it is a directory; name a file in it', str(path))
     if status is not None and not stat.S_ISREG(status.st_mode):
-        with open(os.open(path, os.O_WRONLY), 'wb') as file:  # no creating, truncating or renaming
-            file.write(data)
-        return
+        return open_writer(path, status), None
     target = Path(os.path.realpath(path))
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}.', suffix='.tmp')
+    remove_leftovers(target)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}{TEMPORARY}{os.getpid()}-',
+                                         suffix='.tmp')
     try:
         with os.fdopen(handle, 'wb') as file:
             file.write(data)
+        if status is not None and (status.st_uid, status.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(PermissionError):  # only root may give a file away; others keep their own
+                os.chown(temporary, status.st_uid, status.st_gid)
         os.chmod(temporary, NEW_FILE_MODE if status is None else stat.S_IMODE(status.st_mode))
-        os.replace(temporary, target)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return temporary, target
 
 
-def write_output(path: Path, data: str | bytes, what: str) -> None:
-    """write_atomically for a script's output; a failure is one LabError naming the path and what it is.
-
-    write_output(Path('/no/such/x.json'), '{}', 'report') raises
-    LabError('/no/such/x.json: cannot write the report: No such file or directory').
-    """
+def write_atomically(path: Path, data: str | bytes, *more: tuple[Path, str | bytes]) -> None:
+    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, keeping what a path is: a
+    regular file or the file a symlink names is replaced by a renamed temporary file with its mode and owner (a new
+    one gets NEW_FILE_MODE), a device or pipe written into. All are staged first: if one cannot be, none is written."""
+    files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content))
+             for name, content in [(path, data), *more]]
+    staged = []
     try:
-        write_atomically(path, data)
+        for name, content in files:
+            staged.append(stage(name, content))
+        for (handle, target), (name, content) in zip(staged, files):
+            if target is None:
+                with open(handle, 'wb', closefd=False) as file:
+                    file.write(content)
+            else:
+                os.replace(handle, target)
     except OSError as error:
-        raise LabError(f'{path}: cannot write the {what}: {error.strerror}') from None
+        error.output = name  # which path failed, for write_output's message
+        raise
+    finally:
+        for handle, target in staged:
+            os.close(handle) if target is None else Path(handle).unlink(missing_ok=True)
+
+
+def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, str | bytes, str]) -> None:
+    """write_atomically for a script's outputs, each (path, data, what); a failure is one LabError naming the path
+    and what it is: write_output(Path('/no/such/x.json'), '{}', 'report') raises
+    LabError('/no/such/x.json: cannot write the report: No such file or directory')."""
+    whats = {Path(name): what for name, _, what in [(path, data, what), *more]}
+    try:
+        write_atomically(path, data, *[(name, content) for name, content, _ in more])
+    except OSError as error:
+        raise LabError(f'{error.output}: cannot write the {whats[error.output]}: {error.strerror}') from None
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(f'while writing {path}: a file there holds what it held or all of the new '
-                                'contents, a pipe or device may have received part of them') from None
+        raise KeyboardInterrupt(f"while writing {', '.join(map(str, whats))}: a file there holds what it held or all "
+                                'of the new contents, a pipe or device may have received part of them') from None
 
 
 def add_input_options(parser, cases: Path | None = CASES, cases_help: str = 'case set (default: cases.json)') -> None:
@@ -266,9 +364,17 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
+def printable(text: str) -> str:
+    """Text that shows as itself on one line, control, bidirectional and other invisible characters escaped:
+    printable('a\\nb\\u202ec') -> 'a\\\\nb\\\\u202ec'; printable('café') -> 'café'"""
+    return ''.join(char if char.isprintable() else char.encode('unicode_escape').decode('ascii') for char in text)
+
+
 def markdown_table(header: list[str], rows: list[list[str]], pad: bool = False) -> str:
-    """A Markdown table, its columns padded to line up in a terminal if `pad`:
+    """A Markdown table, its columns padded to line up in a terminal if `pad`; a cell's `|` and invisible
+    characters are escaped, so no name can end a cell or a row:
     markdown_table(['a', 'bb'], [['xyz', '1']], pad=True) -> '| a   | bb |\\n|-----|----|\\n| xyz | 1  |\\n'"""
+    header, *rows = [[printable(cell).replace('|', '\\|') for cell in line] for line in [header, *rows]]
     widths = [max(len(line[column]) for line in [header, *rows]) if pad else 0 for column in range(len(header))]
     rule = '|' + '|'.join('-' * (width + 2) if pad else '---' for width in widths) + '|'
     lines = ['| ' + ' | '.join(cell.ljust(width) for cell, width in zip(cells, widths)) + ' |'

@@ -12,7 +12,8 @@
 A row per (rule, case) says which required and stale facts reach the request, by exact text (case_set.grade):
 it calls no model, so one trial. Beside the rules it holds each case's best possible selection (best_possible.py)
 and the SHA-256 of the case file, of the code that can change a row and of tokenizer-manifest.json
-(docs/reviewing.md). Any bad input is one line and exit 2; Ctrl-C exits 130 and says whether --output was written.
+(docs/reviewing.md). Any bad input, and an --output that is one of its inputs, is one line and exit 2; Ctrl-C or
+SIGTERM exits 130 and says whether --output was written.
 """
 import argparse
 import os
@@ -22,9 +23,9 @@ import sys
 
 import best_possible
 from case_set import grade_rules, load_cases
-from common import CASES, add_input_options, by_group, check_fits, code_hashes, path_text, read_json, run, \
-    sha256_file, to_json, write_output
-from rule_files import load_rule_files
+from common import CASES, PIPE_WAIT, add_input_options, by_group, check_fits, check_outputs, code_hashes, path_text, \
+    read_json, run, sha256_file, to_json, write_output
+from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
 from tokenizer import add_counter_option, count_request, counter, select
 import views
@@ -40,10 +41,10 @@ def check_bare_requests(path: Path, cases: list[dict]) -> None:
         check_fits(path, case, count_request(build_request(case, [])))
 
 
-def report(path: Path = CASES, rule_paths: list = ()) -> dict:
+def report(path: Path = CASES, rule_paths: list = (), rule_timeout: float = RULE_TIMEOUT) -> dict:
     """The full report for a case set: the four rules, then the rules of each file of rule_paths."""
     path = Path(path)
-    rules, files = load_rule_files(rule_paths)
+    rules, files = load_rule_files(rule_paths, rule_timeout)
     cases = load_cases(path)
     check_bare_requests(path, cases)
     rows = grade_rules(cases, {**RULES, **rules}, count_request, 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
@@ -76,7 +77,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--group', choices=('split', 'kind'), default='split', help='rows of the table: one per '
                         'split (default) or one per kind of case, e.g. per LoCoMo category')
     parser.add_argument('--output', type=Path, help='also write the JSON report to this file (replaced whole; '
-                        'a symlink is followed, a pipe or device written into)')
+                        'a symlink is followed, a pipe or device written into, a named pipe once a reader opens it '
+                        f'within {PIPE_WAIT} s; never one of the inputs)')
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
     parser.add_argument('--summary-only', action='store_true',
@@ -84,6 +86,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              'and count the changes case by case in one line')
     parser.add_argument('--show', metavar='CASE_ID', help='print the request each rule builds for this case, '
                         'message by message, then the best possible selection')
+    add_timeout_option(parser)
     parser.add_argument('--strategy', metavar='NAME',
                         help=f'with --show: only this rule ({", ".join(RULES)}, or one from --rules)')
     parser.add_argument('--prompt', action='store_true',
@@ -108,7 +111,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def show(args: argparse.Namespace) -> str:
     """--show: one case's requests, laid out by views.show_case."""
-    rules = {**RULES, **load_rule_files(args.rules)[0]}
+    rules = {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]}
     case = views.find_case(args.cases, load_cases(args.cases), args.show)
     check_bare_requests(args.cases, [case])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
@@ -122,11 +125,13 @@ def main(argv: list[str]) -> int:
     if args.show is not None:  # --show '' is a case id too, and an unknown one
         print(show(args), end='')
         return 0
+    check_outputs([('--output', args.output)],
+                  [('--cases', args.cases), ('--compare', args.compare), *(('--rules', path) for path in args.rules)])
     old = None
     if args.compare:
         old = read_json(args.compare, 'report to compare with')
         views.check_report(args.compare, old)
-    result = report(args.cases, args.rules)
+    result = report(args.cases, args.rules, args.rule_timeout)
     if args.output:
         write_output(args.output, to_json(result), 'report')
     try:

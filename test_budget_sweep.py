@@ -156,7 +156,12 @@ class RefusalTest(unittest.TestCase):
             with self.assertRaises(SweepError, msg=text):
                 parse_limits(text)
         self.assertEqual(self.refused(['--context-limits', '256,0']),
-                         "budget_sweep.py: --context-limits: '0' is not a positive integer (give e.g. 256,512,1024)")
+                         "budget_sweep.py: --context-limits: '0' is not a positive integer of at most 9 digits "
+                         '(give e.g. 256,512,1024)')
+        # Past 4,300 digits int() itself refuses, with a traceback unless the length is checked first.
+        self.assertEqual(self.refused(['--context-limits', '256,' + '9' * 5000]),
+                         "budget_sweep.py: --context-limits: '999999999...' is not a positive integer of at most 9 "
+                         'digits (give e.g. 256,512,1024)')
         self.assertEqual(self.refused(['--context-limits', '256,512,256']),
                          'budget_sweep.py: --context-limits: 256 is given twice')
 
@@ -205,19 +210,31 @@ class RefusalTest(unittest.TestCase):
         path.write_text('X = 1\n', encoding='utf-8')
         self.assertIn('empty_rules.py', self.refused(['--context-limits', '512', '--rules', str(path)]))
 
-    def test_an_unwritable_picture_is_one_line_and_leaves_no_partial_file(self):
+    def test_an_unwritable_picture_is_one_line_and_the_sweep_json_is_not_written_either(self):
         plot = Path(self.folder.name) / 'missing-folder' / 'x.png'
-        message = self.refused(['--context-limits', '512', '--plot', str(plot)], written=True)
+        message = self.refused(['--context-limits', '512', '--plot', str(plot)])
         self.assertEqual(message, f'budget_sweep.py: {plot}: cannot write the picture: No such file or directory')
-        self.assertEqual(json.loads(self.output.read_text(encoding='utf-8'))['context_limits'], [512])  # whole
-        self.assertEqual(sorted(path.name for path in Path(self.folder.name).iterdir()), ['sweep.json'])
+        self.assertEqual(list(Path(self.folder.name).iterdir()), [])
+
+    def test_an_output_that_is_the_case_set_or_the_picture_is_refused_before_the_sweep(self):
+        mine = Path(self.folder.name) / 'my.json'
+        mine.write_bytes(CASES.read_bytes())
+        status, out, err = sweep_main(['--cases', str(mine), '--output', str(Path(self.folder.name) / '.' / 'my.json')])
+        self.assertEqual((status, out, err), (2, '', f'budget_sweep.py: --output {mine}: the same file as --cases '
+                                                     f'{mine}, which this run reads; write the output elsewhere\n'))
+        self.assertEqual(mine.read_bytes(), CASES.read_bytes())
+        plot = Path(self.folder.name) / 'p.png'
+        status, out, err = sweep_main(['--plot', str(plot), '--output', str(plot)])
+        self.assertEqual((status, out, err), (2, '', f'budget_sweep.py: --plot {plot}: the same file as --output '
+                                                     f'{plot}, which this run also writes; write the output elsewhere\n'))
+        self.assertEqual(sorted(path.name for path in Path(self.folder.name).iterdir()), ['my.json'])
 
     def test_the_command_refuses_without_a_traceback(self):
         finished = subprocess.run([sys.executable, str(HERE / 'budget_sweep.py'), '--context-limits', '12x'],
                                   capture_output=True, text=True, cwd=self.folder.name, timeout=120)
         self.assertEqual((finished.returncode, finished.stdout), (2, ''))
         self.assertEqual(finished.stderr, "budget_sweep.py: --context-limits: '12x' is not a positive integer "
-                                          '(give e.g. 256,512,1024)\n')
+                                          'of at most 9 digits (give e.g. 256,512,1024)\n')
 
 
 class TableTest(unittest.TestCase):
@@ -229,6 +246,20 @@ class TableTest(unittest.TestCase):
         self.assertEqual(sweep_table(report), '| Rule | 128 | 1,024 |\n|---|---|---|\n| recent | 4 | 6 |\n'
                          '| best possible | 13 | 14 |\n\nRequired facts found of 14 in cases.json, at each input '
                          'allowance (context limits 256, 1,152).\n')
+
+    def test_a_rule_that_overflows_or_sends_stale_facts_is_marked_in_its_cells(self):
+        # 'everything' finds all 14 facts at 128 tokens only by sending 6,000,036 tokens on average: 12 requests over.
+        points = [{'context_limit': limit, 'allowance': limit - 128, 'rule': rule, 'facts_found': found,
+                   'facts_total': 14, 'cases_with_stale_facts': stale, 'over_budget': over}
+                  for rule, cells in (('recent', ((4, 0, 0), (6, 2, 0))), ('everything', ((14, 2, 12), (14, 2, 1))))
+                  for limit, (found, stale, over) in zip((256, 1152), cells)]
+        report = {'case_set': 'cases.json', 'context_limits': [256, 1152], 'points': points}
+        self.assertEqual(sweep_table(report).splitlines(), [
+            '| Rule | 128 | 1,024 |', '|---|---|---|', '| recent | 4 | 6 (2 stale) |',
+            '| everything | 14 (2 stale, 12 over) | 14 (2 stale, 1 over) |', '',
+            'Required facts found of 14 in cases.json, at each input allowance (context limits 256, 1,152); in '
+            'brackets, the cases whose request carried a stale fact and the requests over the input allowance, '
+            'graded all the same.'])
 
 
 class PictureTest(unittest.TestCase):
@@ -263,13 +294,36 @@ class PictureTest(unittest.TestCase):
         self.assertEqual(list(first.get_xticks()), [64, 256, 896])
         self.assertEqual([label.get_text() for label in first.get_xticklabels()], ['64', '256', '896'])
         self.assertEqual(first.get_ylim(), (0, 100))
-        lines = {line.get_label(): line for line in first.get_lines()}
+        lines = {line.get_label(): line for line in first.get_lines() if not line.get_label().startswith('_')}
         self.assertEqual(list(lines), [*RULES, BEST])
         self.assertEqual(lines[BEST].get_linestyle(), '--')
         self.assertEqual(lines['recent'].get_linestyle(), '-')
         recent = [entry for entry in self.report['points'] if entry['rule'] == 'recent']
         self.assertEqual(list(lines['recent'].get_ydata()), [100 * entry['facts_found'] / 14 for entry in recent])
         self.assertIn('cases.json', figure.get_suptitle())
+
+    def test_points_with_stale_facts_or_requests_over_the_allowance_are_marked_and_the_legend_says_so(self):
+        report = json.loads(json.dumps(self.report))
+        for entry in report['points']:
+            entry['over_budget'] = 5 if (entry['rule'], entry['allowance']) == ('recent', 64) else entry['over_budget']
+        figure = budget_sweep.draw(report)
+        lines = figure.axes[0].get_lines()
+        colour = {line.get_label(): line.get_color() for line in lines}
+        marks = [(line.get_label(), line.get_color(), list(zip(line.get_xdata(), line.get_ydata()))) for line in lines
+                 if line.get_label().startswith('_')]
+        recent = points_by(report)[192, 'recent']
+        self.assertIn(('_over_budget', 'red', [(64, 100 * recent['facts_found'] / 14)]), marks)
+        stale = [(entry['allowance'], 100 * entry['facts_found'] / 14) for entry in report['points']
+                 if entry['cases_with_stale_facts'] and entry['rule'] == 'relevant']
+        self.assertEqual(len(stale), 3)  # relevant sends a stale fact at every limit of cases.json
+        self.assertIn(('_cases_with_stale_facts', colour['relevant'], stale), marks)
+        self.assertEqual([text.get_text() for text in figure.legends[0].get_texts()][-2:],
+                         ['stale facts sent', 'requests over the allowance'])
+        unmarked = json.loads(json.dumps(self.report))
+        for entry in unmarked['points']:
+            entry['cases_with_stale_facts'] = 0
+        self.assertEqual([text.get_text() for text in budget_sweep.draw(unmarked).legends[0].get_texts()],
+                         [*RULES, BEST])
 
     def test_drawing_never_loads_pyplot(self):
         # pyplot would pick a backend, possibly an interactive one; the picture is drawn on a bare Figure.

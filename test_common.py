@@ -19,6 +19,7 @@ import io
 import json
 import os
 from pathlib import Path
+import shlex
 import signal
 import stat
 import subprocess
@@ -223,6 +224,165 @@ class WriteOutputTest(TempFolderTest):
         self.assertEqual(list(self.tmp.iterdir()), [])
 
 
+class OutputIsInputTest(TempFolderTest):
+    """check_outputs compares files, not spellings: another spelling, a symlink or a hard link of an input is it."""
+
+    def test_an_output_that_is_an_input_under_another_spelling_or_link_is_refused_naming_both(self):
+        cases = self.tmp / 'my.json'
+        cases.write_text('[]', encoding='utf-8')
+        (self.tmp / 'link.json').symlink_to('my.json')
+        os.link(cases, self.tmp / 'hard.json')
+        for output in (self.tmp / '.' / 'my.json', self.tmp / 'link.json', self.tmp / 'hard.json'):
+            with self.subTest(output.name), self.assertRaises(LabError) as raised:
+                common.check_outputs([('--output', output)], [('--compare', None), ('--cases', cases)])
+            self.assertEqual(str(raised.exception), f'--output {output}: the same file as --cases {cases}, which '
+                                                    'this run reads; write the output elsewhere')
+        self.assertEqual(cases.read_text(encoding='utf-8'), '[]')
+
+    def test_two_outputs_naming_one_new_file_are_refused_and_an_input_not_there_yet_is_none(self):
+        folder = self.tmp / 'out'
+        folder.mkdir()
+        (self.tmp / 'alias').symlink_to('out')
+        plot = self.tmp / 'alias' / 'p.png'
+        with self.assertRaises(LabError) as raised:
+            common.check_outputs([('--output', folder / 'p.png'), ('--plot', plot)], [('--cases', plot)])
+        self.assertEqual(str(raised.exception), f'--plot {plot}: the same file as --output {folder / "p.png"}, which '
+                                                'this run also writes; write the output elsewhere')
+        common.check_outputs([('--output', folder / 'a.json'), ('--plot', None)], [('--cases', folder / 'b.json')])
+
+    def test_the_labs_own_code_is_an_input_and_a_pipe_is_never_the_same_file(self):
+        with self.assertRaises(LabError) as raised:
+            common.check_outputs([('--output', HERE / 'case_set.py')], [])
+        self.assertEqual(str(raised.exception), f"--output {HERE / 'case_set.py'}: the same file as the lab's "
+                                                f"case_set.py {HERE / 'case_set.py'}, which this run reads; write the "
+                                                'output elsewhere')
+        os.mkfifo(self.tmp / 'pipe')
+        common.check_outputs([('--output', self.tmp / 'pipe'), ('--plot', self.tmp / 'pipe')], [])
+        (self.tmp / 'loop').symlink_to('loop')  # nothing to compare: the write itself will say what is wrong
+        common.check_outputs([('--output', self.tmp / 'loop')], [('--cases', self.tmp / 'loop')])
+
+
+class TwoOutputsTest(TempFolderTest):
+    def test_when_the_second_output_cannot_be_written_the_first_is_not_written_either(self):
+        first = self.tmp / 'sweep.json'
+        first.write_text('old', encoding='utf-8')
+        with self.assertRaises(LabError) as raised:
+            write_output(first, 'new', 'sweep', (self.tmp / 'missing' / 'p.png', b'png', 'picture'))
+        self.assertEqual(str(raised.exception),
+                         f"{self.tmp / 'missing' / 'p.png'}: cannot write the picture: No such file or directory")
+        self.assertEqual(first.read_text(encoding='utf-8'), 'old')
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['sweep.json'])
+
+
+class PipeTest(TempFolderTest):
+    """A named pipe: as input refused at once, as output waited for a bounded time, never forever."""
+
+    def test_a_named_pipe_with_no_writer_as_input_is_refused_at_once_not_waited_on(self):
+        fifo = self.tmp / 'cases.json'
+        os.mkfifo(fifo)
+        result = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(fifo)], cwd=HERE, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual((result.returncode, result.stdout, result.stderr),
+                         (2, '', f'evaluate.py: {fifo}: the case set must be a file, not a named pipe\n'))
+
+    def test_dev_zero_as_input_is_refused_instead_of_read_until_memory_runs_out(self):
+        for option in ('--cases', '--compare'):
+            with self.subTest(option):
+                result = subprocess.run([sys.executable, 'evaluate.py', option, '/dev/zero'], cwd=HERE,
+                                        capture_output=True, text=True, timeout=60)
+                what = 'case set' if option == '--cases' else 'report to compare with'
+                self.assertEqual((result.returncode, result.stderr),
+                                 (2, f'evaluate.py: /dev/zero: the {what} must be a file, not a device\n'))
+
+    def test_an_output_pipe_with_no_reader_is_refused_after_the_wait_and_nothing_is_left(self):
+        fifo = self.tmp / 'report.json'
+        os.mkfifo(fifo)
+        with mock.patch.object(common, 'PIPE_WAIT', 0.3), self.assertRaises(LabError) as raised:
+            write_output(fifo, '{}\n', 'report')
+        self.assertEqual(str(raised.exception), f'{fifo}: cannot write the report: no process opened the named pipe '
+                                                'for reading within 0.3 s; start its reader first')
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
+    def test_an_output_pipe_whose_reader_comes_late_gets_everything(self):
+        fifo = self.tmp / 'report.json'
+        os.mkfifo(fifo)
+        received = self.tmp / 'received'
+        reader = subprocess.Popen(['sh', '-c', f'sleep 0.5; cat {shlex.quote(str(fifo))} > {shlex.quote(str(received))}'])
+        write_output(fifo, 'x' * 200_000, 'report')  # more than a pipe holds: the reader reads as it is written
+        self.assertEqual(reader.wait(timeout=30), 0)
+        self.assertEqual(received.read_bytes(), b'x' * 200_000)
+
+
+class LeftoverTest(TempFolderTest):
+    """Temporary files of a writer killed outright: removed by the next write unless their process lives."""
+
+    def killed_mid_write(self, target: Path) -> str:
+        """Run a child that stages a write to target and is killed with SIGKILL before it renames; its leftover."""
+        child = subprocess.run([sys.executable, '-c', 'import os, signal, sys; import common; '
+                                'common.stage(sys.argv[1], b"half"); os.kill(os.getpid(), signal.SIGKILL)',
+                                str(target)], cwd=HERE, timeout=60)
+        self.assertEqual(child.returncode, -signal.SIGKILL)
+        left = [path.name for path in self.tmp.iterdir() if path.name != target.name]
+        self.assertEqual(len(left), 1)
+        self.assertRegex(left[0], rf'^\.{target.name}\.lab-tmp-\d+-[a-z0-9_]{{8}}\.tmp$')
+        return left[0]
+
+    def test_a_writer_killed_outright_leaves_a_file_the_next_write_removes(self):
+        target = self.tmp / 'report.json'
+        target.write_text('old', encoding='utf-8')
+        self.killed_mid_write(target)
+        write_output(target, 'new', 'report')
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.json'])
+        self.assertEqual(target.read_text(encoding='utf-8'), 'new')
+
+    def test_a_temporary_file_of_a_living_writer_and_one_of_another_name_are_kept(self):
+        target = self.tmp / 'report.json'
+        other = self.killed_mid_write(self.tmp / 'other.json')
+        living = f'.report.json.lab-tmp-{os.getpid()}-abcdefgh.tmp'
+        (self.tmp / living).write_text('being written', encoding='utf-8')
+        write_output(target, 'new', 'report')
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), sorted([living, other, 'report.json']))
+
+    def test_git_ignores_the_temporary_file_pattern(self):
+        if subprocess.run(['git', 'rev-parse'], cwd=HERE, capture_output=True).returncode:
+            self.skipTest('not a git checkout')
+        name = f'.evaluation-result.json{common.TEMPORARY}123-abcdefgh.tmp'
+        for path in (name, f'docs/.locomo-sweep.png{common.TEMPORARY}9-zz_0a1b2.tmp'):
+            with self.subTest(path):
+                self.assertEqual(subprocess.run(['git', 'check-ignore', '-q', '--no-index', path], cwd=HERE)
+                                 .returncode, 0)
+
+    def test_sigterm_during_a_write_removes_the_temporary_file_and_says_what_the_file_holds(self):
+        target = self.tmp / 'report.json'
+        target.write_text('old', encoding='utf-8')
+        # A real SIGTERM, sent by the child to itself between staging and renaming.
+        child = subprocess.run([sys.executable, '-c', 'import os, signal, sys; from pathlib import Path; import common\n'
+                                'real = os.replace\n'
+                                'def replace(*names):\n    os.kill(os.getpid(), signal.SIGTERM); real(*names)\n'
+                                'os.replace = replace\n'
+                                'common.run(lambda argv: common.write_output(Path(argv[0]), "new", "report"), '
+                                'packages=False)', str(target)], cwd=HERE, capture_output=True, text=True, timeout=60)
+        self.assertEqual((child.returncode, child.stderr), (130, (
+            f'-c: interrupted; while writing {target}: a file there holds what it held or all of the new contents, '
+            'a pipe or device may have received part of them\n')))
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.json'])
+        self.assertEqual(target.read_text(encoding='utf-8'), 'old')
+
+
+class OwnerTest(TempFolderTest):
+    @unittest.skipUnless(os.geteuid() == 0, 'only root can give a file to another owner')
+    def test_writing_through_a_symlink_keeps_the_target_files_owner_and_mode(self):
+        target, link = self.tmp / 'theirs.json', self.tmp / 'link.json'
+        target.write_text('old', encoding='utf-8')
+        os.chown(target, 1234, 5678)
+        target.chmod(0o640)
+        link.symlink_to(target.name)
+        write_output(link, 'new', 'report')
+        status = target.stat()
+        self.assertEqual((status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)), (1234, 5678, 0o640))
+        self.assertEqual((target.read_text(encoding='utf-8'), link.is_symlink()), ('new', True))
+
+
 class EvaluateOutputTest(TempFolderTest):
     """End to end: `evaluate.py --output` through a symlink and into a named pipe, as a user would run it."""
 
@@ -411,6 +571,10 @@ class RunTest(unittest.TestCase):
     def test_a_lab_error_is_one_line_naming_the_script_and_exit_2(self):
         self.assertEqual(self.outcome(self.raising(LabError('cases.json: the case set is empty'))),
                          (2, '', 'evaluate.py: cases.json: the case set is empty\n'))
+
+    def test_a_lab_error_naming_a_newline_or_an_override_stays_one_line_showing_them_escaped(self):
+        self.assertEqual(self.outcome(self.raising(LabError("c.json: no case 'a\nb\u202ec'"))),
+                         (2, '', "evaluate.py: c.json: no case 'a\\nb\\u202ec'\n"))
 
     def test_ctrl_c_is_one_line_and_exit_130_saying_what_it_left_behind(self):
         for error, interrupted, line in (

@@ -349,7 +349,19 @@ class CaseValidationTest(unittest.TestCase):
             ('turn with a number', one(lambda c: c['history'][0].update(user=3)),
              'case dev-latest: field history[0] must be an object with exactly the string fields user and assistant'),
             ('budget field missing', one(lambda c: c['budget'].pop('margin')),
-             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', 'margin']"),
+             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
+             "'margin']; missing ['margin'], unexpected []"),
+            ('budget field misspelled', one(lambda c: c['budget'].update(marign=c['budget'].pop('margin'))),
+             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
+             "'margin']; missing ['margin'], unexpected ['marign']"),
+            ('budget not an object', one(lambda c: c.update(budget=[384, 96, 32])),
+             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
+             "'margin']; missing ['context_limit', 'max_new_tokens', 'margin'], unexpected []"),
+            ('empty history', one(lambda c: c.update(history=[])),
+             'case dev-latest: field history is empty; the required facts must be stated in its messages'),
+            ('stale fact also required', one(lambda c: c.update(stale=[c['required'][0]])),
+             "case dev-latest: field stale: fact 'The release freeze starts on Thursday at noon.' is also required; a "
+             'replaced fact cannot be one the question needs'),
             ('negative margin', one(lambda c: c['budget'].update(margin=-1)),
              'case dev-latest: field budget.margin must be a non-negative integer, got -1'),
             ('boolean limit', one(lambda c: c['budget'].update(context_limit=True)),
@@ -552,6 +564,62 @@ class CommandLineTest(unittest.TestCase):
         self.assertIn('evaluate.py: 101 of 101 cases\n', err)
         self.assertNotIn('of 101 cases', out)
         self.assertIn('| recent | dev | 101 of 101 | 101 of 101 | 0 |', out)
+
+
+class OutputIsInputTest(unittest.TestCase):
+    def test_an_output_that_is_the_case_set_or_the_report_compared_with_is_refused_and_both_stay(self):
+        with tempfile.TemporaryDirectory() as folder:
+            mine, old = Path(folder) / 'my.json', Path(folder) / 'old.json'
+            mine.write_bytes((HERE / 'cases.json').read_bytes())
+            old.write_bytes(RECORDED.read_bytes())
+            (Path(folder) / 'link.json').symlink_to('my.json')
+            for args, output, what in (
+                    (['--cases', str(mine)], Path(folder) / 'link.json', f'--cases {mine}'),
+                    (['--compare', str(old)], Path(folder) / '.' / 'old.json', f'--compare {old}')):
+                with self.subTest(what):
+                    result = evaluate_py(*args, '--output', str(output))
+                    self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+                        f'evaluate.py: --output {output}: the same file as {what}, which this run reads; write '
+                        'the output elsewhere\n')))
+            self.assertEqual(mine.read_bytes(), (HERE / 'cases.json').read_bytes())
+            self.assertEqual(old.read_bytes(), RECORDED.read_bytes())
+            self.assertEqual(sorted(path.name for path in Path(folder).iterdir()), ['link.json', 'my.json', 'old.json'])
+
+
+class SignalTest(unittest.TestCase):
+    def test_sigterm_mid_run_says_nothing_was_written_exits_130_and_leaves_no_file(self):
+        template = cases()['dev-latest']
+        many = [dict(copy.deepcopy(template), id=f'copy-{n}') for n in range(2000)]  # progress lines, then more
+        with tempfile.TemporaryDirectory() as folder:
+            path, output = Path(folder) / 'many.json', Path(folder) / 'report.json'
+            path.write_text(json.dumps(many), encoding='utf-8')
+            environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
+            process = subprocess.Popen([sys.executable, 'evaluate.py', '--cases', str(path), '--output', str(output)],
+                                       cwd=HERE, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+            try:
+                first = process.stderr.readline()  # main is grading: the first progress line
+                process.terminate()  # a real SIGTERM
+                out, rest = process.communicate(timeout=120)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+            self.assertEqual(first, 'evaluate.py: 100 of 2000 cases\n')
+            self.assertEqual((process.returncode, out, rest.splitlines()[-1]),
+                             (130, '', 'evaluate.py: interrupted; nothing was written'))
+            self.assertEqual([line for line in rest.splitlines() if not line.startswith('evaluate.py: ')], [])
+            self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['many.json'])
+
+
+class EncodingTest(unittest.TestCase):
+    def test_an_ascii_only_output_is_one_line_not_a_traceback(self):
+        environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
+        result = subprocess.run([sys.executable, 'evaluate.py', '--show', 'dev-latest', '--strategy', 'recent'],
+                                cwd=HERE, capture_output=True, text=True, timeout=300,
+                                env=environment | {'PYTHONIOENCODING': 'ascii'})
+        self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+            "evaluate.py: the output cannot be written as ascii (it holds '\\xb7'); set PYTHONIOENCODING=utf-8\n")))
 
 
 if __name__ == '__main__':

@@ -47,7 +47,7 @@ def utterance(speaker: str, dia_id: str, text: str, **image) -> dict:
 def question(text: str, category: int, evidence: list[str]) -> dict:
     if category == 5:
         return {'question': text, 'adversarial_answer': 'never said', 'evidence': evidence, 'category': category}
-    return {'question': text, 'answer': 'an answer the conversion ignores', 'evidence': evidence, 'category': category}
+    return {'question': text, 'answer': f'gold: {text}', 'evidence': evidence, 'category': category}
 
 
 def locomo_sample() -> list[dict]:
@@ -225,6 +225,32 @@ class ConversionTest(unittest.TestCase):
         self.assertIsNone(evidence_ids(['D1:1', 'session 2']))
 
 
+class GoldAnswersTest(unittest.TestCase):
+    def test_answers_holds_the_gold_answer_of_each_converted_question_as_text(self):
+        data = locomo_sample()
+        data[0]['qa'][1]['answer'] = 2023  # a few of LoCoMo's answers are years, as integers
+        with tempfile.TemporaryDirectory() as folder:
+            answers = Path(folder) / 'locomo-answers.json'
+            output, result = convert(folder, data, '--answers', str(answers))
+            self.assertEqual((result.returncode, result.stdout, result.stderr), (0, '', EXPECTED_SUMMARY))
+            self.assertEqual(json.loads(output.read_text(encoding='utf-8')), EXPECTED_CASES)
+            self.assertEqual(json.loads(answers.read_text(encoding='utf-8')), {'answers': {
+                case['id']: '2023' if case['id'] == 'one-q1' else f'gold: {case["current"]}'
+                for case in EXPECTED_CASES}})
+
+    def test_a_question_without_a_usable_answer_is_refused_only_when_answers_are_asked_for(self):
+        for answer in (None, True, '  ', ['x']):
+            data = locomo_sample()
+            data[1]['qa'][0]['answer'] = answer
+            with self.subTest(answer=answer), tempfile.TemporaryDirectory() as folder:
+                output, result = convert(folder, data, '--answers', str(Path(folder) / 'answers.json'))
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f'locomo_cases.py: {Path(folder) / "locomo10.json"}: sample two: '
+                                 f'field qa[0].answer must be a non-empty string or an integer, got {answer!r}\n')
+                self.assertEqual(sorted(path.name for path in Path(folder).iterdir()), ['locomo10.json'])
+                self.assertEqual(convert(folder, data)[1].returncode, 0)
+
+
 class BadInputTest(unittest.TestCase):
     def test_each_bad_input_exits_2_with_one_line_and_writes_nothing(self):
         def changed(change):
@@ -268,6 +294,12 @@ class BadInputTest(unittest.TestCase):
              "sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got '1:1'"),
             ('repeated utterance id', changed(lambda d: conversation(d)['session_2'][0].update(dia_id='D1:1')),
              "sample one: field conversation.session_2[0].dia_id repeats 'D1:1'"),
+            ('utterance number past 4,300 digits', changed(lambda d: conversation(d)['session_1'][0].update(
+                dia_id='D1:' + '9' * 5000)),  # int() would refuse it with a traceback
+             f"sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got 'D1:{'9' * 5000}'"),
+            ('session number past 4,300 digits', changed(lambda d: d[1].update(conversation={
+                'speaker_a': 'Cy', 'speaker_b': 'Di', 'session_' + '1' * 5000: []})),
+             'sample two: field conversation holds no session_N list'),
             ('unknown category', changed(lambda d: d[1]['qa'][0].update(category=6)),
              'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 6'),
             ('category as a float', changed(lambda d: d[1]['qa'][0].update(category=4.0)),
@@ -306,6 +338,29 @@ class BadInputTest(unittest.TestCase):
                              (2, 'locomo_cases.py: the budget options: field budget leaves no input allowance '
                                  '(context_limit - max_new_tokens - margin must be positive)\n'))
             self.assertFalse(output.exists())
+
+    def test_an_output_that_is_the_locomo_file_is_refused_and_the_download_stays(self):
+        with tempfile.TemporaryDirectory() as folder:
+            source = Path(folder) / 'locomo10.json'
+            (Path(folder) / 'link.json').symlink_to('locomo10.json')
+            for output in (source, Path(folder) / 'link.json'):
+                with self.subTest(output.name):
+                    text = json.dumps(locomo_sample())
+                    source.write_text(text, encoding='utf-8')
+                    result = subprocess.run([sys.executable, 'locomo_cases.py', str(source), '--output', str(output)],
+                                            cwd=HERE, capture_output=True, text=True, timeout=120)
+                    self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
+                        f'locomo_cases.py: --output {output}: the same file as the LoCoMo file {source}, which this '
+                        'run reads; write the output elsewhere\n')))
+                    self.assertEqual(source.read_text(encoding='utf-8'), text)
+
+    def test_an_evidence_number_past_4300_digits_is_skipped_as_not_an_id(self):
+        data = locomo_sample()
+        data[1]['qa'].append(question('How far?', 4, ['D1:' + '3' * 5000]))
+        with tempfile.TemporaryDirectory() as folder:
+            _, result = convert(folder, data)
+        self.assertEqual((result.returncode, result.stderr), (0, EXPECTED_SUMMARY.replace(
+            '12 questions', '13 questions').replace('1 evidence not an id', '2 evidence not an id')))
 
     def test_unknown_category_option_is_a_usage_error(self):
         with tempfile.TemporaryDirectory() as folder:

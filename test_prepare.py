@@ -58,6 +58,16 @@ TINY_INP = f"\n{REAL_MANIFEST['pypi_mirror']['vector_separator']}\n".join(['ab',
 TINY_OUT = b'7\n9 4 5\n6 8 5\n'
 TIMEOUT = 60
 FAILING_PIP = 'import sys; sys.exit(3)\n'
+# Fails as pip does when the disk fills up: a real ENOSPC from writing to /dev/full, reported in pip's words.
+FULL_DISK_PIP = """
+import sys
+try:
+    with open('/dev/full', 'wb') as file:
+        file.write(b'x' * 65536)
+except OSError as error:
+    print(f'ERROR: Could not install packages due to an OSError: {error}', file=sys.stderr)
+    sys.exit(1)
+"""
 # Writes into its temp folder, starts a process of its own as pip's isolated build does, says where both are,
 # and waits to be interrupted.
 WAITING_PIP = """
@@ -339,6 +349,17 @@ class HubSourceTest(HubTest):
                          'prepare.py: error: pip download of the llama-cpp-python==0.3.36 sdist failed (exit 3, '
                          "pip's message is above); check pip's index configuration (pip config list) or try "
                          '--source hub')
+        self.assert_nothing_written()
+
+    def test_a_full_disk_during_pip_download_says_the_disk_is_full_not_to_check_the_index(self) -> None:
+        result = self.run_prepare(f'http://127.0.0.1:{closed_port()}', '--source', 'pypi', pip=FULL_DISK_PIP)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn('\nERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n',
+                      result.stderr)  # pip's own message, passed on
+        self.assertEqual(error_line(self, result), (
+            'prepare.py: error: pip download of the llama-cpp-python==0.3.36 sdist failed (exit 1): the disk is full '
+            f"(pip's message is above); free space in {self.tmp}, where pip downloads and builds, or "
+            f'{prepare.ELSEWHERE}'))
         self.assert_nothing_written()
 
     def test_hub_answer_other_than_unreachable_is_an_error_not_a_fallback(self) -> None:

@@ -4,22 +4,38 @@
 
 Each test is named after the failure it pins. Figures come from the recorded
 report or are worked out by hand; rules files are written into temporary folders only.
+Every rule runs in a real rules process; the attacks of issue 24 are made for real
+(frames and the garbage collector searched, sys.exit, prints, loops stopped by a short
+--rule-timeout, a killed lab).
 """
+import contextlib
 import copy
 import hashlib
+import io
 import json
+import os
 import re
 from pathlib import Path
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
+from unittest import mock
 
+import benchmark
+from benchmark import rule_timing
+import budget_sweep
 from case_set import grade, load_cases
+import common
 from common import CODE_FILES
+import evaluate
 from evaluate import report
-from rule_files import carried_turns, load_rule_files
+import rule_files
+from rule_files import RuleError, carried_turns, load_rule_files
 from tokenizer import count_request
 from views import report_table
 
@@ -32,9 +48,9 @@ README = (HERE / 'README.md').read_text(encoding='utf-8')
 MY_RULES = re.search(r'Save this as `my_rules.py`.*?\n```python\n(.*?)```\n', README, re.S)[1]
 
 
-def evaluate_py(*args: str) -> subprocess.CompletedProcess:
+def evaluate_py(*args: str, script: str = 'evaluate.py') -> subprocess.CompletedProcess:
     """The real command, reading the prepared folder this process reads."""
-    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
+    return subprocess.run([sys.executable, script, *args], cwd=HERE, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -55,22 +71,63 @@ class RulesFolder(unittest.TestCase):
         path.write_text(textwrap.dedent(text), encoding='utf-8')
         return path
 
-    def rule(self, body: str, name: str = 'mine'):
-        """The wrapped rule `name` of a file whose rule function has this body."""
+    def rule(self, body: str, name: str = 'mine', timeout: float = rule_files.RULE_TIMEOUT):
+        """The rule `name` of a file whose rule function has this body, as the lab runs it."""
         path = self.write('from strategies import build_request\n\ndef rule(case, count):\n'
                           + textwrap.indent(textwrap.dedent(body), '    ') + f'\n\nRULES = {{{name!r}: rule}}\n')
-        return load_rule_files([path])[0][name]
+        return load_rule_files([path], timeout)[0][name]
+
+    def refusal(self, body: str, case_id: str = 'dev-latest', timeout: float = rule_files.RULE_TIMEOUT) -> str:
+        """The message of the RuleError the rule with this body ends in, on that case."""
+        with self.assertRaises(RuleError) as raised:
+            self.rule(body, timeout=timeout)(case_named(case_id), count_request)
+        self.assertNotIn('\n', str(raised.exception))
+        return str(raised.exception)
 
 
 class ContractTest(RulesFolder):
     def test_a_rule_never_sees_the_labels(self):
-        path = self.write('SEEN = []\ndef rule(case, count):\n    SEEN.append(sorted(case))\n'
-                          '    return [{"role": "user", "content": case["current"]}]\nRULES = {"mine": rule}\n')
+        selected = self.rule('return [{"role": "user", "content": ",".join(sorted(case))}]')(
+            case_named('dev-correction'), count_request)
+        self.assertEqual(selected['messages'][0]['content'], 'budget,current,history,id,instructions,kind,split')
+
+    def test_a_rule_that_searches_frames_and_the_garbage_collector_finds_no_labels_to_read_or_change(self):
+        # In the lab's own process this rule found the graded case and scored exactly the best possible; writing
+        # to its labels changed the best possible row. In the rules process there is no labelled case to find.
+        path = self.write(CHEAT, 'cheat.py')
         rules, _ = load_rule_files([path])
-        rules['mine'](case_named('dev-correction'), count_request)
-        module = next(module for module in list(sys.modules.values())
-                      if getattr(module, '__file__', None) == str(path.resolve()))
-        self.assertEqual(module.SEEN, [['budget', 'current', 'history', 'id', 'instructions', 'kind', 'split']])
+        said = rules['cheat'](case_named('dev-correction'), count_request)['messages'][-1]['content']
+        self.assertTrue(said.startswith('labelled objects found: 0, objects searched: '), said)
+        self.assertGreater(int(said.split(': ')[-1].split('\n')[0]), 1000)  # the search did run
+        recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
+        result = report(HERE / 'cases.json', [path])
+        self.assertEqual([result['summary']['cheat'][split]['facts_found'] for split in ('dev', 'held_out')], [0, 0])
+        self.assertEqual(result['best_possible'], recorded['best_possible'])
+        for name in ('recent', 'relevant', 'notes', 'hybrid'):
+            self.assertEqual(result['cases'][name], recorded['cases'][name])
+
+    def test_a_message_that_reads_short_when_counted_and_long_when_copied_is_counted_as_graded(self):
+        # A dict whose content is the question at its first reading and the whole history after that: in the
+        # lab's own process it was counted short and graded long, "7 of 7 within budget". As JSON it is read
+        # once per crossing, and the lab counts the very text it grades.
+        rule = self.rule('''
+            class Shifty(dict):
+                readings = 0
+                def __getitem__(self, key):
+                    Shifty.readings += key == 'content'
+                    if key != 'content' or Shifty.readings == 1:
+                        return dict.__getitem__(self, key)
+                    return ' '.join(turn['user'] + ' ' + turn['assistant'] for turn in case['history'])
+                def items(self):
+                    return [(key, self[key]) for key in self]
+            request = build_request(case, [])
+            request[-1] = Shifty(request[-1])
+            return {'messages': request, 'input_tokens': count(request)}''')
+        case = case_named('dev-correction')
+        selected = rule(case, count_request)
+        self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
+        row = grade(case, selected)
+        self.assertEqual((row['required_found'], row['within_budget']), (1, selected['input_tokens'] <= 256))
 
     def test_a_rule_that_changes_its_case_cannot_change_the_labs(self):
         case = case_named('dev-correction')
@@ -91,6 +148,23 @@ class ContractTest(RulesFolder):
         self.assertEqual((selected['input_tokens'], selected['turns'], selected['notes']), (57, [0], 0))
         self.assertEqual(sorted(selected), ['input_tokens', 'messages', 'notes', 'turns'])
 
+    def test_one_rules_process_serves_every_rule_and_case_and_it_is_not_the_lab(self):
+        path = self.write('import os\nRULES = {name: lambda case, count: [{"role": "user", "content": str(os.getpid())}]'
+                          ' for name in ("one", "two")}\n')
+        rules, _ = load_rule_files([path])
+        pids = {rule(case, count_request)['messages'][0]['content'] for rule in rules.values()
+                for case in load_cases(HERE / 'cases.json')}
+        self.assertEqual(len(pids), 1)
+        self.assertNotEqual(pids, {str(os.getpid())})
+
+    def test_a_rules_file_imports_a_helper_module_beside_it_and_writes_no_bytecode(self):
+        self.write('PREFIX = "from the helper: "\n', 'my_helper.py')
+        path = self.write('import my_helper\nRULES = {"helped": lambda case, count: '
+                          '[{"role": "user", "content": my_helper.PREFIX + case["current"]}]}\n')
+        selected = load_rule_files([path])[0]['helped'](case_named('dev-latest'), count_request)
+        self.assertEqual(selected['messages'][0]['content'], 'from the helper: ' + case_named('dev-latest')['current'])
+        self.assertEqual(sorted(p.name for p in path.parent.iterdir()), ['my_helper.py', 'rules.py'])
+
     def test_a_plain_list_of_messages_is_a_request(self):
         selected = self.rule('return build_request(case, [0, 1])')(case_named('dev-correction'), count_request)
         row = grade(case_named('dev-correction'), selected)
@@ -102,6 +176,33 @@ class ContractTest(RulesFolder):
         row = grade(case, self.rule('return build_request(case, [0, 1, 2])')(case, count_request))
         self.assertEqual((row['turns'], row['within_budget'], row['required_found']), ([0, 1, 2], False, 1))
         self.assertGreater(row['input_tokens'], 256)
+
+
+CHEAT = '''\
+import gc
+import sys
+
+
+def cheat(case, count):
+    """Look for the labelled case in every frame up the stack and in every object alive; copy its facts, change them."""
+    facts, labelled = [], []
+    frame = sys._getframe(1)
+    while frame is not None:
+        labelled += [value for value in list(frame.f_locals.values()) if isinstance(value, dict) and 'required' in value]
+        frame = frame.f_back
+    searched = gc.get_objects()
+    labelled += [value for value in searched if isinstance(value, dict) and 'required' in value]
+    for found in labelled:
+        facts += found['required']
+        found['required'].append('a fact no message states')
+        found['stale'].extend(found['required'])
+    return [{'role': 'system', 'content': case['instructions']},
+            {'role': 'user', 'content': '\\n'.join([f'labelled objects found: {len(labelled)}, objects searched: '
+                                                   f'{len(searched)}', *facts, case['current']])}]
+
+
+RULES = {'cheat': cheat}
+'''
 
 
 class TurnDetectionTest(unittest.TestCase):
@@ -201,11 +302,207 @@ class RefusalTest(RulesFolder):
         self.assertEqual(self.refused(path), f"evaluate.py: {path}: rule mine: case dev-pronoun: the rule raised "
                                              f"KeyError: 'context_limit' (line 5 of rules.py)\n")
 
+    def test_sys_exit_at_import_or_in_a_rule_is_exit_2_not_a_silent_no_change(self):
+        # Under --compare exit 0 means "no change": a rule's exit must not be taken for one.
+        at_import = self.write('import sys\nsys.exit(0)\n', 'at_import.py')
+        self.assertEqual(lab_main(evaluate, '--rules', str(at_import), '--compare', str(RECORDED)),
+                         (2, '', f'evaluate.py: {at_import}: cannot import it: SystemExit: 0 (line 2 of at_import.py)\n'))
+        in_rule = self.write('import sys\nRULES = {"quits": lambda case, count: sys.exit(0)}\n', 'in_rule.py')
+        self.assertEqual(lab_main(evaluate, '--rules', str(in_rule), '--compare', str(RECORDED)),
+                         (2, '', f'evaluate.py: {in_rule}: rule quits: case dev-latest: the rule raised SystemExit: 0 '
+                             '(line 2 of in_rule.py)\n'))
+
+    def test_a_looping_rule_or_import_is_stopped_by_the_rule_timeout_in_every_script_that_runs_rules(self):
+        looping = self.write('def rule(case, count):\n    while True:\n        pass\nRULES = {"loops": rule}\n')
+        at_import = self.write('while True:\n    pass\n', 'at_import.py')
+        limit = ' (--rule-timeout SECONDS sets the limit per case)'
+        for script, extra in ((evaluate, ()), (evaluate, ('--show', 'dev-latest')),
+                              (budget_sweep, ('--context-limits', '256')), (benchmark, ('--cases', 'cases.json'))):
+            with self.subTest(script=script.__name__, extra=extra):
+                started = time.monotonic()
+                status, out, err = lab_main(script, '--rules', str(looping), '--rule-timeout', '0.3', *extra)
+                self.assertLess(time.monotonic() - started, 30)
+                self.assertEqual((status, out), (2, ''))
+                self.assertEqual(err.splitlines()[-1],  # after the script's own progress lines
+                                 f'{script.__name__}.py: {looping}: rule loops: case dev-latest: still running after '
+                                 f'0.3 s{limit}')
+                status, out, err = lab_main(script, '--rules', str(at_import), '--rule-timeout', '0.3', *extra)
+                self.assertEqual((status, err), (2, f'{script.__name__}.py: {at_import}: still running after 0.3 s'
+                                                    f'{limit}\n'))
+
+    def test_a_rule_timeout_that_is_not_a_positive_number_is_refused_by_the_option(self):
+        for value in ('0', '-1', 'nan', 'inf', 'soon'):
+            result = evaluate_py('--rule-timeout', value)
+            self.assertEqual(result.returncode, 2)
+            self.assertTrue(result.stderr.endswith(f"error: argument --rule-timeout: invalid seconds value: "
+                                                   f"'{value}'\n"), result.stderr)
+
     def test_an_unknown_strategy_for_show_is_one_line_listing_the_rules(self):
         path = self.write(MY_RULES)
         self.assertEqual(self.refused(path, extra=('--show', 'dev-latest', '--strategy', 'nope')),
                          'evaluate.py: --strategy nope: no such rule; the rules are: recent, relevant, notes, hybrid, '
                          'question_words_first\n')
+
+
+class AnythingGoesWrongTest(RulesFolder):
+    """Whatever a rule raises or returns is one RuleError naming file, rule and case (a real rules process)."""
+
+    def test_an_exception_of_any_kind_is_one_line(self):
+        self.assertEqual(self.refusal('class Custom(BaseException):\n    pass\nraise Custom("mine")')
+                         .split(': ', 1)[1], 'rule mine: case dev-latest: the rule raised Custom: mine (line 6 of rules.py)')
+        self.assertTrue(self.refusal('raise KeyboardInterrupt').endswith('the rule raised KeyboardInterrupt '
+                                                                          '(line 4 of rules.py)'))
+        unreadable = 'class Unreadable(Exception):\n    def __str__(self):\n        raise SystemExit(3)\nraise Unreadable()'
+        self.assertTrue(self.refusal(unreadable).endswith('the rule raised an exception that cannot be shown'))
+
+    def test_rules_whose_items_raise_is_one_line_naming_the_file(self):
+        path = self.write('class Rules(dict):\n    def items(self):\n        raise RuntimeError("no items")\n'
+                          'RULES = Rules(mine=len)\n')
+        with self.assertRaisesRegex(RuleError, f'^{re.escape(str(path))}: cannot read its RULES: RuntimeError: no '
+                                               r'items \(line 3 of rules\.py\)$'):
+            load_rule_files([path])
+
+    def test_a_lone_surrogate_in_a_request_is_refused_not_a_traceback(self):
+        self.assertTrue(self.refusal('return [{"role": "user", "content": "a\\ud800"}]').endswith(
+            ': rule mine: case dev-latest: returned a request the counter does not accept: message 0: its text '
+            'holds a lone surrogate, which is not text'))
+        counted = self.refusal('count([{"role": "user", "content": "a\\ud800"}])')
+        self.assertTrue(counted.endswith("the rule raised CounterError: message 0: its text holds a lone surrogate, "
+                                         "which is not text (line 4 of rules.py)"), counted)
+
+    def test_a_return_value_json_cannot_carry_is_one_line(self):
+        self.assertTrue(self.refusal('return [{"role": "user", "content": {1, 2}}]').endswith(
+            "returned what JSON cannot carry: TypeError: Object of type set is not JSON serializable"))
+
+    def test_a_rule_that_ends_its_process_is_one_line_with_the_exit_status(self):
+        self.assertTrue(self.refusal('import os\nos._exit(7)').endswith(
+            'rule mine: case dev-latest: the rules process ended (exit status 7) without answering'))
+
+    def test_a_looping_rule_is_stopped_and_its_process_ended(self):
+        started = time.monotonic()
+        rule = self.rule('while True:\n    pass', timeout=0.3)
+        with self.assertRaisesRegex(RuleError, r': rule mine: case dev-latest: still running after 0\.3 s '):
+            rule(case_named('dev-latest'), count_request)
+        self.assertLess(time.monotonic() - started, 30)
+        self.assertEqual([child.process.returncode for child in rule_files._children
+                          if child.timeout == 0.3], [-signal.SIGKILL])
+
+    def test_names_that_could_pass_for_another_row_or_forge_one_are_refused(self):
+        for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', ''):
+            path = self.write(f'RULES = {{{name!r}: len}}\n')
+            with self.subTest(name=name), self.assertRaises(RuleError) as raised:
+                load_rule_files([path])
+            self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable text '
+                                                    'without "|", with single spaces between words and none at the ends')
+        for name in ('Recent', 'best possible (READS the labels)'):
+            path = self.write(f'RULES = {{{name!r}: len}}\n')
+            with self.subTest(name=name), self.assertRaisesRegex(RuleError, f'rule {re.escape(name)}: the name is '
+                                                                            'taken by the lab, ignoring case'):
+                load_rule_files([path])
+        one, two = self.write('RULES = {"Mine": len}\n', under='one'), self.write('RULES = {"mine": len}\n', under='two')
+        with self.assertRaisesRegex(RuleError, f'rule mine: the name is taken by a rule of {re.escape(str(one))}$'):
+            load_rule_files([one, two])
+
+
+class ProcessTest(RulesFolder):
+    def test_prints_go_to_stderr_labelled_and_the_report_stays_valid_json(self):
+        path = self.write('''\
+            import os, sys
+            print('loaded')
+            def rule(case, count):
+                print('asked', case['id'])
+                print('to stderr', file=sys.stderr)
+                os.write(1, b'straight to fd 1\\n')
+                return [{'role': 'user', 'content': case['current']}]
+            RULES = {'talks': rule}
+            ''', 'talks.py')
+        result = evaluate_py('--rules', str(path))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout)['summary']['talks']['dev']['cases'], 6)
+        lines = result.stderr.splitlines()
+        self.assertEqual(lines[:5], [f'{path}: loaded', f'{path}: rule talks: asked dev-latest',
+                                     f'{path}: rule talks: to stderr', 'straight to fd 1',
+                                     f'{path}: rule talks: asked dev-old-decision'])
+        self.assertEqual(len(lines), 1 + 12 * 3)
+
+    def test_a_killed_lab_takes_its_looping_rules_process_with_it(self):
+        started = Path(self.folder.name, 'started')
+        path = self.write(f'''\
+            def rule(case, count):
+                open({str(started)!r}, 'w').close()
+                while True:
+                    pass
+            RULES = {{'loops': rule}}
+            ''')
+        lab = subprocess.Popen([sys.executable, 'evaluate.py', '--rules', str(path)], cwd=HERE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lab.wait)
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline and lab.poll() is None:
+            time.sleep(0.05)
+        children = Path(f'/proc/{lab.pid}/task/{lab.pid}/children').read_text().split()
+        self.assertEqual(len(children), 1)
+        os.kill(lab.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while alive(int(children[0])) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertFalse(alive(int(children[0])))
+
+    def test_benchmark_times_a_rules_files_rule_with_its_own_process_cpu(self):
+        path = self.write('''\
+            import time
+            def rule(case, count):
+                start = time.process_time()
+                while time.process_time() - start < 0.02:
+                    pass
+                return [{'role': 'user', 'content': case['current']}]
+            RULES = {'burns': rule}
+            ''')
+        with contextlib.redirect_stderr(io.StringIO()):
+            table = rule_timing(HERE / 'cases.json', [path], 10)
+        row = next(line for line in table.splitlines() if '| burns |' in line)
+        for seconds in row.strip('| ').split(' | ')[1:]:
+            self.assertGreaterEqual(float(seconds), 12 * 0.02)
+
+    def test_a_users_rules_file_in_the_lab_folder_is_not_taken_for_a_lab_script(self):
+        # The README says to save my_rules.py in the lab's folder; test_cli must not run it as one of its scripts.
+        lab = Path(self.folder.name, 'lab')
+        lab.mkdir()
+        tracked = subprocess.run(['git', 'ls-files', '-z', '*.py', 'requirements.txt'], cwd=HERE, capture_output=True, check=True,
+                                 timeout=60).stdout.decode().split('\0')
+        for name in filter(None, tracked):
+            shutil.copy2(HERE / name, lab / name)
+        for command in (['git', 'init', '-q'], ['git', 'add', '.']):
+            subprocess.run(command, cwd=lab, check=True, timeout=60, capture_output=True)
+        (lab / 'my_rules.py').write_text(MY_RULES + "\nif __name__ == '__main__':\n    print('run me')\n",
+                                         encoding='utf-8')
+        found = subprocess.run([sys.executable, '-c', 'import test_cli; print(test_cli.SCRIPTS)'], cwd=lab,
+                               capture_output=True, text=True, timeout=120, check=True).stdout
+        self.assertIn("'evaluate.py'", found)
+        self.assertNotIn('my_rules.py', found)
+
+
+def lab_main(script, *argv: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a script's entry point, common.run, run in this process (its rules
+    process is real)."""
+    out, err = io.StringIO(), io.StringIO()
+    handler = signal.getsignal(signal.SIGTERM)  # common.run handles SIGTERM as Ctrl-C from here on
+    try:
+        with mock.patch.object(sys, 'argv', [f'{script.__name__}.py', *argv]), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            common.run(script.main, 'nothing was written')
+    except SystemExit as exited:
+        return exited.code, out.getvalue(), err.getvalue()
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for its parent's wait does not)."""
+    try:
+        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
 
 
 class ReportTest(RulesFolder):

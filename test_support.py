@@ -6,14 +6,16 @@ encoded by the tokenizers library straight from prepared/tokenizer.json) share n
 
 FakeOllama speaks the /api wire format as Ollama 0.32.14 writes it (api/types.go, server/routes.go):
 counts left out when zero, a reply with done false and no counts where generation ended without a final
-response, done_reason "length", a thinking field, /api/ps with or without context_length, and any version
-string. Its prompt_eval_count is official_count of the chat, never the lab's counter, so a recording
-test's prompt-token check compares the lab's count with an independent one; without the template file it
-leaves the count out, as a server that reports none would. NotOllama is another kind of HTTP server on
-127.0.0.1. Each test file calls only_loopback() from its setUpModule, so every HTTP request its tests make
-is checked to go to 127.0.0.1 and OLLAMA_HOST points at a closed loopback port: no test reaches a real server.
+response, done_reason "length", a thinking field, the model named as the request named it, /api/show's
+details, /api/ps with or without context_length, and any version string. Its prompt_eval_count is
+official_count of the chat, never the lab's counter, so a recording test's prompt-token check compares the
+lab's count with an independent one; without the template file it leaves the count out, as a server that
+reports none would. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed bytes, one at
+a time if asked (a trickling server), then closes. Each test file calls only_loopback() from its setUpModule,
+so every HTTP request its tests make is checked to go to 127.0.0.1 and OLLAMA_HOST points at a closed loopback
+port: no test reaches a real server.
 run_command runs a script's main as a user's command runs it, through common.run. This module holds no
-test methods (AnswerFilesTest is only a base class).
+test methods (AnswerFilesTest and Rejecting are only base classes).
 """
 
 import contextlib
@@ -50,6 +52,10 @@ OTHER = 'a' * 64  # a digest the tag might point to after it moved
 SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
 LOADED_CONTEXT = 4096  # what the fake's /api/ps reports; a real server loads gemma4:e2b with at least 2048
 TIMEOUT = 5.0  # seconds for every request a test makes; the fake answers in milliseconds
+# What the fake's /api/tags and /api/show say about every model it holds, as Ollama spells it.
+DETAILS = {'parent_model': '', 'format': 'gguf', 'family': 'gemma4', 'families': ['gemma4'], 'parameter_size': '5.1B',
+           'quantization_level': 'Q4_K_M'}
+LICENSE = '\n  Apache License\n  Version 2.0, January 2004\n'
 
 
 REAL_REQUEST = requests.Session.request
@@ -78,7 +84,8 @@ def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_rea
     message = {'role': 'assistant', 'content': content}
     if thinking:
         message['thinking'] = thinking
-    payload = {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z', 'message': message,
+    # FakeOllama adds the model, named as the request named it, where a test's payload leaves it out.
+    payload = {'created_at': '2026-10-20T00:00:00Z', 'message': message,
                'done_reason': done_reason, 'done': True, 'total_duration': 1000}
     if prompt_tokens:
         payload['prompt_eval_count'] = prompt_tokens
@@ -90,8 +97,7 @@ def reply(content: str, prompt_tokens: int = 0, answer_tokens: int = 0, done_rea
 def unfinished(content: str) -> dict:
     """What the server sends with stream false when generation ends without a final response (a token
     repeated over and over): the text so far, done false, and no done_reason, durations or counts."""
-    return {'model': 'gemma4:e2b', 'created_at': '2026-10-20T00:00:00Z',
-            'message': {'role': 'assistant', 'content': content}, 'done': False}
+    return {'created_at': '2026-10-20T00:00:00Z', 'message': {'role': 'assistant', 'content': content}, 'done': False}
 
 
 def server_count(messages: list[dict]) -> int | None:
@@ -123,20 +129,21 @@ class FakeOllama(LoopbackServer):
     chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1);
     version is what /api/version says; context_length is what /api/ps reports for a loaded model
     (None: the field is left out, as servers before 0.9.7 do); ps_status other than 200 makes /api/ps
-    fail with that status, as a proxy in front of the server might.
+    fail with that status, as a proxy in front of the server might. Setting fake.digest moves the tag.
     """
 
     def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply,
                  version: str = SERVER_VERSION, context_length: int | None = LOADED_CONTEXT,
                  ps_status: int = 200):
         self.requests: list[tuple[str, str, bytes]] = []
+        self.digest = digest
         fake = self
 
         def loaded() -> list[dict]:
             """/api/ps: the model is loaded once a chat request has reached it."""
             if not fake.chats():
                 return []
-            entry = {'name': tags[0], 'model': tags[0], 'size': 7162394016, 'digest': digest,
+            entry = {'name': tags[0], 'model': tags[0], 'size': 7162394016, 'digest': fake.digest,
                      'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'},
                      'expires_at': '2026-10-20T00:05:00Z', 'size_vram': 0}
             if context_length is not None:
@@ -165,8 +172,7 @@ class FakeOllama(LoopbackServer):
                 elif self.path == '/api/tags':
                     self.send_json(200, {'models': [
                         {'name': tag, 'model': tag, 'modified_at': '2026-10-20T00:00:00Z', 'size': 7162394016,
-                         'digest': digest, 'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'}}
-                        for tag in tags]})
+                         'digest': fake.digest, 'details': DETAILS} for tag in tags]})
                 else:
                     self.send_json(404, {'error': 'not found'})
 
@@ -174,12 +180,16 @@ class FakeOllama(LoopbackServer):
                 raw = self.rfile.read(int(self.headers.get('Content-Length', 0)))
                 fake.requests.append(('POST', self.path, raw))
                 body = json.loads(raw)
-                if self.path != '/api/chat':
+                if self.path not in ('/api/chat', '/api/show'):
                     self.send_json(404, {'error': 'not found'})
                 elif body.get('model') not in tags:
                     self.send_json(404, {'error': f"model '{body.get('model')}' not found"})
+                elif self.path == '/api/show':  # as 0.32.14 answers it, less model_info, template and tensors
+                    self.send_json(200, {'license': LICENSE, 'modelfile': '# Modelfile', 'details': DETAILS,
+                                         'capabilities': ['completion'], 'modified_at': '2026-10-20T00:00:00Z'})
                 else:
-                    self.send_json(*chat(body, len(fake.chats())))
+                    status, payload = chat(body, len(fake.chats()))
+                    self.send_json(status, {'model': body['model'], **payload} if status == 200 else payload)
 
             def log_message(self, *args):
                 pass  # keep test output clean
@@ -188,6 +198,11 @@ class FakeOllama(LoopbackServer):
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05},
                                        daemon=True)
+
+    def __enter__(self):
+        if OFFICIAL_TEMPLATE is not None:  # loaded here, once, not within the first request's time limit
+            official_tokenizer(), official_template()
+        return super().__enter__()
 
     @property
     def host(self) -> str:
@@ -219,6 +234,43 @@ class NotOllama(LoopbackServer):
         self.host = f'http://127.0.0.1:{self.server.server_address[1]}'
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+
+
+class RawServer(LoopbackServer):
+    """An HTTP server on 127.0.0.1 that answers each request with the bytes `raw`, one every `delay` seconds (at
+    once for 0), then closes the connection; it stops sending when the `with` block ends."""
+
+    def __init__(self, raw: bytes, delay: float = 0.0):
+        stopped = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def handle_one_request(self):
+                self.raw_requestline = self.rfile.readline()
+                self.parse_request()
+                self.rfile.read(int(self.headers.get('Content-Length', 0)))
+                step = 1 if delay else max(1, len(raw))
+                with contextlib.suppress(OSError):
+                    for index in range(0, len(raw), step):
+                        if stopped.wait(delay):
+                            break
+                        self.wfile.write(raw[index:index + step])
+                self.close_connection = True
+
+        self.stopped = stopped
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        self.host = f'http://127.0.0.1:{self.server.server_address[1]}'
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05}, daemon=True)
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        super().__exit__(*exc)
+
+
+def http_reply(body: bytes, length: int | None = None) -> bytes:
+    """An HTTP/1.1 200 response with a JSON body; a length above len(body) makes a reply cut off."""
+    return (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n'
+            % (len(body) if length is None else length)) + body
 
 
 @contextlib.contextmanager
@@ -271,6 +323,27 @@ def run_answer_check(argv: list[str], **options) -> tuple[int, str, str]:
 def held_out_cases() -> list[dict]:
     """The held-out cases of the shipped cases.json, picked here rather than by the code under test."""
     return [case for case in load_cases(HERE / 'cases.json') if case['split'] == 'held_out']
+
+
+def recorded_answer(text: str, seed: int = 1) -> dict:
+    """One answer as a recording holds it, for a request nobody sends."""
+    return {'seed': seed, 'answer': text, 'tool_calls': [], 'done_reason': 'stop', 'prompt_tokens': 50,
+            'answer_tokens': 9, 'request_sha256': '0' * 64, 'input_tokens': 50}
+
+
+class Rejecting(unittest.TestCase):
+    """Base for tests of a loader that must refuse a file with one line starting with the file's path."""
+
+    def rejection(self, loader, file_name: str, data) -> str:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / file_name
+            path.write_text(json.dumps(data))
+            with self.assertRaises(common.LabError) as caught:
+                loader(path)
+        message = str(caught.exception)
+        self.assertTrue(message.startswith(f'{path}: '), message)
+        self.assertNotIn('\n', message)
+        return message
 
 
 class AnswerFilesTest(unittest.TestCase):

@@ -15,7 +15,7 @@ import textwrap
 
 import best_possible
 from case_set import grade
-from common import LabError, allowance, by_group, markdown_table, plain_number, turn_runs
+from common import LabError, allowance, by_group, markdown_table, plain_number, printable, turn_runs
 from strategies import as_messages, build_request
 
 # What the views look like.
@@ -63,7 +63,8 @@ def report_table(report: dict, group: str = 'split') -> str:
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
             for name, groups in rules.items() for value, s in groups.items() if s.get('over_budget')]
-    return text + (f"\nRequests over the input allowance (graded all the same): {'; '.join(over)}.\n" if over else '')
+    return text + (f"\nRequests over the input allowance (graded all the same): {printable('; '.join(over))}.\n"
+                   if over else '')
 
 
 def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
@@ -90,7 +91,8 @@ def case_map(best: dict, rule_rows: dict[str, dict], label: str) -> str:
              *(('', f'not searched: {row["not_searched"]}', '') if row['turns'] is None else
                (str(row.get('notes', 0)), f"{row['required_found']} of {row['required_total']}",
                 str(len(row['stale_included']))))] for position, (name, row) in enumerate(named)]
-    title = f"{best['case']} ({best['split'].replace('_', '-')}, {best['kind']}), {best['history_turns']} turns"
+    title = printable(f"{best['case']} ({best['split'].replace('_', '-')}, {best['kind']}), "
+                      f"{best['history_turns']} turns")
     header = ['rule', *(heading for heading, _ in columns), 'notes', 'facts found', 'stale facts sent']
     return f'{title}\n\n' + markdown_table(header, rows, pad=True).rstrip('\n')
 
@@ -187,16 +189,16 @@ def show_case(case: dict, rules: dict, with_best: bool, prompt: bool, full: bool
              'input_tokens': best['input_tokens']}
     if prompt and len(chosen) == 1:
         return counter().prompt(next(iter(chosen.values()))['messages'])
-    where = f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})"
+    where = printable(f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})")  # one line, as itself
     views = []
     for name, request in chosen.items():
         if request is None:
-            views.append(f"{name} on {where}: not searched ({rows[name]['not_searched']})\n")
+            views.append(f"{printable(name)} on {where}: not searched ({rows[name]['not_searched']})\n")
         elif prompt:
-            views.append(f"=== {name}: {request['input_tokens']} input tokens ===\n"
+            views.append(f"=== {printable(name)}: {request['input_tokens']} input tokens ===\n"
                          + counter().prompt(request['messages']))
         else:
-            views.append(request_text(case, f'{name} on {where}', request, rows[name], full, colour))
+            views.append(request_text(case, f'{printable(name)} on {where}', request, rows[name], full, colour))
     return ('' if prompt else '\n').join(views)
 
 
@@ -301,6 +303,7 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
                                   ' ')
     if hidden:
         lines.append(f'and {hidden} changes case by case, not shown: run without --summary-only to see them')
+    lines = [printable(line) for line in lines]  # a name holding U+202E or a newline shows escaped
     return [line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + '...' for line in lines]
 
 
@@ -340,6 +343,8 @@ def check_report(path: Path, report) -> None:
     if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
             or not isinstance(best.get('summary'), dict):
         raise wrong('best_possible must be an object with cases and summary')
+    if not all(isinstance(split, dict) for split in best['summary'].values()):
+        raise wrong('best_possible.summary must map each split to its figures')
     for index, row in enumerate(best['cases']):
         if absent := [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]:
             raise wrong(f'best_possible.cases[{index}] lacks {absent}')

@@ -1,0 +1,98 @@
+"""LoCoMo's token F1 for recorded answers, against the gold answers `locomo_cases.py --answers FILE` writes.
+
+    answer_f1.f1('Psychology and counseling', 'Psychology, counseling certification', 'open-domain')  # -> 0.8
+
+Both are normalised as LoCoMo's evaluation script does and scored by the F1 of their shared tokens, a multi-hop
+case part by part, an open-domain one up to the gold text's first ';'; docs/answer-check.md says which parts of
+LoCoMo's scoring it follows and which not. It reads and writes nothing.
+"""
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+import re
+import string
+
+import answer_keys
+import common
+from common import LabError, read_json
+from locomo_cases import CATEGORIES
+
+ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
+PUNCTUATION = str.maketrans('', '', string.punctuation)
+MULTI_HOP, OPEN_DOMAIN = CATEGORIES[1], CATEGORIES[3]  # the kinds LoCoMo scores in parts
+DIGITS = 3  # decimals of a recorded F1 and of its means
+MEANS = ('mean_f1', 'with_every_fact_in_request', 'with_a_fact_missing')  # per rule, as the grades file names them
+HEADER = ['Rule', 'Answers', 'Mean F1', 'With every fact in the request', 'With a fact missing']
+
+
+@lru_cache(maxsize=1)
+def stemmer():
+    import Stemmer  # PyStemmer, locked; imported here so that a missing package is common.run's one line
+    return Stemmer.Stemmer('porter')
+
+
+def tokens(text: str) -> list[str]:
+    """'The Cats, and a dog!' -> ['cat', 'dog']"""
+    normal = ARTICLES.sub(' ', text.replace(',', '').lower().translate(PUNCTUATION))
+    return stemmer().stemWords(normal.split())
+
+
+def token_f1(answer: str, gold: str) -> float:
+    said, wanted = tokens(answer), tokens(gold)
+    shared = sum((Counter(said) & Counter(wanted)).values())
+    if not shared:
+        return 0.0
+    precision, recall = shared / len(said), shared / len(wanted)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1(answer: str, gold: str, kind: str) -> float:
+    """An answer's F1 against its case's gold answer, scored as LoCoMo scores the case's category."""
+    if kind == OPEN_DOMAIN:
+        gold = gold.split(';')[0].strip()
+    if kind != MULTI_HOP:
+        return token_f1(answer, gold)
+    parts = [part.strip() for part in answer.split(',')]
+    wanted = [part.strip() for part in gold.split(',')]
+    return sum(max(token_f1(part, one) for part in parts) for one in wanted) / len(wanted)
+
+
+def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict[str, str]:
+    """{case_id: gold answer} for each of cases and no id but those of every, from {"answers": {id: text}}."""
+    document = read_json(path, 'gold answers', 'write it with `locomo_cases.py --answers FILE`')
+    answers = document.get('answers') if isinstance(document, dict) else None
+    if not isinstance(answers, dict) or not all(isinstance(text, str) for text in answers.values()):
+        raise LabError(f'{path}: expected {{"answers": {{case_id: "gold answer"}}}}, as locomo_cases.py --answers '
+                       'writes it')
+    answer_keys.exactly(path, 'answers', answers, [case['id'] for case in cases], {case['id'] for case in every})
+    return answers
+
+
+def mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), DIGITS) if values else None
+
+
+def grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[dict, dict]:
+    """As answer_keys.grades: the mean F1 per rule, by whether the request held every required fact, per kind."""
+    scores: dict = {strategy: {} for strategy in graded}
+    for strategy, case_id, answer, row in joined:
+        score = round(f1(answer['answer'], gold[case_id], kinds[case_id]), DIGITS)
+        graded[strategy][case_id].append({'seed': answer['seed'], 'f1': score})
+        evidence = [] if row is None else [MEANS[2] if row['missing'] else MEANS[1]]
+        for column in (MEANS[0], *evidence, ('kind', kinds[case_id])):
+            scores[strategy].setdefault(column, []).append(score)
+    return {'grader': 'f1', 'f1': {strategy: {
+        'answers': len(lists[MEANS[0]]), **{column: mean(lists.get(column, [])) for column in MEANS},
+        'by_kind': {column[1]: mean(values) for column, values in lists.items() if column not in MEANS}}
+        for strategy, lists in scores.items()}}, {'graded': graded}
+
+
+def report(grades: dict, cut_off: str) -> list[str]:
+    """The table of mean F1 per rule, then the cut_off line."""
+    kinds = list(dict.fromkeys(kind for row in grades['f1'].values() for kind in row['by_kind']))
+
+    def cell(value: float | None) -> str:
+        return '-' if value is None else f'{value:.{DIGITS}f}'
+    rows = [[rule, str(row['answers']), *[cell(row[column]) for column in MEANS],
+             *[cell(row['by_kind'].get(kind)) for kind in kinds]] for rule, row in grades['f1'].items()]
+    return [common.markdown_table(HEADER + kinds, rows).rstrip('\n'), cut_off]

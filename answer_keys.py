@@ -1,0 +1,132 @@
+"""The answer check's regex grader: answer-keys.json's patterns, a verdict per answer, and why answers failed.
+
+    answer_keys.grade('It uses Redis streams.', {'must': ['redis'], 'stale': ['rabbitmq']})  # ('pass', 'every ...')
+
+answer_check.py grades with it unless --grader f1 is given (rules: docs/answer-check.md). It writes nothing.
+"""
+from pathlib import Path
+import re
+import sys
+
+from answer_model import shown
+import common
+from common import LabError
+
+# The grader's sentence split, and the words that mark a correction or a missing fact (see grade).
+SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
+REPLACED = re.compile(r'replac|instead|not |no longer|switch|changed|actually|previous|originally|earlier', re.I)
+SAYS_MISSING = re.compile(
+    r"(do not|don't|does not|doesn't) (have|say|mention|state|specify|contain)"
+    r"|not (mention|state|specif|provide|includ|contain)|no information|not enough information|missing"
+    r"|not in the conversation|cannot (find|determine)|provide (more |the )?(context|conversation)", re.I)
+# Verdict reasons, as answer-grades.json spells them; two get a column of their own in the summary.
+STALE_AS_CURRENT, SAID_MISSING = 'presents a replaced decision as current', 'says the fact is missing'
+VERDICTS = ('pass', 'fail', 'incomplete')
+COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
+TABLE_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
+                'Cases passed in every trial']
+# Why answers failed: each joined with the fact-recall row of the request it was given (failure_causes).
+CAUSES = {'passed': 'Passed', 'model_failed': 'Failed, every required fact in the request (the model)',
+          'rule_failed': 'Failed, a required fact not in the request (the rule)',
+          'stale_carried': 'Gave a stale fact the request carried'}
+NAMED = 5  # ids a refusal names before it only counts them
+KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
+
+
+def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
+    """{case_id: {'must': [...], 'stale': [...]}} for each of cases, and for no id but those of every (the case set);
+    every pattern compiles, and one that matches none of its case's facts of its kind, usually a typo, is warned of."""
+    document = common.read_json(path, 'answer keys', 'restore it from version control')
+    keys = document.get('keys') if isinstance(document, dict) else None
+    if not isinstance(keys, dict):
+        raise LabError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
+    exactly(path, 'keys', keys, [case['id'] for case in cases], {case['id'] for case in every})
+    for case in (case for case in every if case['id'] in keys):
+        key = keys[case['id']]
+        if not isinstance(key, dict) or set(key) != {'must', 'stale'}:
+            raise LabError(f'{path}: keys.{case["id"]} must have exactly "must" and "stale"')
+        for kind, wanted, facts in KINDS:
+            where, patterns = f'{path}: keys.{case["id"]}.{kind}', key[kind]
+            if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns) or (
+                    kind == 'must' and not patterns):
+                raise LabError(f'{where} must be {wanted}, got {shown(patterns)}')
+            for index, pattern in enumerate(patterns):
+                try:
+                    found = any(re.search(pattern, fact, re.I) for fact in case[facts])
+                except re.error as error:
+                    raise LabError(f'{where}[{index}] {pattern!r} is not a regular expression ({error})') from None
+                if not found:
+                    print(f'{where}[{index}] {pattern!r}: warning: matches none of the case\'s {facts} facts; '
+                          'check it for a typo', file=sys.stderr)
+    return keys
+
+
+def exactly(path: Path, what: str, found: dict, case_ids: list[str], known: set[str]) -> None:
+    """Refuse a file that has no entry for one of case_ids, or one for an id not known, naming a few of them."""
+    missing, extra = [i for i in case_ids if i not in found], [i for i in found if i not in known]
+    if missing or extra:
+        raise LabError(f'{path}: {what} must cover every chosen case and no other id: none for {len(missing)} '
+                       f'{missing[:NAMED]}, {len(extra)} for no case {extra[:NAMED]}')
+
+
+def matches_any(patterns: list[str], text: str) -> bool:
+    return any(re.search(pattern, text, re.I) for pattern in patterns)
+
+
+def grade(text: str, key: dict) -> tuple[str, str]:
+    """(verdict, reason) for one answer to the case of key. A sentence naming a stale pattern reads as a
+    correction when it matches REPLACED or also states a must pattern; else it offers the old decision."""
+    if not text.strip():  # nothing to grade; the text itself is matched unstripped
+        return 'incomplete', 'no answer'
+    if any(matches_any(key['stale'], sentence) for sentence in SENTENCE.split(text)
+           if not REPLACED.search(sentence) and not matches_any(key['must'], sentence)):
+        return 'fail', STALE_AS_CURRENT
+    if all(re.search(must, text, re.I) for must in key['must']):
+        return 'pass', 'every required fact'
+    return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else 'required fact absent')
+
+
+def tally(by_case: dict) -> dict:
+    """One strategy's summary row from its {case_id: [verdict entry, ...]}."""
+    every = [entry for entries in by_case.values() for entry in entries]
+    return {**{verdict: sum(entry['verdict'] == verdict for entry in every) for verdict in VERDICTS},
+            **{column: sum(entry['reason'] == reason for entry in every) for reason, column in COUNTED_REASONS.items()},
+            'cases_passed_every_trial': sum(all(entry['verdict'] == 'pass' for entry in entries)
+                                            for entries in by_case.values())}
+
+
+def grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
+    """(grades before the checks, after them) from (strategy, case, answer, its request's fact-recall row or None)."""
+    causes = {strategy: dict.fromkeys(CAUSES, 0) for strategy in graded}
+    to_read = []
+    for strategy, case_id, answer, row in joined:
+        key, where = keys[case_id], {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
+        verdict, reason = grade(answer['answer'], key)
+        graded[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
+        if row is not None:
+            cause = 'passed' if verdict == 'pass' else 'rule_failed' if row['missing'] else 'model_failed'
+            causes[strategy][cause] += 1
+            causes[strategy]['stale_carried'] += reason == STALE_AS_CURRENT and bool(row['stale_included'])
+        # A sentence naming a stale and a must pattern reads as a correction, whichever decision it offers.
+        to_read += [{**where, 'sentence': sentence.strip()} for sentence in SENTENCE.split(answer['answer'])
+                    if matches_any(key['stale'], sentence) and matches_any(key['must'], sentence)]
+    return ({'summary': {strategy: tally(by_case) for strategy, by_case in graded.items()}, 'failure_causes': causes},
+            {'answers_to_read': to_read, 'graded': graded})
+
+
+def report(grades: dict, cut_off: str) -> list[str]:
+    """The summary in the original's layout, why answers failed, the cut_off line, the answers a person must read."""
+    summary = grades['summary']
+    rows = [[name, f'{s["pass"]} of {s["pass"] + s["fail"] + s["incomplete"]}', str(s['fail']),
+             str(s['said_missing']), str(s['stale_as_current']),
+             f'{s["cases_passed_every_trial"]} of {len(grades["graded"][name])}'] for name, s in summary.items()]
+    causes = [[name, *map(str, counts.values())] for name, counts in grades['failure_causes'].items()]
+    incomplete = ', '.join(f'{strategy} {s["incomplete"]}' for strategy, s in summary.items() if s['incomplete'])
+    to_read = grades['answers_to_read']
+    answers = len({(a['strategy'], a['case'], a['seed']) for a in to_read})
+    return [common.markdown_table(TABLE_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
+            'longer sent):\n' + common.markdown_table(['Rule', *CAUSES.values()], causes).rstrip('\n'),
+            *([f'Incomplete (empty answers): {incomplete}'] if incomplete else []), cut_off,
+            'To read (a sentence names both the replaced and the current decision, so the grader cannot tell '
+            f'which it offers as current; verdicts stand as graded): {common.counted(answers, "answer")}',
+            *[f'  {a["strategy"]} {a["case"]} seed {a["seed"]}: {a["sentence"]}' for a in to_read]]
