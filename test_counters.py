@@ -65,7 +65,7 @@ def prepared(name: str) -> TokenCounter | None:
 def counter_or_skip(test: unittest.TestCase, name: str) -> TokenCounter:
     count = prepared(name)
     if count is None:
-        test.skipTest(f'{name} is not prepared: run `{python_command()} prepare.py --counter {name}` (or --counter all)')
+        test.skipTest(f'{name} is not prepared: run `{python_command()} prepare.py --counter {name}` (or all)')
     return count
 
 
@@ -111,7 +111,8 @@ PATHS = ('cold cache', 'warm cache', 'lines whole', 'whole prompt')
 # Text that breaks chat renderers and tokenizers: edges, unicode, every counter's special tokens as plain text.
 MARKERS = sorted({marker for definition in MANIFEST['counters'].values()
                   for marker in tokenizer.markers(tokenizer.chat_format(definition))})
-FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '\r', ' \n', '\n \n', '\n\t\n', '<', '>', '&', 'é', 'e\u0301', 'Ä', 'ß', '日本語',
+FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '\r', ' \n', '\n \n', '\n\t\n', '<', '>', '&', 'é', 'e\u0301',
+             'Ä', 'ß', '日本語',
              '🦙', '👍🏽', '\u200b', '\u00a0', '\u3000', "'s", "'LL", '2024', '3.14', '- [turn 1, user] ',
              '<s>', '</s>', '<unk>', '<|endoftext|>', '<|reserved_special_token_0|>', 'Cutting Knowledge Date:',
              *MARKERS]
@@ -297,10 +298,9 @@ class RefusalTest(CounterTest):
             (folder / 'prepared.json').write_text(json.dumps(record), encoding='utf-8')
             with self.assertRaises(CounterError) as caught:
                 TokenCounter(folder, name='llama-3.1')
-        self.assertEqual(str(caught.exception), f"{folder} is not a valid prepared counter: {folder / 'tokenizer.json'} "
-                                                "does not match the manifest's sha256 (vocabs.llama-bpe.built_tokenizer); "
-                                                f'refusing to count: run `{python_command()} prepare.py --counter '
-                                                'llama-3.1`')
+        self.assertEqual(str(caught.exception), f"{folder} is not a valid prepared counter: {folder / 'tokenizer.json'}"
+                         " does not match the manifest's sha256 (vocabs.llama-bpe.built_tokenizer); refusing to count: "
+                         f'run `{python_command()} prepare.py --counter llama-3.1`')
 
 
 class ReportTest(CounterTest):

@@ -445,7 +445,7 @@ class HubSourceTest(HubTest):
         (self.tmp / 'a-file').write_bytes(b'')
         dest = self.tmp / 'a-file' / 'prepared'
         with self.assertRaises(prepare.PrepareError) as raised, contextlib.redirect_stderr(io.StringIO()) as said:
-            prepare.prepare(dest, 'hub', self.manifest, self.manifest_sha)
+            prepare.prepare(dest, 'hub', self.manifest, self.manifest_sha, prepare.DEFAULT, prepare.Archive(dest))
         self.assertNotIn('could not remove', said.getvalue())  # no temporary folder was made, so none is left
         message = str(raised.exception)
         self.assertTrue(message.startswith(f'cannot prepare {dest} ([Errno 20] Not a directory: '), message)

@@ -91,7 +91,7 @@ class ReadManifestTest(TempFolderTest):
             (('counters', 'phi-3.5', 'not_counted'), ['<x>', 1], 'counters.phi-3.5.not_counted is not a list of strings'),
             (('counters', 'phi-3.5', 'vocab'), 'phi-4', 'counters.phi-3.5.vocab names no entry of vocabs'),
             (('counters', '../x'), {}, "counter name '../x' is not lowercase letters, digits, dots and dashes"),
-            (('counters', 'gemma-4-e2b'), delete, 'counters has no gemma-4-e2b'),
+            (('counters', 'gemma-4-e2b'), delete, 'missing key counters.gemma-4-e2b.format.prefix'),
             (('vocabs', 'qwen2', 'split'), None, None),  # null: not a byte-level vocab, still a manifest
             (('vocabs', 'qwen2', 'nfc'), delete, 'missing key vocabs.qwen2.nfc'),
         ]

@@ -7,18 +7,16 @@
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md). The count
-covers every turn with its delimiters and the generation prompt, thinking off, rendered with the text-only subset
-of the model's official template that the manifest writes out (`format`, its fixed inputs such as Llama 3's date
-filled in); images, tool calls and thinking are refused, not guessed. Rules read count(messages) -> int and
+A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the
+text-only subset of the model's official template, thinking off, its fixed inputs (Llama 3's date) filled in.
+Images, tool calls and thinking are refused, not guessed. Rules read count(messages) -> int and
 count.turn_costs(history), the tokens each turn adds to any request.
 
 Special tokens are split out before BPE runs, and each message's text in the prompt (its span) starts with one,
-so a prompt's tokens are the sum of its pieces' (the prefix, each span, the generation prompt); and where no token
-joins a newline to other text, a span's tokens are the sum of its lines'. So each distinct message (or notes line)
-is encoded once per run. `splits_cleanly` (on load) and `lines_split_cleanly` (when first needed) check both facts;
-where one fails, every count encodes the whole prompt. It reads prepared/ (or $CONTEXT_LAB_PREPARED; any other
-counter from the folder beside it, prepared-NAME/) and writes nothing.
+so a prompt's tokens are the sum of its prefix's, spans' and generation prompt's; where the tokenizer allows,
+a span's are the sum of its lines'. So each distinct message (or notes line) is encoded once per run
+(`splits_cleanly`, `lines_split_cleanly` and `byte_lines_split_cleanly` check when). It reads prepared/ (or
+$CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
@@ -35,10 +33,9 @@ from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMP
 ROLES = ('system', 'user', 'assistant')
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
 LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see byte_lines_split_cleanly
-# Byte-level BPE splits (Llama 3's, Qwen 2's) that never put a newline and a following non-space in one piece: each
-# alternative matches letters, digits or punctuation (a newline run only at its end) or whitespace, and a run holding
-# a newline goes to \s*[\r\n]+, which ends at its last newline.
-SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
+SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s"
+         r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
 ROLE_AND_CONTENT, ROLE, TURN_TEXTS = itemgetter('role', 'content'), itemgetter('role'), itemgetter('user', 'assistant')
@@ -124,15 +121,14 @@ class TokenCounter:
         self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its span; one-line messages only
         self.lines: dict[str, int] = {}  # line -> tokens, for messages of several lines
         self.turns: dict[tuple, list[int]] = {}  # a conversation's (user, assistant) texts -> its turn costs
-        # Every request pays the prefix and the generation prompt, and without a system message of its own the
-        # system block some templates write anyway (Llama 3's dated one, Qwen 2.5's default message).
+        # Every request pays prefix and generation prompt; one without a system message, what some write instead.
         self.fixed = len(self.encode(self.form['prefix'])) + len(self.encode(self.form['suffix']))
         no_system = self.form['no_system']
         self.no_system = 0 if no_system is None else len(self.encode(self.span('system', no_system)))
 
     @cached_property
     def lines_apart(self) -> re.Pattern | None:
-        """Where a span may be cut into lines counted apart, None if nowhere (reads the vocabulary: only when needed)."""
+        """Where a span may be cut into lines counted apart, None if nowhere (reads the vocabulary: when needed)."""
         if self.fast and lines_split_cleanly(self.tokenizer):
             return LINE_START
         return LINE_BEFORE_TEXT if self.fast and byte_lines_split_cleanly(self.tokenizer) else None
@@ -167,11 +163,10 @@ class TokenCounter:
 
     def refuse(self, content: str) -> None:
         """CounterError for text this counter's vocab reads otherwise than the model's own tokenizer does."""
-        for text in self.definition.get('not_counted', ()):
-            if text in content:
-                raise CounterError(f'{self.name} does not count a message holding {text!r}: the model\'s own '
-                                   f'tokenizer reads it otherwise than the vocab of the archive '
-                                   f'(tokenizer-manifest.json, counters.{self.name}.not_counted)')
+        if held := [text for text in self.definition.get('not_counted', ()) if text in content]:
+            raise CounterError(f"{self.name} does not count a message holding {held[0]!r}: the model's own tokenizer "
+                               f'reads it otherwise than the vocab of the archive (tokenizer-manifest.json, '
+                               f'counters.{self.name}.not_counted)')
 
     def encode(self, text: str) -> list[int]:
         # Special-token strings in the text (<bos>, <|turn>, ...) become their single ids, as in the model's runtime.
@@ -317,13 +312,11 @@ def loaded(name: str) -> TokenCounter:
 
 
 def counter() -> TokenCounter:
-    """The process-wide counter chosen by select (the default unless a script's --counter named another), loaded
-    on first use."""
+    """The process-wide counter select chose (the default unless --counter named another), loaded on first use."""
     return loaded(SELECTED['name'])
 
 
-def select(name: str) -> None:
-    """Make `name` the counter counter() and count_request use (its name was checked by counter_choice)."""
+def select(name: str) -> None:  # a name counter_choice accepted
     SELECTED['name'] = name
 
 
@@ -354,11 +347,10 @@ def counter_list(manifest: dict, manifest_sha256: str) -> str:
             else f'not prepared: run `{prepare_command(name)}`'
         fixed = definition.get('fixed_inputs', {'enable_thinking': manifest['chat_format']['enable_thinking']})
         out += [f"{name}: {definition.get('publisher_model', manifest['publisher_model'])}; {state}",
-                *(f"  {key}: {spec['members'][key]['path']} in {spec['sdist']}, sha256 {spec['members'][key]['sha256']}"
-                  for key in ('vocab', 'template') if key in spec['members']),
+                *(f"  {key}: {member['path']} in {spec['sdist']}, sha256 {member['sha256']}"
+                  for key, member in spec['members'].items() if key in ('vocab', 'template')),
                 *(f"  {file}: sha256 {pin['sha256']} ({at})" for file, (at, pin) in pins(manifest, 'pypi', name).items()
-                  if file != TEMPLATE_FILE),
-                f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']
+                  if file != TEMPLATE_FILE), f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']
     return '\n'.join(out) + '\n'
 
 
