@@ -27,6 +27,7 @@ from jinja2.exceptions import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+import benchmark
 import budget_sweep
 from case_set import load_cases
 from common import python_command
@@ -330,6 +331,18 @@ class ReportTest(CounterTest):
         case = {case['id']: case for case in load_cases(HERE / 'cases.json')}['dev-correction']
         self.assertEqual((status, err, out), (0, '', official_render('phi-3.5', RULES['notes'](case, prepared(
             'phi-3.5'))['messages'])))
+
+    def test_the_turn_map_and_the_benchmark_count_with_the_chosen_counter(self):
+        count = counter_or_skip(self, 'phi-3.5')
+        status, out, err = run_command(evaluate.main, ['--format', 'turns', '--counter', 'phi-3.5'], 'evaluate.py')
+        self.assertEqual((status, err), (0, ''))
+        self.assertIn('dev-correction (dev, corrected decision), 3 turns', out)
+        # The benchmark's whole-prompt count and its cached count must select alike under this counter too.
+        status, out, _ = run_command(benchmark.main, ['--counter', 'phi-3.5', '--generated', '2', '--turns', '3',
+                                                      '--no-sweep'], 'benchmark.py')
+        self.assertEqual(status, 0)
+        self.assertIs(json.loads(out.splitlines()[-1])['identical_selections'], True)
+        self.assertIs(tokenizer.counter(), count)
 
     def test_a_sweep_with_another_counter_records_it_and_the_default_sweep_does_not(self):
         counter_or_skip(self, 'qwen-2.5')
