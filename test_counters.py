@@ -180,8 +180,8 @@ class OfficialTemplateTest(CounterTest):
             count.forget()
 
     def test_hand_worked_requests(self):
-        # Phi-3's <|user|>, <|end|> and <|assistant|> take the whitespace after them (llama.cpp's rule, and Hugging
-        # Face's), and each text after a special token starts with '\u2581': <|user|> ▁hi <|end|> <|assistant|>.
+        # Phi-3's <|user|>, <|end|> and <|assistant|> take the whitespace after them (llama.cpp's rule for this vocab),
+        # and each text after a special token starts with '\u2581': <|user|> ▁hi <|end|> <|assistant|>.
         # Qwen 2.5 writes its default system message when a request has none; Llama 3 its dated system header.
         table = [('phi-3.5', [{'role': 'user', 'content': 'hi'}], '<|user|>\nhi<|end|>\n<|assistant|>\n', 4),
                  ('qwen-2.5', [{'role': 'user', 'content': 'hi'}], '<|im_start|>system\nYou are Qwen, created by '
