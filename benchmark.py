@@ -26,7 +26,7 @@ from case_set import check_case, grade, load_cases
 from common import LabError, add_input_options, check_fits, markdown_table, progress, run
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
-from tokenizer import counter, piece
+from tokenizer import add_counter_option, counter, select
 
 # First part: the default size, and what the budget looks like in an application.
 SEED = 20261130  # fixed, so every run times the same case set
@@ -185,7 +185,7 @@ def clear_tokenizer_cache() -> None:
 def bound_seconds() -> float:
     """Encode once every distinct message (and notes line) the counter measured: no exact counter does less."""
     encode = counter().encode
-    texts = [piece(role, content) for role, content in counter().sizes] + list(counter().lines)
+    texts = [counter().span(role, content) for role, content in counter().sizes] + list(counter().lines)
     clear_tokenizer_cache()
     start = time.process_time()
     for text in texts:
@@ -315,6 +315,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     only = parser.add_mutually_exclusive_group()
     only.add_argument('--sweep', action='store_true', help='run only the sweep')
     only.add_argument('--no-sweep', action='store_true', help='run only the first part')
+    add_counter_option(parser)
     args = parser.parse_args(argv)
     if args.generated < 1 or args.turns < 3 or args.sweep_cases < 1:  # one line, as every refusal of a size
         raise LabError('--generated and --sweep-cases must be at least 1, and --turns at least 3')
@@ -328,6 +329,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    select(args.counter)
     if args.cases:
         print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0

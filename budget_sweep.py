@@ -25,7 +25,7 @@ from common import LabError, add_input_options, allowance, by_group, check_fits,
     markdown_table, printable, run, sha256_file, summarize, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
 from strategies import RULES, build_request
-from tokenizer import count_request
+from tokenizer import DEFAULT, add_counter_option, count_request, counter, select
 
 HERE = Path(__file__).resolve().parent
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
@@ -157,6 +157,7 @@ def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], 
     return {'case_set': path.name, 'case_set_sha256': sha256_file(path),
             'code_sha256': code_hashes(bool(files), Path(__file__).name),
             'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'), 'rule_files': files,
+            **({'counter': counter().profile()} if counter().name != DEFAULT else {}),  # the default's: as recorded
             'context_limits': limits, 'group': group, 'points': sweep(cases, limits, rules, group, progress)}
 
 
@@ -282,11 +283,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--format', choices=('json', 'table'), default='json',
                         help='what goes to stdout: json, the points (default; not with --output), or table, the '
                              'required facts each rule found at each limit as a Markdown table')
+    add_counter_option(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    select(args.counter)
     record = not argv  # no options at all: the committed recording
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)

@@ -7,6 +7,7 @@
     .venv/bin/python evaluate.py --compare evaluation-result.json [--summary-only]   # what changed since
     .venv/bin/python evaluate.py --show dev-correction --strategy notes [--prompt] [--full]   # one request, as sent
     .venv/bin/python evaluate.py --cases my-cases.json --rules field_rules.py   # another case set; a file's rules too
+    .venv/bin/python evaluate.py --counter llama-3.1 --format table   # counted as Llama 3.1 receives the requests
 
 A row per (rule, case) says which required and stale facts reach the request, by exact text (case_set.grade):
 it calls no model, so one trial. Beside the rules it holds each case's best possible selection (best_possible.py)
@@ -26,7 +27,7 @@ from common import CASES, PIPE_WAIT, add_input_options, by_group, check_fits, ch
     read_json, run, sha256_file, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
-from tokenizer import count_request, counter
+from tokenizer import add_counter_option, count_request, counter, select
 import views
 
 HERE = Path(__file__).resolve().parent
@@ -91,6 +92,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--prompt', action='store_true',
                         help='with --show: print the exact text the counter renders (what the model receives)')
     parser.add_argument('--full', action='store_true', help='with --show: do not fold long messages')
+    add_counter_option(parser)
     args = parser.parse_args(argv)
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table or a turn map; use it without --format')
@@ -119,6 +121,7 @@ def show(args: argparse.Namespace) -> str:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    select(args.counter)
     if args.show is not None:  # --show '' is a case id too, and an unknown one
         print(show(args), end='')
         return 0

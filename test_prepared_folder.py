@@ -85,6 +85,15 @@ class ReadManifestTest(TempFolderTest):
             (('chat_format', 'count_scope'), delete, 'missing key chat_format.count_scope'),  # tokenizer.py's key
             (('pypi_mirror', 'built_tokenizer', 'file'), 'other.json',
              "pypi_mirror.built_tokenizer.file is 'other.json', but prepare.py builds tokenizer.json"),
+            (('counters', 'llama-3.1', 'format', 'open', 'user'), delete, 'missing key counters.llama-3.1.format.open.user'),
+            (('counters', 'qwen-2.5', 'format', 'no_system'), 3, 'counters.qwen-2.5.format.no_system is not a string or '
+                                                                 'null'),
+            (('counters', 'phi-3.5', 'not_counted'), ['<x>', 1], 'counters.phi-3.5.not_counted is not a list of strings'),
+            (('counters', 'phi-3.5', 'vocab'), 'phi-4', 'counters.phi-3.5.vocab names no entry of vocabs'),
+            (('counters', '../x'), {}, "counter name '../x' is not lowercase letters, digits, dots and dashes"),
+            (('counters', 'gemma-4-e2b'), delete, 'missing key counters.gemma-4-e2b.format.prefix'),
+            (('vocabs', 'qwen2', 'split'), None, None),  # null: not a byte-level vocab, still a manifest
+            (('vocabs', 'qwen2', 'nfc'), delete, 'missing key vocabs.qwen2.nfc'),
         ]
         for keys, value, message in damages:
             with self.subTest(message):
@@ -97,6 +106,9 @@ class ReadManifestTest(TempFolderTest):
                 else:
                     node[keys[-1]] = value
                 path.write_text(json.dumps(broken), encoding='utf-8')
+                if message is None:  # still a manifest
+                    self.assertEqual(read_manifest(path)[0], broken)
+                    continue
                 with self.assertRaises(ManifestError) as raised:
                     read_manifest(path)
                 self.assertEqual(str(raised.exception), f'{path}: {message}; restore the manifest with git checkout')

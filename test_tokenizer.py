@@ -226,17 +226,23 @@ class SplitTest(unittest.TestCase):
             tokenizer.add_special_tokens(list(added))
             return tokenizer
 
+        gemma = MANIFEST['counters']['gemma-4-e2b']['format']
+        unmarked = gemma | {'open': gemma['open'] | {'user': 'user\n'}}  # a span that starts with plain text
         table = [
-            ('the template markers only', tiny(), True),
-            ('a token that eats the newline after it', tiny(AddedToken('<x>', rstrip=True, normalized=False)), False),
-            ('a token that eats spaces before it', tiny(AddedToken('<y>', lstrip=True, normalized=False)), False),
-            ('a token with a > inside', tiny(AddedToken('<a>b>', normalized=False)), False),
-            ('a token not shaped <...>', tiny(AddedToken('\n\n', normalized=False)), False),
-            ('a normalised token', tiny(AddedToken('<n>', normalized=True)), False),
+            ('the template markers only', tiny(), gemma, True),
+            # Whitespace after a token stays in the token's span, since every span starts with a special token.
+            ('a token that takes the whitespace after it', tiny(AddedToken('<x>', rstrip=True, normalized=False)),
+             gemma, True),
+            ('a token that eats spaces before it', tiny(AddedToken('<y>', lstrip=True, normalized=False)), gemma, False),
+            ('a token with a > inside', tiny(AddedToken('<a>b>', normalized=False)), gemma, False),
+            ('a token not shaped <...>', tiny(AddedToken('\n\n', normalized=False)), gemma, False),
+            ('a normalised token', tiny(AddedToken('<n>', normalized=True)), gemma, False),
+            ('a span that does not start with a special token', tiny(), unmarked, False),
+            ('a marker the vocabulary lacks', tiny(), gemma | {'close': '<end_of_turn>\n'}, False),
         ]
-        for name, tokenizer, expected in table:
+        for name, tokenizer, form, expected in table:
             with self.subTest(name):
-                self.assertIs(splits_cleanly(tokenizer), expected)
+                self.assertIs(splits_cleanly(tokenizer, form), expected)
 
     def test_tokenizers_that_could_merge_across_a_line_start_are_measured_whole(self):
         def tiny(vocabulary: list[str], merges: list[tuple[str, str]] = (), normalizer=None, splitter=None,
@@ -259,10 +265,17 @@ class SplitTest(unittest.TestCase):
             ('whole words looked up before merging', tiny(['a', '\n'], ignore_merges=True), False),
             ('an end-of-word suffix', tiny(['a', '\n'], end_of_word_suffix='</w>'), False),
             ('a word-level model', Tokenizer(models.WordLevel({'a': 0, '\n': 1}, unk_token='a')), False),
+            ('a token that takes the whitespace after it', taking_whitespace(tiny(['a', '\n'])), False),
         ]
         for name, tokenizer, expected in table:
             with self.subTest(name):
                 self.assertIs(lines_split_cleanly(tokenizer), expected)
+
+
+def taking_whitespace(tokenizer: Tokenizer) -> Tokenizer:
+    # '<x>\n  a' cut after the newline: the token takes '\n  ' in the whole, only '\n' in its own line.
+    tokenizer.add_special_tokens([AddedToken('<x>', rstrip=True, normalized=False)])
+    return tokenizer
 
 
 class LookAlikeInputTest(unittest.TestCase):

@@ -1,21 +1,22 @@
-"""Count a chat request exactly as Gemma 4 E2B receives it.
+"""Count a chat request exactly as the chosen model receives it: Gemma 4 E2B's counter unless --counter names another.
 
-    .venv/bin/python tokenizer.py   # the counter's profile and the count of a small example: is prepared/ ready?
+    .venv/bin/python tokenizer.py [--counter NAME]   # the counter's profile and the count of a small example
+    .venv/bin/python tokenizer.py --counter list     # every counter, what it pins, and whether it is prepared
 
     from tokenizer import count_request
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-The count covers <bos>, every turn with its delimiters and the generation prompt, thinking off, rendered with the
-text-only subset of the official template below; images, tool calls and thinking are refused, not guessed. Rules
-read count(messages) -> int and count.turn_costs(history), the tokens each turn adds to any request.
+A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the
+text-only subset of the model's official template, thinking off, its fixed inputs (Llama 3's date) filled in.
+Images, tool calls and thinking are refused, not guessed. Rules read count(messages) -> int and
+count.turn_costs(history), the tokens each turn adds to any request.
 
-Special tokens are split out before BPE runs, so a prompt's tokens are a sum of independent pieces (<bos>, each
-`role\ncontent` between <|turn> and <turn|>, the newline after each turn, the closing `model\n`); and where no
-token joins a newline to other text, a message's tokens are the sum of its lines'. So each distinct message (or
-notes line) is encoded once per run. `splits_cleanly` (on load) and `lines_split_cleanly` (when first needed)
-check both facts; where one fails, every count encodes the whole prompt. It reads prepared/ (or
-$CONTEXT_LAB_PREPARED) and writes nothing.
+Special tokens are split out before BPE runs, and each message's text in the prompt (its span) starts with one,
+so a prompt's tokens are the sum of its prefix's, spans' and generation prompt's; where the tokenizer allows,
+a span's are the sum of its lines'. So each distinct message (or notes line) is encoded once per run
+(`splits_cleanly`, `lines_split_cleanly` and `byte_lines_split_cleanly` check when). It reads prepared/ (or
+$CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
@@ -26,19 +27,20 @@ import re
 
 from case_set import THINKING_MARKERS
 from common import LabError, python_command, run
-from prepared_folder import MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, \
-    read_manifest
+from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, \
+    check_prepared, counter_folder, pins, read_manifest, vocab_spec
 
-# The text-only subset of the official Gemma 4 E2B chat template, thinking off, trimming contents as it does:
-#   <bos><|turn>system\n{system}<turn|>\n<|turn>user\n{user}<turn|>\n<|turn>model\n{assistant}<turn|>\n...<|turn>model\n
-TEMPLATE = ("{{- bos -}}{%- for message in messages -%}"
-            "{{- '<|turn>' + message.role + '\\n' + message.content | trim + '<turn|>\\n' -}}"
-            "{%- endfor -%}{{- '<|turn>model\\n' -}}")
-BOS = '<bos>'
-ROLES = {'system': 'system', 'user': 'user', 'assistant': 'model'}  # message role -> turn name
+ROLES = ('system', 'user', 'assistant')
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
+LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see byte_lines_split_cleanly
+# Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
+SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s"
+         r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
+MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
 ROLE_AND_CONTENT, ROLE, TURN_TEXTS = itemgetter('role', 'content'), itemgetter('role'), itemgetter('user', 'assistant')
 HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
+SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (select)
 
 
 class CounterError(LabError):
@@ -51,7 +53,7 @@ def plain(text: str) -> str:
 
 
 def check_message(index: int, message, previous_role: str | None) -> str:
-    """The message's role, or CounterError if the E2B text format cannot hold it at `index`."""
+    """The message's role, or CounterError if the text format cannot hold it at `index`."""
     if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
         keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
         raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
@@ -63,7 +65,7 @@ def check_message(index: int, message, previous_role: str | None) -> str:
         raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
     if role == 'system' and index != 0:
         raise CounterError(f'message {index}: a system message may only come first')
-    if role == 'assistant' and previous_role == 'assistant':  # the official template would merge them into one turn
+    if role == 'assistant' and previous_role == 'assistant':  # Gemma's official template would merge them
         raise CounterError(f'message {index}: two assistant messages in a row are not counted')
     if role == 'assistant' and any(marker in content for marker in THINKING_MARKERS):
         raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
@@ -71,59 +73,100 @@ def check_message(index: int, message, previous_role: str | None) -> str:
 
 
 def checked(messages) -> list[dict]:
-    """A request checked and mapped to the template's turns: [{'role': 'assistant', 'content': ' Hi '}]
-    -> [{'role': 'model', 'content': ' Hi '}]."""
+    """A request checked, as plain dicts of plain strings."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
     roles = [check_message(index, message, messages[index - 1]['role'] if index else None)
              for index, message in enumerate(messages)]
-    return [{'role': ROLES[role], 'content': plain(message['content'])} for role, message in zip(roles, messages)]
+    return [{'role': role, 'content': plain(message['content'])} for role, message in zip(roles, messages)]
 
 
-def piece(role: str, content: str) -> str:
-    """The text between <|turn> and <turn|> for one message: piece('assistant', ' OK. ') -> 'model\\nOK.'"""
-    return ROLES[role] + '\n' + content.strip()  # Jinja's `trim` is Python's str.strip
+def chat_format(definition: dict) -> dict:
+    """A counter's chat format with its template's fixed inputs filled in, e.g. Llama 3's {date_string}."""
+    fixed = definition.get('fixed_inputs', {})
+    form = {key: value.format_map(fixed) if isinstance(value, str) else value
+            for key, value in definition['format'].items()}
+    return form | {'open': {role: text.format_map(fixed) for role, text in form['open'].items()}}
+
+
+def markers(form: dict) -> set[str]:
+    """The special tokens a chat format writes: markers(Gemma's) -> {'<bos>', '<|turn>', '<turn|>'}."""
+    texts = [form['prefix'], form['suffix'], form['close'], form['no_system'] or '', *form['open'].values()]
+    return set(MARKER.findall(''.join(texts)))
+
+
+def prepare_command(name: str) -> str:
+    return f'{python_command()} prepare.py' + ('' if name == DEFAULT else f' --counter {name}')
 
 
 class TokenCounter:
-    """The pinned tokenizer and chat format, loaded once, and the sizes of the messages it has seen."""
+    """One pinned tokenizer and chat format, loaded once, and the sizes of the messages it has seen."""
 
-    def __init__(self, folder: Path = PREPARED, manifest_path: Path = MANIFEST):
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    def __init__(self, folder: Path | None = None, manifest_path: Path = MANIFEST, name: str = DEFAULT):
         from tokenizers import Tokenizer
 
         manifest, manifest_sha256 = read_manifest(manifest_path)
+        folder = counter_folder(name) if folder is None else folder
         if not (folder / PREPARED_JSON).exists():
             raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
-                               f'run `{python_command()} prepare.py`')
-        source, why = check_prepared(folder, manifest, manifest_sha256)
+                               f'run `{prepare_command(name)}`')
+        source, why = check_prepared(folder, manifest, manifest_sha256, name=name)
         if source is None:
             raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: '
-                               f'run `{python_command()} prepare.py`')
+                               f'run `{prepare_command(name)}`')
+        self.name, self.manifest, self.definition = name, manifest, manifest['counters'][name]
+        self.form = chat_format(self.definition)
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_JSON))
-        self.template = ImmutableSandboxedEnvironment().from_string(TEMPLATE)
-        self.manifest = manifest
-        self.fast = splits_cleanly(self.tokenizer)
-        self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its piece; one-line messages only
+        self.fast = splits_cleanly(self.tokenizer, self.form)
+        self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its span; one-line messages only
         self.lines: dict[str, int] = {}  # line -> tokens, for messages of several lines
         self.turns: dict[tuple, list[int]] = {}  # a conversation's (user, assistant) texts -> its turn costs
-        # Every message pays <|turn>, <turn|> and a newline; every request <bos>, <|turn> and 'model\n'.
-        self.per_message = 2 + len(self.encode('\n'))
-        self.fixed = len(self.encode(BOS)) + 1 + len(self.encode('model\n'))
+        # Every request pays prefix and generation prompt; one without a system message, what some write instead.
+        self.fixed = len(self.encode(self.form['prefix'])) + len(self.encode(self.form['suffix']))
+        no_system = self.form['no_system']
+        self.no_system = 0 if no_system is None else len(self.encode(self.span('system', no_system)))
 
     @cached_property
-    def lines_apart(self) -> bool:
-        return self.fast and lines_split_cleanly(self.tokenizer)  # reads the whole vocabulary: only when needed
+    def lines_apart(self) -> re.Pattern | None:
+        """Where a span may be cut into lines counted apart, None if nowhere (reads the vocabulary: when needed)."""
+        if self.fast and lines_split_cleanly(self.tokenizer):
+            return LINE_START
+        return LINE_BEFORE_TEXT if self.fast and byte_lines_split_cleanly(self.tokenizer) else None
 
     def profile(self) -> dict:
         manifest, chat = self.manifest, self.manifest['chat_format']
-        return {'model': manifest['publisher_model'], 'revision': manifest['revision'],
-                'template_sha256': manifest['hub_files']['chat_template.jinja']['sha256'],
-                'enable_thinking': chat['enable_thinking'], 'count_scope': chat['count_scope']}
+        if self.name == DEFAULT:  # as every recorded report has it
+            return {'model': manifest['publisher_model'], 'revision': manifest['revision'],
+                    'template_sha256': manifest['hub_files']['chat_template.jinja']['sha256'],
+                    'enable_thinking': chat['enable_thinking'], 'count_scope': chat['count_scope']}
+        spec, files = vocab_spec(manifest, self.name), pins(manifest, 'pypi', self.name)
+        return {'name': self.name, 'model': self.definition['publisher_model'],
+                'vocab': spec['members']['vocab']['path'], 'vocab_sha256': spec['members']['vocab']['sha256'],
+                'template': spec['members']['template']['path'], 'template_sha256': files[TEMPLATE_FILE][1]['sha256'],
+                'tokenizer_sha256': files[TOKENIZER_JSON][1]['sha256'],
+                'fixed_inputs': self.definition['fixed_inputs'], 'count_scope': chat['count_scope']}
+
+    def span(self, role: str, content: str) -> str:
+        """One message as the prompt holds it: span('user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n' for Gemma."""
+        if role == 'system' and not content and self.form['drop_empty_system']:
+            return ''  # Phi-3.5's template writes no system block for an empty system message
+        return self.form['open'][role] + (content.strip() if self.form['trim'] else content) + self.form['close']
 
     def prompt(self, messages: list[dict]) -> str:
         """The exact text the model receives for a request."""
-        return self.template.render(bos=BOS, messages=checked(messages))
+        turns = checked(messages)
+        for turn in turns:
+            self.refuse(turn['content'])
+        if turns[0]['role'] != 'system' and self.form['no_system'] is not None:
+            turns.insert(0, {'role': 'system', 'content': self.form['no_system']})
+        return self.form['prefix'] + ''.join(self.span(*ROLE_AND_CONTENT(turn)) for turn in turns) + self.form['suffix']
+
+    def refuse(self, content: str) -> None:
+        """CounterError for text this counter's vocab reads otherwise than the model's own tokenizer does."""
+        if held := [text for text in self.definition.get('not_counted', ()) if text in content]:
+            raise CounterError(f"{self.name} does not count a message holding {held[0]!r}: the model's own tokenizer "
+                               f'reads it otherwise than the vocab of the archive (tokenizer-manifest.json, '
+                               f'counters.{self.name}.not_counted)')
 
     def encode(self, text: str) -> list[int]:
         # Special-token strings in the text (<bos>, <|turn>, ...) become their single ids, as in the model's runtime.
@@ -141,7 +184,7 @@ class TokenCounter:
             if size is None:  # a message not seen before; its place in the request was checked already
                 role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
                 sizes[index] = self.message_size(role, messages[index]['content'])
-        return self.fixed + self.per_message * len(sizes) + sum(sizes)
+        return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
     def known_sizes(self, messages) -> list[int | None] | None:
         """Cached sizes of a well-formed request's messages (None for one not seen), or None if the request
@@ -158,14 +201,15 @@ class TokenCounter:
         return sizes
 
     def message_size(self, role: str, content: str, keep: bool = False) -> int:
-        """Tokens of one checked message's piece, encoded once. A message of several lines is summed from its
+        """Tokens of one checked message's span, encoded once. A message of several lines is summed from its
         lines' tokens and kept whole only if `keep` (a turn is; a notes block, which grows a line at a time, is not)."""
         role, content = plain(role), plain(content)
         size = self.sizes.get((role, content))
         if size is None:
-            text = piece(role, content)
+            self.refuse(content)
+            text = self.span(role, content)
             several = '\n' in content.strip() and self.lines_apart
-            size = sum(map(self.line_size, LINE_START.split(text))) if several else len(self.encode(text))
+            size = sum(map(self.line_size, self.lines_apart.split(text))) if several else len(self.encode(text))
             if keep or not several:
                 self.sizes[role, content] = size
         return size
@@ -189,7 +233,7 @@ class TokenCounter:
                     raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
-            costs = self.turns[key] = [2 * self.per_message + self.message_size('user', user, keep=True)
+            costs = self.turns[key] = [self.message_size('user', user, keep=True)
                                        + self.message_size('assistant', answer, keep=True) for user, answer in key]
         return costs
 
@@ -198,34 +242,41 @@ class TokenCounter:
         self.sizes.clear(), self.lines.clear(), self.turns.clear()
 
 
-def splits_cleanly(tokenizer) -> bool:
-    """True when counting message by message must give the full count for this tokenizer: every added token is
-    matched as-is (no stripping of neighbouring spaces, no word-boundary rule, no normalisation) and cannot straddle
-    a boundary (each is `<...>` with no other '<' or '>' inside, while the template puts `<turn|>` right after each
-    piece and `<|turn>` right before it), and the template's own markers are single tokens."""
+def splits_cleanly(tokenizer, form: dict) -> bool:
+    """True when counting span by span must give the full count for this tokenizer and chat format: every added
+    token is matched as-is (no stripping of spaces before it, no word-boundary rule, no normalisation) and cannot
+    straddle a cut (each is `<...>` with no other '<' or '>' inside), the format's markers are single tokens, and
+    every span and the generation prompt start with one, so a cut always falls right before a special token (and
+    whitespace a token takes after itself, as Phi-3's do, lies inside its own span)."""
     added = tokenizer.get_added_tokens_decoder().values()
     texts = {token.content for token in added}
-    return not any(token.lstrip or token.rstrip or token.single_word or token.normalized for token in added) \
+    starts = [form['suffix'], *form['open'].values()]
+    return not any(token.lstrip or token.single_word or token.normalized for token in added) \
         and all(text.startswith('<') and text.endswith('>') and not {'<', '>'} & set(text[1:-1]) for text in texts) \
-        and {BOS, '<|turn>', '<turn|>'} <= texts
+        and markers(form) <= texts and all(MARKER.match(text) and MARKER.match(text)[0] in texts for text in starts)
+
+
+def state(part) -> dict | None:
+    """A normalizer's or pre-tokenizer's settings, as tokenizer.json holds them."""
+    return None if part is None else json.loads(part.__getstate__())
 
 
 def lines_split_cleanly(tokenizer) -> bool:
     """True when a text's tokens are the tokens of its parts cut at every newline followed by other text: for a BPE
     model, when no token, learned or added, holds a newline next to another character (so no merge can join the two
     sides of a cut), the normalizer at most replaces and the pre-tokenizer at most splits at a string without
-    newlines, and nothing marks word starts or ends or looks whole words up before merging. Gemma 4's vocabulary
+    newlines, nothing marks word starts or ends or looks whole words up before merging, and no added token takes the
+    whitespace after it. Gemma 4's vocabulary
     keeps runs of newlines in tokens of their own, so this holds for the pinned tokenizer."""
     from tokenizers.models import BPE
-
-    def state(part) -> dict | None:  # a normalizer's or pre-tokenizer's settings, as tokenizer.json holds them
-        return None if part is None else json.loads(part.__getstate__())
 
     def newline_free(replace: dict) -> bool:
         return set(replace.get('pattern', {})) == {'String'} and '\n' not in replace['pattern']['String'] \
             and '\n' not in replace.get('content', '')
 
     model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
+    if any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
+        return False  # a token that takes the whitespace after it would take a cut-off line's leading spaces
     if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix \
             or model.ignore_merges:  # a whole-word look-up would see the line's neighbours
         return False
@@ -238,14 +289,73 @@ def lines_split_cleanly(tokenizer) -> bool:
     return '\n' in vocabulary and not any('\n' in token and token.strip('\n') for token in vocabulary)
 
 
-@lru_cache(maxsize=1)
+def byte_lines_split_cleanly(tokenizer) -> bool:
+    """True when a text's tokens are the tokens of its parts cut after every newline followed by a non-space: for a
+    byte-level BPE (Llama 3's, Qwen 2's) whose split is one of LINE_SAFE_SPLITS, after at most NFC (which composes
+    nothing with a newline), with no dropout and no added token that takes the whitespace after it."""
+    from tokenizers.models import BPE
+
+    parts = (state(tokenizer.pre_tokenizer) or {}).get('pretokenizers') or []
+    if len(parts) != 2 or not isinstance(tokenizer.model, BPE) or tokenizer.model.dropout:
+        return False
+    split, byte_level = parts
+    return state(tokenizer.normalizer) in (None, {'type': 'NFC'}) and split.get('type') == 'Split' \
+        and split.get('pattern', {}).get('Regex') in LINE_SAFE_SPLITS and split.get('behavior') == 'Isolated' \
+        and split.get('invert') is False and byte_level.get('type') == 'ByteLevel' \
+        and byte_level.get('add_prefix_space') is False and byte_level.get('use_regex') is False \
+        and not any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values())
+
+
+@lru_cache(maxsize=None)
+def loaded(name: str) -> TokenCounter:
+    return TokenCounter(name=name)
+
+
 def counter() -> TokenCounter:
-    """The process-wide counter, loaded on first use."""
-    return TokenCounter()
+    """The process-wide counter select chose (the default unless --counter named another), loaded on first use."""
+    return loaded(SELECTED['name'])
+
+
+def select(name: str) -> None:  # a name counter_choice accepted
+    SELECTED['name'] = name
+
+
+def counter_choice(text: str) -> str:
+    """--counter's value: a counter's name; `list` prints every counter and what it pins, and exits, as --help does."""
+    manifest, manifest_sha256 = read_manifest()
+    if text == 'list':
+        print(counter_list(manifest, manifest_sha256), end='')
+        raise SystemExit(0)
+    if text not in manifest['counters']:
+        raise CounterError(f"--counter {text}: no such counter; the counters are: {', '.join(manifest['counters'])}"
+                           ' (or list)')
+    return text
+
+
+def add_counter_option(parser) -> None:
+    parser.add_argument('--counter', metavar='NAME', type=counter_choice, default=DEFAULT,
+                        help=f'count with this model\'s counter (default: {DEFAULT}); list names every counter, what '
+                             'it pins and whether it is prepared (docs/counters.md)')
+
+
+def counter_list(manifest: dict, manifest_sha256: str) -> str:
+    """Each counter: its model, whether it is prepared (else the command that prepares it) and what it pins."""
+    out = []
+    for name, definition in manifest['counters'].items():
+        folder, spec = counter_folder(name), vocab_spec(manifest, name)
+        state = f'prepared in {folder}' if check_prepared(folder, manifest, manifest_sha256, name=name)[0] \
+            else f'not prepared: run `{prepare_command(name)}`'
+        fixed = definition.get('fixed_inputs', {'enable_thinking': manifest['chat_format']['enable_thinking']})
+        out += [f"{name}: {definition.get('publisher_model', manifest['publisher_model'])}; {state}",
+                *(f"  {key}: {member['path']} in {spec['sdist']}, sha256 {member['sha256']}"
+                  for key, member in spec['members'].items() if key in ('vocab', 'template')),
+                *(f"  {file}: sha256 {pin['sha256']} ({at})" for file, (at, pin) in pins(manifest, 'pypi', name).items()
+                  if file != TEMPLATE_FILE), f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']
+    return '\n'.join(out) + '\n'
 
 
 class LazyCount:
-    """count_request: the process-wide counter's interface, loading the counter on first use."""
+    """count_request: the chosen counter's interface, loading the counter on first use."""
 
     def __call__(self, messages: list[dict]) -> int:
         return counter()(messages)
@@ -260,11 +370,13 @@ count_request = LazyCount()
 def main(argv: list[str]) -> int:
     import argparse
 
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         prog='tokenizer.py',
         description="Print the counter's profile and the token count of a small example request: a quick check "
-                    f'that `.venv/bin/python prepare.py` worked. Reads {PREPARED} (set {PREPARED_ENV} to read another '
-                    'prepared folder).').parse_args(argv)
+                    f'that `.venv/bin/python prepare.py` worked. Reads prepared/ (set {PREPARED_ENV} to read another '
+                    'prepared folder).')
+    add_counter_option(parser)
+    select(parser.parse_args(argv).counter)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
     print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))

@@ -157,7 +157,7 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
     shares = count.fixed
     for label, message in zip(message_labels(case, chosen), chosen['messages']):
         alone = grade(case, {'messages': [message], 'turns': [], 'notes': 0, 'input_tokens': 0})
-        tokens = count.per_message + count.message_size(message['role'], message['content'])
+        tokens = count.message_size(message['role'], message['content'])
         shares += tokens
         out += ['', f'[{label}] {tokens} tokens']
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour)
@@ -166,7 +166,8 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
         for line in display_lines(message['content'], full):
             folded = line.startswith('… ') and line.endswith(' more lines …') and not full
             out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
-    out += ['', f'[<bos> and the generation prompt] {count.fixed} tokens', '']
+    out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
+                f'{count.fixed} tokens', '']
     if shares != row['input_tokens']:  # only a counter that cannot count message by message gets here
         out.append(f'(the message sizes add up to {shares}, not to the count: this counter is not additive)')
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
@@ -275,6 +276,10 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     """Every difference between two reports except the environment, one line each; [] when equal. With rows=False
     (--summary-only) the changes case by case are counted in one last line instead."""
     lines, hidden = [], 0
+    names = [c.get('name', c.get('model')) if isinstance(c := report.get('counter'), dict) else c
+             for report in (old, new)]
+    if names[0] != names[1]:  # a default counter's profile has no name; every token figure differs for this alone
+        lines.append(f'made with different counters: {names[0]} -> {names[1]}; token counts and selections differ')
     for key in ('case_set', 'case_set_sha256', 'code_sha256', 'tokenizer_manifest_sha256', 'rule_files', 'counter',
                 'trials', 'grader'):
         before, after = old.get(key), new.get(key)

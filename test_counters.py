@@ -1,0 +1,359 @@
+"""Tests for the counters beside the default (llama-3.1, llama-3.2, llama-3.3, qwen-2.5, phi-3.5): each held to its
+official template, --counter on the command line, and what reports record. Each test is named after the failure it
+pins.
+
+    .venv/bin/python -m unittest -v test_counters.py   # after .venv/bin/python prepare.py --counter all
+
+The oracle is each counter's official chat template, the archive member its prepared folder keeps (pinned by sha256
+and checked when the counter loads), rendered with jinja2 as transformers' apply_chat_template renders it, with the
+counter's pinned fixed inputs, and the prompt encoded whole by the tokenizers library: it shares no code with
+tokenizer.py's format or sums. A test that needs a counter not prepared skips, naming the command that prepares it.
+Property tests run a bounded number of examples, keep no example database, and write nothing to ./.hypothesis.
+"""
+import datetime
+from functools import lru_cache
+import hashlib
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+from hypothesis import configuration, given, settings, strategies as st
+from jinja2.exceptions import TemplateError
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+import benchmark
+import budget_sweep
+from case_set import load_cases
+from common import python_command
+import evaluate
+from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder, read_manifest
+from strategies import RULES, build_request
+from test_support import run_command
+import tokenizer
+from tokenizer import CounterError, TokenCounter
+from views import compare
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = read_manifest()[0]
+NAMES = [name for name in MANIFEST['counters'] if name != DEFAULT]
+HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
+EXAMPLES = settings(max_examples=40, deadline=None, database=None)
+
+
+def setUpModule():
+    configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME.name)
+
+
+def tearDownModule():
+    configuration.set_hypothesis_home_dir(None)
+    HYPOTHESIS_HOME.cleanup()
+
+
+@lru_cache(maxsize=None)
+def prepared(name: str) -> TokenCounter | None:
+    try:
+        return tokenizer.loaded(name)
+    except CounterError:
+        return None
+
+
+def counter_or_skip(test: unittest.TestCase, name: str) -> TokenCounter:
+    count = prepared(name)
+    if count is None:
+        test.skipTest(f'{name} is not prepared: run `{python_command()} prepare.py --counter {name}` (or all)')
+    return count
+
+
+@lru_cache(maxsize=None)
+def official_template(name: str):
+    """The official template compiled in an environment set up as transformers' apply_chat_template sets it,
+    strftime_now included (Llama 3.2's template would write today's date with it, were date_string not given)."""
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    environment.globals.update(raise_exception=raise_exception,
+                               strftime_now=lambda form: datetime.date.today().strftime(form))
+    environment.filters['tojson'] = lambda value, **_: json.dumps(value)
+    return environment.from_string((counter_folder(name) / TEMPLATE_FILE).read_text(encoding='utf-8'))
+
+
+def official_render(name: str, messages: list[dict]) -> str:
+    fixed = MANIFEST['counters'][name]['fixed_inputs']
+    return official_template(name).render(messages=messages, add_generation_prompt=True, **fixed)
+
+
+def official_count(name: str, messages: list[dict]) -> int:
+    """The official prompt encoded whole, special-token text becoming its id and nothing added."""
+    return len(prepared(name).tokenizer.encode(official_render(name, messages), add_special_tokens=False).ids)
+
+
+def counted(count: TokenCounter, path: str, messages) -> int:
+    """count's figure for messages on one counting path, from an empty cache and back to one."""
+    changed = {'cold cache': {}, 'warm cache': {}, 'lines whole': {'lines_apart': None},
+               'whole prompt': {'fast': False}}[path]
+    count.lines_apart  # worked out once, so the patch keeps it
+    count.forget()
+    with mock.patch.dict(vars(count), changed):
+        if path == 'warm cache':
+            count(messages)
+        result = count(messages)
+    count.forget()
+    return result
+
+
+PATHS = ('cold cache', 'warm cache', 'lines whole', 'whole prompt')
+# Text that breaks chat renderers and tokenizers: edges, unicode, every counter's special tokens as plain text.
+MARKERS = sorted({marker for definition in MANIFEST['counters'].values()
+                  for marker in tokenizer.markers(tokenizer.chat_format(definition))})
+FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '\r', ' \n', '\n \n', '\n\t\n', '<', '>', '&', 'é', 'e\u0301',
+             'Ä', 'ß', '日本語',
+             '🦙', '👍🏽', '\u200b', '\u00a0', '\u3000', "'s", "'LL", '2024', '3.14', '- [turn 1, user] ',
+             '<s>', '</s>', '<unk>', '<|endoftext|>', '<|reserved_special_token_0|>', 'Cutting Knowledge Date:',
+             *MARKERS]
+piece = st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12))
+long_text = st.builds(lambda unit, times: unit * times, st.sampled_from(['lorem ipsum ', '日本語 ', 'line\n', '.\n',
+                                                                        ' \t']), st.integers(50, 250))
+awkward_text = st.one_of(st.lists(piece, max_size=12).map(''.join), long_text)
+assistant_text = awkward_text.map(lambda text: text.replace('<|channel>', '').replace('<channel|>', ''))
+
+
+@st.composite
+def conversations(draw) -> dict:
+    """What a rule reads of a case, its system message and question possibly empty."""
+    history = [{'user': draw(awkward_text), 'assistant': draw(assistant_text)} for _ in range(draw(st.integers(0, 3)))]
+    return {'id': 'generated', 'instructions': draw(awkward_text), 'current': draw(awkward_text), 'history': history}
+
+
+def rule_requests(count) -> list[list[dict]]:
+    """Every request the four rules count or return on the shipped cases, each turn costed as a difference of
+    whole requests (a plain count function), notes blocks included."""
+    seen = []
+
+    def recording(messages):
+        seen.append(messages)
+        return count(messages)
+
+    for case in load_cases(HERE / 'cases.json'):
+        for rule in RULES.values():
+            seen.append(rule(case, recording)['messages'])
+    return seen
+
+
+class CounterTest(unittest.TestCase):
+    def setUp(self):
+        self.addCleanup(tokenizer.select, DEFAULT)  # a test that chose another counter leaves the default chosen
+
+
+class OfficialTemplateTest(CounterTest):
+    def test_every_rule_request_renders_and_counts_as_the_official_template(self):
+        for name in NAMES:
+            with self.subTest(name):
+                count = counter_or_skip(self, name)
+                requests = rule_requests(count)
+                self.assertGreater(len(requests), 500)
+                for messages in requests:
+                    self.assertEqual(count.prompt(messages), official_render(name, messages))
+                    self.assertEqual(count(messages), official_count(name, messages))
+
+    @EXAMPLES
+    @given(conversations(), st.booleans())
+    def test_every_counting_path_gives_the_official_count_on_generated_chats(self, case, system):
+        messages = build_request(case, range(len(case['history'])))[0 if system else 1:]  # with and without system
+        for name in NAMES:
+            count = prepared(name)
+            if count is None:
+                continue  # the test above names the command
+            self.assertEqual(count.prompt(messages), official_render(name, messages), name)
+            expected = official_count(name, messages)
+            for path in PATHS:
+                self.assertEqual(counted(count, path, messages), expected, (name, path))
+            # What every rule decides by: the bare request plus what each turn adds.
+            whole = official_count(name, build_request(case, range(len(case['history']))))
+            self.assertEqual(count(build_request(case, [])) + sum(count.turn_costs(case['history'])), whole, name)
+            count.forget()
+
+    def test_hand_worked_requests(self):
+        # Phi-3's <|user|>, <|end|> and <|assistant|> take the whitespace after them (llama.cpp's rule for this vocab),
+        # and each text after a special token starts with '\u2581': <|user|> ▁hi <|end|> <|assistant|>.
+        # Qwen 2.5 writes its default system message when a request has none; Llama 3 its dated system header.
+        table = [('phi-3.5', [{'role': 'user', 'content': 'hi'}], '<|user|>\nhi<|end|>\n<|assistant|>\n', 4),
+                 ('qwen-2.5', [{'role': 'user', 'content': 'hi'}], '<|im_start|>system\nYou are Qwen, created by '
+                  'Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n'
+                  '<|im_start|>assistant\n', 30),
+                 ('llama-3.1', [{'role': 'user', 'content': ' hi '}], '<|begin_of_text|><|start_header_id|>system'
+                  '<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>'
+                  '<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant'
+                  '<|end_header_id|>\n\n', 36)]
+        for name, messages, prompt, tokens in table:
+            with self.subTest(name):
+                count = counter_or_skip(self, name)
+                self.assertEqual((count.prompt(messages), count(messages)), (prompt, tokens))
+                self.assertEqual((official_render(name, messages), official_count(name, messages)), (prompt, tokens))
+
+    def test_llama_3_counts_the_same_whatever_date_the_template_writes(self):
+        # Llama 3.2's template writes today's date where the runtime defines strftime_now; the pin is 26 Jul 2024.
+        count = counter_or_skip(self, 'llama-3.2')
+        header = count.definition['format']['open']['system']
+        pinned = len(count.encode(count.form['open']['system']))
+        first = datetime.date(2024, 1, 1)
+        days = [first + datetime.timedelta(days) for days in range((datetime.date(2031, 1, 1) - first).days)]
+        self.assertEqual(len(days), 2557)
+        self.assertEqual({len(count.encode(header.format(date_string=day.strftime('%d %b %Y')))) for day in days},
+                         {pinned})
+
+    def test_every_counter_sums_turn_by_turn_and_line_by_line_where_its_tokenizer_allows(self):
+        lines = {name: prepared(name) and prepared(name).lines_apart for name in NAMES}
+        for name in NAMES:
+            with self.subTest(name):
+                count = counter_or_skip(self, name)
+                self.assertIs(count.fast, True)
+                # Phi-3's tokenizer puts '\u2581' before every text it is given, so lines cannot be counted apart.
+                self.assertEqual(lines[name], None if name == 'phi-3.5' else tokenizer.LINE_BEFORE_TEXT)
+
+    def test_a_line_of_spaces_is_not_cut_off_where_the_byte_level_split_keeps_it(self):
+        # Llama 3's and Qwen 2's split keep '\n \n' in one piece (\s*[\r\n]+), so 'a\n \nb' is 3 tokens; cut after
+        # every newline as Gemma's lines are, 4 (a and \n, then ' \n', then b); cut only before a non-space, still 3.
+        messages = [{'role': 'user', 'content': 'a\n \nb\nc'}]
+        for name in ('llama-3.1', 'qwen-2.5'):
+            with self.subTest(name):
+                count = counter_or_skip(self, name)
+                self.assertEqual(([len(count.encode(part)) for part in tokenizer.LINE_START.split('a\n \nb')],
+                                  len(count.encode('a\n \nb'))), ([2, 1, 1], 3))
+                self.assertEqual([counted(count, path, messages) for path in PATHS],
+                                 [official_count(name, messages)] * len(PATHS))
+
+    def test_every_prepared_tokenizer_reproduces_its_46_llama_cpp_vectors(self):
+        separator = f"\n{MANIFEST['pypi_mirror']['vector_separator']}\n"
+        for name in NAMES:
+            with self.subTest(name):
+                count, folder = counter_or_skip(self, name), counter_folder(name)
+                inputs = (folder / 'vocab-vectors.inp').read_text(encoding='utf-8').removesuffix(separator)
+                outputs = (folder / 'vocab-vectors.out').read_text(encoding='utf-8').splitlines()
+                pairs = list(zip(inputs.split(separator), outputs, strict=True))
+                self.assertEqual(len(pairs), 46)
+                for text, ids in pairs:
+                    self.assertEqual(count.encode(text), [int(token) for token in ids.split()], text[:30])
+
+
+class RefusalTest(CounterTest):
+    def test_text_the_model_tokenizer_reads_otherwise_is_refused_not_estimated(self):
+        for name, text in (('llama-3.1', 'call <|python_tag|> now'), ('qwen-2.5', 'a <tool_call> b')):
+            with self.subTest(name):
+                count = counter_or_skip(self, name)
+                marker = next(marker for marker in MANIFEST['counters'][name]['not_counted'] if marker in text)
+                for path in PATHS:
+                    with self.assertRaises(CounterError) as caught:
+                        counted(count, path, [{'role': 'user', 'content': text}])
+                    self.assertEqual(str(caught.exception), f"{name} does not count a message holding {marker!r}: "
+                                     "the model's own tokenizer reads it otherwise than the vocab of the archive "
+                                     f'(tokenizer-manifest.json, counters.{name}.not_counted)')
+
+    def test_an_unknown_counter_lists_the_known_ones_in_one_line_and_exits_2(self):
+        for main, script in ((evaluate.main, 'evaluate.py'), (budget_sweep.main, 'budget_sweep.py')):
+            with self.subTest(script):
+                status, out, err = run_command(main, ['--counter', 'llama-4'], script)
+                self.assertEqual((status, out), (2, ''))
+                self.assertEqual(err, f"{script}: --counter llama-4: no such counter; the counters are: "
+                                      f"{', '.join(MANIFEST['counters'])} (or list)\n")
+
+    def test_counter_list_names_each_counter_its_pins_and_how_to_prepare_it(self):
+        status, out, err = run_command(evaluate.main, ['--counter', 'list'], 'evaluate.py')
+        self.assertEqual((status, err), (0, ''))
+        heads = [line for line in out.splitlines() if not line.startswith('  ')]
+        self.assertEqual([line.split(':')[0] for line in heads], list(MANIFEST['counters']))
+        for name in NAMES:
+            state = (f'prepared in {counter_folder(name)}' if prepared(name)
+                     else f'not prepared: run `{python_command()} prepare.py --counter {name}`')
+            self.assertIn(f"{name}: {MANIFEST['counters'][name]['publisher_model']}; {state}", heads)
+        self.assertIn('  fixed template inputs: {"bos_token": "<|begin_of_text|>", "date_string": "26 Jul 2024"}', out)
+
+    def test_an_unprepared_counter_names_the_command_that_prepares_it(self):
+        with tempfile.TemporaryDirectory() as name:
+            env = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
+            result = subprocess.run([sys.executable, 'evaluate.py', '--counter', 'llama-3.1', '--format', 'table'],
+                                    cwd=HERE, env=env | {PREPARED_ENV: str(Path(name) / 'prepared')},
+                                    capture_output=True, text=True, timeout=60, check=False)
+        folder = Path(name) / 'prepared-llama-3.1'
+        self.assertEqual((result.returncode, result.stdout), (2, ''))
+        self.assertEqual(result.stderr, f'evaluate.py: the tokenizer is not prepared ({folder}/prepared.json is '
+                                        f'missing): run `{python_command()} prepare.py --counter llama-3.1`\n')
+
+    def test_a_damaged_prepared_counter_is_refused(self):
+        manifest = MANIFEST['vocabs']['llama-bpe']
+        with tempfile.TemporaryDirectory() as name:
+            folder = Path(name)
+            files = {'tokenizer.json': b'{}', TEMPLATE_FILE: b'x', 'vocab-vectors.inp': b'x', 'vocab-vectors.out': b'x'}
+            for file, data in files.items():
+                (folder / file).write_bytes(data)
+            record = {'source': 'pypi', 'counter': 'llama-3.1', 'publisher_model': 'meta-llama/Llama-3.1-8B-Instruct',
+                      'manifest_sha256': read_manifest()[1], 'vectors_checked': manifest['test_vectors'],
+                      'files': {file: {'size': len(data), 'sha256': hashlib.sha256(data).hexdigest()}
+                                for file, data in files.items()}}
+            (folder / 'prepared.json').write_text(json.dumps(record), encoding='utf-8')
+            with self.assertRaises(CounterError) as caught:
+                TokenCounter(folder, name='llama-3.1')
+        self.assertEqual(str(caught.exception), f"{folder} is not a valid prepared counter: {folder / 'tokenizer.json'}"
+                         " does not match the manifest's sha256 (vocabs.llama-bpe.built_tokenizer); refusing to count: "
+                         f'run `{python_command()} prepare.py --counter llama-3.1`')
+
+
+class ReportTest(CounterTest):
+    def test_a_report_records_the_counter_and_compare_says_so_first(self):
+        counter_or_skip(self, 'llama-3.1')
+        tokenizer.select('llama-3.1')
+        report = evaluate.report()
+        definition = MANIFEST['counters']['llama-3.1']
+        self.assertEqual(report['counter'], {
+            'name': 'llama-3.1', 'model': 'meta-llama/Llama-3.1-8B-Instruct',
+            'vocab': MANIFEST['vocabs']['llama-bpe']['members']['vocab']['path'],
+            'vocab_sha256': MANIFEST['vocabs']['llama-bpe']['members']['vocab']['sha256'],
+            'template': definition['template']['path'], 'template_sha256': definition['template']['sha256'],
+            'tokenizer_sha256': MANIFEST['vocabs']['llama-bpe']['built_tokenizer']['sha256'],
+            'fixed_inputs': {'bos_token': '<|begin_of_text|>', 'date_string': '26 Jul 2024'},
+            'count_scope': MANIFEST['chat_format']['count_scope']})
+        recorded = json.loads((HERE / 'evaluation-result.json').read_text(encoding='utf-8'))
+        lines = compare(recorded, report)
+        self.assertEqual(lines[0], 'made with different counters: google/gemma-4-E2B-it -> llama-3.1; token counts '
+                                   'and selections differ')
+        self.assertEqual(compare(report, report), [])
+
+    def test_show_prompt_prints_the_official_prompt_of_the_chosen_counter(self):
+        counter_or_skip(self, 'phi-3.5')
+        status, out, err = run_command(evaluate.main, ['--show', 'dev-correction', '--strategy', 'notes', '--prompt',
+                                                       '--counter', 'phi-3.5'], 'evaluate.py')
+        case = {case['id']: case for case in load_cases(HERE / 'cases.json')}['dev-correction']
+        self.assertEqual((status, err, out), (0, '', official_render('phi-3.5', RULES['notes'](case, prepared(
+            'phi-3.5'))['messages'])))
+
+    def test_the_turn_map_and_the_benchmark_count_with_the_chosen_counter(self):
+        count = counter_or_skip(self, 'phi-3.5')
+        status, out, err = run_command(evaluate.main, ['--format', 'turns', '--counter', 'phi-3.5'], 'evaluate.py')
+        self.assertEqual((status, err), (0, ''))
+        self.assertIn('dev-correction (dev, corrected decision), 3 turns', out)
+        # The benchmark's whole-prompt count and its cached count must select alike under this counter too.
+        status, out, _ = run_command(benchmark.main, ['--counter', 'phi-3.5', '--generated', '2', '--turns', '3',
+                                                      '--no-sweep'], 'benchmark.py')
+        self.assertEqual(status, 0)
+        self.assertIs(json.loads(out.splitlines()[-1])['identical_selections'], True)
+        self.assertIs(tokenizer.counter(), count)
+
+    def test_a_sweep_with_another_counter_records_it_and_the_default_sweep_does_not(self):
+        counter_or_skip(self, 'qwen-2.5')
+        with tempfile.TemporaryDirectory() as name:
+            output = Path(name) / 'sweep.json'
+            status, out, err = run_command(budget_sweep.main, ['--counter', 'qwen-2.5', '--context-limits', '256,384',
+                                                               '--output', str(output)], 'budget_sweep.py')
+            self.assertEqual((status, out), (0, ''))
+            self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['counter']['name'], 'qwen-2.5')
+        self.assertNotIn('counter', json.loads((HERE / 'budget-sweep.json').read_text(encoding='utf-8')))
+
+
+if __name__ == '__main__':
+    unittest.main()
