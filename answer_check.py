@@ -311,6 +311,7 @@ def parse_args(argv: list[str], model_path: Path, cases_path: Path) -> argparse.
 def pin(args: argparse.Namespace) -> int:
     defaults = load_model(args.model)
     options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
+    common.check_outputs([('--output', args.output)], [('--model', args.model)])
     client = AnswerModel({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
     pinned = check_model(args.output, client.pin(options, args.seeds or defaults['seeds']))
     save(args.output, pinned, 'answer model pin')
@@ -356,6 +357,10 @@ def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = 
     result_path, keys_path = args.output or result_path, args.keys or keys_path
     grades_path = grades_path if args.output is None else result_path.with_suffix(GRADES_SUFFIX)
     partial, recording_run = result_path.with_suffix(PARTIAL_SUFFIX), args.command == 'record'
+    recording = [('--output', result_path), ('its partial file', partial)]
+    common.check_outputs([('the grades', grades_path), *(recording if recording_run else [])],
+                         [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
+                          *(('--rules', path) for path in args.rules), *([] if recording_run else recording[:1])])
     try:
         model, rules, cases, keys = inputs = load_inputs(args, keys_path)
         plan = planned_requests(cases, rules, model) if recording_run else None

@@ -251,6 +251,26 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
         self.assertEqual((code, moved.chats()), (2, []))
         self.assertIn(f'has tiny:1b with digest {"b" * 64}, but the pinned build is {OTHER}', err)
 
+    def test_an_output_that_is_one_of_the_runs_inputs_is_refused_and_left_whole(self):
+        cases, keys, pin = (self.folder / name for name in ('my-cases.json', 'my-keys.json', 'my-model.json'))
+        pin.write_text(json.dumps(load_model()))
+        before = {path: path.read_bytes() for path in (cases, keys, pin)}
+        with FakeOllama(chat=reads_the_request) as fake:
+            for argv, refused in ((['record', '--output', str(cases), *self.own], f'--output {cases}: the same file '
+                                   f'as --cases {cases}, which this run reads'),
+                                  (['record', '--output', str(keys), *self.own], f'--output {keys}: the same file as '
+                                   f'--keys {keys}, which this run reads'),
+                                  (['pin', 'gemma4:e2b', '--model', str(pin), '--output', str(pin)],
+                                   f'--output {pin}: the same file as --model {pin}, which this run reads')):
+                with self.subTest(argv=argv[:2]):
+                    code, out, err = self.run_at(fake, argv)
+                    self.assertEqual((code, out, err), (2, '', f'answer_check.py: {refused}; write the output '
+                                                                'elsewhere\n'))
+            self.assertEqual(fake.chats(), [])
+        self.assertEqual({path: path.read_bytes() for path in before}, before)
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()),
+                         ['my-cases.json', 'my-keys.json', 'my-model.json', 'my_rules.py'])
+
     def test_split_and_sample_choose_the_cases_record_sends_and_grading_expects(self):
         with FakeOllama(chat=reads_the_request) as fake:
             code, out, err = self.run_at(fake, ['record', '--split', 'all', '--sample', '2', *self.own])
