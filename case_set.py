@@ -18,6 +18,7 @@ from strategies import escape
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
 BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
+ROLES = {'user', 'assistant'}  # the fields of a history turn
 # The official chat template rewrites assistant text that contains these (it strips thought channels), so the
 # counter refuses them (tokenizer.py) and a case may not hold them.
 THINKING_MARKERS = ('<|channel>', '<channel|>')
@@ -42,12 +43,8 @@ def check_budget(where: str, budget) -> None:
                         '(context_limit - max_new_tokens - margin must be positive)')
 
 
-def check_encodable(where: str, case: dict) -> None:
+def check_encodable(where: str, fields: list[tuple[str, str]]) -> None:
     """JSON can carry lone surrogates ("\\ud800") that no tokenizer or UTF-8 file accepts; name the field."""
-    fields = [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')]
-    fields += [(f'history[{i}].{role}', turn[role]) for i, turn in enumerate(case['history']) for role in turn]
-    fields += [(f'{name}[{i}]', fact) for name in ('required', 'stale') if isinstance(case[name], list)
-               for i, fact in enumerate(case[name]) if isinstance(fact, str)]
     for name, text in fields:
         try:
             text.encode('utf-8')
@@ -55,8 +52,34 @@ def check_encodable(where: str, case: dict) -> None:
             raise CaseError(f'{where}: field {name} holds a lone surrogate, which is not text') from None
 
 
-def check_case(where: str, case: dict) -> None:
-    """Raise CaseError for the first thing wrong with one case; `where` already names file and case."""
+def history_pairs(where: str, history) -> tuple[tuple[str, str], ...]:
+    """The history as (user, assistant) pairs: [{'user': 'Hi', 'assistant': 'Hello'}] -> (('Hi', 'Hello'),)."""
+    if not isinstance(history, list):
+        raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
+    for index, turn in enumerate(history):
+        if not isinstance(turn, dict) or turn.keys() != ROLES or not isinstance(turn['user'], str) \
+                or not isinstance(turn['assistant'], str):
+            raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
+                            'the string fields user and assistant')
+    return tuple((turn['user'], turn['assistant']) for turn in history)
+
+
+def check_texts(where: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    """Refuse what the counter cannot count in a conversation; return its messages joined by NUL, for
+    check_case's fact search. Called once per distinct conversation: LoCoMo's 1,534 cases hold 10."""
+    for index, (_, assistant) in enumerate(pairs):
+        if any(marker in assistant for marker in THINKING_MARKERS):
+            # The chat format would strip a thought channel out of a model turn, so it cannot be counted.
+            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
+                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
+    check_encodable(where, [(f'history[{i}].{role}', text) for i, pair in enumerate(pairs)
+                            for role, text in zip(('user', 'assistant'), pair)])
+    return '\0'.join(text for pair in pairs for text in pair)
+
+
+def check_case(where: str, case: dict, conversations: dict | None = None) -> None:
+    """Raise CaseError for the first thing wrong with one case; `where` already names file and case.
+    `conversations` keeps each conversation checked so far (check_texts), so that cases sharing one check it once."""
     missing = [name for name in CASE_FIELDS if name not in case]
     extra = sorted(set(case) - set(CASE_FIELDS))
     if missing or extra:
@@ -67,23 +90,18 @@ def check_case(where: str, case: dict) -> None:
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
     if case['split'] not in SPLITS:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
-    if not isinstance(case['history'], list):
-        raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
-    for index, turn in enumerate(case['history']):
-        if not isinstance(turn, dict) or set(turn) != {'user', 'assistant'} \
-                or not all(isinstance(turn[role], str) for role in ('user', 'assistant')):
-            raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
-                            'the string fields user and assistant')
-        if any(marker in turn['assistant'] for marker in THINKING_MARKERS):
-            # The chat format would strip a thought channel out of a model turn, so it cannot be counted.
-            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
-                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
+    pairs = history_pairs(where, case['history'])
+    conversations = {} if conversations is None else conversations
+    if pairs not in conversations:
+        conversations[pairs] = check_texts(where, pairs)
+    joined = conversations[pairs]
     check_budget(where, case['budget'])
-    check_encodable(where, case)
+    check_encodable(where, [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')])
     for name in ('required', 'stale'):
         facts = case[name]
         if not isinstance(facts, list) or not all(isinstance(fact, str) and fact for fact in facts):
             raise CaseError(f'{where}: field {name} must be a list of non-empty strings')
+        check_encodable(where, [(f'{name}[{i}]', fact) for i, fact in enumerate(facts)])
     if not case['required']:
         raise CaseError(f'{where}: field required is empty; a case needs at least one required fact')
     if not case['history']:
@@ -91,12 +109,11 @@ def check_case(where: str, case: dict) -> None:
     if both := [fact for fact in case['stale'] if fact in case['required']]:
         raise CaseError(f'{where}: field stale: fact {both[0]!r} is also required; a replaced fact cannot be one '
                         'the question needs')
-    said = [turn[role] for turn in case['history'] for role in ('user', 'assistant')]
-    joined = '\0'.join(said)  # a fact without NUL found here lies inside one message: no match spans a NUL
     for name in ('required', 'stale'):
         for fact in case[name]:
-            # A fact the conversation never states would look like a strategy failure.
-            if fact not in joined or ('\0' in fact and not any(fact in text for text in said)):
+            # A fact the conversation never states would look like a strategy failure. A fact without NUL found
+            # in `joined` lies inside one message: no match spans a NUL.
+            if fact not in joined or ('\0' in fact and not any(fact in text for pair in pairs for text in pair)):
                 raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history')
 
 
@@ -108,13 +125,13 @@ def load_cases(path: Path) -> list[dict]:
         raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
     if not cases:
         raise CaseError(f'{path}: the case set is empty')
-    seen = set()
+    seen, conversations = set(), {}
     for index, case in enumerate(cases):
         if not isinstance(case, dict):
             raise CaseError(f'{path}: case {index}: expected an object, got {type(case).__name__}')
         label = case.get('id') if isinstance(case.get('id'), str) and case.get('id') else f'at index {index}'
         where = f'{path}: case {label}'
-        check_case(where, case)
+        check_case(where, case, conversations)
         if case['id'] in seen:
             raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
         seen.add(case['id'])
@@ -135,11 +152,15 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
             texts[text] = text.encode('utf-8').decode('utf-8')  # a new object; str(text) would be the old one
         return texts[text]
 
+    def turn(user: str, assistant: str) -> dict:
+        pair = (one(user), one(assistant))
+        return turns.setdefault(pair, {'user': pair[0], 'assistant': pair[1]})
+
     shared = []
     for case in cases:
-        history = tuple((one(turn['user']), one(turn['assistant'])) for turn in case['history'])
-        if history not in histories:
-            histories[history] = [turns.setdefault(pair, {'user': pair[0], 'assistant': pair[1]}) for pair in history]
+        history = tuple((turn['user'], turn['assistant']) for turn in case['history'])
+        if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
+            histories[history] = [turn(user, assistant) for user, assistant in history]
         budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
         budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
         lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
