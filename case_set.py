@@ -52,8 +52,10 @@ def check_encodable(where: str, fields: list[tuple[str, str]]) -> None:
             raise CaseError(f'{where}: field {name} holds a lone surrogate, which is not text') from None
 
 
-def history_pairs(where: str, history) -> tuple[tuple[str, str], ...]:
-    """The history as (user, assistant) pairs: [{'user': 'Hi', 'assistant': 'Hello'}] -> (('Hi', 'Hello'),)."""
+def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, str], ...], str]:
+    """The history as (user, assistant) pairs, and its messages joined by NUL for the fact search, once it holds
+    nothing the counter cannot count: [{'user': 'Hi', 'assistant': 'Yes'}] -> ((('Hi', 'Yes'),), 'Hi\\0Yes').
+    `checked` keeps the texts of each conversation checked so far: LoCoMo's 1,534 cases hold 10."""
     if not isinstance(history, list):
         raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
     for index, turn in enumerate(history):
@@ -61,25 +63,21 @@ def history_pairs(where: str, history) -> tuple[tuple[str, str], ...]:
                 or not isinstance(turn['assistant'], str):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
-    return tuple((turn['user'], turn['assistant']) for turn in history)
-
-
-def check_texts(where: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    """Refuse what the counter cannot count in a conversation; return its messages joined by NUL, for
-    check_case's fact search. Called once per distinct conversation: LoCoMo's 1,534 cases hold 10."""
-    for index, (_, assistant) in enumerate(pairs):
-        if any(marker in assistant for marker in THINKING_MARKERS):
-            # The chat format would strip a thought channel out of a model turn, so it cannot be counted.
-            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
-                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
-    check_encodable(where, [(f'history[{i}].{role}', text) for i, pair in enumerate(pairs)
-                            for role, text in zip(('user', 'assistant'), pair)])
-    return '\0'.join(text for pair in pairs for text in pair)
+    pairs = tuple((turn['user'], turn['assistant']) for turn in history)
+    if pairs not in checked:
+        for index, (_, assistant) in enumerate(pairs):
+            if any(marker in assistant for marker in THINKING_MARKERS):  # the chat format would strip it out
+                raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
+                                f'{list(THINKING_MARKERS)}, which the counter does not cover')
+        check_encodable(where, [(f'history[{i}].{role}', text) for i, pair in enumerate(pairs)
+                                for role, text in zip(('user', 'assistant'), pair)])
+        checked[pairs] = '\0'.join(text for pair in pairs for text in pair)
+    return pairs, checked[pairs]
 
 
 def check_case(where: str, case: dict, conversations: dict | None = None) -> None:
     """Raise CaseError for the first thing wrong with one case; `where` already names file and case.
-    `conversations` keeps each conversation checked so far (check_texts), so that cases sharing one check it once."""
+    `conversations` is check_history's record of the conversations checked so far."""
     missing = [name for name in CASE_FIELDS if name not in case]
     extra = sorted(set(case) - set(CASE_FIELDS))
     if missing or extra:
@@ -90,11 +88,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> Non
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
     if case['split'] not in SPLITS:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
-    pairs = history_pairs(where, case['history'])
-    conversations = {} if conversations is None else conversations
-    if pairs not in conversations:
-        conversations[pairs] = check_texts(where, pairs)
-    joined = conversations[pairs]
+    pairs, joined = check_history(where, case['history'], {} if conversations is None else conversations)
     check_budget(where, case['budget'])
     check_encodable(where, [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')])
     for name in ('required', 'stale'):
@@ -152,15 +146,12 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
             texts[text] = text.encode('utf-8').decode('utf-8')  # a new object; str(text) would be the old one
         return texts[text]
 
-    def turn(user: str, assistant: str) -> dict:
-        pair = (one(user), one(assistant))
-        return turns.setdefault(pair, {'user': pair[0], 'assistant': pair[1]})
-
     shared = []
     for case in cases:
         history = tuple((turn['user'], turn['assistant']) for turn in case['history'])
         if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
-            histories[history] = [turn(user, assistant) for user, assistant in history]
+            histories[history] = [turns.setdefault((one(user), one(said)), {'user': one(user), 'assistant': one(said)})
+                                  for user, said in history]
         budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
         budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
         lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
