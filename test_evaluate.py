@@ -8,14 +8,11 @@ table written out here and figures worked out by hand; every request's count
 against the official chat template is test_tokenizer.py's. Files are only ever
 written into temporary directories.
 """
-import contextlib
 import copy
-import io
 import json
 import os
 from pathlib import Path
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,13 +20,13 @@ import unittest
 from unittest import mock
 
 from case_set import CaseError, grade, load_cases
-import common
 from common import LabError, allowance, to_json
 import evaluate
 from evaluate import report
 from prepared_folder import PREPARED_ENV
 import strategies
 from strategies import CUES, RULES, notes, recent, relevant
+from test_support import in_process
 from tokenizer import count_request
 from views import compare
 
@@ -103,28 +100,17 @@ def cases() -> dict:
     return dict(zip((case['id'] for case in loaded), loaded))
 
 
+def lab_main(*args: str) -> tuple[int, str, str]:
+    result = in_process(evaluate, *args)
+    return result.returncode, result.stdout, result.stderr
+
+
 def evaluate_py(*args: str) -> subprocess.CompletedProcess:
     """evaluate.py ARGS as a child process, reading the lab's own prepared folder whatever the developer's
     CONTEXT_LAB_PREPARED says."""
     environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
     return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
                           timeout=300, env=environment)
-
-
-def evaluate_main(*args: str) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `evaluate.py ARGS` through its entry point, in this process: as a child
-    process gives them, without loading the counter again (about 2 s a run)."""
-    out, err = io.StringIO(), io.StringIO()
-    handler = signal.getsignal(signal.SIGTERM)  # common.run handles SIGTERM as Ctrl-C from here on
-    try:
-        with mock.patch.object(sys, 'argv', ['evaluate.py', *args]), contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err):
-            common.run(evaluate.main, 'nothing was written')
-    except SystemExit as exited:
-        status = exited.code
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    return status, out.getvalue(), err.getvalue()
 
 
 class RecordedReportTest(unittest.TestCase):
@@ -433,7 +419,7 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'input.json'
             path.write_text(text, encoding='utf-8')
-            return path, evaluate_py(option, str(path))
+            return path, in_process(evaluate, option, str(path))
 
     def test_case_error_exits_2_with_one_line_and_no_traceback(self):
         path, result = self.run_on_file('--cases', '[]x')
@@ -442,13 +428,13 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(result.stderr, f'evaluate.py: {path}: invalid JSON at line 1 column 3: Extra data\n')
 
     def test_help_explains_the_options(self):
-        result = evaluate_py('--help')
+        result = in_process(evaluate, '--help')
         self.assertEqual(result.returncode, 0)
         for option in ('--cases', '--format', '--output', '--compare', '--show', '--strategy', '--prompt', '--full'):
             self.assertIn(option, result.stdout)
 
     def test_the_readme_table_is_what_format_table_prints(self):
-        result = evaluate_py('--format', 'table')
+        result = in_process(evaluate, '--format', 'table')
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn('\n' + result.stdout + '\n', (HERE / 'README.md').read_text(encoding='utf-8'))
         self.assertEqual(result.stdout.splitlines()[2], '| recent | dev | 2 of 7 | 1 of 6 | 0 | 51.3 |')
@@ -457,7 +443,7 @@ class CommandLineTest(unittest.TestCase):
             '| best possible (reads the labels) | held-out | 6 of 7 | 5 of 6 | 0 | 62.8 |'])
 
     def test_compare_exits_0_when_nothing_changed(self):
-        result = evaluate_py('--compare', str(RECORDED))
+        result = in_process(evaluate, '--compare', str(RECORDED))
         self.assertEqual((result.returncode, result.stdout), (0, f'no change against {RECORDED}\n'))
 
     def test_compare_names_the_changed_cases_and_fields(self):
@@ -469,7 +455,7 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'old.json'
             path.write_text(json.dumps(old), encoding='utf-8')
-            result = evaluate_py('--compare', str(path))
+            result = in_process(evaluate, '--compare', str(path))
         self.assertEqual(result.returncode, 1)
         self.assertEqual(result.stdout.splitlines(), [
             "relevant dev-correction: stale facts appeared: ['We will use MySQL']",
@@ -530,7 +516,7 @@ class CommandLineTest(unittest.TestCase):
                                      'turn indices)\n'))
 
     def test_compare_with_a_table_format_is_a_usage_error(self):
-        result = evaluate_py('--compare', str(RECORDED), '--format', 'table')
+        result = in_process(evaluate, '--compare', str(RECORDED), '--format', 'table')
         self.assertEqual(result.returncode, 2)
         self.assertIn('--compare prints changes, not a table', result.stderr)
 
@@ -538,7 +524,7 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             for target in (Path(folder) / 'missing' / 'report.json', Path(folder)):
                 with self.subTest(target=target.name):
-                    status, out, err = evaluate_main('--output', str(target))
+                    status, out, err = lab_main('--output', str(target))
                     self.assertEqual((status, out), (2, ''))
                     self.assertTrue(err.startswith(f'evaluate.py: {target}: cannot write the report: '), err)
                     self.assertEqual(err.count('\n'), 1)
@@ -547,7 +533,7 @@ class CommandLineTest(unittest.TestCase):
     def test_output_writes_the_report_it_prints(self):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'report.json'
-            result = evaluate_py('--output', str(path))
+            result = in_process(evaluate, '--output', str(path))
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertEqual(path.read_text(encoding='utf-8'), result.stdout)
             self.assertEqual(path.stat().st_mode & 0o777, 0o644)
@@ -559,7 +545,7 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'many.json'
             path.write_text(json.dumps(many), encoding='utf-8')
-            status, out, err = evaluate_main('--cases', str(path), '--format', 'table')
+            status, out, err = lab_main('--cases', str(path), '--format', 'table')
         self.assertEqual(status, 0, err)
         self.assertIn('evaluate.py: 101 of 101 cases\n', err)
         self.assertNotIn('of 101 cases', out)
@@ -577,7 +563,7 @@ class OutputIsInputTest(unittest.TestCase):
                     (['--cases', str(mine)], Path(folder) / 'link.json', f'--cases {mine}'),
                     (['--compare', str(old)], Path(folder) / '.' / 'old.json', f'--compare {old}')):
                 with self.subTest(what):
-                    result = evaluate_py(*args, '--output', str(output))
+                    result = in_process(evaluate, *args, '--output', str(output))
                     self.assertEqual((result.returncode, result.stdout, result.stderr), (2, '', (
                         f'evaluate.py: --output {output}: the same file as {what}, which this run reads; write '
                         'the output elsewhere\n')))

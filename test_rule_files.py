@@ -9,7 +9,6 @@ Every rule runs in a real rules process; the attacks of issue 24 are made for re
 --rule-timeout, a killed lab).
 """
 import contextlib
-import copy
 import hashlib
 import io
 import json
@@ -24,19 +23,18 @@ import tempfile
 import textwrap
 import time
 import unittest
-from unittest import mock
 
 import benchmark
 from benchmark import rule_timing
 import budget_sweep
 from case_set import grade, load_cases
-import common
 from common import CODE_FILES
 import evaluate
 from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files
 from strategies import build_request
+from test_support import in_process
 from tokenizer import count_request
 from views import report_table
 
@@ -49,10 +47,16 @@ README = (HERE / 'README.md').read_text(encoding='utf-8')
 MY_RULES = re.search(r'Save this as `my_rules.py`.*?\n```python\n(.*?)```\n', README, re.S)[1]
 
 
-def evaluate_py(*args: str, script: str = 'evaluate.py') -> subprocess.CompletedProcess:
-    """The real command, reading the prepared folder this process reads."""
-    return subprocess.run([sys.executable, script, *args], cwd=HERE, capture_output=True, text=True,
+def evaluate_py(*args: str) -> subprocess.CompletedProcess:
+    """`evaluate.py args` in a process of its own, reading the prepared folder this process reads."""
+    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
                           timeout=300)
+
+
+def lab_main(script, *argv: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a script run in this process, its rules process real (test_support)."""
+    result = in_process(script, *argv)
+    return result.returncode, result.stdout, result.stderr
 
 
 def case_named(case_id: str) -> dict:
@@ -231,7 +235,7 @@ class RefusalTest(RulesFolder):
     """Every refusal through the real command: exit 2, nothing on stdout, one line naming file, rule and case."""
 
     def refused(self, *paths: Path, extra: tuple = ()) -> str:
-        result = evaluate_py(*[arg for path in paths for arg in ('--rules', str(path))], *extra)
+        result = in_process(evaluate, *[arg for path in paths for arg in ('--rules', str(path))], *extra)
         self.assertEqual((result.returncode, result.stdout), (2, ''), result.stderr)
         self.assertNotIn('Traceback', result.stderr)
         self.assertEqual(result.stderr.count('\n'), 1, result.stderr)
@@ -324,7 +328,7 @@ class RefusalTest(RulesFolder):
 
     def test_a_rule_timeout_that_is_not_a_positive_number_is_refused_by_the_option(self):
         for value in ('0', '-1', 'nan', 'inf', 'soon'):
-            result = evaluate_py('--rule-timeout', value)
+            result = in_process(evaluate, '--rule-timeout', value)
             self.assertEqual(result.returncode, 2)
             self.assertTrue(result.stderr.endswith(f"error: argument --rule-timeout: invalid seconds value: "
                                                    f"'{value}'\n"), result.stderr)
@@ -474,21 +478,6 @@ class ProcessTest(RulesFolder):
         self.assertNotIn('my_rules.py', found)
 
 
-def lab_main(script, *argv: str) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of a script's entry point, common.run, run in this process (its rules
-    process is real)."""
-    out, err = io.StringIO(), io.StringIO()
-    handler = signal.getsignal(signal.SIGTERM)  # common.run handles SIGTERM as Ctrl-C from here on
-    try:
-        with mock.patch.object(sys, 'argv', [f'{script.__name__}.py', *argv]), contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err):
-            common.run(script.main, 'nothing was written')
-    except SystemExit as exited:
-        return exited.code, out.getvalue(), err.getvalue()
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-
-
 def alive(pid: int) -> bool:
     """Whether a process runs (a zombie waiting for its parent's wait does not)."""
     try:
@@ -540,7 +529,7 @@ class ReportTest(RulesFolder):
 class CommandTest(RulesFolder):
     def test_the_readme_rules_file_runs_as_the_readme_says(self):
         path = self.write(MY_RULES, 'my_rules.py')
-        result = evaluate_py('--rules', str(path), '--format', 'table')
+        result = in_process(evaluate, '--rules', str(path), '--format', 'table')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         # Worked out from the turn maps: it keeps every turn that fits, question-word turns first, so it finds
         # what `relevant` finds plus dev-correction's turn 2, dev-no-overlap's turn 1 and held-spread's two facts.
@@ -554,36 +543,38 @@ class CommandTest(RulesFolder):
 
     def test_show_and_turns_and_compare_work_with_a_rules_files_rule(self):
         path = self.write(MY_RULES, 'my_rules.py')
-        shown = evaluate_py('--rules', str(path), '--show', 'dev-correction', '--strategy', 'question_words_first')
+        shown = in_process(evaluate, '--rules', str(path), '--show', 'dev-correction',
+                           '--strategy', 'question_words_first')
         self.assertEqual((shown.returncode, shown.stderr), (0, ''))
         self.assertTrue(shown.stdout.startswith('question_words_first on dev-correction (dev, corrected decision)\n'))
         self.assertIn('[turn 2, user] 12 tokens\n  + required fact: "Switch to PostgreSQL instead of MySQL."', shown.stdout)
-        turns = evaluate_py('--rules', str(path), '--format', 'turns')
+        turns = in_process(evaluate, '--rules', str(path), '--format', 'turns')
         # dev-correction: turn 1 shares `use` with the question and comes first; turn 3 (a long log) does not
         # fit; turn 2 does, and brings the required fact beside the stale one.
         self.assertIn('| question_words_first             | x  | x  | . | 0     | 1 of 1      | 1                |',
                       turns.stdout)
-        compared = evaluate_py('--rules', str(path), '--compare', str(RECORDED))
+        compared = in_process(evaluate, '--rules', str(path), '--compare', str(RECORDED))
         self.assertEqual(compared.returncode, 1)
         lines = compared.stdout.splitlines()
         rule_files_sha = hashlib.sha256((HERE / 'rule_files.py').read_bytes()).hexdigest()
         self.assertEqual(lines[0], f'code_sha256 rule_files.py: None -> {rule_files_sha}')
         self.assertTrue(lines[1].startswith("rule_files: None -> [{'file': 'my_rules.py', 'sha256': '"))
         self.assertEqual(lines[2:], ['question_words_first: rule added'])
-        same = evaluate_py('--rules', str(path), '--output', str(Path(self.folder.name, 'with-rules.json')))
+        written = Path(self.folder.name, 'with-rules.json')
+        same = in_process(evaluate, '--rules', str(path), '--output', str(written))
         self.assertEqual(same.returncode, 0)
-        unchanged = evaluate_py('--rules', str(path), '--compare', str(Path(self.folder.name, 'with-rules.json')))
+        unchanged = in_process(evaluate, '--rules', str(path), '--compare', str(written))
         self.assertEqual((unchanged.returncode, unchanged.stdout.startswith('no change against')), (0, True))
 
     def test_show_prompt_prints_the_best_possible_too(self):
-        result = evaluate_py('--show', 'dev-correction', '--prompt')
+        result = in_process(evaluate, '--show', 'dev-correction', '--prompt')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         self.assertIn('=== best possible (reads the labels): 57 input tokens ===\n<bos><|turn>system\n', result.stdout)
         self.assertEqual(result.stdout.count('=== '), 5)
 
     def test_a_message_the_standard_layout_cannot_label_is_labelled_by_position(self):
         path = self.write('RULES = {"bare": lambda case, count: [{"role": "user", "content": case["current"]}]}\n')
-        result = evaluate_py('--rules', str(path), '--show', 'dev-correction', '--strategy', 'bare')
+        result = in_process(evaluate, '--rules', str(path), '--show', 'dev-correction', '--strategy', 'bare')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         self.assertIn('\n[message 1, user] ', result.stdout)
 

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -307,16 +308,31 @@ def client_for(host: str) -> AnswerModel:
 def run_command(main, argv: list[str], script: str) -> tuple[int, str, str]:
     """main run through common.run as `.venv/bin/python script argv` runs it: (exit status, stdout, stderr).
 
-    A LabError is then the one line a user reads, and Ctrl-C exit 130 with the state the main reported.
+    A LabError is then the one line a user reads, and Ctrl-C exit 130 with the state the main reported. stderr
+    also holds what reached file descriptor 2 meanwhile: what a rules process, which inherits it, wrote there.
     """
     out, err = io.StringIO(), io.StringIO()
-    with (mock.patch.object(sys, 'argv', [script, *argv]), mock.patch.object(signal, 'signal'),
-          contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
+    with (tempfile.TemporaryFile() as raw, mock.patch.object(sys, 'argv', [script, *argv]),
+          mock.patch.object(signal, 'signal'), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
+        saved = os.dup(2)
+        os.dup2(raw.fileno(), 2)
         try:
             common.run(main)
+            raise AssertionError('common.run returned instead of exiting')
         except SystemExit as exit:  # run always ends in sys.exit
-            return exit.code, out.getvalue(), err.getvalue()
-    raise AssertionError('common.run returned instead of exiting')
+            code = exit.code
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        raw.seek(0)
+        return code, out.getvalue(), err.getvalue() + raw.read().decode('utf-8', 'replace')
+
+
+def in_process(script, *argv: str) -> subprocess.CompletedProcess:
+    """`.venv/bin/python SCRIPT.py argv` for a script module, run by run_command in this process, so the counter is
+    loaded once for the suite (about 2 s a run saved), shaped as subprocess.run's result."""
+    name = f'{script.__name__}.py'
+    return subprocess.CompletedProcess([name, *argv], *run_command(script.main, list(argv), name))
 
 
 def run_answer_check(argv: list[str], **options) -> tuple[int, str, str]:

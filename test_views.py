@@ -29,7 +29,7 @@ from unittest import mock
 from case_set import grade, load_cases
 import evaluate
 from strategies import RULES, build_request, notes
-from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
+from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, in_process, official_count, official_render
 from tokenizer import count_request, counter
 import views
 from views import MAX_LINE, compare, display_lines, message_labels, report_table, request_text, row_changes, \
@@ -112,10 +112,9 @@ def whole_count(messages: list[dict]) -> int:
 
 @lru_cache(maxsize=None)
 def evaluate_py(*args: str) -> subprocess.CompletedProcess:
-    """evaluate.py ARGS as a child process, run once for all the tests that read its output: every run loads
-    the counter again (about 2 s), and the views are deterministic."""
-    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
-                          timeout=300)
+    """evaluate.py ARGS, run once (in this process: test_support.in_process) for all the tests that read its
+    output, since the views are deterministic."""
+    return in_process(evaluate, *args)
 
 
 class ShowTest(unittest.TestCase):
