@@ -17,8 +17,7 @@ the same allowance (context_limit - max_new_tokens - margin), never changes the 
 and never reads the `required` or `stale` labels. The request it returns is counted
 whole, and a count that is not the sum of its parts is an error (`chosen`). Any
 count function (messages -> int) works; the lab's counter also offers `turn_costs`,
-so a case costs time in proportion to its history (tokenizer.py says why sums are
-exact). Standard library only; it writes and prints nothing.
+so a case costs time in proportion to its history. It prints and writes nothing.
 """
 from functools import lru_cache
 import re
@@ -99,16 +98,19 @@ def by_overlap(case: dict, indices: range) -> list[int]:
     return sorted((i for i in indices if shared[i]), key=lambda i: (-shared[i], -i))
 
 
+@lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
+def cue_sentences(text: str) -> tuple[str, ...]:  # 'Fine. We must ship.' -> ('We must ship.',), escaped, once each
+    sentences = SENTENCE_BREAK.split(text.strip()) if CUES.search(text) else []
+    return tuple(dict.fromkeys(escape(sentence) for sentence in sentences if CUES.search(sentence)))
+
+
 def note_lines(case: dict, before: int):
-    """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role, once:
+    """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role:
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
     for index in reversed(range(before)):
         for role in ('assistant', 'user'):
-            text = case['history'][index][role].strip()
-            if CUES.search(text):
-                lines = dict.fromkeys(f'- [turn {index + 1}, {role}] {escape(sentence)}'
-                                      for sentence in SENTENCE_BREAK.split(text) if CUES.search(sentence))
-                yield from reversed(list(lines))
+            sentences = cue_sentences(case['history'][index][role])
+            yield from reversed([f'- [turn {index + 1}, {role}] {sentence}' for sentence in sentences])
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
