@@ -34,7 +34,7 @@ from common import python_command
 import evaluate
 from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder, read_manifest
 from strategies import RULES, build_request
-from test_support import run_command
+from test_support import rule_requests, run_command
 import tokenizer
 from tokenizer import CounterError, TokenCounter
 from views import compare
@@ -129,21 +129,6 @@ def conversations(draw) -> dict:
     """What a rule reads of a case, its system message and question possibly empty."""
     history = [{'user': draw(awkward_text), 'assistant': draw(assistant_text)} for _ in range(draw(st.integers(0, 3)))]
     return {'id': 'generated', 'instructions': draw(awkward_text), 'current': draw(awkward_text), 'history': history}
-
-
-def rule_requests(count) -> list[list[dict]]:
-    """Every request the four rules count or return on the shipped cases, each turn costed as a difference of
-    whole requests (a plain count function), notes blocks included."""
-    seen = []
-
-    def recording(messages):
-        seen.append(messages)
-        return count(messages)
-
-    for case in load_cases(HERE / 'cases.json'):
-        for rule in RULES.values():
-            seen.append(rule(case, recording)['messages'])
-    return seen
 
 
 class CounterTest(unittest.TestCase):

@@ -342,6 +342,23 @@ def run_answer_check(argv: list[str], **options) -> tuple[int, str, str]:
     return run_command(lambda args: answer_check.main(args, **options), argv, 'answer_check.py')
 
 
+def rule_requests(count) -> list[list[dict]]:
+    """Every request the four rules count or return on the shipped cases, each turn costed as a difference of
+    whole requests (a plain count function, so every candidate request is seen), notes blocks included."""
+    from strategies import RULES  # here, not at the top: the oracle's users need no strategies
+
+    seen = []
+
+    def recording(messages):
+        seen.append(messages)
+        return count(messages)
+
+    for case in load_cases(HERE / 'cases.json'):
+        for rule in RULES.values():
+            seen.append(rule(case, recording)['messages'])
+    return seen
+
+
 def held_out_cases() -> list[dict]:
     """The held-out cases of the shipped cases.json, picked here rather than by the code under test."""
     return [case for case in load_cases(HERE / 'cases.json') if case['split'] == 'held_out']

@@ -29,7 +29,7 @@ from case_set import load_cases
 from common import python_command
 from prepared_folder import PREPARED
 from strategies import RULES, build_request
-from test_support import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
+from test_support import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render, rule_requests
 from tokenizer import CounterError, TokenCounter, count_request, counter, lines_split_cleanly, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
@@ -102,21 +102,6 @@ def counted(path: str, messages) -> int:
         return count(messages)
 
 
-def rule_requests() -> list[list[dict]]:
-    """Every request any rule counts or returns on the shipped case set, each turn's cost counted as a difference
-    of whole requests (so every candidate request is seen), notes blocks included."""
-    seen = []
-
-    def recording(messages):
-        seen.append(messages)
-        return count_request(messages)
-
-    for case in load_cases(HERE / 'cases.json'):
-        for rule in RULES.values():
-            seen.append(rule(case, recording)['messages'])
-    return seen
-
-
 class VocabularyTest(unittest.TestCase):
     def test_official_vectors_reproduce(self):
         record = json.loads((PREPARED / 'prepared.json').read_text(encoding='utf-8'))
@@ -185,7 +170,7 @@ class OfficialTemplateTest(unittest.TestCase):
         self.assertEqual(hashlib.sha256(OFFICIAL_PATH.read_bytes()).hexdigest(), TEMPLATE_SHA256)
 
     def test_every_rule_request_renders_and_counts_as_the_official_template(self):
-        requests = rule_requests()
+        requests = rule_requests(count_request)
         self.assertGreater(len(requests), 100)
         for index, messages in enumerate(requests):
             with self.subTest(request=index):
