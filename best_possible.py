@@ -11,7 +11,7 @@ writes nothing.
 """
 from case_set import grade
 from common import LabError, allowance
-from strategies import as_messages, build_request, costs
+from strategies import build_request, costs
 from tokenizer import count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
@@ -60,7 +60,7 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
     ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
     """
-    messages = [message for turn in case['history'] for message in as_messages(turn)]
+    messages = build_request(case, range(len(case['history'])))[1:-1]  # without instructions and question
     required, stale = {}, {}
 
     # Grade a run of turns at once and split only runs that hold a fact: a long history with a few

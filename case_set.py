@@ -10,6 +10,7 @@ request's messages (a fact the notes quoted escaped still counts); it reads the 
 Standard library only, so a step that counts nothing (the LoCoMo conversion) can check cases without the
 tokenizer. It reads and prints nothing on its own; evaluate.py and the other scripts call it.
 """
+from operator import itemgetter
 from pathlib import Path
 
 from common import SPLITS, LabError, allowance, progress, read_json
@@ -19,6 +20,7 @@ from strategies import escape
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
 BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
 ROLES = {'user', 'assistant'}  # the fields of a history turn
+TURN_TEXTS, CONTENT = itemgetter('user', 'assistant'), itemgetter('content')  # a turn's texts; a message's
 # The official chat template rewrites assistant text that contains these (it strips thought channels), so the
 # counter refuses them (tokenizer.py) and a case may not hold them.
 THINKING_MARKERS = ('<|channel>', '<channel|>')
@@ -63,7 +65,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
                 or not isinstance(turn['assistant'], str):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
-    pairs = tuple((turn['user'], turn['assistant']) for turn in history)
+    pairs = tuple(map(TURN_TEXTS, history))
     if pairs not in checked:
         for index, (_, assistant) in enumerate(pairs):
             if any(marker in assistant for marker in THINKING_MARKERS):  # the chat format would strip it out
@@ -148,7 +150,7 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
 
     shared = []
     for case in cases:
-        history = tuple((turn['user'], turn['assistant']) for turn in case['history'])
+        history = tuple(map(TURN_TEXTS, case['history']))
         if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
             histories[history] = [turns.setdefault((one(user), one(said)), {'user': one(user), 'assistant': one(said)})
                                   for user, said in history]
@@ -163,7 +165,7 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
 
 def grade(case: dict, chosen: dict) -> dict:
     """One report row: which required and stale facts reached the chosen request."""
-    text = '\n'.join(message['content'] for message in chosen['messages'])
+    text = '\n'.join(map(CONTENT, chosen['messages']))
 
     def present(fact: str) -> bool:
         return fact in text or escape(fact) in text  # notes quote facts escaped

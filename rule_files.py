@@ -27,9 +27,10 @@ import traceback
 import weakref
 
 from best_possible import LABEL
+from case_set import TURN_TEXTS
 from common import LabError
 from strategies import RULES as BUILT_IN
-from tokenizer import TURN_TEXTS, CounterError
+from tokenizer import CounterError
 
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
 VISIBLE = ('id', 'split', 'kind', 'instructions', 'current', 'budget')  # with the history, all but the labels

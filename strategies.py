@@ -11,12 +11,11 @@
               until the first note that does not fit
     hybrid    the newest turn if it fits, then the rest as `relevant` orders them
 
-A rule reads two figures from the counter (`costs`): the tokens of the bare request
-(system message and question) and the tokens each turn adds to it. Every rule gets
-the same allowance (context_limit - max_new_tokens - margin), never changes the case
-and never reads the `required` or `stale` labels. The request it returns is counted
-whole, and a count that is not the sum of its parts is an error (`chosen`). Any
-count function (messages -> int) works; the lab's counter also offers `turn_costs`,
+A rule reads two figures from the counter (`costs`): the tokens of the bare request (system message
+and question) and the tokens each turn adds to it. Every rule gets the same allowance
+(context_limit - max_new_tokens - margin), never changes the case, never reads the `required` or `stale`
+labels. The request it returns is counted whole, and a count that is not the sum of its parts is an error
+(`chosen`). Any count function (messages -> int) works; the lab's counter also offers `turn_costs`,
 so a case costs time in proportion to its history. It prints and writes nothing.
 """
 from functools import lru_cache
@@ -36,6 +35,7 @@ CUES = re.compile(
     r'\b(decided|decide|chose|choose|will use|must|never|always|deadline|instead|switch(?:ed)?|requires?|limit)\b',
     re.IGNORECASE)
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
+ROLES = ('user', 'assistant')  # a turn's two messages in order, and the fields of the turn that hold them
 
 
 def words(text: str) -> frozenset[str]:
@@ -58,12 +58,12 @@ def build_request(case: dict, kept: list[int], notes: list[str] = ()) -> list[di
     question = case['current']
     if notes:
         question = '\n'.join([NOTES_HEADER, '<notes>', *notes, '</notes>', '', f'Question: {question}'])
-    turns = [message for index in sorted(kept) for message in as_messages(case['history'][index])]
+    turns = [{'role': role, 'content': case['history'][index][role]} for index in sorted(kept) for role in ROLES]
     return [{'role': 'system', 'content': case['instructions']}, *turns, {'role': 'user', 'content': question}]
 
 
 def as_messages(turn: dict) -> list[dict]:  # one history turn as the two chat messages it was
-    return [{'role': 'user', 'content': turn['user']}, {'role': 'assistant', 'content': turn['assistant']}]
+    return [{'role': role, 'content': turn[role]} for role in ROLES]
 
 
 def costs(case: dict, count) -> tuple[int, list[int]]:
@@ -91,11 +91,11 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
     return kept, room
 
 
-def by_overlap(case: dict, indices: range) -> list[int]:
-    """Turns sharing at least one word with the question: most shared first, newer first on ties."""
-    asked, history = words(case['current']), case['history']
-    shared = {i: len(asked & turn_words(history[i]['user'], history[i]['assistant'])) for i in indices}
-    return sorted((i for i in indices if shared[i]), key=lambda i: (-shared[i], -i))
+def by_overlap(case: dict, before: int) -> list[int]:
+    """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
+    asked = words(case['current'])
+    shared = [len(asked & turn_words(turn['user'], turn['assistant'])) for turn in case['history'][:before]]
+    return sorted((i for i, n in enumerate(shared) if n), key=lambda i: (-shared[i], -i))
 
 
 @lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
@@ -133,7 +133,7 @@ def recent(case: dict, count) -> dict:
 
 def relevant(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    kept, _ = fit(by_overlap(case, range(len(cost))), cost, allowance(case) - bare)
+    kept, _ = fit(by_overlap(case, len(cost)), cost, allowance(case) - bare)
     return chosen(case, count, kept)
 
 
@@ -153,7 +153,7 @@ def hybrid(case: dict, count) -> dict:
     bare, cost = costs(case, count)
     newest = [len(cost) - 1] if cost else []
     kept, room = fit(newest, cost, allowance(case) - bare)
-    more, _ = fit(by_overlap(case, range(len(cost) - 1)), cost, room)
+    more, _ = fit(by_overlap(case, len(cost) - 1), cost, room)
     return chosen(case, count, kept + more)
 
 

@@ -25,7 +25,7 @@ from operator import itemgetter
 from pathlib import Path
 import re
 
-from case_set import THINKING_MARKERS
+from case_set import THINKING_MARKERS, TURN_TEXTS
 from common import LabError, python_command, run
 from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, \
     check_prepared, counter_folder, pins, read_manifest, vocab_spec
@@ -38,7 +38,7 @@ SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s"
          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
-ROLE_AND_CONTENT, ROLE, TURN_TEXTS = itemgetter('role', 'content'), itemgetter('role'), itemgetter('user', 'assistant')
+ROLE_AND_CONTENT, ROLE = itemgetter('role', 'content'), itemgetter('role')
 HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
 SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (select)
 
@@ -180,7 +180,7 @@ class TokenCounter:
         if sizes is None:  # a request that may be malformed: check it message by message
             checked(messages)
             sizes = [None] * len(messages)
-        for index, size in enumerate(sizes):
+        for index, size in enumerate(sizes if None in sizes else ()):
             if size is None:  # a message not seen before; its place in the request was checked already
                 role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
                 sizes[index] = self.message_size(role, messages[index]['content'])
