@@ -62,10 +62,6 @@ def build_request(case: dict, kept: list[int], notes: list[str] = ()) -> list[di
     return [{'role': 'system', 'content': case['instructions']}, *turns, {'role': 'user', 'content': question}]
 
 
-def as_messages(turn: dict) -> list[dict]:  # one history turn as the two chat messages it was
-    return [{'role': role, 'content': turn[role]} for role in ROLES]
-
-
 def costs(case: dict, count) -> tuple[int, list[int]]:
     """(tokens of the bare request, tokens each turn adds to it): the counter's `turn_costs(history)` where it
     has one; for any other count function, count(request with turn i) - count(bare request)."""

@@ -17,7 +17,7 @@ import unittest
 
 import benchmark
 from case_set import load_cases
-from strategies import RULES, as_messages
+from strategies import RULES
 from tokenizer import counter
 
 HERE = Path(__file__).resolve().parent
@@ -37,7 +37,8 @@ def kernel_peak_mib() -> float | None:
 def turn_tokens(turn: dict) -> int:
     """What a turn adds to a request: its two messages with their delimiters (the whole render, less <bos> and
     the generation prompt)."""
-    return len(counter().encode(counter().prompt(as_messages(turn)))) - counter().fixed
+    messages = [{'role': 'user', 'content': turn['user']}, {'role': 'assistant', 'content': turn['assistant']}]
+    return len(counter().encode(counter().prompt(messages))) - counter().fixed
 
 
 class ChatWorkloadTest(unittest.TestCase):

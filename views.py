@@ -16,7 +16,7 @@ import textwrap
 import best_possible
 from case_set import grade
 from common import LabError, allowance, by_group, markdown_table, plain_number, printable, turn_runs
-from strategies import as_messages, build_request
+from strategies import build_request
 
 # What the views look like.
 WRAP = 96  # display width of message content; the exact text is what --prompt prints
@@ -127,7 +127,7 @@ def message_labels(case: dict, chosen: dict) -> list[str]:
     """Where each message came from: ['system', 'turn 1, user', ..., 'question, user'] for a request laid out
     as the four lay it out; else each message by position and role, since a rules file may send anything."""
     messages, turns = chosen['messages'], sorted(chosen['turns'])
-    history = [message for index in turns for message in as_messages(case['history'][index])]
+    history = build_request(case, turns)[1:-1]  # the turns' messages, as the four lay them out
     if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
             and messages[1:-1] == history:
         return ['system', *(f'turn {index + 1}, {role}' for index in turns for role in ('user', 'assistant')),
