@@ -26,7 +26,7 @@ from case_set import check_case, grade, load_cases
 from common import LabError, add_input_options, check_fits, markdown_table, progress, run
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
-from tokenizer import add_counter_option, counter, select
+from tokenizer import add_counter_option, choose_counter, counter
 
 # First part: the default size, and what the budget looks like in an application.
 SEED = 20261130  # fixed, so every run times the same case set
@@ -329,7 +329,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    select(args.counter)
+    choose_counter(args.counter)
     if args.cases:
         print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0

@@ -25,7 +25,7 @@ from common import LabError, add_input_options, allowance, by_group, check_fits,
     markdown_table, printable, run, sha256_file, summarize, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
 from strategies import RULES, build_request
-from tokenizer import DEFAULT, add_counter_option, count_request, counter, select
+from tokenizer import DEFAULT, add_counter_option, choose_counter, count_request, counter
 
 HERE = Path(__file__).resolve().parent
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
@@ -289,7 +289,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    select(args.counter)
+    choose_counter(args.counter)
     record = not argv  # no options at all: the committed recording
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)

@@ -27,7 +27,7 @@ from common import CASES, PIPE_WAIT, add_input_options, by_group, check_fits, ch
     read_json, run, sha256_file, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from strategies import RULES, build_request
-from tokenizer import add_counter_option, count_request, counter, select
+from tokenizer import add_counter_option, choose_counter, count_request, counter
 import views
 
 HERE = Path(__file__).resolve().parent
@@ -121,7 +121,7 @@ def show(args: argparse.Namespace) -> str:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    select(args.counter)
+    choose_counter(args.counter)
     if args.show is not None:  # --show '' is a case id too, and an unknown one
         print(show(args), end='')
         return 0

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import stat
@@ -118,6 +119,13 @@ def check_keys(path: Path, tree: dict, keys: dict, where: tuple = ()) -> None:
         outer, inner = items.get(kind, (kind, object))
         if not isinstance(value, outer) or isinstance(value, list) and not all(isinstance(v, inner) for v in value):
             raise ManifestError(f'{path}: {name} is not {KIND_NAMES[kind]}; {RESTORE}')
+
+
+def prepare_command(name: str = DEFAULT) -> str:
+    """The command that prepares counter `name` where this run reads it: the folder too when $CONTEXT_LAB_PREPARED
+    chose it, which may have been set for this run only ('CONTEXT_LAB_PREPARED=/tmp/p .venv/bin/python prepare.py')."""
+    where = f'{PREPARED_ENV}={shlex.quote(str(PREPARED))} ' if os.environ.get(PREPARED_ENV) else ''
+    return f'{where}{python_command()} prepare.py' + ('' if name == DEFAULT else f' --counter {name}')
 
 
 def counter_folder(name: str, base: Path = PREPARED) -> Path:
@@ -335,7 +343,7 @@ def main(argv: list[str]) -> int:
                             'another folder.').parse_args(argv)
     source, why = check_prepared(PREPARED, *read_manifest())
     if source is None:
-        raise LabError(f'{PREPARED} is not a valid prepared counter: {why}; run `{python_command()} prepare.py`')
+        raise LabError(f'{PREPARED} is not a valid prepared counter: {why}; run `{prepare_command()}`')
     print(f'{PREPARED} is complete and valid (prepared from {source})')
     return 0
 

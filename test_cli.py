@@ -401,15 +401,16 @@ class PreparedElsewhereTest(TempFolderTest):
         self.assertTrue(result.stdout.startswith(f'{elsewhere} is already complete and valid'), result.stdout)
         self.assertFalse((lab / 'prepared').exists())
 
-    def test_an_unprepared_folder_is_named_in_one_line_whichever_folder_and_script_it_is(self):
+    def test_an_unprepared_folder_is_named_in_one_line_with_the_command_that_prepares_that_folder(self):
         lab, empty = copy_lab(self.tmp), self.tmp / 'empty'
         for script in ('tokenizer.py', 'evaluate.py'):
-            for prepared, folder in ((None, lab / 'prepared'), (empty, empty)):
+            for prepared, folder, where in ((None, lab / 'prepared', ''),
+                                            (empty, empty, f'CONTEXT_LAB_PREPARED={empty} ')):
                 with self.subTest(script=script, folder=str(folder)):
                     result = run([script], cwd=lab, prepared=prepared, capture_output=True)
                     self.assertEqual((result.returncode, result.stdout), (2, ''))
-                    self.assertEqual(result.stderr, f'{script}: the tokenizer is not prepared '
-                                     f'({folder / "prepared.json"} is missing): run `{sys.executable} prepare.py`\n')
+                    self.assertEqual(result.stderr, f'{script}: the tokenizer is not prepared ({folder}/prepared.json'
+                                     f' is missing): run `{where}{sys.executable} prepare.py`\n')
 
 
 class ByteOrderMarkTest(TempFolderTest):

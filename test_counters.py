@@ -133,7 +133,7 @@ def conversations(draw) -> dict:
 
 class CounterTest(unittest.TestCase):
     def setUp(self):
-        self.addCleanup(tokenizer.select, DEFAULT)  # a test that chose another counter leaves the default chosen
+        self.addCleanup(tokenizer.choose_counter, DEFAULT)  # a test that chose another counter leaves the default chosen
 
 
 class OfficialTemplateTest(CounterTest):
@@ -259,7 +259,7 @@ class RefusalTest(CounterTest):
             self.assertIn(f"{name}: {MANIFEST['counters'][name]['publisher_model']}; {state}", heads)
         self.assertIn('  fixed template inputs: {"bos_token": "<|begin_of_text|>", "date_string": "26 Jul 2024"}', out)
 
-    def test_an_unprepared_counter_names_the_command_that_prepares_it(self):
+    def test_an_unprepared_counter_names_the_command_that_prepares_it_where_this_run_reads_it(self):
         with tempfile.TemporaryDirectory() as name:
             env = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
             result = subprocess.run([sys.executable, 'evaluate.py', '--counter', 'llama-3.1', '--format', 'table'],
@@ -268,7 +268,8 @@ class RefusalTest(CounterTest):
         folder = Path(name) / 'prepared-llama-3.1'
         self.assertEqual((result.returncode, result.stdout), (2, ''))
         self.assertEqual(result.stderr, f'evaluate.py: the tokenizer is not prepared ({folder}/prepared.json is '
-                                        f'missing): run `{python_command()} prepare.py --counter llama-3.1`\n')
+                                        f"missing): run `CONTEXT_LAB_PREPARED={Path(name) / 'prepared'} "
+                                        f'{python_command()} prepare.py --counter llama-3.1`\n')
 
     def test_a_damaged_prepared_counter_is_refused(self):
         manifest = MANIFEST['vocabs']['llama-bpe']
@@ -292,7 +293,7 @@ class RefusalTest(CounterTest):
 class ReportTest(CounterTest):
     def test_a_report_records_the_counter_and_compare_says_so_first(self):
         counter_or_skip(self, 'llama-3.1')
-        tokenizer.select('llama-3.1')
+        tokenizer.choose_counter('llama-3.1')
         report = evaluate.report()
         definition = MANIFEST['counters']['llama-3.1']
         self.assertEqual(report['counter'], {

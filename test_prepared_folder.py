@@ -303,7 +303,7 @@ class CommandTest(TempFolderTest):
         self.assertEqual((result.returncode, result.stdout), (2, ''))
         self.assertEqual(result.stderr, f'prepared_folder.py: {self.tmp} is not a valid prepared counter: '
                                         f'{self.tmp / PREPARED_JSON} does not exist; '
-                                        f'run `{python_command()} prepare.py`\n')
+                                        f'run `CONTEXT_LAB_PREPARED={self.tmp} {python_command()} prepare.py`\n')
 
     def test_a_changed_file_is_refused_naming_it(self):
         copy = self.tmp / 'prepared'

@@ -26,9 +26,9 @@ from pathlib import Path
 import re
 
 from case_set import THINKING_MARKERS, TURN_TEXTS
-from common import LabError, python_command, run
+from common import LabError, run
 from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, \
-    check_prepared, counter_folder, pins, read_manifest, vocab_spec
+    check_prepared, counter_folder, pins, prepare_command, read_manifest, vocab_spec
 
 ROLES = ('system', 'user', 'assistant')
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
@@ -40,7 +40,7 @@ LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
 ROLE_AND_CONTENT, ROLE = itemgetter('role', 'content'), itemgetter('role')
 HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
-SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (select)
+SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (choose_counter)
 
 
 class CounterError(LabError):
@@ -93,10 +93,6 @@ def markers(form: dict) -> set[str]:
     """The special tokens a chat format writes: markers(Gemma's) -> {'<bos>', '<|turn>', '<turn|>'}."""
     texts = [form['prefix'], form['suffix'], form['close'], form['no_system'] or '', *form['open'].values()]
     return set(MARKER.findall(''.join(texts)))
-
-
-def prepare_command(name: str) -> str:
-    return f'{python_command()} prepare.py' + ('' if name == DEFAULT else f' --counter {name}')
 
 
 class TokenCounter:
@@ -312,11 +308,11 @@ def loaded(name: str) -> TokenCounter:
 
 
 def counter() -> TokenCounter:
-    """The process-wide counter select chose (the default unless --counter named another), loaded on first use."""
+    """The process-wide counter, loaded on first use: the default unless choose_counter named another (--counter)."""
     return loaded(SELECTED['name'])
 
 
-def select(name: str) -> None:  # a name counter_choice accepted
+def choose_counter(name: str) -> None:  # a name counter_choice accepted
     SELECTED['name'] = name
 
 
@@ -376,7 +372,7 @@ def main(argv: list[str]) -> int:
                     f'that `.venv/bin/python prepare.py` worked. Reads prepared/ (set {PREPARED_ENV} to read another '
                     'prepared folder).')
     add_counter_option(parser)
-    select(parser.parse_args(argv).counter)
+    choose_counter(parser.parse_args(argv).counter)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
     print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
