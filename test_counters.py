@@ -22,7 +22,7 @@ import tempfile
 import unittest
 from unittest import mock
 
-from hypothesis import configuration, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from jinja2.exceptions import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -34,7 +34,7 @@ from common import python_command
 import evaluate
 from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder, read_manifest
 from strategies import RULES, build_request
-from test_support import rule_requests, run_command
+from test_support import hypothesis_home_outside_the_tree, rule_requests, run_command
 import tokenizer
 from tokenizer import CounterError, TokenCounter
 from views import compare
@@ -42,17 +42,10 @@ from views import compare
 HERE = Path(__file__).resolve().parent
 MANIFEST = read_manifest()[0]
 NAMES = [name for name in MANIFEST['counters'] if name != DEFAULT]
-HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
 EXAMPLES = settings(max_examples=40, deadline=None, database=None)
 
 
-def setUpModule():
-    configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME.name)
-
-
-def tearDownModule():
-    configuration.set_hypothesis_home_dir(None)
-    HYPOTHESIS_HOME.cleanup()
+setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
 
 
 @lru_cache(maxsize=None)

@@ -17,28 +17,21 @@ instead of ./.hypothesis.
 import copy
 from pathlib import Path
 import re
-import tempfile
 import unittest
 from unittest import mock
 
-from hypothesis import configuration, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from case_set import load_cases
 from strategies import NOTES_HEADER, RULES, STOP_WORDS, escape, note_lines
+from test_support import hypothesis_home_outside_the_tree
 from tokenizer import TokenCounter, count_request, counter
 
 HERE = Path(__file__).resolve().parent
-HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
 EXAMPLES = settings(max_examples=60, deadline=None, database=None)
 
 
-def setUpModule():
-    configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME.name)
-
-
-def tearDownModule():
-    configuration.set_hypothesis_home_dir(None)
-    HYPOTHESIS_HOME.cleanup()
+setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
 
 
 def whole_count(messages: list[dict]) -> int:

@@ -299,6 +299,21 @@ def ctrl_c_reaches_children():
         signal.signal(signal.SIGINT, before)
 
 
+def hypothesis_home_outside_the_tree():
+    """(setUpModule, tearDownModule) for a file of property tests: while it runs, Hypothesis keeps its files in a
+    temporary folder, never in a .hypothesis/ folder of the working tree."""
+    from hypothesis import configuration  # a tests-only package, loaded only by the files that use it
+    home = tempfile.TemporaryDirectory(prefix='hypothesis-')
+
+    def set_up() -> None:
+        configuration.set_hypothesis_home_dir(home.name)
+
+    def tear_down() -> None:
+        configuration.set_hypothesis_home_dir(None)
+        home.cleanup()
+    return set_up, tear_down
+
+
 def client_for(host: str) -> AnswerModel:
     """The real client, finding the server through OLLAMA_HOST as a user's would."""
     with mock.patch.dict(os.environ, {'OLLAMA_HOST': host}):

@@ -21,7 +21,7 @@ from types import MappingProxyType
 import unittest
 from unittest import mock
 
-from hypothesis import configuration, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 from markupsafe import Markup
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
@@ -29,21 +29,15 @@ from case_set import load_cases
 from common import python_command
 from prepared_folder import PREPARED
 from strategies import RULES, build_request
-from test_support import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render, rule_requests
+from test_support import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, hypothesis_home_outside_the_tree, official_count, \
+    official_render, rule_requests
 from tokenizer import CounterError, TokenCounter, count_request, counter, lines_split_cleanly, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
-HYPOTHESIS_HOME = tempfile.TemporaryDirectory(prefix='hypothesis-')
 
 
-def setUpModule():
-    configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME.name)
-
-
-def tearDownModule():
-    configuration.set_hypothesis_home_dir(None)
-    HYPOTHESIS_HOME.cleanup()
+setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
 
 
 MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
