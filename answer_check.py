@@ -27,6 +27,9 @@ from answer_model import (MODEL_PATH, SAMPLING_OPTIONS, AnswerModel, AnswerModel
 import case_set
 import common
 from common import LabError
+import lab_files
+from scorer import graded_row
+from text import counted
 from rule_files import load_rule_files
 from strategies import RULES
 from tokenizer import count_request
@@ -58,7 +61,7 @@ def encoded(path: Path, text: str) -> bytes:
 
 
 def save(path: Path, data, what: str) -> None:
-    common.write_output(path, encoded(path, common.to_json(data, INDENT)), what)
+    lab_files.write_output(path, encoded(path, lab_files.to_json(data, INDENT)), what)
 
 
 def append(path: Path, entry: dict | None) -> None:
@@ -90,7 +93,7 @@ def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
     for name, rule in rules.items():
         for case in cases:
             selected, budget = rule(case, count_request), case['budget']
-            row = case_set.grade(case, selected)
+            row = graded_row(case, selected)
             for seed in model['seeds']:
                 body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
                 sha256 = request_sha256(body)
@@ -165,7 +168,7 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fre
     model = {**client.model, 'ollama_version': version}
     kept = kept_answers(partial, model, plan)
     if kept is None:
-        common.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
+        lab_files.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
     answers, context_length = kept or ({}, None)
     asking = len(plan) - len(answers)
     say(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
@@ -224,7 +227,7 @@ def check_complete(recorded: dict, plan: list[dict], path: Path) -> None:
         if found:
             named = ', '.join(f'{s} {c} seed {seed}' + (f' ({held[s, c, seed]} times)' if held[s, c, seed] > 1 else '')
                               for s, c, seed in found[:answer_keys.NAMED])
-            raise LabError(f'{path}: {common.counted(len(found), "answer")} {problem}, such as {named}; {REDO}')
+            raise LabError(f'{path}: {counted(len(found), "answer")} {problem}, such as {named}; {REDO}')
 
 
 def grade_recording(recorded: dict, keys: dict, current: dict, kinds: dict | None = None) -> dict:
@@ -260,7 +263,7 @@ def report(grades: dict) -> str:
         f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
     lines = [*(answer_f1 if 'f1' in grades else answer_keys).report(grades, cut_off), '']
     if mismatches := grades['prompt_token_mismatches']:
-        lines.append(f'{common.counted(len(mismatches), "answer")} where the server read a different prompt '
+        lines.append(f'{counted(len(mismatches), "answer")} where the server read a different prompt '
                      'than the one counted:')
         lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
                   f'the lab counted {m["input_tokens"]}'
@@ -269,7 +272,7 @@ def report(grades: dict) -> str:
     else:
         lines.append("Every answer's prompt_tokens equal the counted input tokens.")
     if outdated := grades['outdated_requests']:
-        lines.append(f'{common.counted(len(outdated), "answer")} recorded for requests that the current '
+        lines.append(f'{counted(len(outdated), "answer")} recorded for requests that the current '
                      'strategies, cases and answer-model.json no longer send; record again:')
         lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
     else:
@@ -311,7 +314,7 @@ def parse_args(argv: list[str], model_path: Path, cases_path: Path) -> argparse.
 def pin(args: argparse.Namespace) -> int:
     defaults = load_model(args.model)
     options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
-    common.check_outputs([('--output', args.output)], [('--model', args.model)])
+    lab_files.check_outputs([('--output', args.output)], [('--model', args.model)])
     client = AnswerModel({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
     pinned = check_model(args.output, client.pin(options, args.seeds or defaults['seeds']))
     save(args.output, pinned, 'answer model pin')
@@ -348,7 +351,7 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path
     return grades
 
 
-def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = KEYS_PATH,
+def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path: Path = KEYS_PATH,
          model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
          client: AnswerModel | None = None) -> int:
     args = parse_args(argv, model_path, cases_path)
@@ -358,7 +361,7 @@ def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = 
     grades_path = grades_path if args.output is None else result_path.with_suffix(GRADES_SUFFIX)
     partial, recording_run = result_path.with_suffix(PARTIAL_SUFFIX), args.command == 'record'
     recording = [('--output', result_path), ('its partial file', partial)]
-    common.check_outputs([('the grades', grades_path), *(recording if recording_run else [])],
+    lab_files.check_outputs([('the grades', grades_path), *(recording if recording_run else [])],
                          [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
                           *(('--rules', path) for path in args.rules), *([] if recording_run else recording[:1])])
     try:
@@ -380,7 +383,7 @@ def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = 
           f'To record, start Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of '
           f'`ollama list` starts with {model["ollama_digest"][:12]}, then run `{PYTHON} answer_check.py record` '
           f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
-    print(f'\n{grades_path.name}:\n{common.to_json(grades, INDENT)}', end='')
+    print(f'\n{grades_path.name}:\n{lab_files.to_json(grades, INDENT)}', end='')
     return 0
 
 

@@ -13,8 +13,9 @@ import re
 import string
 
 import answer_keys
-import common
-from common import LabError, read_json
+from common import LabError
+from lab_files import read_json
+from text import markdown_table
 from locomo_cases import CATEGORIES
 
 ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
@@ -95,4 +96,4 @@ def report(grades: dict, cut_off: str) -> list[str]:
         return '-' if value is None else f'{value:.{DIGITS}f}'
     rows = [[rule, str(row['answers']), *[cell(row[column]) for column in MEANS],
              *[cell(row['by_kind'].get(kind)) for kind in kinds]] for rule, row in grades['f1'].items()]
-    return [common.markdown_table(HEADER + kinds, rows).rstrip('\n'), cut_off]
+    return [markdown_table(HEADER + kinds, rows).rstrip('\n'), cut_off]

@@ -9,8 +9,9 @@ import re
 import sys
 
 from answer_model import shown
-import common
 from common import LabError
+from lab_files import read_json
+from text import counted, markdown_table
 
 # The grader's sentence split, and the words that mark a correction or a missing fact (see grade).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
@@ -36,7 +37,7 @@ KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list 
 def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
     """{case_id: {'must': [...], 'stale': [...]}} for each of cases, and for no id but those of every (the case set);
     every pattern compiles, and one that matches none of its case's facts of its kind, usually a typo, is warned of."""
-    document = common.read_json(path, 'answer keys', 'restore it from version control')
+    document = read_json(path, 'answer keys', 'restore it from version control')
     keys = document.get('keys') if isinstance(document, dict) else None
     if not isinstance(keys, dict):
         raise LabError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
@@ -124,9 +125,9 @@ def report(grades: dict, cut_off: str) -> list[str]:
     incomplete = ', '.join(f'{strategy} {s["incomplete"]}' for strategy, s in summary.items() if s['incomplete'])
     to_read = grades['answers_to_read']
     answers = len({(a['strategy'], a['case'], a['seed']) for a in to_read})
-    return [common.markdown_table(TABLE_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
-            'longer sent):\n' + common.markdown_table(['Rule', *CAUSES.values()], causes).rstrip('\n'),
+    return [markdown_table(TABLE_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
+            'longer sent):\n' + markdown_table(['Rule', *CAUSES.values()], causes).rstrip('\n'),
             *([f'Incomplete (empty answers): {incomplete}'] if incomplete else []), cut_off,
             'To read (a sentence names both the replaced and the current decision, so the grader cannot tell '
-            f'which it offers as current; verdicts stand as graded): {common.counted(answers, "answer")}',
+            f'which it offers as current; verdicts stand as graded): {counted(answers, "answer")}',
             *[f'  {a["strategy"]} {a["case"]} seed {a["seed"]}: {a["sentence"]}' for a in to_read]]

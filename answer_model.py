@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import common
 from common import LabError
+from lab_files import read_json
 
 MODEL_PATH = common.HERE / 'answer-model.json'
 # The fields answer-model.json must have; a recording copies them into its model block.
@@ -67,7 +68,7 @@ class AnswerModelError(LabError):
 
 def load_model(path: Path = MODEL_PATH) -> dict:
     """answer-model.json, or a pin file like it, checked field by field."""
-    return check_model(path, common.read_json(path, 'answer model pin', 'restore it from version control, or '
+    return check_model(path, read_json(path, 'answer model pin', 'restore it from version control, or '
                                               'write it again with `answer_check.py pin TAG --output FILE`'))
 
 
@@ -115,7 +116,7 @@ def check_answer(where: str, answer, advice: str) -> None:
 
 def load_recording(path: Path, strategies, case_ids: list[str], what: str, advice: str) -> dict:
     """{"model": a model block, "answers": {strategy: {case_id: [answer, ...]}}}, checked field by field."""
-    recorded = common.read_json(path, what, advice)
+    recorded = read_json(path, what, advice)
     if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
         raise LabError(f'{path}: expected exactly "model" and "answers"; {advice}')
     model, answers = recorded['model'], recorded['answers']

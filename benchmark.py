@@ -17,23 +17,24 @@ It writes nothing and needs the prepared counter. No test checks its timings, wh
 import argparse
 import json
 from pathlib import Path
-import random
 import resource
 import sys
 import time
 
-from case_set import check_case, grade, load_cases
-from common import LabError, add_input_options, check_fits, markdown_table, progress, run
+from case_set import check_case, load_cases
+from common import LabError, add_input_options, progress, run
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
-from strategies import RULES, build_request
+from runner import run_rules
+from scorer import check_fits, graded_row, totals
+from strategies import RULES
+from synthetic_cases import chat_case, generated_cases, synthetic_case
+from text import markdown_table
 from tokenizer import add_counter_option, choose_counter, counter
 
 # First part: the default size, and what the budget looks like in an application.
 SEED = 20261130  # fixed, so every run times the same case set
-CASES = 100
+GENERATED_CASES = 100
 TURNS = 60
-BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}
-LOG_EVERY = 9  # about one turn in nine is a long log
 MAX_TURNS = 200_000  # turns in all of the first part (--generated x --turns): about 0.2 GB of text
 
 # Sweep: chat-shaped histories at real budgets.
@@ -42,8 +43,6 @@ SWEEP_CASES = 100  # cases per setting; every setting of one history length uses
 MAX_SWEEP_CASES = 2_000  # --sweep-cases: 1,200 turns each, about 0.5 GB of text
 SWEEP = ((4096, 300), (16384, 300), (65536, 300), (4096, 1200))  # (context_limit, turns per case)
 SWEEP_ANSWER, SWEEP_MARGIN = 512, 64  # the budget's max_new_tokens and margin in every setting
-PASTE_EVERY = 100  # about one turn in a hundred is a pasted log
-PASTE_LINES = (39, 71)  # lines of a pasted log: 1,000 to 2,000 tokens
 PASSES = ('first pass', 'second pass')  # --cases: a rule's calls over every case, twice
 # What the issue asks of a run on the 2-core machine: (figure, 'min' or 'max', threshold).
 TARGETS = (('speedup', 'min', 10), ('fast_over_bound', 'max', 2), ('worst_over_bound', 'max', 2),
@@ -68,73 +67,6 @@ MEASURES = {
     'turns_growth': 'evaluation seconds, 1,200 over 300 turns at 4,096 context',
     'peak_rss_mb': 'peak resident memory of the whole run, MB',
 }
-
-TOPICS = ['billing', 'search', 'exports', 'uploads', 'sessions', 'gateway', 'queue', 'reports', 'backups', 'alerts']
-FILLER = ('the team reviewed progress on the dashboard and agreed to revisit the layout after the demo while '
-          'keeping an eye on latency numbers from staging and the notes from the design review last week').split()
-# Chat turns also use the question's words and, now and then, a cue word, as real conversations do.
-CHAT = FILLER + TOPICS + ('ok sure thanks maybe later tomorrow sounds good lunch meeting call ticket fix deploy '
-                          'limit owns must always never instead').split()
-INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
-
-
-def sentence(rng: random.Random, length: int, vocabulary: list[str] = FILLER) -> str:
-    return ' '.join(rng.choice(vocabulary) for _ in range(length)).capitalize() + '.'
-
-
-def chat_turn(rng: random.Random, topic: str) -> dict:
-    """About 150 tokens: a user paragraph and a shorter reply."""
-    user = f'About {topic}: ' + ' '.join(sentence(rng, rng.randint(14, 20)) for _ in range(6))
-    assistant = ' '.join(sentence(rng, rng.randint(10, 14)) for _ in range(3))
-    return {'user': user, 'assistant': assistant}
-
-
-def log_turn(rng: random.Random, index: int, length: int = 60) -> dict:
-    """A pasted log of `length` lines, about 26 tokens each, and a one-line reply."""
-    lines = [f'{index:02d}:{m:02d} worker-{rng.randint(0, 9)} batch {rng.randint(100, 999)} '
-             f'took {rng.randint(1, 900)} ms queue depth {rng.randint(0, 40)}.' for m in range(length)]
-    return {'user': 'Log follows: ' + ' '.join(lines), 'assistant': 'That log shows routine batches.'}
-
-
-def short_turn(rng: random.Random) -> dict:
-    """20 to 80 tokens: one or two short chat sentences and a short reply."""
-    user = ' '.join(sentence(rng, rng.randint(5, 14), CHAT) for _ in range(rng.randint(1, 2)))
-    return {'user': user, 'assistant': sentence(rng, rng.randint(5, 18), CHAT)}
-
-
-def plant_facts(rng: random.Random, number: int, topic: str, history: list[dict], budget: dict, kind: str) -> dict:
-    """A case around a history: a replaced limit, its correction and an owner, planted at varied depths."""
-    value = rng.randint(2, 500)
-    required = f'{topic} limit is {value} per minute'
-    stale = f'{topic} limit is {value + 7} per hour'
-    first, second, third = sorted(rng.sample(range(len(history)), 3))
-    history[first]['user'] += f' We decided the {stale}.'
-    history[second]['user'] += f' Actually the {required} instead.'
-    owner = f'{topic} is owned by team {rng.choice("ABCDEFGH")}'
-    history[third]['assistant'] += f' Noted: {owner}.'
-    return {'id': f'{kind}-{number:04d}', 'split': 'dev' if number % 2 else 'held_out', 'kind': kind,
-            'instructions': INSTRUCTIONS, 'current': f'What is the {topic} limit, and who owns {topic}?',
-            'history': history, 'budget': dict(budget), 'required': [required, owner], 'stale': [stale]}
-
-
-def synthetic_case(rng: random.Random, number: int, turns: int) -> dict:
-    topic = rng.choice(TOPICS)
-    history = [log_turn(rng, i) if i % LOG_EVERY == LOG_EVERY - 1 else chat_turn(rng, rng.choice(TOPICS))
-               for i in range(turns)]
-    return plant_facts(rng, number, topic, history, BUDGET, 'synthetic')
-
-
-def chat_case(rng: random.Random, number: int, turns: int) -> dict:
-    """Many short turns with a few pasted logs among them; the budget is set per sweep setting."""
-    topic = rng.choice(TOPICS)
-    history = [log_turn(rng, i, rng.randint(*PASTE_LINES)) if rng.randrange(PASTE_EVERY) == 0 else short_turn(rng)
-               for i in range(turns)]
-    return plant_facts(rng, number, topic, history, {'context_limit': 0, 'max_new_tokens': 0, 'margin': 0}, 'chat')
-
-
-def generated_cases(make, count: int, turns: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    return [make(rng, n, turns) for n in range(count)]
 
 
 def with_budget(cases: list[dict], context_limit: int) -> list[dict]:
@@ -193,7 +125,7 @@ def bound_seconds() -> float:
     return time.process_time() - start
 
 
-def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, list[tuple]]:
+def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, dict]]:
     """The first part: full against cached counting on the synthetic case set."""
     cases = generated_cases(synthetic_case, cases_count, turns, seed)
     for case in cases:
@@ -209,16 +141,12 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, list[tuple
                'bound_seconds': round(bound, 3), 'fast_over_bound': round(fast / bound, 2),
                'identical_selections': slow == quick}
     exact.forget()  # nothing after this needs these sizes
-    rows = []  # (rule, facts found, facts total, cases with stale facts, mean input tokens)
-    for position, name in enumerate(RULES):
-        graded = [grade(case, quick[i][position]) for i, case in enumerate(cases)]
-        rows.append((name, sum(g['required_found'] for g in graded), sum(g['required_total'] for g in graded),
-                     sum(bool(g['stale_included']) for g in graded),
-                     round(sum(g['input_tokens'] for g in graded) / len(graded), 1)))
+    rows = {name: totals([graded_row(case, quick[i][position]) for i, case in enumerate(cases)])
+            for position, name in enumerate(RULES)}
     return figures, rows
 
 
-def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
+def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
     """The whole evaluation's seconds at each setting, against the encode-once bound for the same cases."""
     exact = loaded_counter()
     histories: dict[int, list[dict]] = {}
@@ -230,9 +158,7 @@ def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
         what = f'sweep {context_limit} context, {turns} turns'
         cold_start()  # the cache then never holds more than one setting's distinct messages
         start = time.process_time()
-        for done, case in enumerate(cases, 1):
-            [grade(case, rule(case, exact)) for rule in RULES.values()]
-            progress(f'benchmark.py: {what}', done, len(cases), steps=5)
+        run_rules(cases, RULES, exact, f'benchmark.py: {what}')
         seconds = time.process_time() - start
         bound = bound_seconds()
         settings.append({'context_limit': context_limit, 'turns': turns, 'cases': cases_count,
@@ -246,13 +172,13 @@ def sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
             'turns_growth': round(at[4096, 1200] / at[4096, 300], 2)}
 
 
-def summary_table(figures: dict, rows: list[tuple]) -> str:
+def summary_table(figures: dict, rows: dict[str, dict]) -> str:
     """The first part's selections, the sweep's settings, then every figure by name (docs/speed.md explains each)."""
     parts = []
     if rows:
         parts.append(markdown_table(['Strategy', 'Facts found', 'Cases with stale facts', 'Mean input tokens'],
-                                    [[name, f'{found} of {total}', str(stale), f'{mean:g}']
-                                     for name, found, total, stale, mean in rows]))
+                                    [[name, f"{t['facts_found']} of {t['facts_total']}", str(t['cases_with_stale_facts']),
+                                      f"{t['mean_input_tokens']:g}"] for name, t in rows.items()]))
     if 'sweep' in figures:
         parts.append(markdown_table(list(SWEEP_HEADER), [[str(s[key]) for key in (
             'context_limit', 'turns', 'cases', 'seconds', 'bound_seconds', 'over_bound')] for s in figures['sweep']]))
@@ -292,8 +218,7 @@ def timing_table(seconds: dict) -> str:
 def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     """--cases: each rule's two passes over a case set, after loading the cases, the counter and the rules."""
     cases = load_cases(path)
-    for case in cases:
-        check_fits(path, case, counter()(build_request(case, [])))
+    check_fits(path, cases, counter())
     exact = loaded_counter()
     rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
@@ -305,7 +230,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Time the four rules on generated case sets: full against cached counting, then a sweep over '
                     'context sizes and history lengths (docs/speed.md). With --cases FILE, time each rule on that.')
-    parser.add_argument('--generated', type=int, default=CASES, help=f'cases in the first part (default {CASES})')
+    parser.add_argument('--generated', type=int, default=GENERATED_CASES,
+                        help=f'cases in the first part (default {GENERATED_CASES})')
     add_input_options(parser, None, 'time each rule on this case set instead')
     add_timeout_option(parser)
     parser.add_argument('--turns', type=int, default=TURNS, help=f'turns per case in the first part (default {TURNS})')
@@ -333,11 +259,11 @@ def main(argv: list[str]) -> int:
     if args.cases:
         print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0
-    figures, rows = {}, []
+    figures, rows = {}, {}
     if not args.sweep:
         figures, rows = benchmark(args.generated, args.turns, args.seed)
     if not args.no_sweep:
-        figures.update(sweep(args.sweep_cases))
+        figures.update(speed_sweep(args.sweep_cases))
     figures['peak_rss_mb'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # whole run, KiB
     figures['targets_met'] = {name: (figures[name] >= limit if kind == 'min' else figures[name] <= limit)
                               for name, kind, limit in TARGETS if name in figures}

@@ -6,12 +6,14 @@
 evaluate.py and budget_sweep.py run it for every case; what it picks and how: docs/reviewing.md. It reads the
 labels, so it is no rule: not in strategies.RULES, never sent by answer_check.py, and no rule may take its name.
 Beyond MAX_CANDIDATES fact-holding stale-free turns it does not search, and says so. Which turn holds which fact
-is the report's own grader's word (case_set.grade), every cost the counter's (strategies.costs). It prints and
+is the report's own grader's word (scorer.facts_in), every cost the counter's (strategies.costs). It prints and
 writes nothing.
 """
-from case_set import grade
-from common import LabError, allowance
-from strategies import build_request, costs
+from itertools import accumulate
+
+from scorer import check_additive, facts_in, graded_row
+from shapes import BEST_ROW_FIELDS, allowance, build_request, selection, turn_messages
+from strategies import costs
 from tokenizer import count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
@@ -61,24 +63,24 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
     """
     messages = build_request(case, range(len(case['history'])))[1:-1]  # without instructions and question
+    starts = list(accumulate((len(turn_messages(turn)) for turn in case['history']), initial=0))  # turn i's first
     required, stale = {}, {}
 
     # Grade a run of turns at once and split only runs that hold a fact: a long history with a few
     # fact-holding turns costs a few dozen gradings, not one per turn. A fact is a turn's only if
     # the grader finds it in that turn alone.
     def visit(first: int, end: int) -> None:
-        row = grade(case, {'messages': messages[2 * first:2 * end], 'turns': list(range(first, end)), 'notes': 0,
-                           'input_tokens': 0})
-        if not row['required_found'] and not row['stale_included']:
+        reached, sent = facts_in(case, messages[starts[first]:starts[end]])
+        if not reached and not sent:
             return
         if end - first > 1:
             visit(first, (first + end) // 2)
             visit((first + end) // 2, end)
             return
-        if row['required_found']:
-            required[first] = frozenset(fact for fact in case['required'] if fact not in row['missing'])
-        if row['stale_included']:
-            stale[first] = frozenset(row['stale_included'])
+        if reached:
+            required[first] = frozenset(reached)
+        if sent:
+            stale[first] = frozenset(sent)
 
     if messages:
         visit(0, len(case['history']))
@@ -101,29 +103,12 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
         return row
     bare, cost = costs(case, count)
     # A fact the instructions or the question already carry is no gain for any turn.
-    carried = grade(case, {'messages': build_request(case, []), 'turns': [], 'notes': 0, 'input_tokens': bare})
-    already = frozenset(case['required']) - frozenset(carried['missing'])
+    already = frozenset(facts_in(case, build_request(case, []))[0])
     kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
     request = build_request(case, kept)
-    graded = grade(case, {'messages': request, 'turns': kept, 'notes': 0, 'input_tokens': count(request)})
-    if graded['input_tokens'] != bare + sum(cost[index] for index in kept):
-        raise LabError(f'case {case["id"]}: the counter is not additive over turns here, '
-                       'so the best possible selection cannot be searched exactly')
-    row.update({key: graded[key] for key in ('turns', 'input_tokens', 'required_found', 'required_total',
-                                             'missing', 'stale_included')}, not_searched=None)
+    check_additive(case, size := count(request), bare + sum(cost[index] for index in kept))
+    graded = graded_row(case, selection(request, kept, 0, size))
+    row.update({key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, not_searched=None)  # turns ... stale_included
     return row
 
-
-def best_totals(rows: list[dict]) -> dict:
-    """Totals of best-possible rows, in any grouping. A row not searched adds its facts to the total, as the rules'
-    rows of that case do, but no facts found, complete case or tokens: rows of 1 of 1 facts in 40 tokens, 0 of 2
-    in 51 and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1, mean_input_tokens 45.5."""
-    searched = [row for row in rows if row['turns'] is not None]
-    tokens = [row['input_tokens'] for row in searched]
-    return {'cases': len(rows), 'not_searched': len(rows) - len(searched),
-            'facts_found': sum(row['required_found'] for row in searched),
-            'facts_total': sum(row['required_total'] for row in rows),
-            'complete_cases': sum(1 for row in searched if not row['missing']),
-            'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
-            'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
 

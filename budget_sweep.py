@@ -20,14 +20,17 @@ import sys
 import time
 
 import best_possible
-from case_set import grade_rules, load_cases
-from common import LabError, add_input_options, allowance, by_group, check_fits, check_outputs, code_hashes, counted, \
-    markdown_table, printable, run, sha256_file, summarize, to_json, write_output
+from case_set import load_case_set
+from common import HERE, LabError, add_input_options, run
+from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
-from strategies import RULES, build_request
-from tokenizer import DEFAULT, add_counter_option, choose_counter, count_request, counter
+from runner import report_header, run_rules
+from scorer import by_group, check_fits, totals
+from shapes import allowance, build_request
+from strategies import RULES
+from text import counted, markdown_table, printable
+from tokenizer import add_counter_option, choose_counter, count_request
 
-HERE = Path(__file__).resolve().parent
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
 DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
 RECORDING = HERE / 'budget-sweep.json'
@@ -93,8 +96,7 @@ def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_r
     bare = {case['id']: count(build_request(case, [])) for case in cases}
     needed = {case['id']: bare[case['id']] + case['budget']['context_limit'] - allowance(case) for case in cases}
     case = next(case for case in cases if needed[case['id']] == max(needed.values()))  # the first most demanding
-    check_fits(path, at_limit([case], limits[0])[0], bare[case['id']],
-               f'; the smallest limit every case fits is {needed[case["id"]]}')
+    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {needed[case["id"]]}')
 
 
 def at_limit(cases: list[dict], limit: int) -> list[dict]:
@@ -110,15 +112,15 @@ def figures(summary: dict) -> dict:
     return chosen
 
 
-def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None, totals) -> dict:
+def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None) -> dict:
     """One (limit, rule) point: totals() of its rows, and with a group the same per split or kind."""
     entry = {'context_limit': limit, 'allowance': room, 'rule': rule, **figures(totals(rows))}
     if group:
-        entry['groups'] = {value: figures(summary) for value, summary in by_group(rows, group, totals).items()}
+        entry['groups'] = {value: figures(summary) for value, summary in by_group(rows, group).items()}
     return entry
 
 
-def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None, progress) -> list[dict]:
+def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str | None, progress) -> list[dict]:
     """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
     started, cpu = time.perf_counter(), time.process_time()
     facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
@@ -129,10 +131,10 @@ def sweep(cases: list[dict], limits: list[int], rules: dict, group: str | None, 
         started, cpu = time.perf_counter(), time.process_time()
         limited = at_limit(cases, limit)
         room = allowance(limited[0])
-        rows = grade_rules(limited, {**RULES, **rules}, count_request)
+        rows = run_rules(limited, {**RULES, **rules}, count_request)
         best = [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]
-        points += [point(limit, room, name, rule_rows, group, summarize) for name, rule_rows in rows.items()]
-        points.append(point(limit, room, BEST, best, group, best_possible.best_totals))
+        points += [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
+        points.append(point(limit, room, BEST, best, group))
         if progress:
             progress(f'context limit {limit} ({room} input tokens): {len(rows) + 1} rules on {len(cases)} cases',
                      started, cpu)
@@ -149,16 +151,13 @@ def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], 
                  progress=None) -> dict:
     """The sweep's report for a case set: where the figures come from, and the points."""
     started, cpu = time.perf_counter(), time.process_time()
-    cases = load_cases(path)
+    cases, case_set_sha256 = load_case_set(path)
     reserved(path, cases)
     check_limits(path, cases, limits)
     if progress:
         progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    return {'case_set': path.name, 'case_set_sha256': sha256_file(path),
-            'code_sha256': code_hashes(bool(files), Path(__file__).name),
-            'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'), 'rule_files': files,
-            **({'counter': counter().profile()} if counter().name != DEFAULT else {}),  # the default's: as recorded
-            'context_limits': limits, 'group': group, 'points': sweep(cases, limits, rules, group, progress)}
+    return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
+            'group': group, 'points': sweep_points(cases, limits, rules, group, progress)}
 
 
 def sweep_table(report: dict) -> str:
@@ -177,10 +176,17 @@ def sweep_table(report: dict) -> str:
             for rule in dict.fromkeys(entry['rule'] for entry in report['points'])]
     return markdown_table(['Rule', *(f'{rooms[limit]:,}' for limit in limits)], rows) + (
         f"\nRequired facts found of {', '.join(f'{total:,}' for total in sorted(totals))} in "
-        f"{printable(report['case_set'])}, at each input allowance (context limits "
+        f"{printable(report['case_set'])}{counter_note(report)}, at each input allowance (context limits "
         f"{', '.join(f'{limit:,}' for limit in limits)})" + ('; in brackets, the cases whose request carried a stale '
         'fact and the requests over the input allowance, graded all the same' if any(map(marked, report['points']))
         else '') + '.\n')
+
+
+def counter_note(report: dict) -> str:
+    """', counted by llama-3.1' for a report made with a counter other than the default (whose profile has no
+    name), so that no table or picture of one model passes for Gemma's; else ''."""
+    name = report.get('counter', {}).get('name')
+    return f', counted by {name}' if name else ''
 
 
 def marked(entry: dict) -> str:
@@ -245,7 +251,7 @@ def draw(report: dict):
     handles += [Line2D([], [], linestyle='', **{'color': 'black', **mark}) for key, mark in MARKS.items()
                 if any(entry.get(key) for entry in report['points'])]  # only marks the picture holds
     figure.legend(handles=handles, loc='outside right center', frameon=False)
-    figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}")
+    figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}{counter_note(report)}")
     return figure
 
 
@@ -302,7 +308,7 @@ def main(argv: list[str]) -> int:
     written = [(output, to_json(report), 'sweep')] * bool(output) + [(plot, drawn, 'picture')] * bool(plot)
     if written:
         write_output(*written[0], *written[1:])  # both or neither
-    if args.format == 'table':
+    if args.format == 'table' or record:  # a bare run says what it recorded
         print(sweep_table(report), end='')
     elif not output:
         print(to_json(report), end='')

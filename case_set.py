@@ -1,29 +1,21 @@
-"""What a case set is: read one, check every case, share what the cases repeat, and grade a request.
+"""What a case set is: read one, check every case, and share what the cases repeat.
 
-    from case_set import grade, load_cases
+    from case_set import load_case_set, load_cases
     cases = load_cases('cases.json')   # checked cases, or one LabError naming file, case and field
-    grade(cases[0], RULES['recent'](cases[0], count_request))   # one report row: which facts reached the request
+    cases, sha256 = load_case_set('cases.json')   # and the SHA-256 of the bytes that were parsed
 
-The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md. The
-grader is exact text: a row says which required and stale facts appear, character for character, in the
-request's messages (a fact the notes quoted escaped still counts); it reads the request, not a reply.
-Standard library only, so a step that counts nothing (the LoCoMo conversion) can check cases without the
-tokenizer. It reads and prints nothing on its own; evaluate.py and the other scripts call it.
+The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md; how a
+request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
+check cases without the tokenizer. It prints and writes nothing; evaluate.py and the other scripts call it.
 """
-from operator import itemgetter
 from pathlib import Path
 
-from common import SPLITS, LabError, allowance, progress, read_json
-from strategies import escape
+from common import LabError
+from lab_files import read_json_file
+from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, turn_texts
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
-BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
-ROLES = {'user', 'assistant'}  # the fields of a history turn
-TURN_TEXTS, CONTENT = itemgetter('user', 'assistant'), itemgetter('content')  # a turn's texts; a message's
-# The official chat template rewrites assistant text that contains these (it strips thought channels), so the
-# counter refuses them (tokenizer.py) and a case may not hold them.
-THINKING_MARKERS = ('<|channel>', '<channel|>')
 
 
 class CaseError(LabError):
@@ -61,18 +53,18 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     if not isinstance(history, list):
         raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
     for index, turn in enumerate(history):
-        if not isinstance(turn, dict) or turn.keys() != ROLES or not isinstance(turn['user'], str) \
+        if not isinstance(turn, dict) or turn.keys() != set(TURN_ROLES) or not isinstance(turn['user'], str) \
                 or not isinstance(turn['assistant'], str):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
-    pairs = tuple(map(TURN_TEXTS, history))
+    pairs = tuple(map(turn_texts, history))
     if pairs not in checked:
         for index, (_, assistant) in enumerate(pairs):
-            if any(marker in assistant for marker in THINKING_MARKERS):  # the chat format would strip it out
+            if holds_thinking_marker(assistant):
                 raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
                                 f'{list(THINKING_MARKERS)}, which the counter does not cover')
         check_encodable(where, [(f'history[{i}].{role}', text) for i, pair in enumerate(pairs)
-                                for role, text in zip(('user', 'assistant'), pair)])
+                                for role, text in zip(TURN_ROLES, pair)])
         checked[pairs] = '\0'.join(text for pair in pairs for text in pair)
     return pairs, checked[pairs]
 
@@ -115,8 +107,13 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> Non
 
 def load_cases(path: Path) -> list[dict]:
     """Read and validate a case set; raise CaseError naming file, case and field on the first problem."""
+    return load_case_set(path)[0]
+
+
+def load_case_set(path: Path) -> tuple[list[dict], str]:
+    """(the checked cases, the SHA-256 of the bytes they were parsed from): a report names what it graded."""
     path = Path(path)
-    cases = read_json(path, 'case set')  # a LabError naming the file if it is not JSON
+    cases, sha256 = read_json_file(path, 'case set')  # a LabError naming the file if it is not JSON
     if not isinstance(cases, list):
         raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
     if not cases:
@@ -131,7 +128,7 @@ def load_cases(path: Path) -> list[dict]:
         if case['id'] in seen:
             raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
         seen.add(case['id'])
-    return share_equal_parts(cases)
+    return share_equal_parts(cases), sha256
 
 
 def share_equal_parts(cases: list[dict]) -> list[dict]:
@@ -150,7 +147,7 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
 
     shared = []
     for case in cases:
-        history = tuple(map(TURN_TEXTS, case['history']))
+        history = tuple(map(turn_texts, case['history']))
         if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
             histories[history] = [turns.setdefault((one(user), one(said)), {'user': one(user), 'assistant': one(said)})
                                   for user, said in history]
@@ -163,28 +160,3 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     return shared
 
 
-def grade(case: dict, chosen: dict) -> dict:
-    """One report row: which required and stale facts reached the chosen request."""
-    text = '\n'.join(map(CONTENT, chosen['messages']))
-
-    def present(fact: str) -> bool:
-        return fact in text or escape(fact) in text  # notes quote facts escaped
-
-    reached = [fact for fact in case['required'] if present(fact)]
-    return {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
-            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'],
-            'within_budget': chosen['input_tokens'] <= allowance(case),
-            'required_found': len(reached), 'required_total': len(case['required']),
-            'missing': [fact for fact in case['required'] if fact not in reached],
-            'stale_included': [fact for fact in case['stale'] if present(fact)]}
-
-
-def grade_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:
-    """Rows of every rule on every case, in case-set order; progress on stderr when `script` names the caller."""
-    rows = {name: [] for name in rules}
-    for done, case in enumerate(cases, 1):
-        for name, rule in rules.items():
-            rows[name].append(grade(case, rule(case, count)))
-        if script:
-            progress(script, done, len(cases))
-    return rows

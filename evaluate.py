@@ -9,7 +9,7 @@
     .venv/bin/python evaluate.py --cases my-cases.json --rules field_rules.py   # another case set; a file's rules too
     .venv/bin/python evaluate.py --counter llama-3.1 --format table   # counted as Llama 3.1 receives the requests
 
-A row per (rule, case) says which required and stale facts reach the request, by exact text (case_set.grade):
+A row per (rule, case) says which required and stale facts reach the request, by exact text (scorer.py):
 it calls no model, so one trial. Beside the rules it holds each case's best possible selection (best_possible.py)
 and the SHA-256 of the case file, of the code that can change a row and of tokenizer-manifest.json
 (docs/reviewing.md). Any bad input, and an --output that is one of its inputs, is one line and exit 2; Ctrl-C or
@@ -18,52 +18,34 @@ SIGTERM exits 130 and says whether --output was written.
 import argparse
 import os
 from pathlib import Path
-import platform
 import sys
 
 import best_possible
-from case_set import grade_rules, load_cases
-from common import CASES, PIPE_WAIT, add_input_options, by_group, check_fits, check_outputs, code_hashes, path_text, \
-    read_json, run, sha256_file, to_json, write_output
+from case_set import load_case_set, load_cases
+from common import DEFAULT_CASES, add_input_options, run
+from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
-from strategies import RULES, build_request
-from tokenizer import add_counter_option, choose_counter, count_request, counter
+from runner import case_selections, report_header, run_rules
+from scorer import by_group, check_fits
+from strategies import RULES
+from tokenizer import add_counter_option, choose_counter, count_request
 import views
 
-HERE = Path(__file__).resolve().parent
 GRADER = 'exact substring match of required and stale facts, raw or escaped, in the selected messages'
 PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
 
 
-def check_bare_requests(path: Path, cases: list[dict]) -> None:
-    """Refuse a case whose instructions and question alone exceed its allowance: every rule would."""
-    for case in cases:
-        check_fits(path, case, count_request(build_request(case, [])))
-
-
-def report(path: Path = CASES, rule_paths: list = (), rule_timeout: float = RULE_TIMEOUT) -> dict:
+def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: float = RULE_TIMEOUT) -> dict:
     """The full report for a case set: the four rules, then the rules of each file of rule_paths."""
     path = Path(path)
     rules, files = load_rule_files(rule_paths, rule_timeout)
-    cases = load_cases(path)
-    check_bare_requests(path, cases)
-    rows = grade_rules(cases, {**RULES, **rules}, count_request, 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
+    cases, case_set_sha256 = load_case_set(path)
+    check_fits(path, cases, count_request)
+    rows = run_rules(cases, {**RULES, **rules}, count_request, 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
     best = [best_possible.best_row(case) for case in cases]
-    return {
-        'case_set': path_text(path.name),  # a name that is not UTF-8 cannot be written as JSON text
-        'case_set_sha256': sha256_file(path),
-        'code_sha256': code_hashes(bool(rule_paths)),
-        **({'rule_files': files} if rule_paths else {}),  # no key at all without --rules
-        'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
-        'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
-        'counter': counter().profile(),
-        'trials': 1,
-        'grader': GRADER,
-        'summary': {name: by_group(rule_rows, 'split') for name, rule_rows in rows.items()},
-        'cases': rows,
-        'best_possible': {'label': best_possible.LABEL, 'summary': by_group(best, 'split', best_possible.best_totals),
-                          'cases': best},
-    }
+    return {**report_header(path, case_set_sha256, files), 'trials': 1, 'grader': GRADER,
+            'summary': {name: by_group(rule_rows, 'split') for name, rule_rows in rows.items()}, 'cases': rows,
+            'best_possible': {'label': best_possible.LABEL, 'summary': by_group(best, 'split'), 'cases': best}}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -110,13 +92,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def show(args: argparse.Namespace) -> str:
-    """--show: one case's requests, laid out by views.show_case."""
-    rules = {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]}
+    """--show: one case's requests and rows (and, without --strategy, the best possible), laid out by views."""
+    rules = views.shown_rules(args.strategy, {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]})
     case = views.find_case(args.cases, load_cases(args.cases), args.show)
-    check_bare_requests(args.cases, [case])
+    check_fits(args.cases, [case], count_request)
+    chosen, rows = case_selections(case, rules, count_request, with_best=args.strategy is None)
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
-    return views.show_case(case, views.shown_rules(args.strategy, rules), args.strategy is None, args.prompt,
-                           args.full, colour)
+    return views.show_requests(case, chosen, rows, args.prompt, args.full, colour)
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ import bm25s
 import numpy
 import Stemmer
 
-from common import allowance
+from shapes import allowance
 from strategies import chosen, costs, fit
 
 

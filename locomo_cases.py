@@ -20,7 +20,9 @@ import re
 import sys
 
 from case_set import CaseError, check_budget, check_case
-from common import PIPE_WAIT, SPLITS, check_outputs, read_json, run, to_json, write_output  # standard library only
+from common import run  # standard library only, as are the two below
+from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
+from shapes import SPLITS
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}

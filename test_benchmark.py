@@ -16,6 +16,7 @@ import tempfile
 import unittest
 
 import benchmark
+import synthetic_cases
 from case_set import load_cases
 from strategies import RULES
 from tokenizer import counter
@@ -44,15 +45,15 @@ def turn_tokens(turn: dict) -> int:
 class ChatWorkloadTest(unittest.TestCase):
     def test_short_turns_are_20_to_80_tokens_and_pasted_logs_1000_to_2000(self):
         rng = random.Random(1)
-        short = [turn_tokens(benchmark.short_turn(rng)) for _ in range(300)]
-        pasted = [turn_tokens(benchmark.log_turn(rng, 7, rng.randint(*benchmark.PASTE_LINES))) for _ in range(40)]
+        short = [turn_tokens(synthetic_cases.short_turn(rng)) for _ in range(300)]
+        pasted = [turn_tokens(synthetic_cases.log_turn(rng, 7, rng.randint(*synthetic_cases.PASTE_LINES))) for _ in range(40)]
         self.assertGreaterEqual(min(short), 20)
         self.assertLessEqual(max(short), 80)
         self.assertGreaterEqual(min(pasted), 1000)
         self.assertLessEqual(max(pasted), 2000)
 
     def test_every_case_has_its_own_history_and_facts_at_varied_depths(self):
-        cases = benchmark.generated_cases(benchmark.chat_case, 12, 300, benchmark.SWEEP_SEED)
+        cases = synthetic_cases.generated_cases(synthetic_cases.chat_case, 12, 300, benchmark.SWEEP_SEED)
         turns = [turn['user'] for case in cases for turn in case['history']]
         self.assertEqual(len(set(turns)), len(turns))
         depths = {next(i for i, turn in enumerate(case['history']) if case['required'][0] in turn['user'])
@@ -60,7 +61,7 @@ class ChatWorkloadTest(unittest.TestCase):
         self.assertGreater(len(depths), 8)
 
     def test_settings_share_histories_and_differ_only_in_budget(self):
-        cases = benchmark.generated_cases(benchmark.chat_case, 2, 300, benchmark.SWEEP_SEED)
+        cases = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 300, benchmark.SWEEP_SEED)
         small, large = benchmark.with_budget(cases, 4096), benchmark.with_budget(cases, 65536)
         self.assertIs(small[0]['history'], large[0]['history'])
         self.assertEqual((small[0]['budget'], large[0]['budget']['context_limit']),

@@ -15,28 +15,18 @@ import unittest
 from unittest import mock
 
 import best_possible
-from best_possible import MAX_CANDIDATES, best_row, best_totals, search
-from case_set import grade, load_cases
-from strategies import build_request
-from tokenizer import counter
+from best_possible import MAX_CANDIDATES, best_row, search
+from scorer import facts_in, graded_row, totals
+from shapes import build_request
+from test_support import shipped_cases, whole_count
 
 HERE = Path(__file__).resolve().parent
-
-
-def whole_count(messages: list[dict]) -> int:
-    """A plain count function: the request rendered and encoded whole."""
-    return len(counter().encode(counter().prompt(messages)))
 
 
 def allowance(case: dict) -> int:
     """The README's input allowance, written out here."""
     budget = case['budget']
     return budget['context_limit'] - budget['max_new_tokens'] - budget['margin']
-
-
-def cases() -> dict:
-    loaded = load_cases(HERE / 'cases.json')
-    return {case['id']: case for case in loaded}
 
 
 def brute_force(case: dict) -> tuple:
@@ -46,7 +36,7 @@ def brute_force(case: dict) -> tuple:
         for turns in itertools.combinations(range(len(case['history'])), size):
             request = build_request(case, list(turns))
             tokens = whole_count(request)
-            row = grade(case, {'messages': request, 'turns': list(turns), 'notes': 0, 'input_tokens': tokens})
+            row = graded_row(case, {'messages': request, 'turns': list(turns), 'notes': 0, 'input_tokens': tokens})
             if tokens > allowance(case) or row['stale_included']:
                 continue
             key = (-row['required_found'], tokens, turns)
@@ -95,7 +85,7 @@ class SearchTest(unittest.TestCase):
 
 class BestRowTest(unittest.TestCase):
     def test_every_case_row_equals_brute_force_over_all_subsets_of_turns(self):
-        for case_id, case in cases().items():
+        for case_id, case in shipped_cases().items():
             with self.subTest(case=case_id):
                 row = best_row(case)
                 self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
@@ -103,7 +93,7 @@ class BestRowTest(unittest.TestCase):
                 self.assertEqual((row['stale_included'], row['not_searched']), ([], None))
 
     def test_shipped_rows_find_every_fact_but_the_one_inside_a_turn_too_long_to_send(self):
-        rows = {case_id: best_row(case) for case_id, case in cases().items()}
+        rows = {case_id: best_row(case) for case_id, case in shipped_cases().items()}
         self.assertEqual({case_id: row['turns'] for case_id, row in rows.items()}, {
             'dev-latest': [1], 'dev-old-decision': [0], 'dev-correction': [1], 'dev-pronoun': [1],
             'dev-spread': [0, 2], 'dev-no-overlap': [0], 'held-latest': [1], 'held-old-decision': [0],
@@ -112,7 +102,7 @@ class BestRowTest(unittest.TestCase):
         self.assertEqual((rows['dev-correction']['fact_turns'], rows['dev-correction']['stale_turns']), ([1], [0]))
 
     def test_the_only_fact_turn_is_not_taken_when_it_also_holds_a_stale_fact(self):
-        case = copy.deepcopy(cases()['dev-correction'])
+        case = copy.deepcopy(shipped_cases()['dev-correction'])
         case['history'][1]['assistant'] = 'Switched to PostgreSQL. We will use MySQL nowhere.'
         row = best_row(case)
         self.assertEqual((row['fact_turns'], row['stale_turns']), ([1], [0, 1]))
@@ -122,7 +112,7 @@ class BestRowTest(unittest.TestCase):
                          brute_force(case))
 
     def test_a_case_where_no_fact_turn_fits_gets_the_bare_request(self):
-        case = copy.deepcopy(cases()['dev-old-decision'])
+        case = copy.deepcopy(shipped_cases()['dev-old-decision'])
         bare = whole_count(build_request(case, []))
         with_fact = whole_count(build_request(case, [0]))
         case['budget'] = {'context_limit': with_fact - 1 + 96 + 32, 'max_new_tokens': 96, 'margin': 32}
@@ -133,14 +123,14 @@ class BestRowTest(unittest.TestCase):
                          brute_force(case))
 
     def test_a_fact_the_question_already_carries_makes_no_turn_worth_its_tokens(self):
-        case = copy.deepcopy(cases()['dev-latest'])
+        case = copy.deepcopy(shipped_cases()['dev-latest'])
         case['current'] = 'The release freeze starts on Thursday at noon. Is that still right?'
         row = best_row(case)
         self.assertEqual((row['fact_turns'], row['turns'], row['required_found']), ([1], [], 1))
 
     def test_more_candidate_turns_than_the_search_allows_are_reported_not_guessed(self):
         facts = [f'Rule {n} is fixed.' for n in range(MAX_CANDIDATES + 1)]
-        case = dict(copy.deepcopy(cases()['dev-latest']), required=facts,
+        case = dict(copy.deepcopy(shipped_cases()['dev-latest']), required=facts,
                     history=[{'user': fact, 'assistant': 'Noted.'} for fact in facts])
         row = best_row(case)
         self.assertEqual(row['not_searched'], '21 fact-holding turns without a stale fact; the exact search stops at 20')
@@ -152,15 +142,15 @@ class BestRowTest(unittest.TestCase):
         # The shape of a LoCoMo case: 300 short turns, 3 of them evidence.
         history = [{'user': f'Message {n} about the weekend.', 'assistant': f'Reply {n}.'} for n in range(300)]
         facts = ['Message 17 about', 'Message 150 about', 'Message 290 about']
-        case = dict(copy.deepcopy(cases()['dev-latest']), history=history, required=facts)
-        with mock.patch.object(best_possible, 'grade', wraps=grade) as grading:
+        case = dict(copy.deepcopy(shipped_cases()['dev-latest']), history=history, required=facts)
+        with mock.patch.object(best_possible, 'facts_in', wraps=facts_in) as grading:
             row = best_row(case)
         self.assertEqual((row['turns'], row['required_found'], row['fact_turns']), ([17, 150, 290], 3, [17, 150, 290]))
         # Halving [0, 300) down to each fact's turn passes 9 runs holding a fact on the way to turn 17 ([0, 300),
         # [0, 150), [0, 75), [0, 37), [0, 18), [9, 18), [13, 18), [15, 18), [16, 18)), 7 more to turn 150 and 6
-        # more to turn 290: 22 runs split in two, so 1 + 2 * 22 = 45 gradings, then the bare request and the
-        # chosen one.
-        self.assertEqual(grading.call_count, 45 + 2)
+        # more to turn 290: 22 runs split in two, so 1 + 2 * 22 = 45 gradings, then the bare request (the chosen
+        # one is graded as a rule's row is, by scorer.graded_row).
+        self.assertEqual(grading.call_count, 45 + 1)
 
 
 class SummaryTest(unittest.TestCase):
@@ -172,10 +162,10 @@ class SummaryTest(unittest.TestCase):
                 {'turns': None, 'input_tokens': None, 'required_found': None, 'required_total': 3, 'missing': None,
                  'stale_included': None}]
         # The strategies' rows of these cases hold 6 facts in all, so the best possible total must too.
-        self.assertEqual(best_totals(rows), {'cases': 3, 'not_searched': 1, 'facts_found': 1, 'facts_total': 6,
+        self.assertEqual(totals(rows), {'cases': 3, 'not_searched': 1, 'facts_found': 1, 'facts_total': 6,
                                            'complete_cases': 1, 'cases_with_stale_facts': 0,
                                            'mean_input_tokens': 45.5})
-        self.assertIsNone(best_totals(rows[2:])['mean_input_tokens'])
+        self.assertIsNone(totals(rows[2:])['mean_input_tokens'])
 
 
 if __name__ == '__main__':

@@ -26,13 +26,15 @@ from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, check_limits, parse_l
 from case_set import load_cases
 import common
 from common import LabError
-from strategies import RULES, build_request
-from tokenizer import counter
+from lab_files import sha256_file
+from shapes import build_request
+from strategies import RULES
+from test_support import whole_count
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
 # A rules file for the tests: one rule that sends the whole conversation, so it overflows small budgets.
-EVERYTHING_RULES = '''from strategies import build_request
+EVERYTHING_RULES = '''from shapes import build_request
 
 def everything(case, count):
     return build_request(case, list(range(len(case['history']))))
@@ -44,11 +46,6 @@ RULES = {'everything': everything}
 def points_by(report: dict) -> dict:
     """(context limit, rule) -> point."""
     return {(entry['context_limit'], entry['rule']): entry for entry in report['points']}
-
-
-def whole_count(messages: list[dict]) -> int:
-    """The request rendered whole and encoded: no turn costs summed."""
-    return len(counter().encode(counter().prompt(messages)))
 
 
 def sweep_main(argv: list[str]) -> tuple[int, str, str]:
@@ -87,7 +84,7 @@ class SweepTest(unittest.TestCase):
                          [(limit, rule) for limit in (170, 256, 640, 1024) for rule in rules])
         self.assertEqual(self.report['context_limits'], [170, 256, 640, 1024])
         self.assertEqual(self.report['rule_files'], [{'file': 'everything_rules.py',
-                                                      'sha256': budget_sweep.sha256_file(self.rules_path)}])
+                                                      'sha256': sha256_file(self.rules_path)}])
         self.assertIn('rule_files.py', self.report['code_sha256'])
 
     def test_whole_conversations_fit_at_1024_so_recent_finds_every_fact(self):
@@ -351,13 +348,14 @@ class RecordingTest(unittest.TestCase):
         self.assertIn(sentence, readme)
         self.assertIn('![Required facts found at each input allowance on the twelve cases](budget-sweep.png)', readme)
 
-    def test_the_command_with_no_options_remakes_the_recorded_json_and_picture_byte_for_byte(self):
+    def test_the_command_with_no_options_remakes_the_recorded_json_and_picture_byte_for_byte_and_says_so(self):
         with tempfile.TemporaryDirectory() as folder:
             recording, drawing = Path(folder) / 'budget-sweep.json', Path(folder) / 'budget-sweep.png'
             with mock.patch.object(budget_sweep, 'RECORDING', recording), \
                     mock.patch.object(budget_sweep, 'PICTURE', drawing):
                 status, out, _ = sweep_main([])
-            self.assertEqual((status, out), (0, ''))
+            # A bare run prints what it recorded: the table, a column per allowance of DEFAULT_LIMITS less 128.
+            self.assertEqual((status, out.splitlines()[0]), (0, '| Rule | 64 | 128 | 256 | 512 | 640 | 896 |'))
             self.assertEqual(recording.read_bytes(), (HERE / 'budget-sweep.json').read_bytes(),
                              'budget-sweep.json is out of date: re-record with .venv/bin/python budget_sweep.py')
             self.assertEqual(drawing.read_bytes(), (HERE / 'budget-sweep.png').read_bytes(),

@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import unittest
@@ -31,10 +30,11 @@ from unittest import mock
 
 import case_set
 import common
+import lab_files
 import evaluate
 from prepared_folder import PREPARED, PREPARED_ENV
 import views
-from test_support import ctrl_c_reaches_children
+from test_support import TempFolderTest, ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 120
@@ -78,7 +78,7 @@ LOCOMO = [{'sample_id': 'one', 'qa': [{'question': 'What is the cat called?', 'a
 
 def missing_advice(script: str) -> str:
     """What a script started by an interpreter without any of the locked packages says, after its name."""
-    pinned = common.pins(REQUIREMENTS_TEXT)
+    pinned = common.requirement_pins(REQUIREMENTS_TEXT)
     missing = ', '.join(f'{name}=={version}' for name, version in pinned.items() if name not in common.TESTS_ONLY)
     return (f'{script}: {sys.executable} lacks the locked packages {missing}; in {HERE} run `{common.INSTALL}` and '
             'start the scripts with .venv/bin/python')
@@ -121,13 +121,6 @@ def run(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = No
     """Run a script as a user would; prepared, if given, is passed as CONTEXT_LAB_PREPARED."""
     return subprocess.run([sys.executable, *python_options, *script_and_args], cwd=cwd, env=child_env(prepared),
                           stdin=subprocess.DEVNULL, text=True, timeout=TIMEOUT, check=False, **kwargs)
-
-
-class TempFolderTest(unittest.TestCase):
-    def setUp(self):
-        temp = tempfile.TemporaryDirectory()
-        self.addCleanup(temp.cleanup)
-        self.tmp = Path(temp.name)
 
 
 class ScriptsTest(unittest.TestCase):
@@ -373,7 +366,7 @@ class InterruptTest(TempFolderTest):
 
     def test_ctrl_c_while_writing_says_what_the_output_may_hold(self):
         output = self.tmp / 'report.json'
-        with mock.patch.object(common, 'write_atomically', side_effect=KeyboardInterrupt):
+        with mock.patch.object(lab_files, 'write_atomically', side_effect=KeyboardInterrupt):
             said = self.interrupted_run(['--output', str(output)])
         self.assertEqual(said, f'evaluate.py: interrupted; while writing {output}: a file there holds what it held '
                                'or all of the new contents, a pipe or device may have received part of them\n')

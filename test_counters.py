@@ -323,7 +323,7 @@ class ReportTest(CounterTest):
         self.assertIs(json.loads(out.splitlines()[-1])['identical_selections'], True)
         self.assertIs(tokenizer.counter(), count)
 
-    def test_a_sweep_with_another_counter_records_it_and_the_default_sweep_does_not(self):
+    def test_a_sweep_with_another_counter_records_its_name_and_the_default_sweep_the_default_profile(self):
         counter_or_skip(self, 'qwen-2.5')
         with tempfile.TemporaryDirectory() as name:
             output = Path(name) / 'sweep.json'
@@ -331,7 +331,8 @@ class ReportTest(CounterTest):
                                                                '--output', str(output)], 'budget_sweep.py')
             self.assertEqual((status, out), (0, ''))
             self.assertEqual(json.loads(output.read_text(encoding='utf-8'))['counter']['name'], 'qwen-2.5')
-        self.assertNotIn('counter', json.loads((HERE / 'budget-sweep.json').read_text(encoding='utf-8')))
+        recorded = json.loads((HERE / 'budget-sweep.json').read_text(encoding='utf-8'))['counter']
+        self.assertEqual((recorded['model'], 'name' in recorded), ('google/gemma-4-E2B-it', False))
 
 
 if __name__ == '__main__':

@@ -19,14 +19,17 @@ import tempfile
 import unittest
 from unittest import mock
 
-from case_set import CaseError, grade, load_cases
-from common import LabError, allowance, to_json
+from case_set import CaseError, load_cases
+from common import LabError
+from lab_files import to_json
+from scorer import graded_row
+from shapes import allowance
 import evaluate
 from evaluate import report
 from prepared_folder import PREPARED_ENV
 import strategies
 from strategies import CUES, RULES, notes, recent, relevant
-from test_support import in_process
+from test_support import evaluate_py, in_process, shipped_cases
 from tokenizer import count_request
 from views import compare
 
@@ -94,23 +97,9 @@ ORIGINAL_SUMMARY = {
 }
 
 
-def cases() -> dict:
-    """The shipped case set by id, freshly loaded so a test may change its copy."""
-    loaded = load_cases(HERE / 'cases.json')
-    return dict(zip((case['id'] for case in loaded), loaded))
-
-
 def lab_main(*args: str) -> tuple[int, str, str]:
     result = in_process(evaluate, *args)
     return result.returncode, result.stdout, result.stderr
-
-
-def evaluate_py(*args: str) -> subprocess.CompletedProcess:
-    """evaluate.py ARGS as a child process, reading the lab's own prepared folder whatever the developer's
-    CONTEXT_LAB_PREPARED says."""
-    environment = {key: value for key, value in os.environ.items() if key != PREPARED_ENV}
-    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
-                          timeout=300, env=environment)
 
 
 class RecordedReportTest(unittest.TestCase):
@@ -195,12 +184,12 @@ class OriginalFiguresTest(unittest.TestCase):
 
 class FailurePatternTest(unittest.TestCase):
     def test_recent_stops_at_a_long_turn(self):
-        case = cases()['dev-old-decision']
+        case = shipped_cases()['dev-old-decision']
         # Turn 2 (index 1) is a log larger than the whole allowance on its own, so the walk back ends there.
         log = case['history'][1]
         self.assertGreater(count_request([{'role': 'user', 'content': log['user']},
                                           {'role': 'assistant', 'content': log['assistant']}]), allowance(case))
-        row = grade(case, recent(case, count_request))
+        row = graded_row(case, recent(case, count_request))
         self.assertEqual((row['turns'], row['required_found'], row['missing']),
                          ([2], 0, ['We chose PostgreSQL for the application.']))
 
@@ -208,8 +197,8 @@ class FailurePatternTest(unittest.TestCase):
         for case_id, missing in (('dev-no-overlap', ['blue-green rollout']),
                                  ('held-spread', ['at least 14 characters', 'expire after 30 minutes'])):
             with self.subTest(case_id):
-                case = cases()[case_id]
-                result = grade(case, relevant(case, count_request))
+                case = shipped_cases()[case_id]
+                result = graded_row(case, relevant(case, count_request))
                 self.assertEqual((result['turns'], result['required_found'], result['missing']), ([], 0, missing))
 
     def test_relevance_does_not_stem_plurals(self):
@@ -219,13 +208,13 @@ class FailurePatternTest(unittest.TestCase):
                          {'passwords', 'must', 'least', '14', 'characters'})
 
     def test_notes_miss_a_correction_without_a_cue_word_and_carry_the_replaced_decision(self):
-        case = cases()['held-correction']
+        case = shipped_cases()['held-correction']
         selected = notes(case, count_request)
         # "Actually, use Redis streams ..." has no cue word; only the RabbitMQ decision becomes a note.
         self.assertEqual(selected['notes'], 1)
         self.assertIn('\n- [turn 1, user] We decided to use RabbitMQ for the job queue.\n',
                       selected['messages'][-1]['content'])
-        row = grade(case, selected)
+        row = graded_row(case, selected)
         self.assertEqual((row['missing'], row['stale_included']),
                          (['use Redis streams for the job queue'], ['decided to use RabbitMQ']))
 
@@ -234,29 +223,29 @@ class FailurePatternTest(unittest.TestCase):
         only_old_turn = {'turns': [0], 'notes': 0, 'input_tokens': 20, 'messages': [
             {'role': 'system', 'content': 'Be brief.'},
             {'role': 'user', 'content': 'We will use MySQL for the first version.'}]}
-        row = grade(cases()['dev-correction'], only_old_turn)
+        row = graded_row(shipped_cases()['dev-correction'], only_old_turn)
         self.assertEqual((row['required_found'], row['missing'], row['stale_included']),
                          (0, ['Switch to PostgreSQL instead of MySQL.'], ['We will use MySQL']))
 
     def test_escaped_note_still_counts_as_found(self):
         fact = 'We must keep <b>bold</b> & italics in exports.'
-        case = cases()['dev-pronoun']
+        case = shipped_cases()['dev-pronoun']
         case['history'][1]['user'], case['required'] = fact, [fact]
         selected = notes(case, count_request)
         self.assertIn('- [turn 2, user] We must keep &lt;b&gt;bold&lt;/b&gt; &amp; italics in exports.',
                       selected['messages'][-1]['content'])
         self.assertNotIn(fact, selected['messages'][-1]['content'])
-        self.assertEqual(grade(case, selected)['missing'], [])
+        self.assertEqual(graded_row(case, selected)['missing'], [])
 
     def test_held_out_notes_depend_on_the_limit_cue(self):
         without_limit = re.compile(CUES.pattern.replace('|limit', ''), CUES.flags)
         self.assertNotEqual(without_limit.pattern, CUES.pattern)
-        held_out = [case for case in cases().values() if case['split'] == 'held_out']
+        held_out = [case for case in shipped_cases().values() if case['split'] == 'held_out']
 
         def found(cues):
             strategies.cue_sentences.cache_clear()  # it keeps what it found with the cues of the time
             with mock.patch.object(strategies, 'CUES', cues):
-                found = {case['id']: grade(case, notes(case, count_request))['required_found'] for case in held_out}
+                found = {case['id']: graded_row(case, notes(case, count_request))['required_found'] for case in held_out}
             strategies.cue_sentences.cache_clear()
             return found
 
@@ -265,12 +254,12 @@ class FailurePatternTest(unittest.TestCase):
         self.assertEqual((with_cue['held-pronoun'], without_cue['held-pronoun']), (1, 0))
 
     def test_limit_cue_occurs_in_two_held_out_cases_and_no_dev_case(self):
-        mentions = sorted(case['id'] for case in cases().values() if re.search(r'\blimit\b', json.dumps(case), re.I))
+        mentions = sorted(case['id'] for case in shipped_cases().values() if re.search(r'\blimit\b', json.dumps(case), re.I))
         self.assertEqual(mentions, ['held-buried', 'held-pronoun'])
 
     def test_strategies_leave_the_case_they_are_given_unchanged(self):
         for name, strategy in RULES.items():
-            for case_id, case in cases().items():
+            for case_id, case in shipped_cases().items():
                 with self.subTest(strategy=name, case=case_id):
                     before = json.dumps(case, sort_keys=True)
                     strategy(case, count_request)
@@ -278,7 +267,7 @@ class FailurePatternTest(unittest.TestCase):
 
     def test_strategies_keep_turns_in_conversation_order_and_end_with_the_question(self):
         for name, strategy in RULES.items():
-            for case in cases().values():
+            for case in shipped_cases().values():
                 with self.subTest(strategy=name, case=case['id']):
                     selected = strategy(case, count_request)
                     messages = selected['messages']
@@ -412,7 +401,7 @@ class CaseValidationTest(unittest.TestCase):
             load_cases(self.write(folder, data))
 
     def test_the_shipped_case_set_has_six_cases_per_split(self):
-        splits = [case['split'] for case in cases().values()]
+        splits = [case['split'] for case in shipped_cases().values()]
         self.assertEqual((splits.count('dev'), splits.count('held_out'), len(splits)), (6, 6, 12))
 
 
@@ -543,7 +532,7 @@ class CommandLineTest(unittest.TestCase):
             self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['report.json'])
 
     def test_large_case_set_shows_progress_on_stderr_only(self):
-        template = cases()['dev-latest']
+        template = shipped_cases()['dev-latest']
         many = [dict(copy.deepcopy(template), id=f'copy-{n}') for n in range(101)]
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'many.json'
@@ -577,7 +566,7 @@ class OutputIsInputTest(unittest.TestCase):
 
 class SignalTest(unittest.TestCase):
     def test_sigterm_mid_run_says_nothing_was_written_exits_130_and_leaves_no_file(self):
-        template = cases()['dev-latest']
+        template = shipped_cases()['dev-latest']
         many = [dict(copy.deepcopy(template), id=f'copy-{n}') for n in range(2000)]  # progress lines, then more
         with tempfile.TemporaryDirectory() as folder:
             path, output = Path(folder) / 'many.json', Path(folder) / 'report.json'

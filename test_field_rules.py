@@ -14,11 +14,12 @@ import sys
 import tempfile
 import unittest
 
-from case_set import grade, load_cases
+from case_set import load_cases
+from scorer import graded_row
 from evaluate import report
 import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
-from strategies import build_request
+from shapes import build_request
 from tokenizer import count_request, counter
 from views import report_table
 
@@ -141,7 +142,7 @@ class RequestTest(unittest.TestCase):
         cases = load_cases(HERE / 'cases.json')
         rows = report(HERE / 'cases.json', [HERE / 'field_rules.py'])['cases']
         for name, rule in field_rules.RULES.items():
-            self.assertEqual(rows[name], [grade(case, rule(case, count_request)) for case in cases])
+            self.assertEqual(rows[name], [graded_row(case, rule(case, count_request)) for case in cases])
 
     def test_the_readme_shows_the_field_rules_rows_of_the_twelve_cases(self):
         printed = report_table(report(HERE / 'cases.json', [HERE / 'field_rules.py'])).splitlines()

@@ -22,8 +22,9 @@ import tempfile
 import unittest
 from unittest import mock
 
-from case_set import grade, load_cases
-from common import read_json, summarize
+from case_set import load_cases
+from lab_files import read_json, read_json_file
+from scorer import graded_row, totals
 from locomo_cases import INSTRUCTIONS, evidence_ids
 from strategies import RULES, build_request
 from tokenizer import count_request
@@ -398,15 +399,15 @@ class LeanLoadingTest(unittest.TestCase):
         parsed = []
 
         def read_and_keep(path, what):
-            parsed.append(read_json(path, what))
+            parsed.append(read_json_file(path, what))
             return parsed[-1]
 
         with tempfile.TemporaryDirectory() as folder:
             output, result = convert(folder, locomo_sample())
-            with mock.patch('case_set.read_json', read_and_keep):
+            with mock.patch('case_set.read_json_file', read_and_keep):
                 loaded = load_cases(output)
-        self.assertEqual(loaded, parsed[0])
-        self.assertFalse({id(part) for part in parts(loaded)} & {id(part) for part in parts(parsed[0])})
+        self.assertEqual(loaded, parsed[0][0])
+        self.assertFalse({id(part) for part in parts(loaded)} & {id(part) for part in parts(parsed[0][0])})
 
     def test_running_every_rule_on_shared_histories_changes_no_case(self):
         # Cases of one conversation share one history object, so a strategy or the grader that changed a case
@@ -417,7 +418,7 @@ class LeanLoadingTest(unittest.TestCase):
             loaded = load_cases(output)
         for case in loaded:
             for rule in RULES.values():
-                grade(case, rule(case, count_request))
+                graded_row(case, rule(case, count_request))
         self.assertEqual(loaded, parsed)
 
 
@@ -432,7 +433,7 @@ class GroupByKindTest(unittest.TestCase):
              'stale_included': ['old']}]
 
     def report(self) -> dict:
-        summary = {split: summarize([row for row in self.ROWS if row['split'] == split])
+        summary = {split: totals([row for row in self.ROWS if row['split'] == split])
                    for split in ('dev', 'held_out')}
         return {'summary': {'recent': summary}, 'cases': {'recent': self.ROWS},
                 'best_possible': {'label': 'best possible (reads the labels)', 'cases': [], 'summary': {}}}

@@ -37,7 +37,8 @@ from tokenizers import Tokenizer
 
 import common
 import prepare
-from prepared_folder import check_prepared, counter_folder, identity, replace
+from lab_files import folder_identity, replace_folder
+from prepared_folder import check_prepared, counter_folder
 from test_support import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
@@ -564,7 +565,7 @@ class SwapTest(HubTest):
 
     def check_one_run(self, kind: str, failing: str, at: int) -> None:
         target = self.layout(kind)
-        before, before_identity = snapshot(target), identity(target)
+        before, before_identity = snapshot(target), folder_identity(target)
         injector = StepInjector(at, failing)
         code, out, err = self.run_main(injector)
         last = err.splitlines()[-1] if err else ''
@@ -577,11 +578,11 @@ class SwapTest(HubTest):
         self.assertEqual(code == 0, finishes, err)
         if code == 0:  # dest is the complete new folder
             self.assertEqual(check_prepared(self.dest, self.manifest, self.manifest_sha, 'hub'), ('hub', ''))
-            self.assertNotEqual(identity(target), before_identity)
+            self.assertNotEqual(folder_identity(target), before_identity)
             self.assertTrue(out.startswith('prepared from hub in '), out)
         else:
             self.assertEqual(snapshot(target), before)
-            self.assertEqual(identity(target), before_identity)
+            self.assertEqual(folder_identity(target), before_identity)
             self.assertEqual(out, '')
             if failing == 'interrupt':
                 self.assertEqual((code, last), (130, f'prepare.py: interrupted; {self.dest} is as it was and no'
@@ -645,7 +646,7 @@ class SdistTest(TinyVocabTest):
         """Stage the sdist into dest as prepare.py does after pip; its PrepareError's message, or '' if it worked."""
         with contextlib.redirect_stderr(io.StringIO()):
             try:
-                replace(self.dest, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha),
+                replace_folder(self.dest, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha),
                         prepare.say)
             except prepare.PrepareError as error:
                 return str(error)
@@ -785,7 +786,7 @@ class CounterSdistTest(TinyVocabTest):
                 contextlib.redirect_stderr(io.StringIO()):
             for name in ('tiny-a', 'tiny-b'):
                 folder = counter_folder(name, self.dest)
-                replace(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, name,
+                replace_folder(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, name,
                                                                          built), prepare.say)
         build.assert_called_once()
         for name in ('tiny-a', 'tiny-b'):
@@ -804,7 +805,7 @@ class CounterSdistTest(TinyVocabTest):
         sdist, manifest, manifest_sha = self.counter_manifest(suffix='<start_of_turn>model\n<think>\n\n</think>\n\n')
         folder = counter_folder('tiny-a', self.dest)
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(prepare.PrepareError) as caught:
-            replace(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, 'tiny-a'),
+            replace_folder(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, 'tiny-a'),
                     prepare.say)
         self.assertEqual(str(caught.exception), f"counter tiny-a: its chat format writes </think>, which "
                                                 f"{Path(MEMBER_PATHS['vocab']).name} holds as no special token; "

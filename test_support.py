@@ -452,3 +452,33 @@ def official_count(messages: list[dict]) -> int:
 OFFICIAL_PATH = oracle_template_path()
 OFFICIAL_TEMPLATE = OFFICIAL_PATH.read_text(encoding='utf-8') if OFFICIAL_PATH else None
 NO_ORACLE = 'neither prepared/chat_template.jinja nor ../shared/gemma-4-E2B-it/chat_template.jinja exists'
+
+
+# --- Fixtures every test file shares
+
+class TempFolderTest(unittest.TestCase):
+    """A temporary folder for each test, self.tmp, removed after it: no test writes into the working tree."""
+
+    def setUp(self):
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.tmp = Path(temp.name)
+
+
+def shipped_cases() -> dict[str, dict]:
+    """The shipped cases.json by id, freshly loaded so a test may change its copy."""
+    return {case['id']: case for case in load_cases(HERE / 'cases.json')}
+
+
+def whole_count(messages: list[dict]) -> int:
+    """A plain count function: the request rendered and encoded whole, no cache, no sums, no `turn_costs`."""
+    from tokenizer import counter  # here, not at the top: the oracle's users need no counter
+
+    return len(counter().encode(counter().prompt(messages)))
+
+
+def evaluate_py(*args: str) -> subprocess.CompletedProcess:
+    """`evaluate.py ARGS` in a process of its own (for what only a process shows: signals, pipes, encodings),
+    reading the prepared folder this process reads."""
+    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
+                          timeout=300)

@@ -26,14 +26,18 @@ import tempfile
 import unittest
 from unittest import mock
 
-from case_set import grade, load_cases
+from case_set import load_cases
+from scorer import graded_row
 import evaluate
 from strategies import RULES, build_request, notes
-from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, in_process, official_count, official_render
-from tokenizer import count_request, counter
+from test_support import NO_ORACLE, OFFICIAL_TEMPLATE, in_process, official_count, official_render, shipped_cases, \
+    whole_count
+from tokenizer import count_request
+from common import LabError
+from runner import case_selections
 import views
 from views import MAX_LINE, compare, display_lines, message_labels, report_table, request_text, row_changes, \
-    show_case, turn_map, turn_numbers
+    turn_map, turn_numbers
 
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
@@ -101,17 +105,13 @@ held-spread (held-out, facts spread across turns), 4 turns
 | best possible (reads the labels) | x  | . | x  | . | 0     | 2 of 2      | 0                |'''
 
 
-def cases() -> dict:
-    return {case['id']: case for case in load_cases(HERE / 'cases.json')}
-
-
-def whole_count(messages: list[dict]) -> int:
-    """The request rendered whole and encoded: no message sizes summed."""
-    return len(counter().encode(counter().prompt(messages)))
+def show_case(case: dict, rules: dict, full: bool = False) -> str:
+    """What --show prints for these rules on one case, without colour and without the best possible selection."""
+    return views.show_requests(case, *case_selections(case, rules, count_request, False), False, full, False)
 
 
 @lru_cache(maxsize=None)
-def evaluate_py(*args: str) -> subprocess.CompletedProcess:
+def evaluate_once(*args: str) -> subprocess.CompletedProcess:
     """evaluate.py ARGS, run once (in this process: test_support.in_process) for all the tests that read its
     output, since the views are deterministic."""
     return in_process(evaluate, *args)
@@ -119,7 +119,7 @@ def evaluate_py(*args: str) -> subprocess.CompletedProcess:
 
 class ShowTest(unittest.TestCase):
     def test_show_prints_what_notes_sent_in_dev_correction_message_by_message(self):
-        result = evaluate_py('--show', 'dev-correction', '--strategy', 'notes')
+        result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         self.assertEqual(result.stdout, NOTES_ON_DEV_CORRECTION)
 
@@ -127,7 +127,7 @@ class ShowTest(unittest.TestCase):
         self.assertIn(f'```text\n{NOTES_ON_DEV_CORRECTION}```\n', (HERE / 'README.md').read_text(encoding='utf-8'))
 
     def test_show_without_a_strategy_ends_with_the_best_possible_request(self):
-        result = evaluate_py('--show', 'dev-correction')
+        result = evaluate_once('--show', 'dev-correction')
         self.assertEqual(result.returncode, 0, result.stderr)
         titles = [line for line in result.stdout.splitlines() if ' on dev-correction ' in line]
         self.assertEqual(titles, [f'{name} on dev-correction (dev, corrected decision)'
@@ -145,37 +145,37 @@ class ShowTest(unittest.TestCase):
                                                '57 of 256 input tokens\n'), result.stdout[-600:])
 
     def test_prompt_prints_exactly_the_text_the_model_receives(self):
-        result = evaluate_py('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
+        result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         self.assertEqual(result.stdout, NOTES_PROMPT_ON_DEV_CORRECTION)
 
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
     def test_prompt_is_what_the_official_template_renders_and_counts_110_tokens(self):
-        result = evaluate_py('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
+        result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
         self.assertEqual(result.returncode, 0, result.stderr)
-        messages = notes(cases()['dev-correction'], count_request)['messages']
+        messages = notes(shipped_cases()['dev-correction'], count_request)['messages']
         self.assertEqual(result.stdout, official_render(messages))
         self.assertEqual(official_count(messages), 110)
 
     def test_unknown_case_id_exits_2_with_one_line_listing_the_ids(self):
         for case_id in ('dev-typo', ''):  # an empty id is an unknown id, not a missing --show
             with self.subTest(case_id=case_id):
-                result = evaluate_py('--show', case_id)
+                result = evaluate_once('--show', case_id)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
                 self.assertEqual(result.stderr, f"evaluate.py: {HERE / 'cases.json'}: no case {case_id!r}; the case "
-                                                'ids are: ' + ', '.join(cases()) + '\n')
+                                                'ids are: ' + ', '.join(shipped_cases()) + '\n')
 
     def test_show_reads_the_case_set_given_with_cases_and_folds_long_messages(self):
-        case = copy.deepcopy(cases()['dev-old-decision'])
+        case = copy.deepcopy(shipped_cases()['dev-old-decision'])
         case['budget']['context_limit'] = 2048  # room for the long log turn
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'big.json'
             path.write_text(json.dumps([case]), encoding='utf-8')
-            result = evaluate_py('--cases', str(path), '--show', 'dev-old-decision', '--strategy', 'recent')
+            result = evaluate_once('--cases', str(path), '--show', 'dev-old-decision', '--strategy', 'recent')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
         folded = result.stdout
         # What --full prints, laid out here rather than by a second run (each run loads the counter again).
-        full = show_case(case, {'recent': RULES['recent']}, with_best=False, prompt=False, full=True, colour=False)
+        full = show_case(case, {'recent': RULES['recent']}, full=True)
         # Expected lines come from the log itself, not from display_lines: the 1,099-character log, one line
         # without double spaces, wraps at spaces into 12 lines of at most 96 characters, folded to 3 + 2.
         log = case['history'][1]['user']
@@ -192,10 +192,10 @@ class ShowTest(unittest.TestCase):
 
     def test_message_sizes_and_the_fixed_part_add_up_to_the_count_of_the_whole_request(self):
         for name, rule in RULES.items():
-            for case_id, case in cases().items():
+            for case_id, case in shipped_cases().items():
                 with self.subTest(rule=name, case=case_id):
                     messages = rule(case, count_request)['messages']
-                    shown = show_case(case, {name: rule}, False, False, True, False)
+                    shown = show_case(case, {name: rule}, full=True)
                     sizes = [int(size) for size in SIZE_LINE.findall(shown)]
                     self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
                     self.assertEqual(sum(sizes), whole_count(messages))
@@ -206,14 +206,14 @@ class ShowTest(unittest.TestCase):
         for args in (['--strategy', 'notes'], ['--prompt'], ['--full'], ['--show', 'dev-latest', '--format', 'table'],
                      ['--show', 'dev-latest', '--prompt', '--full']):
             with self.subTest(args=args):
-                result = evaluate_py(*args)
+                result = evaluate_once(*args)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
                 self.assertIn('usage:', result.stderr)
 
 
 class ColourTest(unittest.TestCase):
     def test_plain_output_through_a_pipe_has_no_escape_codes(self):
-        result = evaluate_py('--show', 'dev-correction')
+        result = evaluate_once('--show', 'dev-correction')
         self.assertNotIn('\x1b', result.stdout)
 
     def test_colour_only_at_a_terminal_without_no_color(self):
@@ -250,25 +250,25 @@ class ColourTest(unittest.TestCase):
                 self.assertEqual(b'\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m' in seen, coloured)
 
     def test_colour_marks_the_facts_in_red_and_green(self):
-        case = cases()['dev-correction']
+        case = shipped_cases()['dev-correction']
         selected = notes(case, count_request)
-        coloured = request_text(case, 'title', selected, grade(case, selected), full=False, colour=True)
+        coloured = request_text(case, 'title', selected, graded_row(case, selected), full=False, colour=True)
         self.assertIn('\x1b[32m  + required fact: "Switch to PostgreSQL instead of MySQL."\x1b[0m', coloured)
         self.assertIn('\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m', coloured)
-        plain = request_text(case, 'title', selected, grade(case, selected), full=False, colour=False)
+        plain = request_text(case, 'title', selected, graded_row(case, selected), full=False, colour=False)
         self.assertNotIn('\x1b', plain)
 
 
 class LayoutTest(unittest.TestCase):
     def test_turns_are_named_from_1_whatever_order_the_rule_kept_them_in(self):
-        case = cases()['dev-spread']
+        case = shipped_cases()['dev-spread']
         chosen = {'messages': build_request(case, [2, 0], ['- [turn 2, user] a note']), 'turns': [2, 0], 'notes': 1}
         self.assertEqual(message_labels(case, chosen),
                          ['system', 'turn 1, user', 'turn 1, assistant', 'turn 3, user', 'turn 3, assistant',
                           'notes and question, user'])
 
     def test_a_request_not_laid_out_as_the_four_lay_theirs_is_labelled_by_position_and_role(self):
-        case = cases()['dev-spread']
+        case = shipped_cases()['dev-spread']
         for messages, turns in (
                 ([{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}], []),
                 # turn 1 is claimed, but turn 2 was sent in its place
@@ -284,13 +284,14 @@ class LayoutTest(unittest.TestCase):
                          ['line 1', 'line 2', 'line 3', '… 15 more lines …', 'line 19', 'line 20'])
         self.assertEqual(len(display_lines(lines, full=True)), 20)
 
-    def test_a_count_the_message_sizes_do_not_reach_is_said_plainly(self):
-        case = cases()['dev-correction']
+    def test_a_count_the_message_sizes_do_not_reach_is_refused_as_every_run_refuses_it(self):
+        case = shipped_cases()['dev-correction']
         chosen = notes(case, count_request)  # 110 tokens
-        row = dict(grade(case, chosen), input_tokens=115)  # as a counter that is not additive might count it
-        shown = request_text(case, 'title', chosen, row, full=False, colour=False)
-        self.assertIn('\n(the message sizes add up to 110, not to the count: this counter is not additive)\n', shown)
-        self.assertTrue(shown.endswith(' · 115 of 256 input tokens\n'), shown[-200:])
+        row = dict(graded_row(case, chosen), input_tokens=115)  # as a counter that is not additive might count it
+        with self.assertRaises(LabError) as raised:
+            request_text(case, 'title', chosen, row, full=False, colour=False)
+        self.assertEqual(str(raised.exception), 'case dev-correction: the request was counted 110 tokens as it was '
+                                                'built and 115 whole; the counter cannot be summed turn by turn')
 
 
 class TableTest(unittest.TestCase):
@@ -304,7 +305,7 @@ class TableTest(unittest.TestCase):
 class TurnMapTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.result = evaluate_py('--format', 'turns')
+        cls.result = evaluate_once('--format', 'turns')
 
     def test_turn_map_of_two_cases(self):
         self.assertEqual(self.result.returncode, 0, self.result.stderr)
@@ -488,7 +489,7 @@ class ForgedHeadingTest(unittest.TestCase):
     def test_a_newline_and_an_override_in_a_case_id_stay_escaped_in_the_show_heading(self):
         case = load_cases(HERE / 'cases.json')[0]
         case = dict(case, id='dev-latest\nx' + OVERRIDE + 'yz')
-        text = views.show_case(case, {'recent': RULES['recent']}, False, False, False, False)
+        text = show_case(case, {'recent': RULES['recent']})
         self.assertEqual(text.splitlines()[0], 'recent on dev-latest\\nx\\u202eyz (dev, fact in the newest turn)')
         self.assertNotIn(OVERRIDE, text)
 

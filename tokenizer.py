@@ -25,12 +25,12 @@ from operator import itemgetter
 from pathlib import Path
 import re
 
-from case_set import THINKING_MARKERS, TURN_TEXTS
 from common import LabError, run
+from shapes import TURN_ROLES, holds_thinking_marker, turn_texts
 from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, \
     check_prepared, counter_folder, pins, prepare_command, read_manifest, vocab_spec
 
-ROLES = ('system', 'user', 'assistant')
+ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
 LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see byte_lines_split_cleanly
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
@@ -67,7 +67,7 @@ def check_message(index: int, message, previous_role: str | None) -> str:
         raise CounterError(f'message {index}: a system message may only come first')
     if role == 'assistant' and previous_role == 'assistant':  # Gemma's official template would merge them
         raise CounterError(f'message {index}: two assistant messages in a row are not counted')
-    if role == 'assistant' and any(marker in content for marker in THINKING_MARKERS):
+    if role == 'assistant' and holds_thinking_marker(content):
         raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
     return role
 
@@ -221,11 +221,11 @@ class TokenCounter:
         conversation: cases of one conversation, and copies of it, share one entry."""
         if not self.fast:
             raise CounterError('this tokenizer cannot be counted turn by turn')
-        key = tuple(map(TURN_TEXTS, history))
+        key = tuple(map(turn_texts, history))
         costs = self.turns.get(key)
         if costs is None:
             for index, (_, answer) in enumerate(key):  # as check_message refuses it, so the cache never holds it
-                if any(marker in answer for marker in THINKING_MARKERS):
+                if holds_thinking_marker(answer):
                     raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest

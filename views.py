@@ -2,21 +2,23 @@
 
     .venv/bin/python evaluate.py --format table                             # report_table
     .venv/bin/python evaluate.py --format turns                             # turn_map
-    .venv/bin/python evaluate.py --show dev-correction --strategy notes     # show_case, folded
+    .venv/bin/python evaluate.py --show dev-correction --strategy notes     # show_requests, folded
     .venv/bin/python evaluate.py --compare evaluation-result.json           # compare: exit 0 no change, 1 changes
 
-It only lays out what evaluate.py hands it, so every figure shown is one the report holds; turns count from 1
-here (`turns 3-15, 20`) while the report's stay 0-based. Plain text that also reads as Markdown, colour only when
-the caller asks. It writes nothing.
+It only lays out what evaluate.py hands it (a report, or one case's selections and rows), so every figure shown is
+one the run made; --show adds each message's share of the count from the counter. Turns count from 1 here
+(`turns 3-15, 20`) while the report's stay 0-based. Plain text that also reads as Markdown, colour only when the
+caller asks. It writes nothing.
 """
 import json
 from pathlib import Path
 import textwrap
 
 import best_possible
-from case_set import grade
-from common import LabError, allowance, by_group, markdown_table, plain_number, printable, turn_runs
-from strategies import build_request
+from common import LabError
+from scorer import by_group, check_additive, facts_in
+from shapes import BEST_ROW_FIELDS, ROW_FIELDS, TURN_ROLES, allowance, build_request
+from text import markdown_table, plain_number, printable, turn_runs
 
 # What the views look like.
 WRAP = 96  # display width of message content; the exact text is what --prompt prints
@@ -33,12 +35,6 @@ TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases w
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
 FACT_CHARS = 60  # a longer fact is cut to its start
-ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
-              'required_total', 'missing', 'stale_included')  # every rule's row has these
-BEST_ROW_FIELDS = ('case', 'split', 'kind', 'history_turns', 'fact_turns', 'stale_turns', 'turns', 'input_tokens',
-                   'required_found', 'required_total', 'missing', 'stale_included', 'not_searched')
-
-
 class ReportError(LabError):
     """A file given to --compare is not an evaluate.py report; the message names the part that is off."""
 
@@ -49,7 +45,7 @@ def report_table(report: dict, group: str = 'split') -> str:
         rules, best = report['summary'], report['best_possible']['summary']
     else:
         rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
-        best = by_group(report['best_possible']['cases'], group, best_possible.best_totals)
+        best = by_group(report['best_possible']['cases'], group)
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
              f"{s['complete_cases']} of {s['cases']}", str(s['cases_with_stale_facts']),
              plain_number(s['mean_input_tokens'])] for name, groups in rules.items() for value, s in groups.items()]
@@ -130,7 +126,7 @@ def message_labels(case: dict, chosen: dict) -> list[str]:
     history = build_request(case, turns)[1:-1]  # the turns' messages, as the four lay them out
     if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
             and messages[1:-1] == history:
-        return ['system', *(f'turn {index + 1}, {role}' for index in turns for role in ('user', 'assistant')),
+        return ['system', *(f'turn {index + 1}, {role}' for index in turns for role in TURN_ROLES),
                 'notes and question, user' if chosen['notes'] else 'question, user']
     return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
 
@@ -156,37 +152,28 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
     count, out = counter(), [paint(title, 'title', colour)]
     shares = count.fixed
     for label, message in zip(message_labels(case, chosen), chosen['messages']):
-        alone = grade(case, {'messages': [message], 'turns': [], 'notes': 0, 'input_tokens': 0})
+        reached, sent = facts_in(case, [message])
         tokens = count.message_size(message['role'], message['content'])
         shares += tokens
         out += ['', f'[{label}] {tokens} tokens']
-        out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour)
-                for fact in case['required'] if fact not in alone['missing']]
-        out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in alone['stale_included']]
+        out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
+        out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
         for line in display_lines(message['content'], full):
             folded = line.startswith('… ') and line.endswith(' more lines …') and not full
             out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
+    check_additive(case, row['input_tokens'], shares)  # else the shares shown would not add up to the count
     out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
                 f'{count.fixed} tokens', '']
-    if shares != row['input_tokens']:  # only a counter that cannot count message by message gets here
-        out.append(f'(the message sizes add up to {shares}, not to the count: this counter is not additive)')
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
                f"stale sent: {quoted(row['stale_included'])} · {row['input_tokens']} of {allowance(case)} input tokens")
     return '\n'.join(out) + '\n'
 
 
-def show_case(case: dict, rules: dict, with_best: bool, prompt: bool, full: bool, colour: bool) -> str:
-    """--show: the request each rule builds for one case, message by message or (prompt) as rendered; with_best
-    (no --strategy) adds the best possible selection."""
-    from tokenizer import count_request, counter
+def show_requests(case: dict, chosen: dict, rows: dict, prompt: bool, full: bool, colour: bool) -> str:
+    """--show: each selection of one case (None: the best possible, not searched) with its graded row, message by
+    message or (prompt) as the counter renders it."""
+    from tokenizer import counter
 
-    chosen = {name: rule(case, count_request) for name, rule in rules.items()}
-    rows = {name: grade(case, request) for name, request in chosen.items()}
-    if with_best:
-        best = rows[best_possible.LABEL] = best_possible.best_row(case)
-        chosen[best_possible.LABEL] = None if best['turns'] is None else \
-            {'messages': build_request(case, best['turns']), 'turns': best['turns'], 'notes': 0,
-             'input_tokens': best['input_tokens']}
     if prompt and len(chosen) == 1:
         return counter().prompt(next(iter(chosen.values()))['messages'])
     where = printable(f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})")  # one line, as itself

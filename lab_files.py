@@ -1,0 +1,340 @@
+"""The lab's files: JSON read from regular files only, outputs written whole, folders replaced whole.
+
+    from lab_files import check_outputs, read_json, write_output
+    check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input or the lab's own
+    write_output(Path('report.json'), to_json(report), 'report')           # whole, or not at all
+    replace_folder(Path('prepared'), stage, say)                           # prepare.py's last step
+
+A write never destroys what is at the path: a symlink is followed, a pipe or device written into, a regular file
+replaced by a renamed temporary file; a temporary file or folder left by a writer that was killed outright is
+removed by the next write (process_alive). Standard library only; it writes only what it is asked to.
+"""
+import contextlib
+import errno
+import glob
+import hashlib
+import json
+import os
+from pathlib import Path
+import re
+import secrets
+import shutil
+import signal
+import stat
+import tempfile
+import time
+
+from common import HERE, LabError
+
+NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
+TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
+SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
+# The lab's own files, which no output may replace (the recorded outputs a script writes are not among them).
+LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 'cases.json', 'answer-keys.json',
+             'tokenizer-manifest.json')
+PREPARED_JSON = 'prepared.json'  # written last into a prepared counter folder: its presence means "complete"
+PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the write is refused
+
+
+def read_json(path: Path, what: str, advice: str = ''):
+    """The JSON in a file, or one LabError naming the file and what it was meant to be.
+
+    read_json(Path('x.json'), 'case set') on '[1,' raises
+    LabError('x.json: invalid JSON at line 1 column 4: Expecting value'). A byte-order mark is read as none.
+    """
+    return read_json_file(path, what, advice)[0]
+
+
+def read_json_file(path: Path, what: str, advice: str = '') -> tuple[object, str]:
+    """(the JSON in a file, the SHA-256 of the very bytes parsed), as read_json; an object holding a key twice is
+    refused, since JSON readers disagree on which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a'
+    appears twice in one object')."""
+    path = Path(path)
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+        if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
+            raise LabError(f'{path}: the {what} must be a file, not {SPECIAL.get(kind, "a device")}')
+        data = path.read_bytes()
+        return json.loads(data.decode('utf-8-sig'), object_pairs_hook=unique_keys), hashlib.sha256(data).hexdigest()
+    except OSError as error:
+        problem = f'cannot read the {what}: {error.strerror}'
+    except UnicodeDecodeError as error:
+        problem = f'the {what} is not UTF-8 text (byte {error.start})'
+    except json.JSONDecodeError as error:
+        problem = f'invalid JSON at line {error.lineno} column {error.colno}: {error.msg}'
+    except DuplicateKey as error:
+        problem = f'key {error.args[0]!r} appears twice in one object; a {what} names each key once'
+    except ValueError as error:  # e.g. an integer longer than Python will convert
+        problem = f'the {what} cannot be read as JSON: {error}'
+    except RecursionError:
+        problem = f'the {what} is nested too deeply to read'
+    raise LabError(f'{path}: {problem}' + (f'; {advice}' if advice else ''))
+
+
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice (the key is its argument)."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """object_pairs_hook: the object, unless a key repeats: [('a', 1), ('a', 2)] raises DuplicateKey('a')."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise DuplicateKey(next(key for index, (key, _) in enumerate(pairs) if key in dict(pairs[:index])))
+    return found
+
+
+def to_json(value, indent: int = 2) -> str:
+    """The lab's JSON text: indented, non-ASCII kept as it is, a newline at the end."""
+    return json.dumps(value, indent=indent, ensure_ascii=False) + '\n'
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, 'rb') as file:
+        return hashlib.file_digest(file, 'sha256').hexdigest()
+
+
+def path_text(path: Path) -> str:
+    """A path as text any UTF-8 output accepts: path_text(Path(os.fsdecode(b'c\\xff.json'))) -> 'c\\\\xff.json'."""
+    return os.fsencode(path).decode('utf-8', 'backslashreplace')
+
+
+def file_identity(path: Path) -> tuple | None:
+    """One file however it is spelt or linked: a regular file's (device, inode), else (no file yet) its folder's and
+    its name; None for a pipe or device, which no write replaces."""
+    with contextlib.suppress(OSError):  # a path that cannot be looked at is none; writing to it will say why
+        real = os.path.realpath(path)
+        if not os.path.exists(real):  # no file yet
+            folder = os.stat(os.path.dirname(real))
+            return folder.st_dev, folder.st_ino, os.path.basename(real)
+        status = os.stat(real)
+        return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+
+
+def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str, Path | None]]) -> None:
+    """Refuse, before anything is run, an output that is the same file as an input, one of the lab's own files or
+    another output, or that lies in a prepared counter folder: check_outputs([('--output', Path('my.json'))],
+    [('--cases', Path('./my.json'))]) raises LabError('--output my.json: the same file as --cases my.json, which
+    this run reads; write the output elsewhere')."""
+    lab = [(f"the lab's {path.relative_to(HERE)}", path) for pattern in LAB_FILES for path in sorted(HERE.glob(pattern))]
+    seen = {}
+    for option, path in [*inputs, *lab]:
+        if path is not None and len(identity := file_identity(path) or ()) == 2:
+            seen.setdefault(identity, f'{option} {path}, which this run reads')
+    for option, path in outputs:
+        if path is None or (identity := file_identity(path)) is None:
+            continue
+        if identity in seen:
+            raise LabError(f'{option} {path}: the same file as {seen[identity]}; write the output elsewhere')
+        if os.path.isfile(Path(os.path.realpath(path)).parent / PREPARED_JSON):
+            raise LabError(f'{option} {path}: inside a prepared counter folder, which only prepare.py writes; '
+                           'write the output elsewhere')
+        seen[identity] = f'{option} {path}, which this run also writes'
+
+
+def remove_leftovers(target: Path) -> None:
+    """Delete the temporary files of earlier writes to target whose writer is gone (killed outright mid-write):
+    their names carry its pid."""
+    leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
+    for name in os.listdir(target.parent):
+        if match := leftover.fullmatch(name):
+            if not process_alive(match[1]):
+                (target.parent / name).unlink(missing_ok=True)
+
+
+def open_writer(path: Path, status: os.stat_result) -> int:
+    """A pipe or device opened for writing, never created or truncated. A named pipe with no reader yet
+    (ENXIO without blocking) is retried for PIPE_WAIT seconds, then refused: it would otherwise hang forever."""
+    deadline = time.monotonic() + PIPE_WAIT
+    while True:
+        try:
+            handle = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(handle, True)  # from here on a slow reader is waited for, as by any writer
+            return handle
+        except OSError as error:
+            if error.errno != errno.ENXIO or not stat.S_ISFIFO(status.st_mode):
+                raise
+            if time.monotonic() > deadline:
+                raise OSError(errno.ENXIO, f'no process opened the named pipe for reading within {PIPE_WAIT} s; '
+                              'start its reader first') from None
+        time.sleep(0.05)
+
+
+def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
+    """The first half of a write, changing nothing at path: (an open descriptor, None) for a pipe or device, else (a
+    temporary file holding data with the mode and owner of the file path finally names, beside it, that file)."""
+    try:
+        status = os.stat(path)  # follows every link, as the kernel does, so /dev/stdout reads as what it is
+    except FileNotFoundError:
+        status = None
+    if status is not None and stat.S_ISDIR(status.st_mode):
+        raise IsADirectoryError(errno.EISDIR, 'it is a directory; name a file in it', str(path))
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        return open_writer(path, status), None
+    target = Path(os.path.realpath(path))
+    remove_leftovers(target)
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}{TEMPORARY}{os.getpid()}-',
+                                         suffix='.tmp')
+    try:
+        with os.fdopen(handle, 'wb') as file:
+            file.write(data)
+        if status is not None and (status.st_uid, status.st_gid) != (os.geteuid(), os.getegid()):
+            with contextlib.suppress(PermissionError):  # only root may give a file away; others keep their own
+                os.chown(temporary, status.st_uid, status.st_gid)
+        os.chmod(temporary, NEW_FILE_MODE if status is None else stat.S_IMODE(status.st_mode))
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return temporary, target
+
+
+def write_atomically(path: Path, data: str | bytes, *more: tuple[Path, str | bytes]) -> None:
+    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, keeping what a path is: a
+    regular file or the file a symlink names is replaced by a renamed temporary file with its mode and owner (a new
+    one gets NEW_FILE_MODE), a device or pipe written into. All are staged first: if one cannot be, none is written."""
+    files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content))
+             for name, content in [(path, data), *more]]
+    staged = []
+    try:
+        for name, content in files:
+            staged.append(stage(name, content))
+        for (handle, target), (name, content) in zip(staged, files):
+            if target is None:
+                with open(handle, 'wb', closefd=False) as file:
+                    file.write(content)
+            else:
+                os.replace(handle, target)
+    except OSError as error:
+        error.output = name  # which path failed, for write_output's message
+        raise
+    finally:
+        for handle, target in staged:
+            os.close(handle) if target is None else Path(handle).unlink(missing_ok=True)
+
+
+def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, str | bytes, str]) -> None:
+    """write_atomically for a script's outputs, each (path, data, what); a failure is one LabError naming the path
+    and what it is: write_output(Path('/no/such/x.json'), '{}', 'report') raises
+    LabError('/no/such/x.json: cannot write the report: No such file or directory')."""
+    whats = {Path(name): what for name, _, what in [(path, data, what), *more]}
+    try:
+        write_atomically(path, data, *[(name, content) for name, content, _ in more])
+    except OSError as error:
+        raise LabError(f'{error.output}: cannot write the {whats[error.output]}: {error.strerror}') from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"while writing {', '.join(map(str, whats))}: a file there holds what it held or all "
+                                'of the new contents, a pipe or device may have received part of them') from None
+
+
+class SwapError(LabError):
+    """The folder cannot be replaced: a file is in its place, or the old one could not be put back."""
+
+
+def folder_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the folder path names, None if none: a swap changes it, a swap undone does not."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def swap_folders(target: Path, pid: int | str = '') -> list[Path]:
+    """The temporary folders beside target: .prepared.swap-4242-x1y2 is process 4242's (any run's, without pid)."""
+    return sorted(target.parent.glob(glob.escape(f'.{target.name}.swap-{pid}{"-" if pid else ""}') + '*'))
+
+
+def process_alive(pid: int | str) -> bool:
+    """Whether a process with this pid lives (someone else's counts): the writer of a leftover may still write."""
+    try:
+        os.kill(int(pid), 0)  # signal 0 only asks whether the process is there
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        pass  # someone else's process
+    return True
+
+
+def remove_folder(folder: Path, say, done: str = '') -> None:
+    """Remove folder and all it holds, then say `done`; if it cannot go, say its path and why instead."""
+    try:
+        if os.path.lexists(folder):  # never made if its parent is missing or a file
+            shutil.rmtree(folder)
+    except OSError as error:
+        why = f'{error.strerror or error}: {error.filename}' if error.filename else str(error)
+        say(f'could not remove {folder} ({why}); remove it yourself')
+    else:
+        if done:
+            say(done)
+
+
+def recover_abandoned(target: Path, say) -> None:
+    """Remove the temporary folders of runs that no longer exist; put back an old folder one left stranded."""
+    for folder in swap_folders(target):
+        if process_alive(folder.name.removeprefix(f'.{target.name}.swap-').split('-', 1)[0]):
+            continue
+        if (folder / 'old').is_dir() and not os.path.lexists(target):  # it was killed between the two renames
+            os.rename(folder / 'old', target)
+            say(f"put {target} back from {folder / 'old'}, where a run stopped between two renames left it")
+        remove_folder(folder, say, f'removed {folder.name}, left in {target.parent} by an earlier run that was stopped')
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP are ignored until the block ends, then handled as before."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def replace_folder(dest: Path, stage, say) -> None:
+    """Replace the folder dest names with the files stage(workdir) returns and, last, their record, prepared.json.
+
+    On any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone.
+    """
+    target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
+    if os.path.lexists(target) and not target.is_dir():
+        raise SwapError(f'{dest} is not a folder')
+    made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
+    # Beside it, so a rename moves a folder without copying it; named before it is made, so that an interrupt right
+    # after mkdir still finds it to remove.
+    workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
+    new, old = workdir / 'new', workdir / 'old'
+    try:
+        if made:
+            target.parent.mkdir(parents=True)
+        recover_abandoned(target, say)
+        workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
+        new.mkdir()
+        files, record = stage(workdir)
+        for name, path in files.items():
+            os.replace(path, new / name)
+        (new / PREPARED_JSON).write_text(to_json(record), encoding='utf-8')
+        if replacing := target.is_dir():
+            os.chmod(new, stat.S_IMODE(target.stat().st_mode))
+        with signals_held():  # no interrupt between the two renames, nor halfway through the removal
+            if replacing:
+                os.rename(target, old)
+            try:
+                os.rename(new, target)
+            except BaseException:
+                if replacing:
+                    try:
+                        os.rename(old, target)
+                    except OSError as error:
+                        raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
+                                        f'the previous folder is now {old}; move it back with mv') from error
+                raise
+            remove_folder(workdir, say)
+    except SwapError:
+        raise  # the old folder is still in workdir: it stays, and the message says where
+    except BaseException:
+        with signals_held():
+            remove_folder(workdir, say)
+            for folder in made:
+                with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
+                    folder.rmdir()
+        raise

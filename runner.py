@@ -1,0 +1,71 @@
+"""The one runner: every rule on every case, each request graded; and the header every report opens with.
+
+    from runner import run_rules, report_header
+    rows = run_rules(cases, RULES, count_request)    # rule -> its graded rows, in case-set order
+    report_header(Path('cases.json'), case_set_sha256, rule_files=[])   # what the rows were made from
+
+evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py all run rules through `graded`, so each grades
+the same way. The header names the case file by the SHA-256 of the bytes that were parsed, the code that can
+change a row, the counter and the Python that ran it (docs/reviewing.md). It prints nothing but progress.
+"""
+import platform
+
+import best_possible
+from common import HERE, progress
+from lab_files import path_text, sha256_file
+from scorer import graded_row
+from shapes import build_request, selection
+from tokenizer import counter
+
+# Every module whose change can change a row; and, in a report with --rules, the module that runs rules files.
+CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py', 'strategies.py', 'tokenizer.py',
+              'best_possible.py', 'evaluate.py')
+RULES_CODE_FILE = 'rule_files.py'
+
+
+def graded(cases: list[dict], rules: dict, count):
+    """(case, rule name, its selection, the graded row) for every rule on every case, case by case."""
+    for case in cases:
+        for name, rule in rules.items():
+            chosen = rule(case, count)
+            yield case, name, chosen, graded_row(case, chosen)
+
+
+def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:
+    """Rows of every rule on every case, in case-set order; progress on stderr when `script` names the caller."""
+    rows = {name: [] for name in rules}
+    for done, case in enumerate(cases, 1):
+        for _, name, _, row in graded([case], rules, count):
+            rows[name].append(row)
+        if script:
+            progress(script, done, len(cases))
+    return rows
+
+
+def case_selections(case: dict, rules: dict, count, with_best: bool) -> tuple[dict, dict]:
+    """(rule -> selection, rule -> graded row) on one case, as --show lays them out; with_best adds the best
+    possible selection under best_possible.LABEL (its selection None when the case was not searched)."""
+    chosen, rows = {}, {}
+    for _, name, request, row in graded([case], rules, count):
+        chosen[name], rows[name] = request, row
+    if with_best:
+        best = rows[best_possible.LABEL] = best_possible.best_row(case, count)
+        chosen[best_possible.LABEL] = None if best['turns'] is None else \
+            selection(build_request(case, best['turns']), best['turns'], 0, best['input_tokens'])
+    return chosen, rows
+
+
+def code_hashes(with_rules: bool, *more: str) -> dict[str, str]:
+    """SHA-256 of each of CODE_FILES (and rule_files.py, and `more`), by name: what ties a record to its code."""
+    return {name: sha256_file(HERE / name) for name in (*CODE_FILES, *[RULES_CODE_FILE][:with_rules], *more)}
+
+
+def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:
+    """The opening keys of every report: the case file (its name as UTF-8-safe text, the hash of the bytes read),
+    the code (and `more_code`, the script's own), the rules files if any, the manifest, Python and the counter."""
+    return {'case_set': path_text(path.name), 'case_set_sha256': case_set_sha256,
+            'code_sha256': code_hashes(bool(rule_files), *more_code),
+            **({'rule_files': rule_files} if rule_files else {}),  # no key at all without --rules
+            'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
+            'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
+            'counter': counter().profile()}

@@ -1,0 +1,81 @@
+"""How a request is scored: which facts reach it, by exact text, and what graded rows add up to.
+
+    from scorer import facts_in, graded_row, totals
+    facts_in(case, messages)        # (required facts in the messages, stale facts in them)
+    graded_row(case, selection)     # one report row (shapes.ROW_FIELDS)
+    totals(rows)                    # a rule's figures (shapes.RULE_TOTALS), or the best possible's
+
+A fact reaches a request when it appears, character for character, in one of its messages' contents, or as the
+notes block quotes it (shapes.escape). It reads the request, never a reply, and calls no model. Besides: the two
+checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
+prints and writes nothing.
+"""
+from operator import itemgetter
+
+from common import LabError
+from shapes import BEST_TOTALS, RULE_TOTALS, SPLITS, allowance, build_request, escape
+
+CONTENT = itemgetter('content')
+
+
+def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
+    """(the required facts, the stale facts) that reach these messages, each in the case's order.
+
+    With required ['Use PostgreSQL'] and stale ['We will use MySQL'], messages holding 'We will use MySQL now.'
+    give ([], ['We will use MySQL']); a note quoting 'a < b' as 'a &lt; b' carries the fact 'a < b'.
+    """
+    text = '\n'.join(map(CONTENT, messages))
+
+    def present(fact: str) -> bool:
+        return fact in text or escape(fact) in text
+
+    return [fact for fact in case['required'] if present(fact)], [fact for fact in case['stale'] if present(fact)]
+
+
+def graded_row(case: dict, chosen: dict) -> dict:
+    """One report row: which required and stale facts reached the selection's request (shapes.ROW_FIELDS)."""
+    reached, stale = facts_in(case, chosen['messages'])
+    return {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
+            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'],
+            'within_budget': chosen['input_tokens'] <= allowance(case),
+            'required_found': len(reached), 'required_total': len(case['required']),
+            'missing': [fact for fact in case['required'] if fact not in reached], 'stale_included': stale}
+
+
+def totals(rows: list[dict]) -> dict:
+    """The figures of a group of graded rows: a rule's (RULE_TOTALS), or for rows of the best possible selection
+    (they have no within_budget) BEST_TOTALS. A row not searched adds its facts to the total, as the rules' rows of
+    that case do, but no facts found, complete case or tokens: rows of 1 of 1 facts in 40 tokens, 0 of 2 in 51
+    and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1, mean_input_tokens 45.5."""
+    searched = [row for row in rows if row['turns'] is not None]
+    tokens = [row['input_tokens'] for row in searched]
+    found, facts = sum(row['required_found'] for row in searched), sum(row['required_total'] for row in rows)
+    figures = {'cases': len(rows), 'not_searched': len(rows) - len(searched), 'facts_found': found,
+               'facts_total': facts, 'fact_recall': round(found / facts, 3),
+               'complete_cases': sum(1 for row in searched if not row['missing']),
+               'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
+               'over_budget': sum(1 for row in searched if not row.get('within_budget', True)),
+               'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
+    return {key: figures[key] for key in (RULE_TOTALS if 'within_budget' in rows[0] else BEST_TOTALS)}
+
+
+def by_group(rows: list[dict], group: str) -> dict:
+    """totals() of the rows of each value of `group`: splits in SPLITS order, other groups in row order."""
+    values = [split for split in SPLITS if any(row['split'] == split for row in rows)] if group == 'split' \
+        else list(dict.fromkeys(row[group] for row in rows))
+    return {value: totals([row for row in rows if row[group] == value]) for value in values}
+
+
+def check_fits(path, cases: list[dict], count, hint: str = '') -> None:
+    """Refuse the first case whose instructions and question alone exceed its allowance: no rule could fit it."""
+    for case in cases:
+        if (bare := count(build_request(case, []))) > allowance(case):
+            raise LabError(f'{path}: case {case["id"]}: field budget allows {allowance(case)} input tokens, '
+                           f'but the instructions and question alone need {bare}{hint}')
+
+
+def check_additive(case: dict, whole: int, parts: int) -> None:
+    """Refuse a request counted whole to other than the sum of the parts a rule or search decided by."""
+    if whole != parts:
+        raise LabError(f'case {case["id"]}: the request was counted {parts} tokens as it was built and '
+                       f'{whole} whole; the counter cannot be summed turn by turn')

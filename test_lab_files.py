@@ -1,0 +1,561 @@
+"""Tests for lab_files.py: reading JSON, writing outputs whole, refusing an output that is an input, replacing a
+folder whole.
+
+    .venv/bin/python -m unittest -v test_lab_files   (about 10 s)
+
+Each test is named after the failure it pins: a symlink (direct, relative, a chain, dangling) turned into a regular
+file, a named pipe or device replaced by a regular file, a directory or an unwritable folder written over, a file's
+permissions lost, an output that replaces an input or one of the lab's own files, a key read twice, a folder swap
+that leaves a half-made folder. Everything is written in a temporary folder, the device too: a /dev/null-like node
+made there (skipped where no device can be made), never the machine's /dev/null, which a regression would replace.
+"""
+import json
+import os
+from pathlib import Path
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+from unittest import mock
+
+from case_set import load_cases
+import common
+from common import LabError
+import lab_files
+from lab_files import NEW_FILE_MODE, SwapError, path_text, read_json, replace_folder, write_atomically, write_output
+from test_support import TempFolderTest
+
+HERE = Path(__file__).resolve().parent
+BOM = b'\xef\xbb\xbf'
+
+
+
+
+class WriteTest(TempFolderTest):
+    def leftovers(self) -> list[str]:
+        return sorted(path.name for path in self.tmp.rglob('*.tmp'))
+
+    def test_an_existing_file_is_replaced_whole_and_keeps_its_mode(self):
+        path = self.tmp / 'report.json'
+        path.write_text('old contents, longer than the new ones\n', encoding='utf-8')
+        path.chmod(0o600)
+        write_atomically(path, 'new\n')
+        self.assertEqual(path.read_bytes(), b'new\n')
+        self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o600)
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_new_file_is_readable_by_anyone(self):
+        path = self.tmp / 'new.json'
+        write_atomically(path, 'é\n')
+        self.assertEqual(path.read_bytes(), b'\xc3\xa9\n')  # UTF-8, whatever the locale
+        self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o644)
+        self.assertEqual(NEW_FILE_MODE, 0o644)
+
+    def test_bytes_are_written_as_they_are(self):
+        path = self.tmp / 'picture.png'
+        write_atomically(path, b'\x89PNG\r\n\x1a\n\x00\xff')
+        self.assertEqual(path.read_bytes(), b'\x89PNG\r\n\x1a\n\x00\xff')
+
+    def test_a_symlink_stays_a_link_and_the_file_it_names_gets_the_text(self):
+        target = self.tmp / 'kept' / 'report.json'
+        target.parent.mkdir()
+        target.write_text('old', encoding='utf-8')
+        target.chmod(0o640)
+        link = self.tmp / 'report.json'
+        link.symlink_to(target)
+        write_atomically(link, 'new')
+        self.assertTrue(link.is_symlink())
+        self.assertEqual(os.readlink(link), str(target))
+        self.assertEqual(target.read_text(encoding='utf-8'), 'new')
+        self.assertEqual(stat.S_IMODE(target.stat().st_mode), 0o640)
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_relative_symlink_is_resolved_from_its_own_folder_not_the_working_directory(self):
+        (self.tmp / 'links').mkdir()
+        (self.tmp / 'data').mkdir()
+        target = self.tmp / 'data' / 'report.json'
+        target.write_text('old', encoding='utf-8')
+        link = self.tmp / 'links' / 'report.json'
+        link.symlink_to(Path('..') / 'data' / 'report.json')
+        write_atomically(link, 'new')
+        self.assertEqual(os.readlink(link), '../data/report.json')
+        self.assertEqual(target.read_text(encoding='utf-8'), 'new')
+
+    def test_a_chain_of_links_is_followed_to_the_end_and_every_link_stays(self):
+        target = self.tmp / 'report.json'
+        target.write_text('old', encoding='utf-8')
+        middle, first = self.tmp / 'middle', self.tmp / 'first'
+        middle.symlink_to('report.json')
+        first.symlink_to('middle')
+        write_atomically(first, 'new')
+        self.assertEqual((os.readlink(first), os.readlink(middle)), ('middle', 'report.json'))
+        self.assertEqual(target.read_text(encoding='utf-8'), 'new')
+
+    def test_a_dangling_symlink_creates_the_file_it_names(self):
+        link = self.tmp / 'report.json'
+        link.symlink_to('not-yet.json')
+        write_atomically(link, 'new')
+        self.assertTrue(link.is_symlink())
+        self.assertEqual((self.tmp / 'not-yet.json').read_text(encoding='utf-8'), 'new')
+        self.assertEqual(stat.S_IMODE((self.tmp / 'not-yet.json').stat().st_mode), 0o644)
+
+    def test_a_symlink_loop_is_an_error_and_stays_as_it_was(self):
+        loop = self.tmp / 'loop'
+        loop.symlink_to('loop')
+        with self.assertRaises(OSError):
+            write_atomically(loop, 'new')
+        self.assertEqual(os.readlink(loop), 'loop')
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_named_pipe_is_written_into_not_replaced(self):
+        fifo = self.tmp / 'pipe'
+        os.mkfifo(fifo)
+        received = []
+        reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+        reader.start()
+        write_atomically(fifo, 'through the pipe\n')
+        reader.join(timeout=10)
+        self.assertEqual(received, [b'through the pipe\n'])
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_link_to_a_named_pipe_writes_into_the_pipe(self):
+        fifo, link = self.tmp / 'pipe', self.tmp / 'link'
+        os.mkfifo(fifo)
+        link.symlink_to('pipe')
+        received = []
+        reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+        reader.start()
+        write_atomically(link, b'bytes')
+        reader.join(timeout=10)
+        self.assertEqual(received, [b'bytes'])
+        self.assertTrue(link.is_symlink() and stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
+    def null_device(self) -> Path:
+        """A character device like /dev/null (1, 3) in the temporary folder, so a regression that replaces
+        devices replaces this one, never the machine's; the test is skipped where devices cannot be made."""
+        device = self.tmp / 'null'
+        try:
+            os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+            os.close(os.open(device, os.O_WRONLY))
+        except PermissionError:  # no CAP_MKNOD, or a temporary folder mounted nodev
+            self.skipTest('cannot make and open a device node in a temporary folder here')
+        return device
+
+    def test_a_device_is_written_into_and_stays_the_character_device(self):
+        device = self.null_device()
+        before = os.lstat(device)
+        write_atomically(device, 'discarded\n')
+        after = os.lstat(device)
+        self.assertTrue(stat.S_ISCHR(after.st_mode))
+        self.assertEqual((after.st_ino, after.st_rdev), (before.st_ino, before.st_rdev))
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_directory_is_refused_and_left_alone(self):
+        folder = self.tmp / 'out'
+        folder.mkdir()
+        (folder / 'inside').write_text('kept', encoding='utf-8')
+        with self.assertRaises(IsADirectoryError) as raised:
+            write_atomically(folder, 'new')
+        self.assertEqual((raised.exception.filename, raised.exception.strerror),
+                         (str(folder), 'it is a directory; name a file in it'))
+        self.assertEqual((folder / 'inside').read_text(encoding='utf-8'), 'kept')
+        self.assertEqual(self.leftovers(), [])
+
+    def test_a_link_to_a_directory_is_refused(self):
+        (self.tmp / 'out').mkdir()
+        (self.tmp / 'link').symlink_to('out')
+        with self.assertRaises(IsADirectoryError):
+            write_atomically(self.tmp / 'link', 'new')
+        self.assertTrue((self.tmp / 'link').is_symlink())
+
+    def test_a_folder_that_does_not_exist_is_an_error(self):
+        with self.assertRaises(FileNotFoundError):
+            write_atomically(self.tmp / 'missing' / 'report.json', 'new')
+        self.assertEqual(list(self.tmp.iterdir()), [])
+
+    def test_a_path_below_a_regular_file_is_an_error_and_the_file_is_kept(self):
+        (self.tmp / 'file').write_text('kept', encoding='utf-8')
+        with self.assertRaises(NotADirectoryError):
+            write_atomically(self.tmp / 'file' / 'report.json', 'new')
+        self.assertEqual((self.tmp / 'file').read_text(encoding='utf-8'), 'kept')
+
+    @unittest.skipIf(os.geteuid() == 0, 'root writes into any folder, so no folder is unwritable to this test')
+    def test_an_unwritable_folder_is_an_error_and_the_file_is_kept(self):
+        path = self.tmp / 'report.json'
+        path.write_text('kept', encoding='utf-8')
+        self.tmp.chmod(0o555)
+        self.addCleanup(self.tmp.chmod, 0o755)
+        with self.assertRaises(PermissionError):
+            write_atomically(path, 'new')
+        self.assertEqual(path.read_text(encoding='utf-8'), 'kept')
+        self.assertEqual(self.leftovers(), [])
+
+    def test_text_that_is_not_unicode_writes_nothing(self):
+        path = self.tmp / 'report.json'
+        path.write_text('kept', encoding='utf-8')
+        with self.assertRaises(UnicodeEncodeError):
+            write_atomically(path, 'lone \ud800 surrogate')
+        self.assertEqual(path.read_text(encoding='utf-8'), 'kept')
+        self.assertEqual(self.leftovers(), [])
+
+
+class WriteOutputTest(TempFolderTest):
+    def test_an_output_that_cannot_be_written_is_one_lab_error_naming_the_path_and_what_it_was(self):
+        missing, folder = self.tmp / 'missing' / 'report.json', self.tmp
+        for path, problem in ((missing, 'No such file or directory'), (folder, 'it is a directory; name a file in it')):
+            with self.subTest(problem), self.assertRaises(LabError) as raised:
+                write_output(path, '{}\n', 'report')
+            self.assertEqual(str(raised.exception), f'{path}: cannot write the report: {problem}')
+        self.assertEqual(list(self.tmp.iterdir()), [])
+
+
+class OutputIsInputTest(TempFolderTest):
+    """check_outputs compares files, not spellings: another spelling, a symlink or a hard link of an input is it."""
+
+    def test_an_output_that_is_an_input_under_another_spelling_or_link_is_refused_naming_both(self):
+        cases = self.tmp / 'my.json'
+        cases.write_text('[]', encoding='utf-8')
+        (self.tmp / 'link.json').symlink_to('my.json')
+        os.link(cases, self.tmp / 'hard.json')
+        for output in (self.tmp / '.' / 'my.json', self.tmp / 'link.json', self.tmp / 'hard.json'):
+            with self.subTest(output.name), self.assertRaises(LabError) as raised:
+                lab_files.check_outputs([('--output', output)], [('--compare', None), ('--cases', cases)])
+            self.assertEqual(str(raised.exception), f'--output {output}: the same file as --cases {cases}, which '
+                                                    'this run reads; write the output elsewhere')
+        self.assertEqual(cases.read_text(encoding='utf-8'), '[]')
+
+    def test_two_outputs_naming_one_new_file_are_refused_and_an_input_not_there_yet_is_none(self):
+        folder = self.tmp / 'out'
+        folder.mkdir()
+        (self.tmp / 'alias').symlink_to('out')
+        plot = self.tmp / 'alias' / 'p.png'
+        with self.assertRaises(LabError) as raised:
+            lab_files.check_outputs([('--output', folder / 'p.png'), ('--plot', plot)], [('--cases', plot)])
+        self.assertEqual(str(raised.exception), f'--plot {plot}: the same file as --output {folder / "p.png"}, which '
+                                                'this run also writes; write the output elsewhere')
+        lab_files.check_outputs([('--output', folder / 'a.json'), ('--plot', None)], [('--cases', folder / 'b.json')])
+
+    def test_the_labs_own_code_is_an_input_and_a_pipe_is_never_the_same_file(self):
+        with self.assertRaises(LabError) as raised:
+            lab_files.check_outputs([('--output', HERE / 'case_set.py')], [])
+        self.assertEqual(str(raised.exception), f"--output {HERE / 'case_set.py'}: the same file as the lab's "
+                                                f"case_set.py {HERE / 'case_set.py'}, which this run reads; write the "
+                                                'output elsewhere')
+        os.mkfifo(self.tmp / 'pipe')
+        lab_files.check_outputs([('--output', self.tmp / 'pipe'), ('--plot', self.tmp / 'pipe')], [])
+        (self.tmp / 'loop').symlink_to('loop')  # nothing to compare: the write itself will say what is wrong
+        lab_files.check_outputs([('--output', self.tmp / 'loop')], [('--cases', self.tmp / 'loop')])
+
+
+class TwoOutputsTest(TempFolderTest):
+    def test_when_the_second_output_cannot_be_written_the_first_is_not_written_either(self):
+        first = self.tmp / 'sweep.json'
+        first.write_text('old', encoding='utf-8')
+        with self.assertRaises(LabError) as raised:
+            write_output(first, 'new', 'sweep', (self.tmp / 'missing' / 'p.png', b'png', 'picture'))
+        self.assertEqual(str(raised.exception),
+                         f"{self.tmp / 'missing' / 'p.png'}: cannot write the picture: No such file or directory")
+        self.assertEqual(first.read_text(encoding='utf-8'), 'old')
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['sweep.json'])
+
+
+class PipeTest(TempFolderTest):
+    """A named pipe: as input refused at once, as output waited for a bounded time, never forever."""
+
+    def test_a_named_pipe_with_no_writer_as_input_is_refused_at_once_not_waited_on(self):
+        fifo = self.tmp / 'cases.json'
+        os.mkfifo(fifo)
+        result = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(fifo)], cwd=HERE, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual((result.returncode, result.stdout, result.stderr),
+                         (2, '', f'evaluate.py: {fifo}: the case set must be a file, not a named pipe\n'))
+
+    def test_dev_zero_as_input_is_refused_instead_of_read_until_memory_runs_out(self):
+        for option in ('--cases', '--compare'):
+            with self.subTest(option):
+                result = subprocess.run([sys.executable, 'evaluate.py', option, '/dev/zero'], cwd=HERE,
+                                        capture_output=True, text=True, timeout=60)
+                what = 'case set' if option == '--cases' else 'report to compare with'
+                self.assertEqual((result.returncode, result.stderr),
+                                 (2, f'evaluate.py: /dev/zero: the {what} must be a file, not a device\n'))
+
+    def test_an_output_pipe_with_no_reader_is_refused_after_the_wait_and_nothing_is_left(self):
+        fifo = self.tmp / 'report.json'
+        os.mkfifo(fifo)
+        with mock.patch.object(lab_files, 'PIPE_WAIT', 0.3), self.assertRaises(LabError) as raised:
+            write_output(fifo, '{}\n', 'report')
+        self.assertEqual(str(raised.exception), f'{fifo}: cannot write the report: no process opened the named pipe '
+                                                'for reading within 0.3 s; start its reader first')
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+
+    def test_an_output_pipe_whose_reader_comes_late_gets_everything(self):
+        fifo = self.tmp / 'report.json'
+        os.mkfifo(fifo)
+        received = self.tmp / 'received'
+        reader = subprocess.Popen(['sh', '-c', f'sleep 0.5; cat {shlex.quote(str(fifo))} > {shlex.quote(str(received))}'])
+        write_output(fifo, 'x' * 200_000, 'report')  # more than a pipe holds: the reader reads as it is written
+        self.assertEqual(reader.wait(timeout=30), 0)
+        self.assertEqual(received.read_bytes(), b'x' * 200_000)
+
+
+class LeftoverTest(TempFolderTest):
+    """Temporary files of a writer killed outright: removed by the next write unless their process lives."""
+
+    def killed_mid_write(self, target: Path) -> str:
+        """Run a child that stages a write to target and is killed with SIGKILL before it renames; its leftover."""
+        child = subprocess.run([sys.executable, '-c', 'import os, signal, sys; import lab_files; '
+                                'lab_files.stage(sys.argv[1], b"half"); os.kill(os.getpid(), signal.SIGKILL)',
+                                str(target)], cwd=HERE, timeout=60)
+        self.assertEqual(child.returncode, -signal.SIGKILL)
+        left = [path.name for path in self.tmp.iterdir() if path.name != target.name]
+        self.assertEqual(len(left), 1)
+        self.assertRegex(left[0], rf'^\.{target.name}\.lab-tmp-\d+-[a-z0-9_]{{8}}\.tmp$')
+        return left[0]
+
+    def test_a_writer_killed_outright_leaves_a_file_the_next_write_removes(self):
+        target = self.tmp / 'report.json'
+        target.write_text('old', encoding='utf-8')
+        self.killed_mid_write(target)
+        write_output(target, 'new', 'report')
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.json'])
+        self.assertEqual(target.read_text(encoding='utf-8'), 'new')
+
+    def test_a_temporary_file_of_a_living_writer_and_one_of_another_name_are_kept(self):
+        target = self.tmp / 'report.json'
+        other = self.killed_mid_write(self.tmp / 'other.json')
+        living = f'.report.json.lab-tmp-{os.getpid()}-abcdefgh.tmp'
+        (self.tmp / living).write_text('being written', encoding='utf-8')
+        write_output(target, 'new', 'report')
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), sorted([living, other, 'report.json']))
+
+    def test_git_ignores_the_temporary_file_pattern(self):
+        if subprocess.run(['git', 'rev-parse'], cwd=HERE, capture_output=True).returncode:
+            self.skipTest('not a git checkout')
+        name = f'.evaluation-result.json{lab_files.TEMPORARY}123-abcdefgh.tmp'
+        for path in (name, f'docs/.locomo-sweep.png{lab_files.TEMPORARY}9-zz_0a1b2.tmp'):
+            with self.subTest(path):
+                self.assertEqual(subprocess.run(['git', 'check-ignore', '-q', '--no-index', path], cwd=HERE)
+                                 .returncode, 0)
+
+    def test_sigterm_during_a_write_removes_the_temporary_file_and_says_what_the_file_holds(self):
+        target = self.tmp / 'report.json'
+        target.write_text('old', encoding='utf-8')
+        # A real SIGTERM, sent by the child to itself between staging and renaming.
+        child = subprocess.run([sys.executable, '-c', 'import os, signal, sys; from pathlib import Path; import common, lab_files\n'
+                                'real = os.replace\n'
+                                'def replace(*names):\n    os.kill(os.getpid(), signal.SIGTERM); real(*names)\n'
+                                'os.replace = replace\n'
+                                'common.run(lambda argv: lab_files.write_output(Path(argv[0]), "new", "report"), '
+                                'packages=False)', str(target)], cwd=HERE, capture_output=True, text=True, timeout=60)
+        self.assertEqual((child.returncode, child.stderr), (130, (
+            f'-c: interrupted; while writing {target}: a file there holds what it held or all of the new contents, '
+            'a pipe or device may have received part of them\n')))
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.json'])
+        self.assertEqual(target.read_text(encoding='utf-8'), 'old')
+
+
+class OwnerTest(TempFolderTest):
+    @unittest.skipUnless(os.geteuid() == 0, 'only root can give a file to another owner')
+    def test_writing_through_a_symlink_keeps_the_target_files_owner_and_mode(self):
+        target, link = self.tmp / 'theirs.json', self.tmp / 'link.json'
+        target.write_text('old', encoding='utf-8')
+        os.chown(target, 1234, 5678)
+        target.chmod(0o640)
+        link.symlink_to(target.name)
+        write_output(link, 'new', 'report')
+        status = target.stat()
+        self.assertEqual((status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)), (1234, 5678, 0o640))
+        self.assertEqual((target.read_text(encoding='utf-8'), link.is_symlink()), ('new', True))
+
+
+class EvaluateOutputTest(TempFolderTest):
+    """End to end: `evaluate.py --output` through a symlink and into a named pipe, as a user would run it."""
+
+    def evaluate_py(self, output: Path, **kwargs) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, 'evaluate.py', '--format', 'table', '--output', str(output)],
+                                cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+    def test_output_to_a_symlink_writes_the_named_file_and_keeps_the_link(self):
+        (self.tmp / 'reports').mkdir()
+        target = self.tmp / 'reports' / 'latest.json'
+        target.write_text('old', encoding='utf-8')
+        link = self.tmp / 'report.json'
+        link.symlink_to('reports/latest.json')
+        process = self.evaluate_py(link)
+        out, err = process.communicate(timeout=300)
+        self.assertEqual((process.returncode, err), (0, ''))
+        self.assertEqual(os.readlink(link), 'reports/latest.json')
+        recorded = (HERE / 'evaluation-result.json').read_text(encoding='utf-8')
+        written = target.read_text(encoding='utf-8')
+        # Equal to the recording but for the environment, which the recording keeps from its own run.
+        self.assertEqual(written.split('"counter"')[1], recorded.split('"counter"')[1])
+        self.assertTrue(out.startswith('| Strategy |'), out[:100])
+
+    def test_output_to_a_named_pipe_is_read_by_the_reader_and_the_pipe_stays(self):
+        fifo = self.tmp / 'report.pipe'
+        os.mkfifo(fifo)
+        received = []  # read by a thread, so a run that fails before opening the pipe cannot hang the test
+        reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding='utf-8')), daemon=True)
+        reader.start()
+        process = self.evaluate_py(fifo)
+        out, err = process.communicate(timeout=300)
+        reader.join(timeout=10)
+        self.assertEqual((process.returncode, err), (0, ''))
+        received = received[0]
+        self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
+        recorded = (HERE / 'evaluation-result.json').read_text(encoding='utf-8')
+        self.assertEqual(received.split('"counter"')[1], recorded.split('"counter"')[1])
+        self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['report.pipe'])
+
+
+
+class NameNotUtf8Test(unittest.TestCase):
+    """A case file whose name holds a byte that is not UTF-8 (0xff), as a Linux file name may."""
+
+    def setUp(self):
+        temp = tempfile.TemporaryDirectory()
+        self.addCleanup(temp.cleanup)
+        self.folder = os.fsencode(temp.name)
+
+    def evaluate_py(self, name: bytes, *options: str) -> subprocess.CompletedProcess:
+        # Strict UTF-8 on stdout and stderr, as under a desktop's en_US.UTF-8: a lone surrogate there would raise.
+        env = {**os.environ, 'PYTHONIOENCODING': 'utf-8:strict'}
+        return subprocess.run([sys.executable, 'evaluate.py', '--cases', self.folder + b'/' + name, *options],
+                              cwd=HERE, env=env, capture_output=True, timeout=300)
+
+    def test_the_name_is_shown_with_its_byte_escaped(self):
+        self.assertEqual(path_text(Path(os.fsdecode(b'cases\xff.json'))), 'cases\\xff.json')
+        self.assertEqual(path_text(Path('caf\u00e9.json')), 'caf\u00e9.json')  # UTF-8 names stay as they are
+
+    def test_a_case_file_so_named_is_evaluated_and_recorded_under_the_escaped_name(self):
+        named = Path(os.fsdecode(self.folder)) / os.fsdecode(b'cases\xff.json')
+        named.write_bytes((HERE / 'cases.json').read_bytes())
+        output = os.fsdecode(self.folder) + '/report.json'
+        result = self.evaluate_py(b'cases\xff.json', '--output', output)
+        self.assertEqual((result.returncode, result.stderr), (0, b''))
+        self.assertIn(b'"case_set": "cases\\\\xff.json"', result.stdout)  # JSON escapes the backslash
+        self.assertEqual(Path(output).read_bytes(), result.stdout)
+
+    def test_an_unreadable_case_file_so_named_is_one_line(self):
+        result = self.evaluate_py(b'missing\xff.json')
+        self.assertEqual((result.returncode, result.stdout), (2, b''))
+        self.assertTrue(result.stderr.startswith(b'evaluate.py: '), result.stderr)
+        self.assertTrue(result.stderr.endswith(b'.json: cannot read the case set: No such file or directory\n'),
+                        result.stderr)
+        self.assertEqual(result.stderr.count(b'\n'), 1)
+
+
+class ReadJsonTest(TempFolderTest):
+    def with_bom(self, path: Path) -> Path:
+        copy = self.tmp / path.name
+        copy.write_bytes(BOM + path.read_bytes())
+        return copy
+
+    def test_a_case_file_and_a_report_saved_with_a_byte_order_mark_read_as_without(self):
+        self.assertEqual(load_cases(self.with_bom(HERE / 'cases.json')), load_cases(HERE / 'cases.json'))
+        report = HERE / 'evaluation-result.json'
+        self.assertEqual(read_json(self.with_bom(report), 'report'), json.loads(report.read_text(encoding='utf-8')))
+
+    def test_an_unreadable_file_is_one_error_naming_it_what_it_was_meant_to_be_and_the_advice(self):
+        missing, deep = self.tmp / 'old.json', self.tmp / 'deep.json'
+        deep.write_text('[' * 100_000, encoding='utf-8')
+        for path, advice, message in (
+                (missing, 'run evaluate.py --output first', 'cannot read the report: No such file or directory; '
+                                                            'run evaluate.py --output first'),
+                (self.tmp, '', 'cannot read the report: Is a directory'),
+                (deep, '', 'the report is nested too deeply to read')):
+            with self.subTest(message), self.assertRaises(LabError) as raised:
+                read_json(path, 'report', advice)
+            self.assertEqual(str(raised.exception), f'{path}: {message}')
+
+
+def fill_with(files: dict[str, bytes]):
+    """A stage for replace: these files, written into workdir, and a record naming them."""
+    def stage(workdir: Path):
+        for name, data in files.items():
+            (workdir / name).write_bytes(data)
+        return {name: workdir / name for name in files}, {'files': sorted(files)}
+    return stage
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+class ReplaceTest(TempFolderTest):
+    def setUp(self):
+        super().setUp()
+        self.target = self.tmp / 'prepared'
+        self.said: list[str] = []
+
+    def test_failed_swap_whose_undo_fails_too_says_where_the_old_folder_is_and_keeps_it(self):
+        self.target.mkdir()
+        (self.target / 'tokenizer.json').write_bytes(b'old')
+        real_rename, calls = os.rename, []
+
+        def rename(src, dst):
+            calls.append((Path(src).name, Path(dst).name))
+            if len(calls) >= 2:  # the rename into place, and the one putting the old folder back
+                raise OSError(5, 'Input/output error')
+            real_rename(src, dst)
+
+        with mock.patch.object(os, 'rename', rename), self.assertRaises(SwapError) as raised:
+            replace_folder(self.target, fill_with({'tokenizer.json': b'new'}), self.said.append)
+        self.assertEqual(calls, [('prepared', 'old'), ('new', 'prepared'), ('old', 'prepared')])
+        (workdir,) = self.tmp.glob('.prepared.swap-*')
+        self.assertEqual(str(raised.exception),
+                         f'{self.target} could not be put back after a failed swap (Input/output error): the previous'
+                         f" folder is now {workdir / 'old'}; move it back with mv")
+        self.assertEqual(contents(workdir / 'old'), {'tokenizer.json': b'old'})  # kept, not removed
+
+    def test_failed_fill_takes_back_the_parent_folders_it_made(self):
+        def fail(workdir: Path):
+            raise OSError(28, 'No space left on device')
+
+        with self.assertRaises(OSError):
+            replace_folder(self.tmp / 'a' / 'b' / 'prepared', fail, self.said.append)
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_file_where_the_folder_should_be_is_refused_and_kept(self):
+        self.target.write_bytes(b'a file')
+        with self.assertRaises(SwapError) as raised:
+            replace_folder(self.target, fill_with({}), self.said.append)
+        self.assertEqual(str(raised.exception), f'{self.target} is not a folder')
+        self.assertEqual(self.target.read_bytes(), b'a file')
+
+    def test_folder_left_by_a_killed_run_is_removed_a_running_ones_kept_and_a_stranded_old_folder_put_back(self):
+        dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+        dead.wait()
+        abandoned, alive = self.tmp / f'.prepared.swap-{dead.pid}-abc', self.tmp / f'.prepared.swap-{os.getpid()}-def'
+        (abandoned / 'old').mkdir(parents=True)  # killed between its two renames: the target is missing
+        (abandoned / 'old' / 'tokenizer.json').write_bytes(b'old')
+        (alive / 'new').mkdir(parents=True)
+        lab_files.recover_abandoned(self.target, self.said.append)
+        self.assertEqual(sorted(os.listdir(self.tmp)), sorted([alive.name, 'prepared']))
+        self.assertEqual(contents(self.target), {'tokenizer.json': b'old'})
+        self.assertEqual(self.said, [
+            f"put {self.target} back from {abandoned / 'old'}, where a run stopped between two renames left it",
+            f'removed {abandoned.name}, left in {self.tmp} by an earlier run that was stopped'])
+
+    def test_signal_during_the_held_block_is_not_acted_on_and_the_handler_comes_back(self):
+        def not_held(signum, frame):  # what SIGTERM would do unheld, without ending the test run
+            raise AssertionError('SIGTERM was acted on inside the held block')
+
+        for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, not_held)):
+            self.addCleanup(signal.signal, signum, signal.signal(signum, handler))
+        with lab_files.signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+        self.assertIs(signal.getsignal(signal.SIGTERM), not_held)
+        with self.assertRaises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+if __name__ == '__main__':
+    unittest.main()

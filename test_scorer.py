@@ -1,0 +1,77 @@
+"""Tests for scorer.py: which facts reach a request, what rows add up to, and the two checks every run makes.
+
+    .venv/bin/python -m unittest -v test_scorer   (under a second)
+
+Each test is named after the grade or figure that would be wrong; expected figures are worked out by hand.
+"""
+from pathlib import Path
+import unittest
+
+from common import LabError
+from scorer import by_group, check_additive, check_fits, facts_in, graded_row, totals
+from shapes import allowance
+
+CASE = {'id': 'c', 'split': 'dev', 'kind': 'k', 'required': ['a < b', 'Use PostgreSQL'], 'stale': ['use MySQL'],
+        'budget': {'context_limit': 40, 'max_new_tokens': 4, 'margin': 2}}
+
+
+def messages(*texts: str) -> list[dict]:
+    return [{'role': 'user', 'content': text} for text in texts]
+
+
+def counts(size: int):
+    """A count function that gives every request `size` tokens."""
+    return lambda request: size
+
+
+class FactsTest(unittest.TestCase):
+    def test_a_fact_counts_raw_or_as_the_notes_block_quotes_it_and_never_across_two_messages(self):
+        self.assertEqual(facts_in(CASE, messages('- note: a &lt; b', 'We will use MySQL.')), (['a < b'], ['use MySQL']))
+        self.assertEqual(facts_in(CASE, messages('Use Postgre', 'SQL')), ([], []))
+
+    def test_a_row_says_what_was_missing_and_whether_the_request_fit(self):
+        chosen = {'messages': messages('Use PostgreSQL now'), 'turns': [1], 'notes': 0, 'input_tokens': 35}
+        self.assertEqual(graded_row(CASE, chosen), {
+            'case': 'c', 'split': 'dev', 'kind': 'k', 'turns': [1], 'notes': 0, 'input_tokens': 35,
+            'within_budget': False, 'required_found': 1, 'required_total': 2, 'missing': ['a < b'],
+            'stale_included': []})
+
+
+class TotalsTest(unittest.TestCase):
+    ROWS = [{'case': 'a', 'split': 'held_out', 'kind': 'temporal', 'turns': [0], 'input_tokens': 40,
+             'within_budget': True, 'required_found': 1, 'required_total': 1, 'missing': [], 'stale_included': []},
+            {'case': 'b', 'split': 'dev', 'kind': 'multi-hop', 'turns': [], 'input_tokens': 51, 'within_budget': False,
+             'required_found': 0, 'required_total': 2, 'missing': ['x', 'y'], 'stale_included': ['old']}]
+
+    def test_a_summary_worked_out_by_hand(self):
+        self.assertEqual(totals(self.ROWS), {
+            'cases': 2, 'facts_found': 1, 'facts_total': 3, 'fact_recall': 0.333, 'complete_cases': 1,
+            'cases_with_stale_facts': 1, 'over_budget': 1, 'mean_input_tokens': 45.5})
+
+    def test_splits_come_in_the_labs_order_and_other_groups_in_row_order(self):
+        self.assertEqual(list(by_group(self.ROWS, 'split')), ['dev', 'held_out'])  # held_out comes first in the rows
+        self.assertEqual(list(by_group(self.ROWS, 'kind')), ['temporal', 'multi-hop'])
+
+
+class ChecksTest(unittest.TestCase):
+    def test_the_allowance_is_the_limit_less_the_answer_and_the_margin_for_a_case_or_a_budget(self):
+        self.assertEqual((allowance(CASE['budget']), allowance(CASE)), (34, 34))
+
+    def test_a_case_whose_instructions_and_question_alone_do_not_fit_is_refused_naming_it(self):
+        case = dict(CASE, id='dev-latest', instructions='i', current='q', history=[])
+        check_fits(Path('c.json'), [case], counts(34))  # exactly the allowance fits
+        with self.assertRaises(LabError) as raised:
+            check_fits(Path('c.json'), [case], counts(35), '; try 41')
+        self.assertEqual(str(raised.exception), 'c.json: case dev-latest: field budget allows 34 input tokens, '
+                                                'but the instructions and question alone need 35; try 41')
+
+    def test_a_count_that_is_not_the_sum_of_its_parts_is_refused(self):
+        check_additive(CASE, 50, 50)
+        with self.assertRaises(LabError) as raised:
+            check_additive(CASE, 51, 50)
+        self.assertEqual(str(raised.exception), 'case c: the request was counted 50 tokens as it was built and 51 '
+                                                'whole; the counter cannot be summed turn by turn')
+
+
+if __name__ == '__main__':
+    unittest.main()

@@ -1,0 +1,47 @@
+"""Text for people: numbers, counts, one-line escapes, Markdown tables and turn numbers. Standard library only.
+
+    markdown_table(['a', 'bb'], [['xyz', '1']], pad=True)   # '| a   | bb |\n|-----|----|\n| xyz | 1  |\n'
+    turn_runs([2, 3, 4, 6])                                   # ['3-5', '7']: turns count from 1 for people
+
+Reports keep 0-based turn indices and raw text; only what a person reads passes through here. It reads, prints
+and writes nothing.
+"""
+
+
+def plain_number(value: float) -> str:
+    """A mean as tables show it: 61.0 -> '61', 51.3 -> '51.3'."""
+    return f'{value:.1f}'.removesuffix('.0')
+
+
+def counted(number: int, noun: str) -> str:
+    """counted(1, 'case') -> '1 case'; counted(1534, 'case') -> '1,534 cases'"""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def printable(text: str) -> str:
+    """Text that shows as itself on one line, control, bidirectional and other invisible characters escaped:
+    printable('a\\nb\\u202ec') -> 'a\\\\nb\\\\u202ec'; printable('café') -> 'café'"""
+    return ''.join(char if char.isprintable() else char.encode('unicode_escape').decode('ascii') for char in text)
+
+
+def markdown_table(header: list[str], rows: list[list[str]], pad: bool = False) -> str:
+    """A Markdown table, its columns padded to line up in a terminal if `pad`; a cell's `|` and invisible
+    characters are escaped, so no name can end a cell or a row:
+    markdown_table(['a', 'bb'], [['xyz', '1']], pad=True) -> '| a   | bb |\\n|-----|----|\\n| xyz | 1  |\\n'"""
+    header, *rows = [[printable(cell).replace('|', '\\|') for cell in line] for line in [header, *rows]]
+    widths = [max(len(line[column]) for line in [header, *rows]) if pad else 0 for column in range(len(header))]
+    rule = '|' + '|'.join('-' * (width + 2) if pad else '---' for width in widths) + '|'
+    lines = ['| ' + ' | '.join(cell.ljust(width) for cell, width in zip(cells, widths)) + ' |'
+             for cells in [header, *rows]]
+    return '\n'.join([lines[0], rule, *lines[1:]]) + '\n'
+
+
+def turn_runs(indices) -> list[str]:
+    """0-based turn indices as people count them, consecutive ones as one run: [2, 3, 4, 6] -> ['3-5', '7']."""
+    runs: list[list[int]] = []
+    for index in sorted(indices):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return [f'{first + 1}' if first == last else f'{first + 1}-{last + 1}' for first, last in runs]
