@@ -9,6 +9,7 @@ against the official chat template is test_tokenizer.py's. Files are only ever
 written into temporary directories.
 """
 import copy
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -100,6 +101,23 @@ ORIGINAL_SUMMARY = {
 def lab_main(*args: str) -> tuple[int, str, str]:
     result = in_process(evaluate, *args)
     return result.returncode, result.stdout, result.stderr
+
+
+class ProvenanceTest(unittest.TestCase):
+    def test_the_case_set_hash_is_of_the_bytes_graded_even_if_the_file_changes_during_the_run(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'cases.json'
+            original = (HERE / 'cases.json').read_bytes()
+            path.write_bytes(original)
+            real = evaluate.run_rules
+
+            def edit_then_run(*args, **kwargs):  # the file changes after it was read, before the report is made
+                path.write_text('[]', encoding='utf-8')
+                return real(*args, **kwargs)
+
+            with mock.patch.object(evaluate, 'run_rules', edit_then_run):
+                report = evaluate.report(path)
+        self.assertEqual(report['case_set_sha256'], hashlib.sha256(original).hexdigest())
 
 
 class RecordedReportTest(unittest.TestCase):

@@ -251,6 +251,20 @@ class OutputIsInputTest(TempFolderTest):
         (self.tmp / 'loop').symlink_to('loop')  # nothing to compare: the write itself will say what is wrong
         lab_files.check_outputs([('--output', self.tmp / 'loop')], [('--cases', self.tmp / 'loop')])
 
+    def test_no_output_replaces_any_of_the_labs_files_or_lands_in_a_prepared_folder(self):
+        # views.py, the README and the manifest are no script's input, yet replacing one breaks every later run.
+        for name in ('views.py', 'README.md', 'docs/rules.md', 'answer-keys.json', 'tokenizer-manifest.json'):
+            with self.subTest(name), self.assertRaises(LabError) as raised:
+                lab_files.check_outputs([('--output', HERE / name)], [])
+            self.assertEqual(str(raised.exception), f"--output {HERE / name}: the same file as the lab's {name} "
+                                                    f'{HERE / name}, which this run reads; write the output elsewhere')
+        (self.tmp / 'prepared.json').write_text('{}', encoding='utf-8')  # what marks a prepared counter folder
+        with self.assertRaises(LabError) as raised:
+            lab_files.check_outputs([('--output', self.tmp / 'tokenizer.json')], [])
+        self.assertEqual(str(raised.exception), f"--output {self.tmp / 'tokenizer.json'}: inside a prepared counter "
+                                                'folder, which only prepare.py writes; write the output elsewhere')
+        lab_files.check_outputs([('--output', HERE / 'evaluation-result.json')], [])  # a recorded output: its own
+
 
 class TwoOutputsTest(TempFolderTest):
     def test_when_the_second_output_cannot_be_written_the_first_is_not_written_either(self):
@@ -451,6 +465,15 @@ class NameNotUtf8Test(unittest.TestCase):
 
 
 class ReadJsonTest(TempFolderTest):
+    def test_a_key_given_twice_is_refused_naming_it_instead_of_the_last_value_winning(self):
+        # With the last value winning, this case's stale fact would silently stop being graded.
+        path = self.tmp / 'cases.json'
+        path.write_text('[{"id": "x", "stale": ["We will use MySQL"], "stale": []}]', encoding='utf-8')
+        with self.assertRaises(LabError) as raised:
+            load_cases(path)
+        self.assertEqual(str(raised.exception), f"{path}: key 'stale' appears twice in one object; a case set names "
+                                                'each key once')
+
     def with_bom(self, path: Path) -> Path:
         copy = self.tmp / path.name
         copy.write_bytes(BOM + path.read_bytes())
