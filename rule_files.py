@@ -21,7 +21,6 @@ import select
 import signal
 from subprocess import PIPE, Popen
 import sys
-import threading
 import time
 import traceback
 import weakref
@@ -115,7 +114,11 @@ class RemoteCount:
 def serve() -> None:
     """The rules process: import files and run their rules on label-free cases, one request at a time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the lab's to handle; it then ends this process
-    threading.Thread(target=orphaned, args=(os.getppid(),), daemon=True).start()  # a killed lab ends it too
+    if os.fork() == 0:  # a watcher that runs no rule, so none can hold it up (a regex that holds the GIL)
+        os.closerange(1, 3)  # it holds no end of a pipe the lab reads
+        (lab := select.poll()).register(0, 0)  # only the lab writes to stdin: when it is gone, however it ended,
+        lab.poll()  # the pipe hangs up
+        os.killpg(0, signal.SIGKILL)  # and the rules process goes, with all it started and itself
     count = RemoteCount(os.fdopen(os.dup(0), 'rb'), os.fdopen(os.dup(1), 'w', encoding='ascii'))
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # a rule reading stdin reads nothing,
     os.dup2(2, 1)  # and one writing to fd 1 writes to stderr
@@ -131,12 +134,6 @@ def serve() -> None:
             reply = json.dumps({'error': str(error)})
         except BaseException as error:  # the file's code ran where the lab reads it (a module's __getattr__, ...)
             reply = json.dumps({'error': f'failed: {describe(error, out.path)}'})
-
-
-def orphaned(lab: int) -> None:  # a looping rule cannot outlive the lab
-    while os.getppid() == lab:
-        time.sleep(0.2)
-    os._exit(0)
 
 
 def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount) -> str:
@@ -170,10 +167,13 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
 
 
-def end(process: Popen) -> int:  # a rules process stopped, whatever it was doing: its exit status
-    process.kill()
-    process.communicate()  # closes its pipes
-    return process.returncode
+def end(process: Popen) -> int:  # a rules process stopped, with all it started, whatever they did: its exit status
+    with contextlib.suppress(ProcessLookupError):  # all gone already
+        os.killpg(process.pid, signal.SIGKILL)  # not communicate(), which waits for every holder of its pipes
+    with contextlib.suppress(OSError):  # a request it never read
+        process.stdin.close()
+    process.stdout.close()
+    return process.wait()
 
 
 class Child:
@@ -181,7 +181,7 @@ class Child:
 
     def __init__(self, timeout: float):
         self.timeout, self.cpu, self.rules, self.histories, self.buffer = timeout, 0.0, 0, {}, bytearray()
-        self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE)
+        self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE, start_new_session=True)
         self.stop = weakref.finalize(self, end, self.process)  # at the latest when this process ends
         CHILDREN.add(self)
         self.ask(None, 'starting the rules process')

@@ -421,28 +421,66 @@ class ProcessTest(RulesFolder):
                                      f'{path}: rule talks: asked dev-old-decision'])
         self.assertEqual(len(lines), 1 + 12 * 3)
 
-    def test_a_killed_lab_takes_its_looping_rules_process_with_it(self):
-        started = Path(self.folder.name, 'started')
+    def forking_rule(self, hold: str) -> tuple[Path, Path]:
+        """A rules file whose rule forks a process that sleeps 15 s, holding the rules process's pipes, writes
+        that process's id to the file `forked` and then runs `hold`; (the rules file, `forked`)."""
+        forked = Path(self.folder.name, 'forked')
         path = self.write(f'''\
+            import os, re, time
             def rule(case, count):
-                open({str(started)!r}, 'w').close()
-                while True:
-                    pass
-            RULES = {{'loops': rule}}
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(15)
+                    os._exit(0)
+                with open({str(forked)!r} + '.part', 'w') as out:
+                    out.write(str(pid))
+                os.rename({str(forked)!r} + '.part', {str(forked)!r})
+                {hold}
+            RULES = {{'forks': rule}}
             ''')
+        return path, forked
+
+    def started_lab(self, path: Path, forked: Path, **pipes) -> tuple[subprocess.Popen, int]:
+        """`evaluate.py --rules path` running, once its rule has forked: (the lab, the forked process's id)."""
         lab = subprocess.Popen([sys.executable, 'evaluate.py', '--rules', str(path)], cwd=HERE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lab.wait)
+                               stdout=subprocess.DEVNULL, **pipes)
+        self.addCleanup(lambda: (lab.poll() is None and lab.kill(), lab.communicate()))
         deadline = time.monotonic() + 120
-        while not started.exists() and time.monotonic() < deadline and lab.poll() is None:
+        while not forked.exists() and time.monotonic() < deadline and lab.poll() is None:
             time.sleep(0.05)
+        self.addCleanup(end_if_alive, pid := int(forked.read_text()))
+        return lab, pid
+
+    def test_a_rule_that_forks_is_stopped_at_the_timeout_with_the_process_it_forked(self):
+        # communicate() waited for every holder of the rules process's pipes: here 15 s past a 0.5 s limit, and
+        # the forked process lived on.
+        path, forked = self.forking_rule('while True:\n                    pass')
+        rule = load_rule_files([path], 0.5)[0]['forks']
+        started = time.monotonic()
+        with self.assertRaisesRegex(RuleError, r'rule forks: case dev-latest: still running after 0\.5 s '):
+            rule(case_named('dev-latest'), count_request)
+        self.assertLess(time.monotonic() - started, 5)
+        self.addCleanup(end_if_alive, pid := int(forked.read_text()))
+        self.assertTrue(gone(pid, 5))
+
+    def test_a_sigterm_ends_the_lab_at_once_without_a_traceback_and_with_the_process_its_rule_forked(self):
+        # It hung in communicate() until the forked process ended; a second signal there printed a traceback.
+        lab, pid = self.started_lab(*self.forking_rule('while True:\n                    pass'), stderr=subprocess.PIPE)
+        os.kill(lab.pid, signal.SIGTERM)
+        _, err = lab.communicate(timeout=5)  # the forked process holds the lab's stderr while it lives
+        self.assertEqual((lab.returncode, err), (130, b'evaluate.py: interrupted; nothing was written\n'))
+        self.assertTrue(gone(pid, 5))
+
+    def test_a_killed_lab_takes_its_rules_process_and_what_a_rule_forked_with_it_even_while_the_rule_holds_the_gil(self):
+        # A catastrophic regex holds the GIL: a thread of the rules process that watched for the lab's end never ran.
+        lab, pid = self.started_lab(*self.forking_rule("re.match(r'(a+)+$', 'a' * 40 + '!')"),
+                                    stderr=subprocess.DEVNULL)
         children = Path(f'/proc/{lab.pid}/task/{lab.pid}/children').read_text().split()
         self.assertEqual(len(children), 1)
+        self.addCleanup(end_if_alive, int(children[0]))
         os.kill(lab.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while alive(int(children[0])) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertFalse(alive(int(children[0])))
+        self.assertTrue(gone(int(children[0]), 5))
+        self.assertTrue(gone(pid, 5))
 
     def test_benchmark_times_a_rules_files_rule_with_its_own_process_cpu(self):
         path = self.write('''\
@@ -484,6 +522,20 @@ def alive(pid: int) -> bool:
         return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] != 'Z'
     except FileNotFoundError:
         return False
+
+
+def gone(pid: int, within: float) -> bool:
+    """Whether the process has ended within that many seconds."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def end_if_alive(pid: int) -> None:
+    """A test's cleanup: a process it made that failed to end is ended, not left to burn the CPU."""
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 class ReportTest(RulesFolder):
