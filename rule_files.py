@@ -27,13 +27,15 @@ import weakref
 
 from best_possible import LABEL
 from case_set import TURN_TEXTS
-from common import LabError
+from common import LabError, printable
 from strategies import RULES as BUILT_IN
 from tokenizer import CounterError
 
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
 VISIBLE = ('id', 'split', 'kind', 'instructions', 'current', 'budget')  # with the history, all but the labels
 RESERVED = frozenset(name.casefold() for name in (*BUILT_IN, 'best possible', LABEL))  # names a rule may not take
+MARGIN = 1 << 20  # bytes a reply may hold beyond twice the case it answers: a request bigger is no choice of it
+SHOWN = 400  # characters of a rule's message the rules process sends; the lab shows twice as many at most
 MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many modules came before): each file's own module name
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'
 SURROGATE = re.compile(rb'\\u[dD][89a-fA-F]')  # JSON's escape of a surrogate; a lone one is no text
@@ -49,11 +51,16 @@ def describe(error: BaseException, path: Path) -> str:
     try:
         frames = traceback.extract_tb(error.__traceback__) + ([error] if isinstance(error, SyntaxError) else [])
         lines = [frame.lineno for frame in frames if frame.filename == str(path.resolve())]
-        text = ' '.join(str(error).split())
+        text = cut(' '.join(str(error).split()), SHOWN)
         return (f'{type(error).__name__}: {text}' if text else type(error).__name__) \
             + (f' (line {lines[-1]} of {path.name})' if lines else '')
     except BaseException:  # its __str__ raised too
         return 'an exception that cannot be shown'
+
+
+def cut(text: str, most: int) -> str:
+    """The text, or its first `most` characters and its length: cut('abcd', 2) -> 'ab ... (cut: 4 characters)'."""
+    return text if len(text) <= most else f'{text[:most]} ... (cut: {len(text):,} characters)'
 
 
 def import_file(path: Path) -> list[tuple[str, Callable]]:
@@ -186,16 +193,20 @@ class Child:
         CHILDREN.add(self)
         self.ask(None, 'starting the rules process')
 
-    def ask(self, request: dict | None, where: str, count=None) -> dict:
+    def ask(self, request: dict | None, where: str, count=None, most: int = MARGIN) -> dict:
         """The reply to a request (None: the first, once the lab's own modules are in, within the default limit),
-        answering the rule's counts on the way; or RuleError."""
+        answering the rule's counts on the way, each line at most `most` bytes; or RuleError."""
         deadline = time.monotonic() + (limit := RULE_TIMEOUT if request is None else self.timeout)
         while True:
             with contextlib.suppress(OSError):  # if it is gone, the read below says so
                 if request is not None:
                     self.process.stdin.write(json.dumps(request).encode() + b'\n')
                     self.process.stdin.flush()
-            while (end_of_line := self.buffer.find(b'\n')) < 0:
+            while (end_of_line := self.buffer.find(b'\n', 0, most + 1)) < 0:
+                if len(self.buffer) > most:  # refused unread, let alone counted
+                    self.stop()
+                    raise RuleError(f'{where}: sent over {most:,} bytes at once; a rule may send at most twice the '
+                                    'case it was given, plus 1 MiB')
                 if not select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
                     self.stop()
                     raise RuleError(f'{where}: still running after {limit:g} s (--rule-timeout SECONDS sets the '
@@ -213,9 +224,8 @@ class Child:
                 reply = None
             if not isinstance(reply, dict):
                 raise RuleError(f'{where}: the rules process sent a reply that is not a JSON object')
-            if 'error' in reply:  # one printable line, whatever the rule's exception said
-                raise RuleError(f'{where}: ' + ''.join(char if char.isprintable() else ascii(char)[1:-1]
-                                                       for char in str(reply['error'])))
+            if 'error' in reply:  # one short printable line, whatever the rule's exception said
+                raise RuleError(f'{where}: ' + cut(printable(str(reply['error'])), 2 * SHOWN))
             if count is None or not {'count', 'turn_costs'} & set(reply):
                 self.cpu = max(self.cpu, reply['cpu']) if type(reply.get('cpu')) is float else self.cpu
                 return reply
@@ -231,10 +241,11 @@ class Child:
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}, None
             known = self.histories.get(id(history))
             if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
-                known = self.histories[id(history)] = history, len(self.histories), turn_places(history)
                 request['turns'] = list(map(TURN_TEXTS, history))
-            request['history'] = known[1]
-            if (reply := self.ask(request, where, count=count)).get('counted') is True and self.last:
+                known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
+                                                       len(json.dumps(request['turns'])))
+            request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
+            if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
                 messages, size = self.last  # the request the lab counted for the rule, and the one it returned
             else:
                 messages = reply.get('messages')
@@ -300,8 +311,9 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
     """(rules by name, in file order then each file's order; [{'file': name, 'sha256': hex}] per file)."""
     rules, origin, files, child = {}, {}, [], None
     for path in map(Path, paths):
-        if not path.is_file():
-            raise RuleError(f'{path}: no such rules file')
+        if not path.is_file() or path.suffix != '.py':  # importlib has no loader for another name
+            raise RuleError(f'{path}: ' + ('a rules file is Python source, its name ending in .py' if path.is_file()
+                                           else 'no such rules file'))
         child = child or Child(timeout)
         names = child.ask({'load': str(path)}, str(path)).get('names')
         for name in names if isinstance(names, list) else [None]:
@@ -313,10 +325,10 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
 
 
 def add_timeout_option(parser) -> None:
-    def seconds(text: str) -> float:  # a positive, finite number; argparse refuses the rest in one line
-        if not 0 < (value := float(text)) < float('inf'):
+    def seconds(text: str) -> float:  # a positive number up to a day (select() cannot wait 1e308 s); argparse
+        if not 0 < (value := float(text)) <= 86_400:  # refuses the rest in one line
             raise ValueError(text)
         return value
 
     parser.add_argument('--rule-timeout', type=seconds, default=RULE_TIMEOUT, metavar='SECONDS', help='the most a '
-                        f'rules file may take to import, and one of its rules on one case (default {RULE_TIMEOUT:g})')
+                        f'rules file may take to import, or a rule per case (default {RULE_TIMEOUT:g}; at most 86400)')

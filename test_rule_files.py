@@ -247,6 +247,10 @@ class RefusalTest(RulesFolder):
                                              f'(rules.py, line 2) (line 2 of rules.py)\n')
         missing = Path(self.folder.name, 'absent.py')
         self.assertEqual(self.refused(missing), f'evaluate.py: {missing}: no such rules file\n')
+        # Not .py: importlib finds no loader for it, and the refusal read "'NoneType' object has no attribute 'loader'".
+        text = self.write('RULES = {}\n', 'rules.txt')
+        self.assertEqual(self.refused(text), f'evaluate.py: {text}: a rules file is Python source, its name ending '
+                                             'in .py\n')
         raising = self.write('import json\n\nVALUE = json.loads("{")\n', 'raising.py')
         self.assertRegex(self.refused(raising), r'cannot import it: JSONDecodeError: .* \(line 3 of raising\.py\)\n$')
 
@@ -327,7 +331,7 @@ class RefusalTest(RulesFolder):
                                                     f'{limit}\n'))
 
     def test_a_rule_timeout_that_is_not_a_positive_number_is_refused_by_the_option(self):
-        for value in ('0', '-1', 'nan', 'inf', 'soon'):
+        for value in ('0', '-1', 'nan', 'inf', 'soon', '86401', '1e308'):  # 1e308 was an OverflowError in select
             result = in_process(evaluate, '--rule-timeout', value)
             self.assertEqual(result.returncode, 2)
             self.assertTrue(result.stderr.endswith(f"error: argument --rule-timeout: invalid seconds value: "
@@ -350,6 +354,27 @@ class AnythingGoesWrongTest(RulesFolder):
                                                                           '(line 4 of rules.py)'))
         unreadable = 'class Unreadable(Exception):\n    def __str__(self):\n        raise SystemExit(3)\nraise Unreadable()'
         self.assertTrue(self.refusal(unreadable).endswith('the rule raised an exception that cannot be shown'))
+
+    def test_a_request_far_larger_than_its_case_is_refused_before_it_is_counted(self):
+        # A 50 MB request took 157 s and 4.2 GB to count. A 3.3 MB one, returned or sent to count, is refused unread.
+        for body in ('return [{"role": "user", "content": "many words " * 300_000}]',
+                     'count([{"role": "user", "content": "many words " * 300_000}])'):
+            started = time.monotonic()
+            self.assertRegex(self.refusal(body), r'^\S+: rule mine: case dev-latest: sent over [\d,]+ bytes at once; a '
+                                                 r'rule may send at most twice the case it was given, plus 1 MiB$')
+            self.assertLess(time.monotonic() - started, 5)
+
+    def test_a_rule_raising_a_ten_megabyte_message_is_one_short_line_that_says_it_was_cut(self):
+        message = self.refusal('raise ValueError("x" * 10_000_000)')
+        self.assertRegex(message, r': the rule raised ValueError: x{400} \.\.\. \(cut: 10,000,000 characters\) '
+                                  r'\(line 4 of rules\.py\)$')
+        # A reply the rule forges itself, through the rules process's own pipe, is cut by the lab.
+        forged = self.refusal('''
+            import gc, json, rule_files
+            pipe = next(found for found in gc.get_objects() if isinstance(found, rule_files.RemoteCount))
+            pipe.send(json.dumps({'error': 'y' * 500_000}))
+            return build_request(case, [])''')
+        self.assertRegex(forged, r'^\S+: rule mine: case dev-latest: y{800} \.\.\. \(cut: 500,000 characters\)$')
 
     def test_rules_whose_items_raise_is_one_line_naming_the_file(self):
         path = self.write('class Rules(dict):\n    def items(self):\n        raise RuntimeError("no items")\n'
