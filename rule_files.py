@@ -33,10 +33,11 @@ from tokenizer import CounterError
 
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
 VISIBLE = ('id', 'split', 'kind', 'instructions', 'current', 'budget')  # with the history, all but the labels
-RESERVED = frozenset(name.casefold() for name in (*BUILT_IN, 'best possible', LABEL))  # names a rule may not take
+LOOK_ALIKE = str.maketrans('I10', 'llo')  # what many fonts draw alike, folded before rule names are compared
+RESERVED = frozenset(name.translate(LOOK_ALIKE).casefold() for name in (*BUILT_IN, 'best possible', LABEL))
 MARGIN = 1 << 20  # bytes a reply may hold beyond twice the case it answers: a request bigger is no choice of it
 SHOWN = 400  # characters of a rule's message the rules process sends; the lab shows twice as many at most
-MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many modules came before): each file's own module name
+MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many files came before): each file's own module name
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'
 SURROGATE = re.compile(rb'\\u[dD][89a-fA-F]')  # JSON's escape of a surrogate; a lone one is no text
 CHILDREN = weakref.WeakSet()  # this process's rules processes: benchmark.py adds the CPU each reports
@@ -63,9 +64,9 @@ def cut(text: str, most: int) -> str:
     return text if len(text) <= most else f'{text[:most]} ... (cut: {len(text):,} characters)'
 
 
-def import_file(path: Path) -> list[tuple[str, Callable]]:
-    """The RULES a file defines, imported as a module of a fresh name (the process writes no bytecode)."""
-    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{len(sys.modules)}', path.resolve())
+def import_file(path: Path, number: int) -> list[tuple[str, Callable]]:
+    """The RULES a file defines, imported as a module of a name of its own (the process writes no bytecode)."""
+    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{number}', path.resolve())
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses, pickle look it up
     try:
         spec.loader.exec_module(module)
@@ -130,31 +131,59 @@ def serve() -> None:
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # a rule reading stdin reads nothing,
     os.dup2(2, 1)  # and one writing to fd 1 writes to stderr
     sys.stdout = sys.stderr = out = Labelled()
-    rules, histories, reply = [], {}, '{"ready": true}'
+    rules, histories, helpers, reply = [], {}, Helpers(), '{"ready": true}'
     while True:
         count.send(reply)
         if not (line := count.requests.readline()):
             os._exit(0)  # the lab is done
         try:
-            reply = answer(json.loads(line), rules, histories, out, count)
+            reply = answer(json.loads(line), rules, histories, out, count, helpers)
         except RuleError as error:
             reply = json.dumps({'error': str(error)})
         except BaseException as error:  # the file's code ran where the lab reads it (a module's __getattr__, ...)
             reply = json.dumps({'error': f'failed: {describe(error, out.path)}'})
 
 
-def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount) -> str:
+class Helpers:
+    """The modules each rules file's folder makes (helper.py there, a package there), in sys.modules only while
+    that folder's code runs: two folders' helper.py are two modules, whichever was imported first or later."""
+
+    def __init__(self):
+        self.lab, self.kept, self.folder, self.size = set(sys.modules), {}, None, 0
+
+    def enter(self, folder: str) -> None:
+        """First on the import path `folder`, its own helpers in sys.modules and no other folder's."""
+        if folder == self.folder:
+            return
+        if self.folder is not None and len(sys.modules) != self.size:  # the folder before imported something
+            self.kept[self.folder] = {name: module for name, module in sys.modules.items()
+                                      if name not in self.lab and made_in(self.folder, name, module)}
+        for name in self.kept.get(self.folder, ()):
+            sys.modules.pop(name, None)
+        sys.path[:self.folder is not None] = [folder]  # put first, or in place of the folder before
+        sys.modules.update(self.kept.get(folder, {}))
+        self.folder, self.size = folder, len(sys.modules)
+
+
+def made_in(folder: str, name: str, module) -> bool:
+    """Whether a module is made by a file of that folder under its own name: name.py, or name/ for name.sub."""
+    base = os.path.join(folder, name.partition('.')[0])
+    return str(getattr(module, '__file__', None)).startswith((base + '.', base + os.sep))
+
+
+def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount, helpers: Helpers) -> str:
     """The reply to one request, as JSON text: a file's rule names, or the request a rule sends for a case."""
     if 'load' in request:
         out.path, out.label = (path := Path(request['load'])), f'{request["load"]}: '
-        sys.path.insert(0, str(path.resolve().parent))  # a helper module beside the file can be imported
-        found = import_file(path)
-        rules += [(path, name, function) for name, function in found]
+        helpers.enter(folder := str(path.resolve().parent))  # a helper module beside the file can be imported
+        found = import_file(path, request['number'])
+        rules += [(path, folder, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = [{'user': user, 'assistant': reply} for user, reply in request['turns']]
-    out.path, name, function = rules[request['rule']]
+    out.path, folder, name, function = rules[request['rule']]
     out.label, count.last = f'{out.path}: rule {name}: ', None
+    helpers.enter(folder)
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=list(map(dict.copy, histories[request['history']])))  # its own copy
@@ -299,12 +328,14 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
 
 
 def check_name(path: Path, name) -> str:
-    """The name as names are compared (casefolded), or RuleError if it could pass for another row or forge one."""
-    if not isinstance(name, str) or not name or not name.isprintable() or '|' in name \
-            or name != ' '.join(name.split()) or name.casefold() in RESERVED:
-        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable text without "|", single-spaced, '
-                        f'and none of the lab\'s in any case ({", ".join(BUILT_IN)}, best possible)')
-    return name.casefold()
+    """The name as names are compared (LOOK_ALIKE folded, casefolded), or RuleError if it could pass for another
+    row or forge one. Only ASCII: a Cyrillic e passes for a Latin one, and no folding of Unicode is complete."""
+    if not isinstance(name, str) or not name or not (name.isascii() and name.isprintable()) or '|' in name \
+            or name != ' '.join(name.split()) or (key := name.translate(LOOK_ALIKE).casefold()) in RESERVED:
+        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable ASCII without "|", single-spaced, '
+                        f'and none of the lab\'s in any case, or with 1 or I for l, 0 for o ({", ".join(BUILT_IN)}, '
+                        'best possible)')
+    return key
 
 
 def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[str, Callable], list[dict]]:
@@ -315,7 +346,7 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
             raise RuleError(f'{path}: ' + ('a rules file is Python source, its name ending in .py' if path.is_file()
                                            else 'no such rules file'))
         child = child or Child(timeout)
-        names = child.ask({'load': str(path)}, str(path)).get('names')
+        names = child.ask({'load': str(path), 'number': len(files)}, str(path)).get('names')
         for name in names if isinstance(names, list) else [None]:
             if (key := check_name(path, name)) in origin:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[key]}')

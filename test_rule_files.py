@@ -4,9 +4,10 @@
 
 Each test is named after the failure it pins. Figures come from the recorded
 report or are worked out by hand; rules files are written into temporary folders only.
-Every rule runs in a real rules process; the attacks of issue 24 are made for real
+Every rule runs in a real rules process; the attacks of issues 24 and 33 are made for real
 (frames and the garbage collector searched, sys.exit, prints, loops stopped by a short
---rule-timeout, a killed lab).
+--rule-timeout, a killed lab, rules that fork, hold the GIL, return megabytes or raise them,
+two folders' helpers of one name, look-alike names).
 """
 import contextlib
 import hashlib
@@ -263,7 +264,7 @@ class RefusalTest(RulesFolder):
     def test_a_name_taken_by_a_built_in_the_best_possible_or_another_file_is_one_line(self):
         for name in ('recent', 'best possible', 'best possible (reads the labels)'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
-            self.assertIn(f"{path}: rule {name!r}: a rule name must be printable text without \"|\", single-spaced, "
+            self.assertIn(f"{path}: rule {name!r}: a rule name must be printable ASCII without \"|\", single-spaced, "
                           "and none of the lab's", self.refused(path))
         # Two files may share a basename; two rules may not share a name.
         first = self.write('RULES = {"mine": len}\n', under='one')
@@ -412,16 +413,19 @@ class AnythingGoesWrongTest(RulesFolder):
                           if child.timeout == 0.3], [-signal.SIGKILL])
 
     def test_names_that_could_pass_for_another_row_or_forge_one_are_refused(self):
+        # A Cyrillic e in 'r\u0435cent' or 'lab\u0435ls' read as the lab's row; so would a capital I for an l.
         for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', '', 'Recent',
-                     'best possible (READS the labels)'):
+                     'best possible (READS the labels)', 'r\u0435cent', 'best possible (reads the lab\u0435ls)',
+                     'best possible (reads the Iabels)', 'n0tes', 'caf\u00e9'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
             with self.subTest(name=name), self.assertRaises(RuleError) as raised:
                 load_rule_files([path])
-            self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable text '
-                                                    'without "|", single-spaced, and none of the lab\'s in any case '
-                                                    '(recent, relevant, notes, hybrid, best possible)')
-        one, two = self.write('RULES = {"Mine": len}\n', under='one'), self.write('RULES = {"mine": len}\n', under='two')
-        with self.assertRaisesRegex(RuleError, f'rule mine: the name is taken by a rule of {re.escape(str(one))}$'):
+            self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable ASCII '
+                                                    'without "|", single-spaced, and none of the lab\'s in any case, '
+                                                    'or with 1 or I for l, 0 for o (recent, relevant, notes, hybrid, '
+                                                    'best possible)')
+        one, two = self.write('RULES = {"Mine1": len}\n', under='one'), self.write('RULES = {"minel": len}\n', under='two')
+        with self.assertRaisesRegex(RuleError, f'rule minel: the name is taken by a rule of {re.escape(str(one))}$'):
             load_rule_files([one, two])
 
 
@@ -593,6 +597,23 @@ class ReportTest(RulesFolder):
         path = self.write(MY_RULES, 'my_rules.py')
         load_rule_files([path])
         self.assertEqual(sorted(p.name for p in path.parent.iterdir()), ['my_rules.py'])
+
+    def test_two_rules_files_with_a_helper_of_one_name_each_import_their_own(self):
+        # The second file's `import helper` found the first's in sys.modules: 7 of 7 facts one way, 0 of 7 the other.
+        at_import = 'import helper\nRULES = {NAME: lambda case, count: [{"role": "user", "content": helper.WHO}]}\n'
+        in_rule = ('def rule(case, count):\n    import helper\n    return [{"role": "user", "content": helper.WHO}]\n'
+                   'RULES = {NAME: rule, NAME + " too": rule}\n')  # two rules of one folder, one after the other
+        for folder in ('a', 'b'):
+            self.write(f'WHO = {folder!r}\n', 'helper.py', under=folder)
+        for first, second in ((at_import, at_import), (in_rule, at_import), (in_rule, in_rule)):
+            a = self.write(first.replace('NAME', '"from a"'), under='a')
+            b = self.write(second.replace('NAME', '"from b"'), under='b')
+            for paths in ([a, b], [b, a]):
+                rules = load_rule_files(paths)[0]
+                with self.subTest(first=first, second=second, order=paths):
+                    self.assertEqual({name: rule(case_named('dev-latest'), count_request)['messages'][0]['content']
+                                      for name, rule in rules.items()}, {name: name[5] for name in rules})
+                    self.assertEqual(len(rules), (first, second).count(in_rule) + 2)
 
     def test_two_files_with_one_basename_are_two_modules(self):
         one = self.write('RULES = {"first": lambda case, count: [{"role": "user", "content": "1"}]}\n', under='a')
