@@ -21,7 +21,6 @@ import select
 import signal
 from subprocess import PIPE, Popen
 import sys
-import threading
 import time
 import traceback
 import weakref
@@ -29,13 +28,17 @@ import weakref
 from best_possible import LABEL
 from common import LabError
 from shapes import turn_texts
+from text import printable
 from strategies import RULES as BUILT_IN
 from tokenizer import CounterError
 
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
 VISIBLE = ('id', 'split', 'kind', 'instructions', 'current', 'budget')  # with the history, all but the labels
-RESERVED = frozenset(name.casefold() for name in (*BUILT_IN, 'best possible', LABEL))  # names a rule may not take
-MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many modules came before): each file's own module name
+LOOK_ALIKE = str.maketrans('I10', 'llo')  # what many fonts draw alike, folded before rule names are compared
+RESERVED = frozenset(name.translate(LOOK_ALIKE).casefold() for name in (*BUILT_IN, 'best possible', LABEL))
+MARGIN = 1 << 20  # bytes a reply may hold beyond twice the case it answers: a request bigger is no choice of it
+SHOWN = 400  # characters of a rule's message the rules process sends; the lab shows twice as many at most
+MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many files came before): each file's own module name
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'
 SURROGATE = re.compile(rb'\\u[dD][89a-fA-F]')  # JSON's escape of a surrogate; a lone one is no text
 CHILDREN = weakref.WeakSet()  # this process's rules processes: benchmark.py adds the CPU each reports
@@ -50,16 +53,21 @@ def describe(error: BaseException, path: Path) -> str:
     try:
         frames = traceback.extract_tb(error.__traceback__) + ([error] if isinstance(error, SyntaxError) else [])
         lines = [frame.lineno for frame in frames if frame.filename == str(path.resolve())]
-        text = ' '.join(str(error).split())
+        text = cut(' '.join(str(error).split()), SHOWN)
         return (f'{type(error).__name__}: {text}' if text else type(error).__name__) \
             + (f' (line {lines[-1]} of {path.name})' if lines else '')
     except BaseException:  # its __str__ raised too
         return 'an exception that cannot be shown'
 
 
-def import_file(path: Path) -> list[tuple[str, Callable]]:
-    """The RULES a file defines, imported as a module of a fresh name (the process writes no bytecode)."""
-    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{len(sys.modules)}', path.resolve())
+def cut(text: str, most: int) -> str:
+    """The text, or its first `most` characters and its length: cut('abcd', 2) -> 'ab ... (cut: 4 characters)'."""
+    return text if len(text) <= most else f'{text[:most]} ... (cut: {len(text):,} characters)'
+
+
+def import_file(path: Path, number: int) -> list[tuple[str, Callable]]:
+    """The RULES a file defines, imported as a module of a name of its own (the process writes no bytecode)."""
+    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{number}', path.resolve())
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses, pickle look it up
     try:
         spec.loader.exec_module(module)
@@ -115,42 +123,68 @@ class RemoteCount:
 def serve() -> None:
     """The rules process: import files and run their rules on label-free cases, one request at a time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the lab's to handle; it then ends this process
-    threading.Thread(target=orphaned, args=(os.getppid(),), daemon=True).start()  # a killed lab ends it too
+    if os.fork() == 0:  # a watcher that runs no rule, so none can hold it up (a regex that holds the GIL)
+        os.closerange(1, 3)  # it holds no end of a pipe the lab reads
+        (lab := select.poll()).register(0, 0)  # only the lab writes to stdin: when it is gone, however it ended,
+        lab.poll()  # the pipe hangs up
+        os.killpg(0, signal.SIGKILL)  # and the rules process goes, with all it started and itself
     count = RemoteCount(os.fdopen(os.dup(0), 'rb'), os.fdopen(os.dup(1), 'w', encoding='ascii'))
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # a rule reading stdin reads nothing,
     os.dup2(2, 1)  # and one writing to fd 1 writes to stderr
     sys.stdout = sys.stderr = out = Labelled()
-    rules, histories, reply = [], {}, '{"ready": true}'
+    rules, histories, helpers, reply = [], {}, Helpers(), '{"ready": true}'
     while True:
         count.send(reply)
         if not (line := count.requests.readline()):
             os._exit(0)  # the lab is done
         try:
-            reply = answer(json.loads(line), rules, histories, out, count)
+            reply = answer(json.loads(line), rules, histories, out, count, helpers)
         except RuleError as error:
             reply = json.dumps({'error': str(error)})
         except BaseException as error:  # the file's code ran where the lab reads it (a module's __getattr__, ...)
             reply = json.dumps({'error': f'failed: {describe(error, out.path)}'})
 
 
-def orphaned(lab: int) -> None:  # a looping rule cannot outlive the lab
-    while os.getppid() == lab:
-        time.sleep(0.2)
-    os._exit(0)
+class Helpers:
+    """The modules each rules file's folder makes (helper.py there, a package there), in sys.modules only while
+    that folder's code runs: two folders' helper.py are two modules, whichever was imported first or later."""
+
+    def __init__(self):
+        self.lab, self.kept, self.folder, self.size = set(sys.modules), {}, None, 0
+
+    def enter(self, folder: str) -> None:
+        """First on the import path `folder`, its own helpers in sys.modules and no other folder's."""
+        if folder == self.folder:
+            return
+        if self.folder is not None and len(sys.modules) != self.size:  # the folder before imported something
+            self.kept[self.folder] = {name: module for name, module in sys.modules.items()
+                                      if name not in self.lab and made_in(self.folder, name, module)}
+        for name in self.kept.get(self.folder, ()):
+            sys.modules.pop(name, None)
+        sys.path[:self.folder is not None] = [folder]  # put first, or in place of the folder before
+        sys.modules.update(self.kept.get(folder, {}))
+        self.folder, self.size = folder, len(sys.modules)
 
 
-def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount) -> str:
+def made_in(folder: str, name: str, module) -> bool:
+    """Whether a module is made by a file of that folder under its own name: name.py, or name/ for name.sub."""
+    base = os.path.join(folder, name.partition('.')[0])
+    return str(getattr(module, '__file__', None)).startswith((base + '.', base + os.sep))
+
+
+def answer(request: dict, rules: list, histories: dict, out: Labelled, count: RemoteCount, helpers: Helpers) -> str:
     """The reply to one request, as JSON text: a file's rule names, or the request a rule sends for a case."""
     if 'load' in request:
         out.path, out.label = (path := Path(request['load'])), f'{request["load"]}: '
-        sys.path.insert(0, str(path.resolve().parent))  # a helper module beside the file can be imported
-        found = import_file(path)
-        rules += [(path, name, function) for name, function in found]
+        helpers.enter(folder := str(path.resolve().parent))  # a helper module beside the file can be imported
+        found = import_file(path, request['number'])
+        rules += [(path, folder, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = [{'user': user, 'assistant': reply} for user, reply in request['turns']]
-    out.path, name, function = rules[request['rule']]
+    out.path, folder, name, function = rules[request['rule']]
     out.label, count.last = f'{out.path}: rule {name}: ', None
+    helpers.enter(folder)
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=list(map(dict.copy, histories[request['history']])))  # its own copy
@@ -170,10 +204,13 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
 
 
-def end(process: Popen) -> int:  # a rules process stopped, whatever it was doing: its exit status
-    process.kill()
-    process.communicate()  # closes its pipes
-    return process.returncode
+def end(process: Popen) -> int:  # a rules process stopped, with all it started, whatever they did: its exit status
+    with contextlib.suppress(ProcessLookupError):  # all gone already
+        os.killpg(process.pid, signal.SIGKILL)  # not communicate(), which waits for every holder of its pipes
+    with contextlib.suppress(OSError):  # a request it never read
+        process.stdin.close()
+    process.stdout.close()
+    return process.wait()
 
 
 class Child:
@@ -181,21 +218,25 @@ class Child:
 
     def __init__(self, timeout: float):
         self.timeout, self.cpu, self.rules, self.histories, self.buffer = timeout, 0.0, 0, {}, bytearray()
-        self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE)
+        self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE, start_new_session=True)
         self.stop = weakref.finalize(self, end, self.process)  # at the latest when this process ends
         CHILDREN.add(self)
         self.ask(None, 'starting the rules process')
 
-    def ask(self, request: dict | None, where: str, count=None) -> dict:
+    def ask(self, request: dict | None, where: str, count=None, most: int = MARGIN) -> dict:
         """The reply to a request (None: the first, once the lab's own modules are in, within the default limit),
-        answering the rule's counts on the way; or RuleError."""
+        answering the rule's counts on the way, each line at most `most` bytes; or RuleError."""
         deadline = time.monotonic() + (limit := RULE_TIMEOUT if request is None else self.timeout)
         while True:
             with contextlib.suppress(OSError):  # if it is gone, the read below says so
                 if request is not None:
                     self.process.stdin.write(json.dumps(request).encode() + b'\n')
                     self.process.stdin.flush()
-            while (end_of_line := self.buffer.find(b'\n')) < 0:
+            while (end_of_line := self.buffer.find(b'\n', 0, most + 1)) < 0:
+                if len(self.buffer) > most:  # refused unread, let alone counted
+                    self.stop()
+                    raise RuleError(f'{where}: sent over {most:,} bytes at once; a rule may send at most twice the '
+                                    'case it was given, plus 1 MiB')
                 if not select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
                     self.stop()
                     raise RuleError(f'{where}: still running after {limit:g} s (--rule-timeout SECONDS sets the '
@@ -213,9 +254,8 @@ class Child:
                 reply = None
             if not isinstance(reply, dict):
                 raise RuleError(f'{where}: the rules process sent a reply that is not a JSON object')
-            if 'error' in reply:  # one printable line, whatever the rule's exception said
-                raise RuleError(f'{where}: ' + ''.join(char if char.isprintable() else ascii(char)[1:-1]
-                                                       for char in str(reply['error'])))
+            if 'error' in reply:  # one short printable line, whatever the rule's exception said
+                raise RuleError(f'{where}: ' + cut(printable(str(reply['error'])), 2 * SHOWN))
             if count is None or not {'count', 'turn_costs'} & set(reply):
                 self.cpu = max(self.cpu, reply['cpu']) if type(reply.get('cpu')) is float else self.cpu
                 return reply
@@ -231,10 +271,11 @@ class Child:
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}, None
             known = self.histories.get(id(history))
             if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
-                known = self.histories[id(history)] = history, len(self.histories), turn_places(history)
                 request['turns'] = list(map(turn_texts, history))
-            request['history'] = known[1]
-            if (reply := self.ask(request, where, count=count)).get('counted') is True and self.last:
+                known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
+                                                       len(json.dumps(request['turns'])))
+            request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
+            if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
                 messages, size = self.last  # the request the lab counted for the rule, and the one it returned
             else:
                 messages = reply.get('messages')
@@ -288,22 +329,25 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
 
 
 def check_name(path: Path, name) -> str:
-    """The name as names are compared (casefolded), or RuleError if it could pass for another row or forge one."""
-    if not isinstance(name, str) or not name or not name.isprintable() or '|' in name \
-            or name != ' '.join(name.split()) or name.casefold() in RESERVED:
-        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable text without "|", single-spaced, '
-                        f'and none of the lab\'s in any case ({", ".join(BUILT_IN)}, best possible)')
-    return name.casefold()
+    """The name as names are compared (LOOK_ALIKE folded, casefolded), or RuleError if it could pass for another
+    row or forge one. Only ASCII: a Cyrillic e passes for a Latin one, and no folding of Unicode is complete."""
+    if not isinstance(name, str) or not name or not (name.isascii() and name.isprintable()) or '|' in name \
+            or name != ' '.join(name.split()) or (key := name.translate(LOOK_ALIKE).casefold()) in RESERVED:
+        raise RuleError(f'{path}: rule {name!r}: a rule name must be printable ASCII without "|", single-spaced, '
+                        f'and none of the lab\'s in any case, or with 1 or I for l, 0 for o ({", ".join(BUILT_IN)}, '
+                        'best possible)')
+    return key
 
 
 def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[str, Callable], list[dict]]:
     """(rules by name, in file order then each file's order; [{'file': name, 'sha256': hex}] per file)."""
     rules, origin, files, child = {}, {}, [], None
     for path in map(Path, paths):
-        if not path.is_file():
-            raise RuleError(f'{path}: no such rules file')
+        if not path.is_file() or path.suffix != '.py':  # importlib has no loader for another name
+            raise RuleError(f'{path}: ' + ('a rules file is Python source, its name ending in .py' if path.is_file()
+                                           else 'no such rules file'))
         child = child or Child(timeout)
-        names = child.ask({'load': str(path)}, str(path)).get('names')
+        names = child.ask({'load': str(path), 'number': len(files)}, str(path)).get('names')
         for name in names if isinstance(names, list) else [None]:
             if (key := check_name(path, name)) in origin:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[key]}')
@@ -313,10 +357,10 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
 
 
 def add_timeout_option(parser) -> None:
-    def seconds(text: str) -> float:  # a positive, finite number; argparse refuses the rest in one line
-        if not 0 < (value := float(text)) < float('inf'):
+    def seconds(text: str) -> float:  # a positive number up to a day (select() cannot wait 1e308 s); argparse
+        if not 0 < (value := float(text)) <= 86_400:  # refuses the rest in one line
             raise ValueError(text)
         return value
 
     parser.add_argument('--rule-timeout', type=seconds, default=RULE_TIMEOUT, metavar='SECONDS', help='the most a '
-                        f'rules file may take to import, and one of its rules on one case (default {RULE_TIMEOUT:g})')
+                        f'rules file may take to import, or a rule per case (default {RULE_TIMEOUT:g}; at most 86400)')

@@ -4,9 +4,10 @@
 
 Each test is named after the failure it pins. Figures come from the recorded
 report or are worked out by hand; rules files are written into temporary folders only.
-Every rule runs in a real rules process; the attacks of issue 24 are made for real
+Every rule runs in a real rules process; the attacks of issues 24 and 33 are made for real
 (frames and the garbage collector searched, sys.exit, prints, loops stopped by a short
---rule-timeout, a killed lab).
+--rule-timeout, a killed lab, rules that fork, hold the GIL, return megabytes or raise them,
+two folders' helpers of one name, look-alike names).
 """
 import contextlib
 import hashlib
@@ -248,6 +249,10 @@ class RefusalTest(RulesFolder):
                                              f'(rules.py, line 2) (line 2 of rules.py)\n')
         missing = Path(self.folder.name, 'absent.py')
         self.assertEqual(self.refused(missing), f'evaluate.py: {missing}: no such rules file\n')
+        # Not .py: importlib finds no loader for it, and the refusal read "'NoneType' object has no attribute 'loader'".
+        text = self.write('RULES = {}\n', 'rules.txt')
+        self.assertEqual(self.refused(text), f'evaluate.py: {text}: a rules file is Python source, its name ending '
+                                             'in .py\n')
         raising = self.write('import json\n\nVALUE = json.loads("{")\n', 'raising.py')
         self.assertRegex(self.refused(raising), r'cannot import it: JSONDecodeError: .* \(line 3 of raising\.py\)\n$')
 
@@ -260,7 +265,7 @@ class RefusalTest(RulesFolder):
     def test_a_name_taken_by_a_built_in_the_best_possible_or_another_file_is_one_line(self):
         for name in ('recent', 'best possible', 'best possible (reads the labels)'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
-            self.assertIn(f"{path}: rule {name!r}: a rule name must be printable text without \"|\", single-spaced, "
+            self.assertIn(f"{path}: rule {name!r}: a rule name must be printable ASCII without \"|\", single-spaced, "
                           "and none of the lab's", self.refused(path))
         # Two files may share a basename; two rules may not share a name.
         first = self.write('RULES = {"mine": len}\n', under='one')
@@ -328,7 +333,7 @@ class RefusalTest(RulesFolder):
                                                     f'{limit}\n'))
 
     def test_a_rule_timeout_that_is_not_a_positive_number_is_refused_by_the_option(self):
-        for value in ('0', '-1', 'nan', 'inf', 'soon'):
+        for value in ('0', '-1', 'nan', 'inf', 'soon', '86401', '1e308'):  # 1e308 was an OverflowError in select
             result = in_process(evaluate, '--rule-timeout', value)
             self.assertEqual(result.returncode, 2)
             self.assertTrue(result.stderr.endswith(f"error: argument --rule-timeout: invalid seconds value: "
@@ -351,6 +356,27 @@ class AnythingGoesWrongTest(RulesFolder):
                                                                           '(line 4 of rules.py)'))
         unreadable = 'class Unreadable(Exception):\n    def __str__(self):\n        raise SystemExit(3)\nraise Unreadable()'
         self.assertTrue(self.refusal(unreadable).endswith('the rule raised an exception that cannot be shown'))
+
+    def test_a_request_far_larger_than_its_case_is_refused_before_it_is_counted(self):
+        # A 50 MB request took 157 s and 4.2 GB to count. A 3.3 MB one, returned or sent to count, is refused unread.
+        for body in ('return [{"role": "user", "content": "many words " * 300_000}]',
+                     'count([{"role": "user", "content": "many words " * 300_000}])'):
+            started = time.monotonic()
+            self.assertRegex(self.refusal(body), r'^\S+: rule mine: case dev-latest: sent over [\d,]+ bytes at once; a '
+                                                 r'rule may send at most twice the case it was given, plus 1 MiB$')
+            self.assertLess(time.monotonic() - started, 5)
+
+    def test_a_rule_raising_a_ten_megabyte_message_is_one_short_line_that_says_it_was_cut(self):
+        message = self.refusal('raise ValueError("x" * 10_000_000)')
+        self.assertRegex(message, r': the rule raised ValueError: x{400} \.\.\. \(cut: 10,000,000 characters\) '
+                                  r'\(line 4 of rules\.py\)$')
+        # A reply the rule forges itself, through the rules process's own pipe, is cut by the lab.
+        forged = self.refusal('''
+            import gc, json, rule_files
+            pipe = next(found for found in gc.get_objects() if isinstance(found, rule_files.RemoteCount))
+            pipe.send(json.dumps({'error': 'y' * 500_000}))
+            return build_request(case, [])''')
+        self.assertRegex(forged, r'^\S+: rule mine: case dev-latest: y{800} \.\.\. \(cut: 500,000 characters\)$')
 
     def test_rules_whose_items_raise_is_one_line_naming_the_file(self):
         path = self.write('class Rules(dict):\n    def items(self):\n        raise RuntimeError("no items")\n'
@@ -388,16 +414,19 @@ class AnythingGoesWrongTest(RulesFolder):
                           if child.timeout == 0.3], [-signal.SIGKILL])
 
     def test_names_that_could_pass_for_another_row_or_forge_one_are_refused(self):
+        # A Cyrillic e in 'r\u0435cent' or 'lab\u0435ls' read as the lab's row; so would a capital I for an l.
         for name in ('recent ', 'best  possible', 'a\nb', 'x | y', '\u202egnp', '', 'Recent',
-                     'best possible (READS the labels)'):
+                     'best possible (READS the labels)', 'r\u0435cent', 'best possible (reads the lab\u0435ls)',
+                     'best possible (reads the Iabels)', 'n0tes', 'caf\u00e9'):
             path = self.write(f'RULES = {{{name!r}: len}}\n')
             with self.subTest(name=name), self.assertRaises(RuleError) as raised:
                 load_rule_files([path])
-            self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable text '
-                                                    'without "|", single-spaced, and none of the lab\'s in any case '
-                                                    '(recent, relevant, notes, hybrid, best possible)')
-        one, two = self.write('RULES = {"Mine": len}\n', under='one'), self.write('RULES = {"mine": len}\n', under='two')
-        with self.assertRaisesRegex(RuleError, f'rule mine: the name is taken by a rule of {re.escape(str(one))}$'):
+            self.assertEqual(str(raised.exception), f'{path}: rule {name!r}: a rule name must be printable ASCII '
+                                                    'without "|", single-spaced, and none of the lab\'s in any case, '
+                                                    'or with 1 or I for l, 0 for o (recent, relevant, notes, hybrid, '
+                                                    'best possible)')
+        one, two = self.write('RULES = {"Mine1": len}\n', under='one'), self.write('RULES = {"minel": len}\n', under='two')
+        with self.assertRaisesRegex(RuleError, f'rule minel: the name is taken by a rule of {re.escape(str(one))}$'):
             load_rule_files([one, two])
 
 
@@ -422,28 +451,66 @@ class ProcessTest(RulesFolder):
                                      f'{path}: rule talks: asked dev-old-decision'])
         self.assertEqual(len(lines), 1 + 12 * 3)
 
-    def test_a_killed_lab_takes_its_looping_rules_process_with_it(self):
-        started = Path(self.folder.name, 'started')
+    def forking_rule(self, hold: str) -> tuple[Path, Path]:
+        """A rules file whose rule forks a process that sleeps 15 s, holding the rules process's pipes, writes
+        that process's id to the file `forked` and then runs `hold`; (the rules file, `forked`)."""
+        forked = Path(self.folder.name, 'forked')
         path = self.write(f'''\
+            import os, re, time
             def rule(case, count):
-                open({str(started)!r}, 'w').close()
-                while True:
-                    pass
-            RULES = {{'loops': rule}}
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(15)
+                    os._exit(0)
+                with open({str(forked)!r} + '.part', 'w') as out:
+                    out.write(str(pid))
+                os.rename({str(forked)!r} + '.part', {str(forked)!r})
+                {hold}
+            RULES = {{'forks': rule}}
             ''')
+        return path, forked
+
+    def started_lab(self, path: Path, forked: Path, **pipes) -> tuple[subprocess.Popen, int]:
+        """`evaluate.py --rules path` running, once its rule has forked: (the lab, the forked process's id)."""
         lab = subprocess.Popen([sys.executable, 'evaluate.py', '--rules', str(path)], cwd=HERE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lab.wait)
+                               stdout=subprocess.DEVNULL, **pipes)
+        self.addCleanup(lambda: (lab.poll() is None and lab.kill(), lab.communicate()))
         deadline = time.monotonic() + 120
-        while not started.exists() and time.monotonic() < deadline and lab.poll() is None:
+        while not forked.exists() and time.monotonic() < deadline and lab.poll() is None:
             time.sleep(0.05)
+        self.addCleanup(end_if_alive, pid := int(forked.read_text()))
+        return lab, pid
+
+    def test_a_rule_that_forks_is_stopped_at_the_timeout_with_the_process_it_forked(self):
+        # communicate() waited for every holder of the rules process's pipes: here 15 s past a 0.5 s limit, and
+        # the forked process lived on.
+        path, forked = self.forking_rule('while True:\n                    pass')
+        rule = load_rule_files([path], 0.5)[0]['forks']
+        started = time.monotonic()
+        with self.assertRaisesRegex(RuleError, r'rule forks: case dev-latest: still running after 0\.5 s '):
+            rule(case_named('dev-latest'), count_request)
+        self.assertLess(time.monotonic() - started, 5)
+        self.addCleanup(end_if_alive, pid := int(forked.read_text()))
+        self.assertTrue(gone(pid, 5))
+
+    def test_a_sigterm_ends_the_lab_at_once_without_a_traceback_and_with_the_process_its_rule_forked(self):
+        # It hung in communicate() until the forked process ended; a second signal there printed a traceback.
+        lab, pid = self.started_lab(*self.forking_rule('while True:\n                    pass'), stderr=subprocess.PIPE)
+        os.kill(lab.pid, signal.SIGTERM)
+        _, err = lab.communicate(timeout=5)  # the forked process holds the lab's stderr while it lives
+        self.assertEqual((lab.returncode, err), (130, b'evaluate.py: interrupted; nothing was written\n'))
+        self.assertTrue(gone(pid, 5))
+
+    def test_a_killed_lab_takes_its_rules_process_and_what_a_rule_forked_with_it_even_while_the_rule_holds_the_gil(self):
+        # A catastrophic regex holds the GIL: a thread of the rules process that watched for the lab's end never ran.
+        lab, pid = self.started_lab(*self.forking_rule("re.match(r'(a+)+$', 'a' * 40 + '!')"),
+                                    stderr=subprocess.DEVNULL)
         children = Path(f'/proc/{lab.pid}/task/{lab.pid}/children').read_text().split()
         self.assertEqual(len(children), 1)
+        self.addCleanup(end_if_alive, int(children[0]))
         os.kill(lab.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while alive(int(children[0])) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertFalse(alive(int(children[0])))
+        self.assertTrue(gone(int(children[0]), 5))
+        self.assertTrue(gone(pid, 5))
 
     def test_benchmark_times_a_rules_files_rule_with_its_own_process_cpu(self):
         path = self.write('''\
@@ -487,6 +554,20 @@ def alive(pid: int) -> bool:
         return False
 
 
+def gone(pid: int, within: float) -> bool:
+    """Whether the process has ended within that many seconds."""
+    deadline = time.monotonic() + within
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def end_if_alive(pid: int) -> None:
+    """A test's cleanup: a process it made that failed to end is ended, not left to burn the CPU."""
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 class ReportTest(RulesFolder):
     def test_without_rules_the_report_has_no_rules_key_and_with_them_the_four_rows_are_the_recorded_ones(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
@@ -517,6 +598,23 @@ class ReportTest(RulesFolder):
         path = self.write(MY_RULES, 'my_rules.py')
         load_rule_files([path])
         self.assertEqual(sorted(p.name for p in path.parent.iterdir()), ['my_rules.py'])
+
+    def test_two_rules_files_with_a_helper_of_one_name_each_import_their_own(self):
+        # The second file's `import helper` found the first's in sys.modules: 7 of 7 facts one way, 0 of 7 the other.
+        at_import = 'import helper\nRULES = {NAME: lambda case, count: [{"role": "user", "content": helper.WHO}]}\n'
+        in_rule = ('def rule(case, count):\n    import helper\n    return [{"role": "user", "content": helper.WHO}]\n'
+                   'RULES = {NAME: rule, NAME + " too": rule}\n')  # two rules of one folder, one after the other
+        for folder in ('a', 'b'):
+            self.write(f'WHO = {folder!r}\n', 'helper.py', under=folder)
+        for first, second in ((at_import, at_import), (in_rule, at_import), (in_rule, in_rule)):
+            a = self.write(first.replace('NAME', '"from a"'), under='a')
+            b = self.write(second.replace('NAME', '"from b"'), under='b')
+            for paths in ([a, b], [b, a]):
+                rules = load_rule_files(paths)[0]
+                with self.subTest(first=first, second=second, order=paths):
+                    self.assertEqual({name: rule(case_named('dev-latest'), count_request)['messages'][0]['content']
+                                      for name, rule in rules.items()}, {name: name[5] for name in rules})
+                    self.assertEqual(len(rules), (first, second).count(in_rule) + 2)
 
     def test_two_files_with_one_basename_are_two_modules(self):
         one = self.write('RULES = {"first": lambda case, count: [{"role": "user", "content": "1"}]}\n', under='a')
