@@ -1,6 +1,6 @@
 """The answer check's regex grader: answer-keys.json's patterns, a verdict per answer, and why answers failed.
 
-    answer_keys.grade('It uses Redis streams.', {'must': ['redis'], 'stale': ['rabbitmq']})  # ('pass', 'every ...')
+    answer_keys.answer_verdict('It uses Redis streams.', {'must': ['redis'], 'stale': ['rabbitmq']})  # 'pass', ...
 
 answer_check.py grades with it unless --grader f1 is given (rules: docs/answer-check.md). It writes nothing.
 """
@@ -8,11 +8,11 @@ from pathlib import Path
 import re
 import sys
 
-from answer_model import shown
+from answer_model import excerpt
 import common
 from common import LabError
 
-# The grader's sentence split, and the words that mark a correction or a missing fact (see grade).
+# The grader's sentence split, and the words that mark a correction or a missing fact (see answer_verdict).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
 REPLACED = re.compile(r'replac|instead|not |no longer|switch|changed|actually|previous|originally|earlier', re.I)
 SAYS_MISSING = re.compile(
@@ -23,7 +23,7 @@ SAYS_MISSING = re.compile(
 STALE_AS_CURRENT, SAID_MISSING = 'presents a replaced decision as current', 'says the fact is missing'
 VERDICTS = ('pass', 'fail', 'incomplete')
 COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
-TABLE_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
+VERDICT_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
                 'Cases passed in every trial']
 # Why answers failed: each joined with the fact-recall row of the request it was given (failure_causes).
 CAUSES = {'passed': 'Passed', 'model_failed': 'Failed, every required fact in the request (the model)',
@@ -33,7 +33,7 @@ NAMED = 5  # ids a refusal names before it only counts them
 KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
 
 
-def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
+def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
     """{case_id: {'must': [...], 'stale': [...]}} for each of cases, and for no id but those of every (the case set);
     every pattern compiles, and one that matches none of its case's facts of its kind, usually a typo, is warned of."""
     document = common.read_json(path, 'answer keys', 'restore it from version control')
@@ -49,7 +49,7 @@ def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
             where, patterns = f'{path}: keys.{case["id"]}.{kind}', key[kind]
             if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns) or (
                     kind == 'must' and not patterns):
-                raise LabError(f'{where} must be {wanted}, got {shown(patterns)}')
+                raise LabError(f'{where} must be {wanted}, got {excerpt(patterns)}')
             for index, pattern in enumerate(patterns):
                 try:
                     found = any(re.search(pattern, fact, re.I) for fact in case[facts])
@@ -73,7 +73,7 @@ def matches_any(patterns: list[str], text: str) -> bool:
     return any(re.search(pattern, text, re.I) for pattern in patterns)
 
 
-def grade(text: str, key: dict) -> tuple[str, str]:
+def answer_verdict(text: str, key: dict) -> tuple[str, str]:
     """(verdict, reason) for one answer to the case of key. A sentence naming a stale pattern reads as a
     correction when it matches REPLACED or also states a must pattern; else it offers the old decision."""
     if not text.strip():  # nothing to grade; the text itself is matched unstripped
@@ -95,13 +95,13 @@ def tally(by_case: dict) -> dict:
                                             for entries in by_case.values())}
 
 
-def grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
+def key_grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
     """(grades before the checks, after them) from (strategy, case, answer, its request's fact-recall row or None)."""
     causes = {strategy: dict.fromkeys(CAUSES, 0) for strategy in graded}
     to_read = []
     for strategy, case_id, answer, row in joined:
         key, where = keys[case_id], {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
-        verdict, reason = grade(answer['answer'], key)
+        verdict, reason = answer_verdict(answer['answer'], key)
         graded[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
         if row is not None:
             cause = 'passed' if verdict == 'pass' else 'rule_failed' if row['missing'] else 'model_failed'
@@ -114,7 +114,7 @@ def grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
             {'answers_to_read': to_read, 'graded': graded})
 
 
-def report(grades: dict, cut_off: str) -> list[str]:
+def key_tables(grades: dict, cut_off: str) -> list[str]:
     """The summary in the original's layout, why answers failed, the cut_off line, the answers a person must read."""
     summary = grades['summary']
     rows = [[name, f'{s["pass"]} of {s["pass"] + s["fail"] + s["incomplete"]}', str(s['fail']),
@@ -124,7 +124,7 @@ def report(grades: dict, cut_off: str) -> list[str]:
     incomplete = ', '.join(f'{strategy} {s["incomplete"]}' for strategy, s in summary.items() if s['incomplete'])
     to_read = grades['answers_to_read']
     answers = len({(a['strategy'], a['case'], a['seed']) for a in to_read})
-    return [common.markdown_table(TABLE_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
+    return [common.markdown_table(VERDICT_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
             'longer sent):\n' + common.markdown_table(['Rule', *CAUSES.values()], causes).rstrip('\n'),
             *([f'Incomplete (empty answers): {incomplete}'] if incomplete else []), cut_off,
             'To read (a sentence names both the replaced and the current decision, so the grader cannot tell '

@@ -32,8 +32,9 @@ import unittest
 from unittest import mock
 
 import answer_check
-from answer_model import AnswerModel, load_model
+from answer_model import load_model
 from common import python_command
+from ollama_client import OllamaClient
 from strategies import RULES
 from test_support import (LOADED_CONTEXT, NO_ORACLE, OFFICIAL_TEMPLATE, OTHER, PINNED, SERVER_VERSION, AnswerFilesTest,
                           FakeOllama, client_for, closed_port, counted_reply, held_out_cases, ollama_command,
@@ -56,7 +57,7 @@ def steady_reply(body: dict, number: int) -> tuple[int, dict]:
 
 class RecordTest(AnswerFilesTest):
     def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json',
-                 folder: Path | None = None, client: AnswerModel | None = None):
+                 folder: Path | None = None, client: OllamaClient | None = None):
         """answer_check.py writing into folder (default: this test's folder); (exit code, stdout, stderr)."""
         folder = folder if folder is not None else self.folder
         with mock.patch.dict(os.environ, {'OLLAMA_HOST': host} if host else {}):  # as a user's command finds it
