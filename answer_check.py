@@ -183,7 +183,7 @@ def note_loaded_context(client: OllamaClient, partial: Path, num_ctx: int) -> in
 
 
 def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool) -> None:
-    """Ask for every planned answer not kept; write result_path once all are in and the digest is still pinned."""
+    """Ask for every planned answer not kept; write result_path once all are in."""
     partial = result_path.with_suffix(PARTIAL_SUFFIX)
     model, answers, context_length = open_partial(partial, client, plan, fresh)
     asking = len(plan) - len(answers)
@@ -211,11 +211,6 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
         minutes, rest = divmod(round((time.monotonic() - started) / asked * (asking - asked)), 60)
         left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
         tell(f'call {number} of {len(plan)}: {label}: {time.monotonic() - call_started:.1f} s, about {left} left')
-    if (digest := client.tag_digest()) != model['ollama_digest']:  # a build that came mid-run may have answered
-        partial.unlink()
-        raise OllamaError(f'Ollama at {client.host} now has {model["ollama_tag"]} with digest {digest}, not the '
-                          f'pinned {model["ollama_digest"]}: the tag moved during the run, so no answer of it is '
-                          f'kept ({partial.name} is discarded, {result_path.name} unchanged)')
     save(result_path, recording(model, context_length, plan, answers), 'recording')
     partial.unlink(missing_ok=True)
 
@@ -372,6 +367,7 @@ def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = 
     common.check_outputs([('the grades', grades_path), *(recording if recording_run else [])],
                          [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
                           *(('--rules', path) for path in args.rules), *([] if recording_run else recording[:1])])
+    recorded = False  # whether this run has written the recording whole
     try:
         model, rules, cases, keys = inputs = load_inputs(args, keys_path)
         plan = planned_requests(cases, rules, model) if recording_run else None
@@ -380,12 +376,15 @@ def main(argv: list[str], *, cases_path: Path = common.CASES, keys_path: Path = 
                            f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
         if plan is not None:
             record_answers(plan, client if client is not None else OllamaClient(model), result_path, args.fresh)
+            recorded = True
         grades = grade_files(args.cases, keys_path, args.model, result_path, grades_path, args, inputs, plan)
-    except KeyboardInterrupt:
-        kept = (f'; the answers so far are kept in {partial.name} for the next `record`'
-                if recording_run and partial.exists() else '')
-        state = 'is replaced only once every answer has arrived' if recording_run else 'is unchanged'
-        raise KeyboardInterrupt(f'{result_path.name} {state}{kept}') from None
+    except (KeyboardInterrupt, LabError) as stop:  # each message says what is on disk
+        whole = f'{result_path.name} holds every answer: grade it with the same command without `record`'
+        if isinstance(stop, LabError):
+            raise LabError(f'{stop}; {whole}') if recorded else stop
+        kept = f'; the answers so far are kept in {partial.name} for the next `record`' if partial.exists() else ''
+        raise KeyboardInterrupt(whole if recorded else f'{result_path.name} ' + (
+            f'is replaced only once every answer has arrived{kept}' if recording_run else 'is unchanged')) from None
     print(grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\n'
           f'To record, start Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of '

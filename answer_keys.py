@@ -6,6 +6,7 @@ answer_check.py grades with it unless --grader f1 is given (rules: docs/answer-c
 """
 from pathlib import Path
 import re
+from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
 import sys
 
 from answer_model import excerpt
@@ -31,6 +32,7 @@ CAUSES = {'passed': 'Passed', 'model_failed': 'Failed, every required fact in th
           'stale_carried': 'Gave a stale fact the request carried'}
 NAMED = 5  # ids a refusal names before it only counts them
 KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
+PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; a pattern that cannot run away takes microseconds
 
 
 def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
@@ -52,10 +54,10 @@ def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
                 raise LabError(f'{where} must be {wanted}, got {excerpt(patterns)}')
             for index, pattern in enumerate(patterns):
                 try:
-                    found = any(re.search(pattern, fact, re.I) for fact in case[facts])
+                    matched = any(found(pattern, fact) for fact in case[facts])
                 except re.error as error:
                     raise LabError(f'{where}[{index}] {pattern!r} is not a regular expression ({error})') from None
-                if not found:
+                if not matched:
                     print(f'{where}[{index}] {pattern!r}: warning: matches none of the case\'s {facts} facts; '
                           'check it for a typo', file=sys.stderr)
     return keys
@@ -69,8 +71,24 @@ def exactly(path: Path, what: str, found: dict, case_ids: list[str], known: set[
                        f'{missing[:NAMED]}, {len(extra)} for no case {extra[:NAMED]}')
 
 
+def found(pattern: str, text: str) -> bool:
+    """Whether a key pattern matches text, ignoring case; past PATTERN_SECONDS, one LabError: a user's pattern such as
+    (a+)+$ would backtrack for hours on a 41-character answer. The timer's signal stops even a search in C."""
+    def stop(*_) -> None:
+        raise LabError(f'the key pattern {pattern!r} ran past {PATTERN_SECONDS:g} s on a text of {len(text):,} '
+                       'characters and was stopped: it backtracks without bound (a repeat inside a repeat, as in '
+                       '(a+)+); rewrite it')
+    previous = set_handler(SIGALRM, stop)
+    setitimer(ITIMER_REAL, PATTERN_SECONDS)
+    try:
+        return re.search(pattern, text, re.I) is not None
+    finally:
+        setitimer(ITIMER_REAL, 0)
+        set_handler(SIGALRM, previous)
+
+
 def matches_any(patterns: list[str], text: str) -> bool:
-    return any(re.search(pattern, text, re.I) for pattern in patterns)
+    return any(found(pattern, text) for pattern in patterns)
 
 
 def answer_verdict(text: str, key: dict) -> tuple[str, str]:
@@ -81,7 +99,7 @@ def answer_verdict(text: str, key: dict) -> tuple[str, str]:
     if any(matches_any(key['stale'], sentence) for sentence in SENTENCE.split(text)
            if not REPLACED.search(sentence) and not matches_any(key['must'], sentence)):
         return 'fail', STALE_AS_CURRENT
-    if all(re.search(must, text, re.I) for must in key['must']):
+    if all(found(must, text) for must in key['must']):
         return 'pass', 'every required fact'
     return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else 'required fact absent')
 

@@ -27,6 +27,7 @@ CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
 CHECK_TIMEOUT = 10.0  # seconds; /api/version, /api/tags, /api/show and /api/ps answer at once on a live server
 CHAT_TIMEOUT = 600.0  # seconds; the first chat loads the weights, which can take minutes on a CPU
 BODY_QUOTED = 80  # characters of an unexpected reply body quoted in a message
+REPLY_LIMIT = 4 << 20  # bytes of a reply once decompressed; Ollama's largest, /api/show's, takes tens of KB
 DETAILS = {'publisher_model': 'family', 'quantization': 'quantization_level', 'parameters': 'parameter_size'}  # pin
 UNSTATED = 'not stated by the server'  # a pin's field where /api/show says nothing
 
@@ -67,11 +68,11 @@ def ollama_host(value: str | None) -> str:
     return f'{scheme}://{host}:{port}' + (f'/{path}' if path else '')
 
 
-def reply_detail(response, payload: dict | None) -> str:
+def reply_detail(body: str, payload: dict | None) -> str:
     """What a reply said, for a message: its error, else its body quoted and cut short, or 'an empty body'."""
     if payload is not None and isinstance(payload.get('error'), str):
         return payload['error']
-    text = ' '.join(response.text.split())
+    text = ' '.join(body.split())
     shortened = text if len(text) <= BODY_QUOTED else text[:BODY_QUOTED] + '...'
     return f'the body "{shortened}"' if text else 'an empty body'
 
@@ -106,12 +107,12 @@ class OllamaClient:
         return self.version
 
     def server_version(self) -> str:
-        response, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
+        status, body, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
-        if response.status_code != 200 or not isinstance(version, str) or not version:
+        if status != 200 or not isinstance(version, str) or not version:
             raise OllamaError(
                 f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
-                f'{response.status_code} ({reply_detail(response, payload)}), where Ollama gives its version; '
+                f'{status} ({reply_detail(body, payload)}), where Ollama gives its version; '
                 f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         return version
 
@@ -126,7 +127,8 @@ class OllamaClient:
         return entry.get('digest')
 
     def answer(self, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
-        """One answer from the pinned build, checked as a recording checks it: message.content, not thinking."""
+        """One answer from the pinned build, checked as a recording checks it (message.content, not thinking), and the
+        tag's digest read again after it."""
         self.verify()
         body = chat_body(self.model, messages, num_ctx, num_predict, seed)
         payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
@@ -149,6 +151,11 @@ class OllamaClient:
                 raise OllamaError(f'Ollama at {self.host} answered {CHAT_PATH} with {wire} {excerpt(reply[field])}, '
                                   f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
                                   'upgrade Ollama or read its log')
+        # Read after every answer, so that each is bracketed by two reads of the pinned digest.
+        if (digest := self.tag_digest()) != self.model['ollama_digest']:
+            raise OllamaError(f'Ollama at {self.host} now has {body["model"]} with digest {digest}, not the pinned '
+                              f'{self.model["ollama_digest"]}: the tag moved while this answer was made, so it is not '
+                              'kept')
         return reply
 
     def pin(self, options: dict, seeds: list[int]) -> dict:
@@ -169,23 +176,26 @@ class OllamaClient:
         length = entry.get('context_length') if entry is not None else None
         return length if type(length) is int and length > 0 else None
 
-    def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple:
-        """(response, its body if a JSON object, else None) within timeout seconds in all, or one OllamaError."""
+    def _fetch(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple:
+        """(response, its body inflated to REPLY_LIMIT + 1 bytes at most) within timeout seconds, or one OllamaError."""
         import requests
-        from urllib3.exceptions import ProtocolError
+        from urllib3.exceptions import HTTPError, ProtocolError
         done: dict = {}
 
         def send() -> None:  # in a thread of its own, so that a reply trickling in cannot outlast the deadline
-            try:
-                done['response'] = self.session.request(method, self.host + path, data=data, timeout=timeout,
-                                                        headers={'Content-Type': 'application/json'} if data else {})
+            try:  # no redirect is followed: its target's build is unchecked
+                done['response'] = response = self.session.request(
+                    method, self.host + path, data=data, timeout=timeout, stream=True, allow_redirects=False,
+                    headers={'Content-Type': 'application/json'} if data else {})
+                with response:  # inflated only up to the limit, so a small compressed body cannot fill the memory
+                    done['body'] = response.raw.read(REPLY_LIMIT + 1, decode_content=True)
             except BaseException as error:  # raised below, in the caller's thread
                 done['error'] = error
         worker = threading.Thread(target=send, daemon=True)
         worker.start()
         worker.join(timeout)
         error = requests.Timeout() if worker.is_alive() else done.get('error')
-        cause = error.args[0] if isinstance(error, requests.RequestException) and error.args else None
+        cause = error.args[0] if isinstance(error, requests.RequestException) and error.args else error
         if isinstance(error, requests.Timeout):
             raise OllamaError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
                               'check that the server is not stuck or overloaded, then run again')
@@ -198,21 +208,35 @@ class OllamaClient:
                        ', and no `ollama` command is on PATH: install Ollama (from its download page), then')
             raise OllamaError(f'no Ollama server answers at {self.host}{install or ":"} start it with '
                               '`ollama serve`, or set OLLAMA_HOST to the address it listens on')
+        if isinstance(error, HTTPError):  # such as a body that does not decompress
+            raise OllamaError(f'Ollama at {self.host} sent a reply to {path} that cannot be read ({error.args[0]})')
         if isinstance(error, requests.RequestException):
             raise OllamaError(f'cannot send a request to {self.host} ({error}): set OLLAMA_HOST like {DEFAULT_HOST}')
         if error is not None:
             raise error
+        return done['response'], done['body']
+
+    def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
+        """(status, body, the body if a JSON object); a reply too large or a redirect is one OllamaError."""
+        response, body = self._fetch(method, path, data, timeout)
+        if len(body) > REPLY_LIMIT:
+            raise OllamaError(f'Ollama at {self.host} answered {path} with more than {REPLY_LIMIT >> 20} MiB once '
+                              'decompressed, so the reply was refused: check what serves at OLLAMA_HOST')
+        if response.is_redirect:
+            raise OllamaError(f'Ollama at {self.host} answered {path} with HTTP {response.status_code}, a redirect to '
+                              f'{response.headers["Location"]}, which the lab never follows: set OLLAMA_HOST to the '
+                              'server that answers itself')
         try:
-            payload = done['response'].json()
-        except ValueError:  # not JSON at all
+            payload = json.loads(body)
+        except (ValueError, RecursionError):  # not JSON at all, or nested too deeply to read
             payload = None
-        return done['response'], payload if isinstance(payload, dict) else None
+        return response.status_code, body.decode('utf-8', 'replace'), payload if isinstance(payload, dict) else None
 
     def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
         """One request whose answer must be a JSON object; every way it can fail is one OllamaError."""
-        response, payload = self._send(method, path, data, timeout)
+        status, body, payload = self._send(method, path, data, timeout)
         error = payload.get('error') if payload is not None else None
-        detail, status = reply_detail(response, payload), response.status_code
+        detail = reply_detail(body, payload)
         if status == 404 and path == CHAT_PATH and error is not None:
             raise OllamaError(f'Ollama at {self.host} answered 404 to {path} ({error}): run `ollama pull '
                               f'{self.model["ollama_tag"]}` and check that the ID column of `ollama list` '

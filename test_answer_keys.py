@@ -12,12 +12,16 @@ import json
 from pathlib import Path
 import re
 import tempfile
+import time
 import unittest
+from unittest import mock
 
 import answer_check
+import answer_keys
 from answer_keys import answer_verdict, load_answer_keys
 from answer_model import load_model
 from case_set import load_cases
+from common import LabError
 from test_support import (FakeOllama, Rejecting, client_for, held_out_cases, only_loopback, run_answer_check,
                           recorded_answer as answer)
 
@@ -162,6 +166,19 @@ class GradeTest(unittest.TestCase):
         for text in ('', '  \n', '\u2003'):
             with self.subTest(text=text):
                 self.assertEqual(graded('held-latest', text), ('incomplete', 'no answer'))
+
+    def test_a_pattern_that_backtracks_without_bound_is_stopped_at_the_time_limit(self):
+        # (a+)+$ on 22 a's and a '!' takes about 0.3 s here, each a's more doubling it; 41 of them run for days.
+        text, key = 'a' * 22 + '!', {'must': ['(a+)+$'], 'stale': []}
+        started = time.monotonic()
+        with (mock.patch.object(answer_keys, 'PATTERN_SECONDS', 0.05, create=True),  # create: absent before the bound
+              self.assertRaises(LabError) as caught):
+            answer_verdict(text, key)
+        self.assertLess(time.monotonic() - started, 0.25)
+        self.assertEqual(str(caught.exception), "the key pattern '(a+)+$' ran past 0.05 s on a text of 23 characters "
+                                                'and was stopped: it backtracks without bound (a repeat inside a '
+                                                'repeat, as in (a+)+); rewrite it')
+        self.assertEqual(answer_verdict(text, {'must': ['a+!$'], 'stale': []}), ('pass', 'every required fact'))
 
     def test_summary_counts_each_outcome_per_strategy_and_the_table_shows_them(self):
         recorded = {'model': load_model(), 'answers': {

@@ -7,6 +7,7 @@ another kind of server, and one that sends its reply a byte at a time or cuts it
 request in these tests is checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test
 can reach a real server.
 """
+import gzip
 import json
 import time
 import unittest
@@ -235,6 +236,37 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(str(caught.exception), f'Ollama at {broken.host} broke off its reply to /api/version '
                                                     f'({detail}): run again, and read the server log if it happens '
                                                     'again')
+
+    def test_a_compressed_reply_is_inflated_only_up_to_the_limit_and_refused_naming_it(self):
+        # 64 MiB of zeros compress to about 64 KB; the client must stop at 4 MiB instead of inflating them all.
+        bomb = gzip.compress(b'0' * (64 << 20))
+        raw = (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n'
+               b'Content-Length: %d\r\n\r\n' % len(bomb)) + bomb
+        for path, call in (('/api/version', lambda client: client.verify()),
+                           ('/api/chat', lambda client: client.answer(HI, 384, 96, 1))):
+            with self.subTest(path=path), RawServer(raw) as server, self.assertRaises(OllamaError) as caught:
+                client, started = client_for(server.host), time.monotonic()
+                client.version = 'checked' if path == '/api/chat' else None  # sent as after a passed check
+                call(client)
+            self.assertLess(time.monotonic() - started, 2.0)
+            self.assertEqual(str(caught.exception), f'Ollama at {server.host} answered {path} with more than 4 MiB '
+                             'once decompressed, so the reply was refused: check what serves at OLLAMA_HOST')
+
+    def test_a_redirect_is_an_error_naming_its_target_and_never_followed(self):
+        with FakeOllama() as elsewhere:
+            target = f'{elsewhere.host}/api/chat'
+            raw = b'HTTP/1.1 307 Temporary Redirect\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n' % target.encode()
+            for path, call in (('/api/chat', lambda client: client.answer(HI, 384, 96, 1)),
+                               ('/api/version', lambda client: client.server_version()),
+                               ('/api/tags', lambda client: client.tag_digest())):
+                with self.subTest(path=path), RawServer(raw) as redirecting, self.assertRaises(OllamaError) as caught:
+                    client = client_for(redirecting.host)
+                    client.version = 'checked'  # the chat is sent as after a passed check of this server
+                    call(client)
+                self.assertEqual(str(caught.exception), f'Ollama at {redirecting.host} answered {path} with HTTP 307, '
+                                 f'a redirect to {target}, which the lab never follows: set OLLAMA_HOST to the '
+                                 'server that answers itself')
+        self.assertEqual(elsewhere.requests, [])
 
 
 if __name__ == '__main__':
