@@ -21,17 +21,17 @@ import time
 
 import answer_f1
 import answer_keys
-from answer_model import (MODEL_PATH, SAMPLING_OPTIONS, AnswerModel, AnswerModelError, chat_body, check_answer,
-                          check_model, check_pinned, load_model, load_recording, request_sha256,
-                          undercounts_cached_prompt)
+from answer_model import (MODEL_PATH, SAMPLING_OPTIONS, chat_body, check_answer, check_model, check_pinned, load_model,
+                          load_recording, request_sha256, undercounts_cached_prompt)
 import case_set
 import common
 from common import LabError
 import lab_files
+from ollama_client import OllamaClient, OllamaError
 from scorer import graded_row
-from text import counted
 from rule_files import load_rule_files
 from strategies import RULES
+from text import counted
 from tokenizer import count_request
 
 KEYS_PATH = common.HERE / 'answer-keys.json'
@@ -39,8 +39,8 @@ RESULT_PATH = common.HERE / 'answer-result.json'
 GRADES_PATH = common.HERE / 'answer-grades.json'
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
 GRADES_SUFFIX = '.grades.json'  # where the grades of an --output recording go
-INDENT = 1  # how the answer files are indented
-SPLIT = 'held_out'  # the split sent by default: the rules were written while looking at the others
+JSON_INDENT = 1  # how the answer files are indented
+DEFAULT_SPLIT = 'held_out'  # the split sent by default: the rules were written while looking at the others
 SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading draw the same cases
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
 # What identifies the server behind a kept answer; an answer is reused only when all of it matches.
@@ -61,7 +61,7 @@ def encoded(path: Path, text: str) -> bytes:
 
 
 def save(path: Path, data, what: str) -> None:
-    lab_files.write_output(path, encoded(path, lab_files.to_json(data, INDENT)), what)
+    lab_files.write_output(path, encoded(path, lab_files.to_json(data, JSON_INDENT)), what)
 
 
 def append(path: Path, entry: dict | None) -> None:
@@ -74,7 +74,7 @@ def append(path: Path, entry: dict | None) -> None:
         raise LabError(f'{path}: cannot write the partial recording: {error.strerror}') from None
 
 
-def say(line: str) -> None:
+def tell(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
@@ -115,7 +115,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
     if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
         raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
     if any(header['model'].get(field) != model[field] for field in SERVER_FIELDS):
-        say(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
+        tell(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
             f'{header["model"].get("ollama_version")}, not from this server; none is reused')
         return None
     stored, context_length = {}, None
@@ -132,7 +132,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
                 check_answer('answer', entry['answer'], 'asked for again')
                 stored[(entry['strategy'], entry['case'], entry['answer']['request_sha256'])] = entry['answer']
         except (ValueError, RecursionError, LabError) as error:
-            say(f'{path.name}: line {number} is not a kept answer ({error}); it is asked for again')
+            tell(f'{path.name}: line {number} is not a kept answer ({error}); it is asked for again')
     if lines[-1]:  # cut off mid-line: the next answer starts a line of its own
         append(path, None)
     return {item['key']: stored[item['key']] for item in plan if item['key'] in stored}, context_length
@@ -150,29 +150,48 @@ def recording(model: dict, context_length: int | None, plan: list[dict], answers
     return {'model': block, 'answers': by_strategy}
 
 
-def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fresh: bool) -> None:
-    """Ask for every planned answer not kept; write result_path once all are in and the digest is still pinned."""
-    partial = result_path.with_suffix(PARTIAL_SUFFIX)
+def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool) -> tuple[dict, dict, int | None]:
+    """(this server's model block, the answers partial keeps for the plan, the loaded context), the server checked."""
     if partial.exists() and not partial.is_file():
         raise LabError(f'{partial}: not a file, so it cannot keep the answers so far; move it away, then run again')
     if fresh and partial.exists():
         partial.unlink()
-        say(f'discarded {partial.name}')
+        tell(f'discarded {partial.name}')
     version, pinned = client.verify(), client.model['ollama_version']
     if version != pinned:
-        say(f'note: the server is Ollama {version}; the pinned recording used {pinned}. '
-            'The digest matches; the version is recorded with the answers.')
+        tell(f'note: the server is Ollama {version}; the pinned recording used {pinned}. '
+             'The digest matches; the version is recorded with the answers.')
     if undercounts_cached_prompt(version):
-        say(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
-            'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
+        tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
+             'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
     model = {**client.model, 'ollama_version': version}
     kept = kept_answers(partial, model, plan)
     if kept is None:
         lab_files.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
-    answers, context_length = kept or ({}, None)
+    return model, *(kept or ({}, None))
+
+
+def note_loaded_context(client: OllamaClient, partial: Path, num_ctx: int) -> int | None:
+    """The context /api/ps says the model is loaded with, kept in partial; None where it says none, or fails."""
+    try:
+        length = client.loaded_context_length()
+    except OllamaError as error:  # it costs only the note
+        tell(f'the server did not say what context it loaded the model with ({error}); recording goes on')
+        return None
+    if length:
+        tell(f'the server loaded {client.model["ollama_tag"]} with a context of {length} tokens; '
+             f'num_ctx {num_ctx} only decides which old messages it would drop')
+        append(partial, {'loaded_context_length': length})
+    return length
+
+
+def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool) -> None:
+    """Ask for every planned answer not kept; write result_path once all are in."""
+    partial = result_path.with_suffix(PARTIAL_SUFFIX)
+    model, answers, context_length = open_partial(partial, client, plan, fresh)
     asking = len(plan) - len(answers)
-    say(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
-        else f'asking for {asking} answers; the first call may also load the model')
+    tell(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
+         else f'asking for {asking} answers; the first call may also load the model')
     started = time.monotonic()
     for number, item in enumerate(plan, 1):
         if item['key'] in answers:
@@ -181,34 +200,20 @@ def record_answers(plan: list[dict], client: AnswerModel, result_path: Path, fre
         label = f'{item["strategy"]} {item["case"]} seed {item["seed"]}'
         try:
             reply = client.answer(item['body']['messages'], options['num_ctx'], options['num_predict'], item['seed'])
-        except AnswerModelError as error:
+        except OllamaError as error:
             kept = f'the {len(answers)} answers so far are kept in {partial.name}' if answers else 'no answer is kept'
-            raise AnswerModelError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
+            raise OllamaError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
         answer = answers[item['key']] = {**reply, 'request_sha256': item['request_sha256'],
                                          'input_tokens': item['input_tokens']}
         # Kept before anything else is asked, so no later failure can lose this answer.
         append(partial, {'strategy': item['strategy'], 'case': item['case'], 'answer': answer})
         asked = len(answers) - (len(plan) - asking)
-        if asked == 1:  # the model is loaded now, so /api/ps can say with what context; its failure costs the note
-            try:
-                length = client.loaded_context_length()
-            except AnswerModelError as error:
-                length = None
-                say(f'the server did not say what context it loaded the model with ({error}); recording goes on')
-            if length:
-                say(f'the server loaded {client.model["ollama_tag"]} with a context of {length} tokens; '
-                    f'num_ctx {options["num_ctx"]} only decides which old messages it would drop')
-                context_length = length
-                append(partial, {'loaded_context_length': length})
+        if asked == 1:  # the model is loaded now, so /api/ps can say with what context
+            context_length = note_loaded_context(client, partial, options['num_ctx']) or context_length
         # Time left from every second the run has taken so far, writing included.
         minutes, rest = divmod(round((time.monotonic() - started) / asked * (asking - asked)), 60)
         left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
-        say(f'call {number} of {len(plan)}: {label}: {time.monotonic() - call_started:.1f} s, about {left} left')
-    if (digest := client.tag_digest()) != model['ollama_digest']:  # a build that came mid-run may have answered
-        partial.unlink()
-        raise AnswerModelError(f'Ollama at {client.host} now has {model["ollama_tag"]} with digest {digest}, not the '
-                               f'pinned {model["ollama_digest"]}: the tag moved during the run, so no answer of it is '
-                               f'kept ({partial.name} is discarded, {result_path.name} unchanged)')
+        tell(f'call {number} of {len(plan)}: {label}: {time.monotonic() - call_started:.1f} s, about {left} left')
     save(result_path, recording(model, context_length, plan, answers), 'recording')
     partial.unlink(missing_ok=True)
 
@@ -249,19 +254,19 @@ def grade_recording(recorded: dict, keys: dict, current: dict, kinds: dict | Non
         if not same:
             outdated.append({**where, 'reason': 'no longer sent' if today is None else 'request changed'})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
-    before, after = (answer_f1.grades(joined, keys, kinds, graded) if kinds is not None
-                     else answer_keys.grades(joined, keys, graded))
+    before, after = (answer_f1.f1_grades(joined, keys, kinds, graded) if kinds is not None
+                     else answer_keys.key_grades(joined, keys, graded))
     return {'model': recorded['model'], 'answers_recorded': len(joined), **before,
             'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
             'cut_off_per_strategy': {name: sum(c['strategy'] == name for c in cut_off) for name in graded},
             'outdated_requests': outdated, **after}
 
 
-def report(grades: dict) -> str:
+def grades_report(grades: dict) -> str:
     """The grader's tables and lists, then the checks kept apart."""
     cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
         f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
-    lines = [*(answer_f1 if 'f1' in grades else answer_keys).report(grades, cut_off), '']
+    lines = [*(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
     if mismatches := grades['prompt_token_mismatches']:
         lines.append(f'{counted(len(mismatches), "answer")} where the server read a different prompt '
                      'than the one counted:')
@@ -287,7 +292,8 @@ def parse_args(argv: list[str], model_path: Path, cases_path: Path) -> argparse.
     parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
     parser.add_argument('--model', type=Path, default=model_path, help='the pin (default answer-model.json)')
     parser.add_argument('--cases', type=Path, default=cases_path, help='case set (default cases.json)')
-    parser.add_argument('--split', choices=['dev', 'held_out', 'all'], default=SPLIT, help=f'default {SPLIT}')
+    parser.add_argument('--split', choices=['dev', 'held_out', 'all'], default=DEFAULT_SPLIT,
+                        help=f'default {DEFAULT_SPLIT}')
     parser.add_argument('--rules', type=Path, action='append', default=[], help='rules beside the four (repeatable)')
     parser.add_argument('--keys', type=Path, help='answer-keys.json by default; gold answers with --grader f1')
     parser.add_argument('--grader', choices=['keys', 'f1'], default='keys', help="f1: LoCoMo's token F1")
@@ -315,7 +321,7 @@ def pin(args: argparse.Namespace) -> int:
     defaults = load_model(args.model)
     options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
     lab_files.check_outputs([('--output', args.output)], [('--model', args.model)])
-    client = AnswerModel({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
+    client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
     pinned = check_model(args.output, client.pin(options, args.seeds or defaults['seeds']))
     save(args.output, pinned, 'answer model pin')
     print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}')
@@ -331,8 +337,8 @@ def load_inputs(args: argparse.Namespace, keys_path: Path) -> tuple[dict, dict, 
     if not cases:
         raise LabError(f'{args.cases}: holds no {args.split} case')
     cases = sampled(cases, args.sample)
-    keys = (answer_f1 if args.grader == 'f1' else answer_keys).load_keys(keys_path, cases, every)
-    return model, rules, cases, keys
+    load_keys = answer_f1.load_gold_answers if args.grader == 'f1' else answer_keys.load_answer_keys
+    return model, rules, cases, load_keys(keys_path, cases, every)
 
 
 def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path,
@@ -353,7 +359,7 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path
 
 def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path: Path = KEYS_PATH,
          model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
-         client: AnswerModel | None = None) -> int:
+         client: OllamaClient | None = None) -> int:
     args = parse_args(argv, model_path, cases_path)
     if args.command == 'pin':
         return pin(args)
@@ -364,6 +370,7 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
     lab_files.check_outputs([('the grades', grades_path), *(recording if recording_run else [])],
                          [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
                           *(('--rules', path) for path in args.rules), *([] if recording_run else recording[:1])])
+    recorded = False  # whether this run has written the recording whole
     try:
         model, rules, cases, keys = inputs = load_inputs(args, keys_path)
         plan = planned_requests(cases, rules, model) if recording_run else None
@@ -371,19 +378,22 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
             raise LabError(f'record would make {len(plan):,} calls ({len(rules)} rules x {len(cases)} cases x '
                            f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
         if plan is not None:
-            record_answers(plan, client if client is not None else AnswerModel(model), result_path, args.fresh)
+            record_answers(plan, client if client is not None else OllamaClient(model), result_path, args.fresh)
+            recorded = True
         grades = grade_files(args.cases, keys_path, args.model, result_path, grades_path, args, inputs, plan)
-    except KeyboardInterrupt:
-        kept = (f'; the answers so far are kept in {partial.name} for the next `record`'
-                if recording_run and partial.exists() else '')
-        state = 'is replaced only once every answer has arrived' if recording_run else 'is unchanged'
-        raise KeyboardInterrupt(f'{result_path.name} {state}{kept}') from None
-    print(report(grades) if grades['answers_recorded'] else
+    except (KeyboardInterrupt, LabError) as stop:  # each message says what is on disk
+        whole = f'{result_path.name} holds every answer: grade it with the same command without `record`'
+        if isinstance(stop, LabError):
+            raise LabError(f'{stop}; {whole}') if recorded else stop
+        kept = f'; the answers so far are kept in {partial.name} for the next `record`' if partial.exists() else ''
+        raise KeyboardInterrupt(whole if recorded else f'{result_path.name} ' + (
+            f'is replaced only once every answer has arrived{kept}' if recording_run else 'is unchanged')) from None
+    print(grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\n'
           f'To record, start Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of '
           f'`ollama list` starts with {model["ollama_digest"][:12]}, then run `{PYTHON} answer_check.py record` '
           f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
-    print(f'\n{grades_path.name}:\n{lab_files.to_json(grades, INDENT)}', end='')
+    print(f'\n{grades_path.name}:\n{lab_files.to_json(grades, JSON_INDENT)}', end='')
     return 0
 
 

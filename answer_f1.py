@@ -27,7 +27,7 @@ HEADER = ['Rule', 'Answers', 'Mean F1', 'With every fact in the request', 'With 
 
 
 @lru_cache(maxsize=1)
-def stemmer():
+def porter_stemmer():
     import Stemmer  # PyStemmer, locked; imported here so that a missing package is common.run's one line
     return Stemmer.Stemmer('porter')
 
@@ -35,7 +35,7 @@ def stemmer():
 def tokens(text: str) -> list[str]:
     """'The Cats, and a dog!' -> ['cat', 'dog']"""
     normal = ARTICLES.sub(' ', text.replace(',', '').lower().translate(PUNCTUATION))
-    return stemmer().stemWords(normal.split())
+    return porter_stemmer().stemWords(normal.split())
 
 
 def token_f1(answer: str, gold: str) -> float:
@@ -58,7 +58,7 @@ def f1(answer: str, gold: str, kind: str) -> float:
     return sum(max(token_f1(part, one) for part in parts) for one in wanted) / len(wanted)
 
 
-def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict[str, str]:
+def load_gold_answers(path: Path, cases: list[dict], every: list[dict]) -> dict[str, str]:
     """{case_id: gold answer} for each of cases and no id but those of every, from {"answers": {id: text}}."""
     document = read_json(path, 'gold answers', 'write it with `locomo_cases.py --answers FILE`')
     answers = document.get('answers') if isinstance(document, dict) else None
@@ -73,8 +73,8 @@ def mean(values: list[float]) -> float | None:
     return round(sum(values) / len(values), DIGITS) if values else None
 
 
-def grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[dict, dict]:
-    """As answer_keys.grades: the mean F1 per rule, by whether the request held every required fact, per kind."""
+def f1_grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[dict, dict]:
+    """As answer_keys.key_grades: the mean F1 per rule, by whether the request held every required fact, per kind."""
     scores: dict = {strategy: {} for strategy in graded}
     for strategy, case_id, answer, row in joined:
         score = round(f1(answer['answer'], gold[case_id], kinds[case_id]), DIGITS)
@@ -88,7 +88,7 @@ def grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[
         for strategy, lists in scores.items()}}, {'graded': graded}
 
 
-def report(grades: dict, cut_off: str) -> list[str]:
+def f1_tables(grades: dict, cut_off: str) -> list[str]:
     """The table of mean F1 per rule, then the cut_off line."""
     kinds = list(dict.fromkeys(kind for row in grades['f1'].values() for kind in row['by_kind']))
 

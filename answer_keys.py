@@ -1,19 +1,20 @@
 """The answer check's regex grader: answer-keys.json's patterns, a verdict per answer, and why answers failed.
 
-    answer_keys.grade('It uses Redis streams.', {'must': ['redis'], 'stale': ['rabbitmq']})  # ('pass', 'every ...')
+    answer_keys.answer_verdict('It uses Redis streams.', {'must': ['redis'], 'stale': ['rabbitmq']})  # 'pass', ...
 
 answer_check.py grades with it unless --grader f1 is given (rules: docs/answer-check.md). It writes nothing.
 """
 from pathlib import Path
 import re
+from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
 import sys
 
-from answer_model import shown
+from answer_model import excerpt
 from common import LabError
 from lab_files import read_json
 from text import counted, markdown_table
 
-# The grader's sentence split, and the words that mark a correction or a missing fact (see grade).
+# The grader's sentence split, and the words that mark a correction or a missing fact (see answer_verdict).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
 REPLACED = re.compile(r'replac|instead|not |no longer|switch|changed|actually|previous|originally|earlier', re.I)
 SAYS_MISSING = re.compile(
@@ -24,7 +25,7 @@ SAYS_MISSING = re.compile(
 STALE_AS_CURRENT, SAID_MISSING = 'presents a replaced decision as current', 'says the fact is missing'
 VERDICTS = ('pass', 'fail', 'incomplete')
 COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_current'}
-TABLE_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
+VERDICT_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
                 'Cases passed in every trial']
 # Why answers failed: each joined with the fact-recall row of the request it was given (failure_causes).
 CAUSES = {'passed': 'Passed', 'model_failed': 'Failed, every required fact in the request (the model)',
@@ -32,9 +33,10 @@ CAUSES = {'passed': 'Passed', 'model_failed': 'Failed, every required fact in th
           'stale_carried': 'Gave a stale fact the request carried'}
 NAMED = 5  # ids a refusal names before it only counts them
 KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
+PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; a pattern that cannot run away takes microseconds
 
 
-def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
+def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
     """{case_id: {'must': [...], 'stale': [...]}} for each of cases, and for no id but those of every (the case set);
     every pattern compiles, and one that matches none of its case's facts of its kind, usually a typo, is warned of."""
     document = read_json(path, 'answer keys', 'restore it from version control')
@@ -50,13 +52,13 @@ def load_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
             where, patterns = f'{path}: keys.{case["id"]}.{kind}', key[kind]
             if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns) or (
                     kind == 'must' and not patterns):
-                raise LabError(f'{where} must be {wanted}, got {shown(patterns)}')
+                raise LabError(f'{where} must be {wanted}, got {excerpt(patterns)}')
             for index, pattern in enumerate(patterns):
                 try:
-                    found = any(re.search(pattern, fact, re.I) for fact in case[facts])
+                    matched = any(found(pattern, fact) for fact in case[facts])
                 except re.error as error:
                     raise LabError(f'{where}[{index}] {pattern!r} is not a regular expression ({error})') from None
-                if not found:
+                if not matched:
                     print(f'{where}[{index}] {pattern!r}: warning: matches none of the case\'s {facts} facts; '
                           'check it for a typo', file=sys.stderr)
     return keys
@@ -70,11 +72,27 @@ def exactly(path: Path, what: str, found: dict, case_ids: list[str], known: set[
                        f'{missing[:NAMED]}, {len(extra)} for no case {extra[:NAMED]}')
 
 
+def found(pattern: str, text: str) -> bool:
+    """Whether a key pattern matches text, ignoring case; past PATTERN_SECONDS, one LabError: a user's pattern such as
+    (a+)+$ would backtrack for hours on a 41-character answer. The timer's signal stops even a search in C."""
+    def stop(*_) -> None:
+        raise LabError(f'the key pattern {pattern!r} ran past {PATTERN_SECONDS:g} s on a text of {len(text):,} '
+                       'characters and was stopped: it backtracks without bound (a repeat inside a repeat, as in '
+                       '(a+)+); rewrite it')
+    previous = set_handler(SIGALRM, stop)
+    setitimer(ITIMER_REAL, PATTERN_SECONDS)
+    try:
+        return re.search(pattern, text, re.I) is not None
+    finally:
+        setitimer(ITIMER_REAL, 0)
+        set_handler(SIGALRM, previous)
+
+
 def matches_any(patterns: list[str], text: str) -> bool:
-    return any(re.search(pattern, text, re.I) for pattern in patterns)
+    return any(found(pattern, text) for pattern in patterns)
 
 
-def grade(text: str, key: dict) -> tuple[str, str]:
+def answer_verdict(text: str, key: dict) -> tuple[str, str]:
     """(verdict, reason) for one answer to the case of key. A sentence naming a stale pattern reads as a
     correction when it matches REPLACED or also states a must pattern; else it offers the old decision."""
     if not text.strip():  # nothing to grade; the text itself is matched unstripped
@@ -82,7 +100,7 @@ def grade(text: str, key: dict) -> tuple[str, str]:
     if any(matches_any(key['stale'], sentence) for sentence in SENTENCE.split(text)
            if not REPLACED.search(sentence) and not matches_any(key['must'], sentence)):
         return 'fail', STALE_AS_CURRENT
-    if all(re.search(must, text, re.I) for must in key['must']):
+    if all(found(must, text) for must in key['must']):
         return 'pass', 'every required fact'
     return 'fail', (SAID_MISSING if SAYS_MISSING.search(text) else 'required fact absent')
 
@@ -96,13 +114,13 @@ def tally(by_case: dict) -> dict:
                                             for entries in by_case.values())}
 
 
-def grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
+def key_grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
     """(grades before the checks, after them) from (strategy, case, answer, its request's fact-recall row or None)."""
     causes = {strategy: dict.fromkeys(CAUSES, 0) for strategy in graded}
     to_read = []
     for strategy, case_id, answer, row in joined:
         key, where = keys[case_id], {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
-        verdict, reason = grade(answer['answer'], key)
+        verdict, reason = answer_verdict(answer['answer'], key)
         graded[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
         if row is not None:
             cause = 'passed' if verdict == 'pass' else 'rule_failed' if row['missing'] else 'model_failed'
@@ -115,7 +133,7 @@ def grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dict]:
             {'answers_to_read': to_read, 'graded': graded})
 
 
-def report(grades: dict, cut_off: str) -> list[str]:
+def key_tables(grades: dict, cut_off: str) -> list[str]:
     """The summary in the original's layout, why answers failed, the cut_off line, the answers a person must read."""
     summary = grades['summary']
     rows = [[name, f'{s["pass"]} of {s["pass"] + s["fail"] + s["incomplete"]}', str(s['fail']),
@@ -125,7 +143,7 @@ def report(grades: dict, cut_off: str) -> list[str]:
     incomplete = ', '.join(f'{strategy} {s["incomplete"]}' for strategy, s in summary.items() if s['incomplete'])
     to_read = grades['answers_to_read']
     answers = len({(a['strategy'], a['case'], a['seed']) for a in to_read})
-    return [markdown_table(TABLE_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
+    return [markdown_table(VERDICT_HEADER, rows) + 'Why answers failed (leaving out answers to requests no '
             'longer sent):\n' + markdown_table(['Rule', *CAUSES.values()], causes).rstrip('\n'),
             *([f'Incomplete (empty answers): {incomplete}'] if incomplete else []), cut_off,
             'To read (a sentence names both the replaced and the current decision, so the grader cannot tell '

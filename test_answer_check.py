@@ -4,7 +4,7 @@
 
 Commands run through common.run, as a user's do, against the fake Ollama server of test_support.py on
 127.0.0.1; no model is called. The regex grader is tested in test_answer_keys.py, the F1 grader in
-test_answer_f1.py, the client in test_answer_model.py and the recording run in test_answer_record.py. Every file
+test_answer_f1.py, the client in test_ollama_client.py and the recording run in test_answer_record.py. Every file
 a test writes goes to a temporary directory; the shipped files are only read. Every HTTP request in these tests is
 checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test can reach a real server.
 """

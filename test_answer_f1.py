@@ -10,7 +10,7 @@ import json
 import os
 from unittest import mock
 
-from answer_f1 import f1, load_keys, tokens
+from answer_f1 import f1, load_gold_answers, tokens
 from answer_model import load_model
 from test_support import AnswerFilesTest, FakeOllama, Rejecting, only_loopback, reply, run_answer_check
 
@@ -78,7 +78,8 @@ class GoldFileTest(Rejecting):
                                ({'answers': {'conv-1-q0': 'x'}}, "none for 1 ['conv-1-q1'], 0 for no case []"),
                                ({'answers': {**GOLD['answers'], 'conv-9-q9': 'x'}}, "1 for no case ['conv-9-q9']")):
             with self.subTest(data=data):
-                self.assertIn(expected, self.rejection(lambda path: load_keys(path, CASES, CASES), 'gold.json', data))
+                self.assertIn(expected, self.rejection(lambda path: load_gold_answers(path, CASES, CASES), 'gold.json',
+                                                       data))
 
 
 class GraderTest(AnswerFilesTest):

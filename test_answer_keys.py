@@ -12,12 +12,16 @@ import json
 from pathlib import Path
 import re
 import tempfile
+import time
 import unittest
+from unittest import mock
 
 import answer_check
-from answer_keys import grade, load_keys
+import answer_keys
+from answer_keys import answer_verdict, load_answer_keys
 from answer_model import load_model
 from case_set import load_cases
+from common import LabError
 from test_support import (FakeOllama, Rejecting, client_for, held_out_cases, only_loopback, run_answer_check,
                           recorded_answer as answer)
 
@@ -38,17 +42,17 @@ KEYS = shipped_keys()['keys']
 
 
 def graded(case_id: str, text: str) -> tuple[str, str]:
-    return grade(text, KEYS[case_id])
+    return answer_verdict(text, KEYS[case_id])
 
 
 class KeysTest(unittest.TestCase):
     def test_keys_cover_exactly_the_held_out_cases(self):
-        self.assertEqual(sorted(load_keys(HERE / 'answer-keys.json', held_out_cases(), EVERY)), sorted(HELD_OUT))
+        self.assertEqual(sorted(load_answer_keys(HERE / 'answer-keys.json', held_out_cases(), EVERY)), sorted(HELD_OUT))
         self.assertEqual(sorted(case['id'] for case in held_out_cases()), sorted(HELD_OUT))
 
     def test_keys_are_the_ones_fixed_before_the_first_answer(self):
         # Any change to a pattern regrades every recording: it has to be deliberate, here as in the file.
-        self.assertEqual(load_keys(HERE / 'answer-keys.json', held_out_cases(), EVERY), {
+        self.assertEqual(load_answer_keys(HERE / 'answer-keys.json', held_out_cases(), EVERY), {
             'held-latest': {'must': ['mateo'], 'stale': []},
             'held-old-decision': {'must': ['object storage'], 'stale': []},
             'held-correction': {'must': ['redis'], 'stale': ['rabbitmq']},
@@ -131,7 +135,7 @@ class GradeTest(unittest.TestCase):
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'So: Redis, not RabbitMQ.'}])
         self.assertEqual([entry['verdict'] for entry in grades['graded']['recent']['held-correction']],
                          ['pass', 'fail', 'pass'])
-        lines = answer_check.report(grades).split('\n\n')[0].splitlines()
+        lines = answer_check.grades_report(grades).split('\n\n')[0].splitlines()
         self.assertEqual(lines[-4], 'To read (a sentence names both the replaced and the current decision, so the '
                                     'grader cannot tell which it offers as current; verdicts stand as graded): '
                                     '2 answers')
@@ -163,6 +167,19 @@ class GradeTest(unittest.TestCase):
             with self.subTest(text=text):
                 self.assertEqual(graded('held-latest', text), ('incomplete', 'no answer'))
 
+    def test_a_pattern_that_backtracks_without_bound_is_stopped_at_the_time_limit(self):
+        # (a+)+$ on 22 a's and a '!' takes about 0.3 s here, each a's more doubling it; 41 of them run for days.
+        text, key = 'a' * 22 + '!', {'must': ['(a+)+$'], 'stale': []}
+        started = time.monotonic()
+        with (mock.patch.object(answer_keys, 'PATTERN_SECONDS', 0.05, create=True),  # create: absent before the bound
+              self.assertRaises(LabError) as caught):
+            answer_verdict(text, key)
+        self.assertLess(time.monotonic() - started, 0.25)
+        self.assertEqual(str(caught.exception), "the key pattern '(a+)+$' ran past 0.05 s on a text of 23 characters "
+                                                'and was stopped: it backtracks without bound (a repeat inside a '
+                                                'repeat, as in (a+)+); rewrite it')
+        self.assertEqual(answer_verdict(text, {'must': ['a+!$'], 'stale': []}), ('pass', 'every required fact'))
+
     def test_summary_counts_each_outcome_per_strategy_and_the_table_shows_them(self):
         recorded = {'model': load_model(), 'answers': {
             'notes': {'held-correction': [answer('We use RabbitMQ.', seed) for seed in (1, 2)],
@@ -176,7 +193,7 @@ class GradeTest(unittest.TestCase):
                       'cases_passed_every_trial': 1},
             'recent': {'pass': 2, 'fail': 1, 'incomplete': 1, 'said_missing': 1, 'stale_as_current': 0,
                        'cases_passed_every_trial': 0}})
-        self.assertEqual(answer_check.report(grades).splitlines()[:14], [
+        self.assertEqual(answer_check.grades_report(grades).splitlines()[:14], [
             '| Strategy | Pass | Fail | Of which said missing | Replaced decision as current '
             '| Cases passed in every trial |',
             '|---|---|---|---|---|---|',
@@ -219,12 +236,12 @@ class GradeTest(unittest.TestCase):
             'notes': {'passed': 1, 'model_failed': 2, 'rule_failed': 1, 'stale_carried': 1}})
         self.assertEqual(grades['outdated_requests'],
                          [{'strategy': 'recent', 'case': 'held-latest', 'seed': 1, 'reason': 'request changed'}])
-        self.assertIn('\n| recent | 0 | 0 | 2 | 0 |\n| notes | 1 | 2 | 1 | 1 |\n', answer_check.report(grades))
+        self.assertIn('\n| recent | 0 | 0 | 2 | 0 |\n| notes | 1 | 2 | 1 | 1 |\n', answer_check.grades_report(grades))
 
 
 class KeysValidationTest(Rejecting):
     def load(self, keys: dict) -> str:
-        return self.rejection(lambda path: load_keys(path, held_out_cases(), EVERY), 'answer-keys.json', keys)
+        return self.rejection(lambda path: load_answer_keys(path, held_out_cases(), EVERY), 'answer-keys.json', keys)
 
     def test_key_fields_must_be_lists_of_regex_strings(self):
         for case_id, kind, value, expected in (
@@ -276,7 +293,7 @@ class KeysValidationTest(Rejecting):
             path = Path(folder) / 'answer-keys.json'
             path.write_text(json.dumps(keys))
             with contextlib.redirect_stderr(io.StringIO()) as err:
-                loaded = load_keys(path, held_out_cases(), EVERY)
+                loaded = load_answer_keys(path, held_out_cases(), EVERY)
         self.assertEqual(loaded['held-latest']['must'], ['mateo', 'mateos'])
         self.assertEqual(err.getvalue(), (
             f"{path}: keys.held-latest.must[1] 'mateos': warning: matches none of the case's required facts; check it "

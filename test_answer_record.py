@@ -32,8 +32,10 @@ import unittest
 from unittest import mock
 
 import answer_check
-from answer_model import AnswerModel, load_model
+import answer_keys
+from answer_model import load_model
 from common import python_command
+from ollama_client import OllamaClient
 from strategies import RULES
 from test_support import (LOADED_CONTEXT, NO_ORACLE, OFFICIAL_TEMPLATE, OTHER, PINNED, SERVER_VERSION, AnswerFilesTest,
                           FakeOllama, client_for, closed_port, counted_reply, held_out_cases, ollama_command,
@@ -56,7 +58,7 @@ def steady_reply(body: dict, number: int) -> tuple[int, dict]:
 
 class RecordTest(AnswerFilesTest):
     def run_main(self, argv: list[str], host: str | None = None, cases: Path = HERE / 'cases.json',
-                 folder: Path | None = None, client: AnswerModel | None = None):
+                 folder: Path | None = None, client: OllamaClient | None = None):
         """answer_check.py writing into folder (default: this test's folder); (exit code, stdout, stderr)."""
         folder = folder if folder is not None else self.folder
         with mock.patch.dict(os.environ, {'OLLAMA_HOST': host} if host else {}):  # as a user's command finds it
@@ -109,10 +111,10 @@ class RecordTest(AnswerFilesTest):
         with FakeOllama() as fake:
             code, out, err = self.run_main(['record'], fake.host)
         self.assertEqual(code, 0, err)
-        # The loaded context is asked for once, after the first answer.
+        # The digest is read again after every answer; the loaded context is asked for once, after the first.
         self.assertEqual([(m, p) for m, p, _ in fake.requests],
-                         [('GET', '/api/version'), ('GET', '/api/tags'), ('POST', '/api/chat'), ('GET', '/api/ps')]
-                         + [('POST', '/api/chat')] * 119 + [('GET', '/api/tags')])  # the digest again, at the end
+                         [('GET', '/api/version'), ('GET', '/api/tags'), ('POST', '/api/chat'), ('GET', '/api/tags'),
+                          ('GET', '/api/ps')] + [('POST', '/api/chat'), ('GET', '/api/tags')] * 119)
         self.assertEqual(fake.chats(), self.expected_chats())
         calls = [line for line in err.splitlines() if line.startswith('call ')]
         self.assertEqual(len(calls), 120)
@@ -303,6 +305,27 @@ class RecordTest(AnswerFilesTest):
         self.assertIn('answer-result.partial.json holds answers from digest b37049369adf on Ollama 0.99.0, not from '
                       'this server; none is reused\n', err)
 
+    def test_grading_stopped_after_a_whole_recording_says_that_the_recording_is_written(self):
+        keys = {'keys': {case['id']: {'must': ['(a+)+$'], 'stale': []} for case in held_out_cases()}}
+        (self.folder / 'slow-keys.json').write_text(json.dumps(keys))
+
+        def interrupted(*args):
+            raise KeyboardInterrupt
+        whole = 'answer-result.json holds every answer: grade it with the same command without `record`'
+        for name, argv, patch, code, last in (
+                ('Ctrl-C', [], mock.patch.object(answer_keys, 'answer_verdict', interrupted), 130,
+                 f'answer_check.py: interrupted; {whole}'),
+                ('a runaway key pattern', ['--keys', str(self.folder / 'slow-keys.json')],
+                 mock.patch.object(answer_keys, 'PATTERN_SECONDS', 0.05, create=True), 2,
+                 "answer_check.py: the key pattern '(a+)+$' ran past 0.05 s on a text of 23 characters and was "
+                 f'stopped: it backtracks without bound (a repeat inside a repeat, as in (a+)+); rewrite it; {whole}')):
+            with self.subTest(name), patch:
+                self.result.unlink(missing_ok=True)
+                code_got, out, err, fake = self.sampled(argv, lambda body, n: (200, reply('a' * 22 + '!')))
+                self.assertEqual((code_got, out, err.splitlines()[-1]), (code, '', last))
+                self.assertEqual(len(json.loads(self.result.read_text())['answers']), 4)
+                self.assertFalse(self.grades.exists())
+
     def test_ctrl_c_during_a_call_keeps_both_files_valid(self):
         previous = b'{"previous": "recording"}\n'
         self.result.write_bytes(previous)
@@ -456,23 +479,27 @@ class RecordTest(AnswerFilesTest):
         code, out, err, fake = self.sampled([])  # a rerun asks only for the other 18
         self.assertEqual((code, len(fake.chats())), (0, 18), err)
 
-    def test_a_tag_that_moves_during_the_run_keeps_no_answer_of_it(self):
+    def test_a_tag_that_moves_mid_run_even_and_back_fails_the_call_it_moved_in_and_keeps_those_before(self):
         previous = b'{"previous": "recording"}\n'
-        self.result.write_bytes(previous)
-        fakes = []
+        for back_at in (None, 12):  # moved for good, or moved and moved back two answers later
+            with self.subTest(back_at=back_at):
+                self.result.write_bytes(previous)
+                (self.folder / 'answer-result.partial.json').unlink(missing_ok=True)
+                fakes = []
 
-        def moving(body, number):
-            if number == 10:
-                fakes[0].digest = OTHER  # `ollama pull` in another terminal, half-way through
-            return steady_reply(body, number)
-        with FakeOllama(chat=moving) as fake:
-            fakes.append(fake)
-            code, out, err = self.run_main(['record', '--sample', '1'], fake.host)
-        self.assertEqual((code, out, len(fake.chats())), (2, '', 20))
-        self.assertEqual(err.splitlines()[-1], f'answer_check.py: Ollama at {fake.host} now has gemma4:e2b with '
-                         f'digest {OTHER}, not the pinned {PINNED}: the tag moved during the run, so no answer of it '
-                         'is kept (answer-result.partial.json is discarded, answer-result.json unchanged)')
-        self.assertEqual((self.result.read_bytes(), self.kept()), (previous, 0))
+                def moving(body, number):
+                    if number in (10, back_at):  # `ollama pull` in another terminal, half-way through
+                        fakes[0].digest = OTHER if number == 10 else PINNED
+                    return steady_reply(body, number)
+                with FakeOllama(chat=moving) as fake:
+                    fakes.append(fake)
+                    code, out, err = self.run_main(['record', '--sample', '1'], fake.host)
+                self.assertEqual((code, out, len(fake.chats())), (2, '', 10))
+                self.assertEqual(err.splitlines()[-1], 'answer_check.py: call 10 of 20 (relevant held-pronoun seed 5): '
+                                 f'Ollama at {fake.host} now has gemma4:e2b with digest {OTHER}, not the pinned '
+                                 f'{PINNED}: the tag moved while this answer was made, so it is not kept; the 9 '
+                                 'answers so far are kept in answer-result.partial.json')
+                self.assertEqual((self.result.read_bytes(), self.kept()), (previous, 9))
 
     def test_the_partial_file_grows_by_one_line_per_answer_and_is_never_rewritten(self):
         partial, seen = self.folder / 'answer-result.partial.json', []

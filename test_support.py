@@ -36,8 +36,7 @@ from unittest import mock
 
 import requests
 
-import answer_model
-from answer_model import AnswerModel, load_model
+from answer_model import load_model
 from case_set import load_cases
 import common
 from jinja2.ext import loopcontrols
@@ -45,6 +44,8 @@ from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+import ollama_client
+from ollama_client import OllamaClient
 from prepared_folder import PREPARED
 
 HERE = Path(__file__).parent
@@ -73,8 +74,8 @@ def only_loopback():
     """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1 and wait TIMEOUT."""
     for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
                     mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'}),
-                    mock.patch.object(answer_model, 'CHECK_TIMEOUT', TIMEOUT),
-                    mock.patch.object(answer_model, 'CHAT_TIMEOUT', TIMEOUT)):
+                    mock.patch.object(ollama_client, 'CHECK_TIMEOUT', TIMEOUT),
+                    mock.patch.object(ollama_client, 'CHAT_TIMEOUT', TIMEOUT)):
         patcher.start()
         unittest.addModuleCleanup(patcher.stop)
 
@@ -314,10 +315,10 @@ def hypothesis_home_outside_the_tree():
     return set_up, tear_down
 
 
-def client_for(host: str) -> AnswerModel:
+def client_for(host: str) -> OllamaClient:
     """The real client, finding the server through OLLAMA_HOST as a user's would."""
     with mock.patch.dict(os.environ, {'OLLAMA_HOST': host}):
-        return AnswerModel(load_model())
+        return OllamaClient(load_model())
 
 
 def run_command(main, argv: list[str], script: str) -> tuple[int, str, str]:
