@@ -34,9 +34,8 @@ from strategies import RULES
 from text import counted
 from tokenizer import count_request
 
-KEYS_PATH = common.HERE / 'answer-keys.json'
-RESULT_PATH = common.HERE / 'answer-result.json'
-GRADES_PATH = common.HERE / 'answer-grades.json'
+KEYS_PATH, RESULT_PATH, GRADES_PATH = (common.HERE / name  # the shipped keys, recording and grades
+                                      for name in ('answer-keys.json', 'answer-result.json', 'answer-grades.json'))
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
 GRADES_SUFFIX = '.grades.json'  # where the grades of an --output recording go
 JSON_INDENT = 1  # how the answer files are indented
