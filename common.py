@@ -27,6 +27,7 @@ REQUIREMENT = re.compile(r'(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\
                          r'\s*(?P<rest>(?:[=<>!~;].*)?)')
 EXACT_PIN = re.compile(r'==\s*(?P<version>[^\s,;*]+)\s*')  # ==1.2.3, and nothing else, pins one version
 EXIT_ERROR = 2  # a mistake the user can fix
+MESSAGE_CHARS = 2000  # an error line is cut to this length: a file's or a rule's text can be megabytes
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 DEFAULT_CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
@@ -91,6 +92,13 @@ def package_advice(missing: list[str]) -> str:
     return f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
 
 
+def cut(line: str, most: int = MESSAGE_CHARS) -> str:
+    """A line of at most about `most` characters that says what it left out: cut('x' * 2500) -> 1,970 x's, then
+    '… (530 more characters)'."""
+    kept = most - 30  # room for the note
+    return line if len(line) <= most else f'{line[:kept]}… ({len(line) - kept:,} more characters)'
+
+
 def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool = True) -> None:
     """Exit with main(arguments), after checking the locked packages unless `packages=False`. A LabError is one
     line on stderr and exit 2, Ctrl-C exit 130 (after 'interrupted; ', `interrupted` or the KeyboardInterrupt's
@@ -107,7 +115,7 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
         status = main(sys.argv[1:])
         sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
     except (LabError, UnicodeEncodeError) as error:  # the latter: e.g. PYTHONIOENCODING=ascii and text that is not
-        problem = printable(str(error)) if isinstance(error, LabError) else (  # one line, whatever a name holds
+        problem = cut(printable(str(error))) if isinstance(error, LabError) else (  # one line, of bounded length
             f'the output cannot be written as {error.encoding} (it holds {error.object[error.start:error.end]!r}); '
             'set PYTHONIOENCODING=utf-8')
         print(f'{script_name()}: {problem}', file=sys.stderr)

@@ -20,7 +20,8 @@ from common import HERE, LabError, python_command, run
 from lab_files import PREPARED_JSON, sha256_file
 
 PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
-PREPARED = Path(os.environ.get(PREPARED_ENV) or HERE / 'prepared').resolve()  # written by prepare.py, git-ignored
+# Written by prepare.py, git-ignored; realpath, unlike resolve, leaves a symlink loop for the checks to name.
+PREPARED = Path(os.path.realpath(os.environ.get(PREPARED_ENV) or HERE / 'prepared'))
 MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity; no script edits it
 TOKENIZER_JSON = 'tokenizer.json'
 SOURCES = ('hub', 'pypi')

@@ -221,6 +221,15 @@ class CommandTest(TempFolderTest):
         self.assertIn(f"{copy / 'tokenizer.json'} no longer matches its recorded size and sha256", result.stderr)
         self.assertEqual(result.stderr.count('\n'), 1)
 
+    def test_a_symlink_loop_as_the_prepared_folder_is_one_line_not_a_traceback_at_import(self):
+        loop = self.tmp / 'loop'
+        loop.symlink_to('loop')
+        result = subprocess.run([sys.executable, 'prepared_folder.py'], cwd=HERE, capture_output=True, text=True,
+                                timeout=60, env={**os.environ, PREPARED_ENV: str(loop)})
+        self.assertEqual((result.returncode, result.stdout, result.stderr.count('\n')), (2, '', 1), result.stderr)
+        self.assertTrue(result.stderr.startswith(f'prepared_folder.py: {loop} is not a valid prepared counter: '),
+                        result.stderr)
+
     def test_a_damaged_manifest_is_one_line_not_a_traceback(self):
         lab = self.tmp / 'lab'  # the command reads the manifest beside itself
         lab.mkdir()
