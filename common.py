@@ -27,7 +27,7 @@ REQUIREMENT = re.compile(r'(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\
                          r'\s*(?P<rest>(?:[=<>!~;].*)?)')
 EXACT_PIN = re.compile(r'==\s*(?P<version>[^\s,;*]+)\s*')  # ==1.2.3, and nothing else, pins one version
 EXIT_ERROR = 2  # a mistake the user can fix
-MESSAGE_CHARS = 2000  # an error line is cut to this length: a file's or a rule's text can be megabytes
+MESSAGE_CHARS = 8000  # an error line is cut to this length: a file's or a rule's text can be megabytes
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 DEFAULT_CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
@@ -93,7 +93,7 @@ def package_advice(missing: list[str]) -> str:
 
 
 def cut(line: str, most: int = MESSAGE_CHARS) -> str:
-    """A line of at most about `most` characters that says what it left out: cut('x' * 2500) -> 1,970 x's, then
+    """A line of at most about `most` characters that says what it left out: cut('x' * 8500) -> 7,970 x's, then
     '… (530 more characters)'."""
     kept = most - 30  # room for the note
     return line if len(line) <= most else f'{line[:kept]}… ({len(line) - kept:,} more characters)'

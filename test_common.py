@@ -109,10 +109,10 @@ class RunTest(unittest.TestCase):
             raise error
         return main
 
-    def test_a_ten_megabyte_error_is_one_line_cut_to_about_two_thousand_characters_that_says_so(self):
+    def test_a_ten_megabyte_error_is_one_line_cut_to_about_eight_thousand_characters_that_says_so(self):
         status, out, err = self.outcome(self.raising(LabError('x' * 10_000_000)))
-        # 'evaluate.py: ', 1,970 of the x's, '… (9,998,030 more characters)' and the newline: 13 + 1970 + 29 + 1.
-        self.assertEqual((status, out, len(err), err[-31:]), (2, '', 2013, 'x… (9,998,030 more characters)\n'))
+        # 'evaluate.py: ', 7,970 of the x's, '… (9,992,030 more characters)' and the newline: 13 + 7970 + 29 + 1.
+        self.assertEqual((status, out, len(err), err[-31:]), (2, '', 8013, 'x… (9,992,030 more characters)\n'))
         self.assertEqual(err.count('\n'), 1)
 
     def test_a_lab_error_is_one_line_naming_the_script_and_exit_2(self):
