@@ -22,8 +22,10 @@ ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
 PUNCTUATION = str.maketrans('', '', string.punctuation)
 MULTI_HOP, OPEN_DOMAIN = CATEGORIES[1], CATEGORIES[3]  # the kinds LoCoMo scores in parts
 DIGITS = 3  # decimals of a recorded F1 and of its means
-MEANS = ('mean_f1', 'with_every_fact_in_request', 'with_a_fact_missing')  # per rule, as the grades file names them
-HEADER = ['Rule', 'Answers', 'Mean F1', 'With every fact in the request', 'With a fact missing']
+# Right (F1 at the threshold or above) or not, crossed with every required fact in the request or not: as CAUSES'.
+FOUR_WAYS = ('right_every_fact', 'right_fact_missing', 'wrong_every_fact', 'wrong_fact_missing')
+HEADER = ['Rule', 'All', 'Right, every fact in the request', 'Right, a fact missing',
+          'Wrong, every fact in the request', 'Wrong, a fact missing']
 
 
 @lru_cache(maxsize=1)
@@ -69,31 +71,34 @@ def load_gold_answers(path: Path, cases: list[dict], every: list[dict]) -> dict[
     return answers
 
 
-def mean(values: list[float]) -> float | None:
-    return round(sum(values) / len(values), DIGITS) if values else None
-
-
-def f1_grades(joined: list[tuple], gold: dict, kinds: dict, graded: dict) -> tuple[dict, dict]:
-    """As answer_keys.key_grades: the mean F1 per rule, by whether the request held every required fact, per kind."""
+def f1_grades(joined: list[tuple], gold: dict, kinds: dict, threshold: float, graded: dict) -> tuple[dict, dict]:
+    """As answer_keys.key_grades: per rule, the answers and their mean F1 in all, in the four ways (right, at threshold
+    or above, or not, crossed with every required fact in the request or not) and per kind."""
     scores: dict = {strategy: {} for strategy in graded}
     for strategy, case_id, answer, row in joined:
         score = round(f1(answer['answer'], gold[case_id], kinds[case_id]), DIGITS)
         graded[strategy][case_id].append({'seed': answer['seed'], 'f1': score})
-        evidence = [] if row is None else [MEANS[2] if row['missing'] else MEANS[1]]
-        for column in (MEANS[0], *evidence, ('kind', kinds[case_id])):
+        way = [] if row is None else [FOUR_WAYS[2 * (score < threshold) + bool(row['missing'])]]
+        for column in ('all', *way, ('kind', kinds[case_id])):
             scores[strategy].setdefault(column, []).append(score)
-    return {'grader': 'f1', 'f1': {strategy: {
-        'answers': len(lists[MEANS[0]]), **{column: mean(lists.get(column, [])) for column in MEANS},
-        'by_kind': {column[1]: mean(values) for column, values in lists.items() if column not in MEANS}}
+
+    def cell(values: list[float]) -> dict:
+        return {'answers': len(values), 'mean_f1': round(sum(values) / len(values), DIGITS) if values else None}
+    return {'grader': 'f1', 'f1_threshold': threshold, 'f1': {strategy: {
+        **{column: cell(lists.get(column, [])) for column in ('all', *FOUR_WAYS)},
+        'by_kind': {column[1]: cell(values) for column, values in lists.items() if isinstance(column, tuple)}}
         for strategy, lists in scores.items()}}, {'graded': graded}
 
 
 def f1_tables(grades: dict, cut_off: str) -> list[str]:
-    """The table of mean F1 per rule, then the cut_off line."""
+    """The answers and their mean F1 per rule, in all, the four ways and per kind; then the cut_off line."""
     kinds = list(dict.fromkeys(kind for row in grades['f1'].values() for kind in row['by_kind']))
 
-    def cell(value: float | None) -> str:
-        return '-' if value is None else f'{value:.{DIGITS}f}'
-    rows = [[rule, str(row['answers']), *[cell(row[column]) for column in MEANS],
-             *[cell(row['by_kind'].get(kind)) for kind in kinds]] for rule, row in grades['f1'].items()]
-    return [markdown_table(HEADER + kinds, rows).rstrip('\n'), cut_off]
+    def shown(cell: dict | None) -> str:
+        return f'{cell["answers"]}: {cell["mean_f1"]:.{DIGITS}f}' if cell and cell['answers'] else '0'
+    rows = [[rule, *[shown(row[column]) for column in ('all', *FOUR_WAYS)], *[shown(row['by_kind'].get(kind))
+                                                                           for kind in kinds]]
+            for rule, row in grades['f1'].items()]
+    return [f'Right: an F1 of {grades["f1_threshold"]:g} or more (--f1-threshold). Each cell: answers: their mean F1; '
+            'the four ways leave out answers to requests no longer sent.',
+            markdown_table(HEADER + kinds, rows).rstrip('\n'), cut_off]

@@ -28,12 +28,14 @@ COUNTED_REASONS = {SAID_MISSING: 'said_missing', STALE_AS_CURRENT: 'stale_as_cur
 VERDICT_HEADER = ['Strategy', 'Pass', 'Fail', 'Of which said missing', 'Replaced decision as current',
                 'Cases passed in every trial']
 # Why answers failed: each joined with the fact-recall row of the request it was given (failure_causes).
-CAUSES = {'passed': 'Passed', 'model_failed': 'Failed, every required fact in the request (the model)',
+CAUSES = {'passed': 'Passed, every required fact in the request',
+          'passed_fact_missing': 'Passed, a required fact not in the request (a guess, or what the model knew)',
+          'model_failed': 'Failed, every required fact in the request (the model)',
           'rule_failed': 'Failed, a required fact not in the request (the rule)',
           'stale_carried': 'Gave a stale fact the request carried'}
 NAMED = 5  # ids a refusal names before it only counts them
 KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
-PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; a pattern that cannot run away takes microseconds
+PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; one that cannot run away takes microseconds
 
 
 def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
@@ -123,8 +125,8 @@ def key_grades(joined: list[tuple], keys: dict, graded: dict) -> tuple[dict, dic
         verdict, reason = answer_verdict(answer['answer'], key)
         graded[strategy][case_id].append({'seed': answer['seed'], 'verdict': verdict, 'reason': reason})
         if row is not None:
-            cause = 'passed' if verdict == 'pass' else 'rule_failed' if row['missing'] else 'model_failed'
-            causes[strategy][cause] += 1
+            # CAUSES' first four, in order: passed or failed, crossed with every required fact sent or not.
+            causes[strategy][list(CAUSES)[2 * (verdict != 'pass') + bool(row['missing'])]] += 1
             causes[strategy]['stale_carried'] += reason == STALE_AS_CURRENT and bool(row['stale_included'])
         # A sentence naming a stale and a must pattern reads as a correction, whichever decision it offers.
         to_read += [{**where, 'sentence': sentence.strip()} for sentence in SENTENCE.split(answer['answer'])

@@ -1,39 +1,57 @@
-"""The pinned answer model: its pin (answer-model.json), the request sent for an answer, and a recording's shape.
+"""The pinned answer model: its pin (answer-model.json), the request sent for an answer, a recording and its partial file.
 
-    .venv/bin/python answer_model.py    # does the server hold the pinned build? sends no chat request
+    .venv/bin/python answer_model.py                          # does the server hold the pinned build? sends no chat
+    .venv/bin/python answer_model.py --model my-model.json    # the same for the pin `answer_check.py pin` wrote
 
-Every file is checked field by field, each fault one LabError line. The check command asks the server through
-ollama_client.py; it writes nothing and pulls nothing.
+Every file is checked field by field, each fault one LabError line; answer_check.py has it write the recordings.
+The check command asks the server through ollama_client.py; it writes nothing and pulls nothing.
 """
 import argparse
 import hashlib
 import json
 from pathlib import Path
 import re
+import sys
 
 import common
 from common import LabError
-from lab_files import read_json
+import lab_files
 
 MODEL_PATH = common.HERE / 'answer-model.json'
-# The fields answer-model.json must have; a recording copies them into its model block.
-MODEL_FIELDS = ('checked_on', 'publisher_model', 'license', 'ollama_tag', 'ollama_digest', 'ollama_version',
-                'quantization', 'parameters', 'options', 'think', 'trials', 'seeds')
+PIN_AGAIN = 'write it again with `answer_check.py pin TAG --output FILE`'
 SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
-HEX64 = re.compile(r'[0-9a-f]{64}')  # a sha256 as Ollama and hashlib print it
+# Checks of a field: (whether a value passes, what it must be).
+TEXT = (lambda v: isinstance(v, str) and v != '', 'a non-empty string')
+COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')  # a token count's check
+POSITIVE = (lambda v: type(v) is int and v > 0, 'a positive integer')
+SHA256 = (lambda v: isinstance(v, str) and re.fullmatch('[0-9a-f]{64}', v) is not None, '64 lowercase hex digits')
+NUMBER = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), 'a number')
+# The fields answer-model.json must have, in order; a recording copies them into its model block.
+MODEL_CHECKS = {**dict.fromkeys(('checked_on', 'publisher_model', 'license', 'ollama_tag'), TEXT), 'ollama_digest': (
+    SHA256[0], '64 lowercase hex digits, as /api/tags reports them'), 'ollama_version': TEXT, 'quantization': TEXT,
+    'parameters': TEXT, 'options': (lambda v: isinstance(v, dict) and set(v) == set(SAMPLING_OPTIONS) and all(
+        NUMBER[0](n) for n in v.values()), f'a number for each of {", ".join(SAMPLING_OPTIONS)}, and nothing else'),
+    'think': (lambda v: v is False, 'false: the recording asks for answers without thinking'), 'trials': POSITIVE,
+    'seeds': (lambda v: isinstance(v, list) and all(type(s) is int for s in v) and len(set(v)) == len(v),
+              'distinct integers, one per trial')}
+MODEL_FIELDS = tuple(MODEL_CHECKS)
 # What a recording's model block adds to answer-model.json's from the server; no other field may differ.
 SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
-COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')  # a token count's check
 # Each recorded answer's fields and what each must be: answer()'s reply (its tool_calls is always a list), then
 # what the lab knew about the request.
 ANSWER_CHECKS = {
     'seed': (lambda v: type(v) is int, 'an integer'), 'answer': (lambda v: isinstance(v, str), 'a string'),
     'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
     'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
-    'prompt_tokens': COUNT, 'answer_tokens': COUNT,
-    'request_sha256': (lambda v: isinstance(v, str) and HEX64.fullmatch(v) is not None, '64 lowercase hex digits'),
-    'input_tokens': COUNT}
-ANSWER_FIELDS = list(ANSWER_CHECKS)
+    'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256, 'input_tokens': COUNT}
+# What a recording carries of the cases it asked about, so that grading needs no option repeated.
+CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
+                 'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
+JSON_INDENT = 1  # how the answer files are indented
+# What identifies the server behind a kept answer; an answer is reused only when all of it matches.
+SERVER_FIELDS = ('ollama_digest', 'ollama_version')
+ANSWER_LINE = {'strategy', 'case', 'answer'}  # a kept answer's line in the partial file
+FRESH = f'discard it with `{common.python_command()} answer_check.py record --fresh`'
 # Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so the second and later
 # seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed by #5371 in 0.1.49), and
 # 0.30.0 with its release candidates counted only what llama-server newly processed (fixed by #16428 in 0.30.1).
@@ -43,31 +61,16 @@ CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
 
 def load_model(path: Path = MODEL_PATH) -> dict:
     """answer-model.json, or a pin file like it, checked field by field."""
-    return check_model(path, read_json(path, 'answer model pin', 'restore it from version control, or '
-                                              'write it again with `answer_check.py pin TAG --output FILE`'))
+    return check_model(f'{path}: pin', lab_files.read_json(path, 'answer model pin', f'restore it from version control, '
+                                                        f'or {PIN_AGAIN}'))
 
 
-def check_model(path: Path, model) -> dict:
-    if not isinstance(model, dict) or set(model) != set(MODEL_FIELDS):
-        raise LabError(f'{path}: fields must be exactly {sorted(MODEL_FIELDS)}')
-    for field in ('ollama_tag', 'ollama_version'):
-        if not isinstance(model[field], str) or not model[field]:
-            raise LabError(f'{path}: {field} must be a non-empty string')
-    if not isinstance(model['ollama_digest'], str) or not HEX64.fullmatch(model['ollama_digest']):
-        raise LabError(f'{path}: ollama_digest must be 64 lowercase hex digits, as /api/tags reports them')
-    if not isinstance(model['options'], dict) or set(model['options']) != set(SAMPLING_OPTIONS):
-        raise LabError(f'{path}: options must be exactly {sorted(SAMPLING_OPTIONS)}')
-    for option, value in model['options'].items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise LabError(f'{path}: options.{option} must be a number')
-    trials, seeds = model['trials'], model['seeds']
-    if type(trials) is not int or trials < 1:
-        raise LabError(f'{path}: trials must be a positive integer')
-    if (not isinstance(seeds, list) or not all(type(s) is int for s in seeds)
-            or len(set(seeds)) != len(seeds) or len(seeds) != trials):
-        raise LabError(f'{path}: seeds must be {trials} distinct integers, one per trial')
-    if model['think'] is not False:
-        raise LabError(f'{path}: think must be false; the recording asks for answers without thinking')
+def check_model(where: str, model, advice: str = PIN_AGAIN) -> dict:
+    """A pin, or a recording's model block (which may add the context the server loaded), checked field by field."""
+    loaded = {'loaded_context_length': POSITIVE} if isinstance(model, dict) and 'loaded_context_length' in model else {}
+    check_fields(where, model, {**MODEL_CHECKS, **loaded}, advice)
+    if len(model['seeds']) != model['trials']:
+        raise LabError(f'{where}.seeds: must be {model["trials"]} distinct integers, one per trial; {advice}')
     return model
 
 
@@ -77,49 +80,44 @@ def excerpt(value) -> str:
     return text if len(text) <= 40 else text[:37] + '...'
 
 
-def check_answer(where: str, answer, advice: str) -> None:
-    if not isinstance(answer, dict):
-        raise LabError(f'{where}: must be an object with fields {ANSWER_FIELDS}, got {excerpt(answer)}; {advice}')
-    missing, extra = [field for field in ANSWER_FIELDS if field not in answer], sorted(set(answer) - set(ANSWER_FIELDS))
+def check_fields(where: str, value, checks: dict, advice: str) -> None:
+    """Refuse value unless it is an object with exactly the fields of checks, each as its check wants."""
+    if not isinstance(value, dict):
+        raise LabError(f'{where}: must be an object with fields {list(checks)}, got {excerpt(value)}; {advice}')
+    missing, extra = [field for field in checks if field not in value], sorted(set(value) - set(checks))
     if missing or extra:
-        raise LabError(f'{where}: fields must be exactly {ANSWER_FIELDS}; missing {missing}, unexpected {extra}; '
+        raise LabError(f'{where}: fields must be exactly {list(checks)}; missing {missing}, unexpected {extra}; '
                        f'{advice}')
-    for field, (valid, wanted) in ANSWER_CHECKS.items():
-        if not valid(answer[field]):
-            raise LabError(f'{where}.{field}: must be {wanted}, got {excerpt(answer[field])}; {advice}')
+    for field, (valid, wanted) in checks.items():
+        if not valid(value[field]):
+            raise LabError(f'{where}.{field}: must be {wanted}, got {excerpt(value[field])}; {advice}')
 
 
-def load_recording(path: Path, strategies, case_ids: list[str], what: str, advice: str) -> dict:
-    """{"model": a model block, "answers": {strategy: {case_id: [answer, ...]}}}, checked field by field."""
-    recorded = read_json(path, what, advice)
-    if not isinstance(recorded, dict) or set(recorded) != {'model', 'answers'}:
-        raise LabError(f'{path}: expected exactly "model" and "answers"; {advice}')
+def load_recording(path: Path, advice: str) -> dict:
+    """{"model": the pin it was made with, as the server reported it, "answers": {strategy: {case_id: [answer, ...]}},
+    and "chosen": its split, sample and the case file's sha256, which recordings made before it lack}, checked."""
+    recorded = lab_files.read_json(path, 'recording', advice)
+    if not isinstance(recorded, dict) or not {'model', 'answers'} <= set(recorded) <= {'model', 'answers', 'chosen'}:
+        raise LabError(f'{path}: expected "model", "answers" and "chosen"; {advice}')
     model, answers = recorded['model'], recorded['answers']
     if not isinstance(model, dict) or not isinstance(answers, dict):
         raise LabError(f'{path}: "model" and "answers" must be objects; {advice}')
-    if not isinstance(model.get('ollama_version'), str) or not model['ollama_version']:
-        raise LabError(f'{path}: model.ollama_version must name the server that answered; {advice}')
-    length = model.get('loaded_context_length')
-    if 'loaded_context_length' in model and not (type(length) is int and length > 0):
-        raise LabError(f'{path}: model.loaded_context_length must be a positive integer, got {excerpt(length)}; '
-                       f'{advice}')
+    check_model(f'{path}: model', model, advice)
+    if 'chosen' in recorded:
+        check_fields(f'{path}: chosen', recorded['chosen'], CHOSEN_CHECKS, advice)
     for strategy, by_case in answers.items():
-        if strategy not in strategies:
-            raise LabError(f'{path}: answers.{strategy}: not a rule of this run ({", ".join(strategies)}); {advice}')
         if not isinstance(by_case, dict):
             raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
         for case_id, listed in by_case.items():
             where = f'{path}: answers.{strategy}.{case_id}'
-            if case_id not in case_ids:
-                raise LabError(f'{where}: not one of the chosen case ids ({", ".join(case_ids)}); {advice}')
             if not isinstance(listed, list) or not listed:
                 raise LabError(f'{where} must be a non-empty list, got {excerpt(listed)}; {advice}')
             for index, answer in enumerate(listed):
-                check_answer(f'{where}[{index}]', answer, advice)
+                check_fields(f'{where}[{index}]', answer, ANSWER_CHECKS, advice)
     return recorded
 
 
-def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Path, advice: str) -> None:
+def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Path) -> None:
     """Refuse a recording whose model block is not the pinned build; only what the server reports may differ."""
     def as_json(model: dict, field: str) -> str | None:
         return json.dumps(model[field], sort_keys=True) if field in model else None  # 1 != 1.0, false != 0
@@ -127,7 +125,86 @@ def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Pa
               if field not in SERVER_REPORTED and as_json(recorded['model'], field) != as_json(pinned, field)]
     if differ:
         raise LabError(f'{result_path}: recorded with a build other than the one {model_path} pins '
-                       f'({", ".join(differ)} differ), so its answers are not graded; {advice}')
+                       f'({", ".join(differ)} differ), so its answers are not graded: leave out --model to grade '
+                       'them under the build the recording names, or record again')
+
+
+def encoded(path: Path, text: str) -> bytes:
+    try:
+        return text.encode('utf-8')
+    except UnicodeEncodeError as error:  # a lone surrogate in a server's answer cannot be stored as UTF-8
+        raise LabError(f'{path}: not written: the data holds text that is not valid Unicode '
+                       f'({error.reason} at {error.start})') from None
+
+
+def save(path: Path, data, what: str) -> None:
+    lab_files.write_output(path, encoded(path, lab_files.to_json(data, JSON_INDENT)), what)
+
+
+def append(path: Path, entry: dict | None) -> None:
+    """A line at the end of the partial file (None ends a line cut off); what it holds is never rewritten."""
+    data = encoded(path, '\n' if entry is None else json.dumps(entry, ensure_ascii=False) + '\n')
+    try:
+        with open(path, 'ab') as file:
+            file.write(data)
+    except OSError as error:
+        raise LabError(f'{path}: cannot write the partial recording: {error.strerror}') from None
+
+
+def tell(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int | None] | None:
+    """({key: answer} kept in path from this digest and server for the plan, the loaded context), or None if path
+    holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line."""
+    if not path.exists():
+        return None
+    try:
+        lines = path.read_bytes().decode('utf-8').split('\n')
+        header = json.loads(lines[0])
+    except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError: ValueErrors
+        raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
+    if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
+        raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
+    if any(header['model'].get(field) != model[field] for field in SERVER_FIELDS):
+        tell(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
+             f'{header["model"].get("ollama_version")}, not from this server; none is reused')
+        return None
+    stored, context_length = {}, None
+    for number, line in enumerate(lines[1:], 2):
+        try:
+            entry = json.loads(line) if line else None
+            if isinstance(entry, dict) and set(entry) == {'loaded_context_length'}:
+                check_fields('line', entry, {'loaded_context_length': POSITIVE}, 'asked for again')
+                context_length = entry['loaded_context_length']
+            elif entry is not None and (not isinstance(entry, dict) or set(entry) != ANSWER_LINE):
+                raise LabError(f'expected {sorted(ANSWER_LINE)}')
+            elif entry is not None:
+                check_fields('answer', entry['answer'], ANSWER_CHECKS, 'asked for again')
+                stored[(entry['strategy'], entry['case'], entry['answer']['request_sha256'])] = entry['answer']
+        except (ValueError, RecursionError, LabError) as error:
+            tell(f'{path.name}: line {number} is not a kept answer ({error}); it is asked for again')
+    if lines[-1]:  # cut off mid-line: the next answer starts a line of its own
+        append(path, None)
+    return {item['key']: stored[item['key']] for item in plan if item['key'] in stored}, context_length
+
+
+def recording(model: dict, context_length: int | None, chosen: dict, plan: list[dict], answers: dict) -> dict:
+    """What answer-result.json holds for the planned answers present in answers, in plan order."""
+    by_strategy: dict = {}
+    for item in plan:
+        if item['key'] in answers:
+            # Today's count, as an uninterrupted run records it, also for an answer an earlier run kept.
+            answer = {**answers[item['key']], 'input_tokens': item['input_tokens']}
+            by_strategy.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(answer)
+    block = {**model, 'loaded_context_length': context_length} if context_length is not None else model
+    return {'model': block, 'chosen': chosen, 'answers': by_strategy}
+
+
+def each_answer(recorded: dict):
+    return ((strategy, case_id, answer) for strategy, by_case in recorded['answers'].items()
+            for case_id, answers in by_case.items() for answer in answers)
 
 
 def undercounts_cached_prompt(version: str) -> bool:
@@ -155,11 +232,11 @@ def request_sha256(body: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    argparse.ArgumentParser(prog='answer_model.py', description='Check that the Ollama server at OLLAMA_HOST '
-                            '(default 127.0.0.1:11434) holds the pinned build of answer-model.json. Sends no chat '
-                            'request and writes nothing.').parse_args(argv)
+    parser = argparse.ArgumentParser(prog='answer_model.py', description='Check that the Ollama server at OLLAMA_HOST '
+                                     '(default 127.0.0.1:11434) holds the pinned build; no chat, nothing written.')
+    parser.add_argument('--model', type=Path, default=MODEL_PATH, help='the pin (default answer-model.json)')
     from ollama_client import OllamaClient  # here: the client imports this module's recording format
-    client = OllamaClient(load_model())
+    client = OllamaClient(load_model(parser.parse_args(argv).model))
     print(f'Ollama {client.verify()} at {client.host} has {client.model["ollama_tag"]} '
           f'with the pinned digest {client.model["ollama_digest"]}')
     return 0

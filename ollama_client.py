@@ -1,8 +1,8 @@
 """The lab's Ollama client, at OLLAMA_HOST: OllamaClient(answer_model.load_model()).answer(messages, 384, 96, 1)
 
-Before its first chat it checks that the server is Ollama and holds the pinned digest; a reply must name the pinned
-tag and hold what a recording accepts, within a deadline for the whole reply. Each failure is one OllamaError line
-naming the host. It writes nothing, pulls nothing, and uses no stream, retry or proxy.
+It checks that the server is Ollama and holds the pinned digest; a reply must name the pinned tag and hold what a
+recording accepts, within a deadline for the whole reply. Each failure is one OllamaError line naming the host. It
+writes nothing, pulls nothing, and uses no stream, retry, redirect or proxy.
 """
 from datetime import date
 import ipaddress
@@ -96,15 +96,18 @@ class OllamaClient:
     def verify(self) -> str:
         """Check the server and the pinned digest once; return the server's version."""
         if self.version is None:
-            version, digest = self.server_version(), self.tag_digest()
-            tag, expected = self.model['ollama_tag'], self.model['ollama_digest']
-            if digest != expected:
-                raise OllamaError(
-                    f'Ollama at {self.host} has {tag} with digest {digest}, but the pinned build is {expected}: the '
-                    f'tag has moved (`ollama pull {tag}` fetches whatever it points to today), and answers from a new '
-                    'build need a deliberate change of the pin file and a new recording; no chat request was sent')
+            version, tag = self.server_version(), self.model['ollama_tag']
+            self.check_digest(f'the tag has moved (`ollama pull {tag}` fetches whatever it points to today), and '
+                              'answers from a new build need a deliberate change of the pin file and a new recording; '
+                              'no chat request was sent')
             self.version = version
         return self.version
+
+    def check_digest(self, moved: str) -> None:
+        """Refuse a server whose tag has another digest than the pinned one; moved says what that means here."""
+        if (digest := self.tag_digest()) != (expected := self.model['ollama_digest']):
+            raise OllamaError(f'Ollama at {self.host} has {self.model["ollama_tag"]} with digest {digest}, but the '
+                              f'pinned build is {expected}: {moved}')
 
     def server_version(self) -> str:
         status, body, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
@@ -151,11 +154,8 @@ class OllamaClient:
                 raise OllamaError(f'Ollama at {self.host} answered {CHAT_PATH} with {wire} {excerpt(reply[field])}, '
                                   f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
                                   'upgrade Ollama or read its log')
-        # Read after every answer, so that each is bracketed by two reads of the pinned digest.
-        if (digest := self.tag_digest()) != self.model['ollama_digest']:
-            raise OllamaError(f'Ollama at {self.host} now has {body["model"]} with digest {digest}, not the pinned '
-                              f'{self.model["ollama_digest"]}: the tag moved while this answer was made, so it is not '
-                              'kept')
+        # Read after every answer, so that each lies between two reads of the pinned digest.
+        self.check_digest('the tag moved while this answer was made, so it is not kept')
         return reply
 
     def pin(self, options: dict, seeds: list[int]) -> dict:

@@ -18,11 +18,13 @@ import shlex
 import tempfile
 import unittest
 from unittest import mock
+from unittest.mock import ANY
 
 import answer_check
 import answer_model
 from answer_model import load_model
 from common import python_command
+from lab_files import sha256_file
 from strategies import RULES
 from test_support import (DETAILS, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, AnswerFilesTest, FakeOllama,
                           held_out_cases, only_loopback, recorded_answer, reply, run_answer_check, run_command)
@@ -93,8 +95,9 @@ class InputFilesTest(AnswerFilesTest):
         path.write_text(data if isinstance(data, str) else json.dumps(data))
         return path
 
-    def assert_one_line_error(self, expected_start: str, **paths) -> str:
-        code, out, err = run_answer_check([], **{'result_path': self.result, 'grades_path': self.grades, **paths})
+    def assert_one_line_error(self, expected_start: str, argv: tuple = (), **paths) -> str:
+        paths = {'result_path': self.result, 'grades_path': self.grades, **paths}
+        code, out, err = run_answer_check(list(argv), **paths)
         self.assertEqual((code, out), (2, ''), err)
         self.assertTrue(err.startswith(f'answer_check.py: {expected_start}'), err)
         self.assertEqual(err.count('\n'), 1, err)
@@ -102,10 +105,11 @@ class InputFilesTest(AnswerFilesTest):
         return err
 
     def test_unreadable_json_file_gives_exit_2_and_one_line_naming_the_file(self):
-        for argument in ('keys_path', 'model_path', 'result_path'):
-            with self.subTest(argument=argument):
-                bad = self.write('broken.json', '{"keys": ')
-                message = self.assert_one_line_error(f'{bad}: ', **{argument: bad})
+        bad = self.write('broken.json', '{"keys": ')
+        for argument, argv in (('keys_path', ()), ('model_path', ('record',)), ('result_path', ()),
+                               ('model_path', ('--model', str(bad)))):  # grading reads a pin only when told to
+            with self.subTest(argument=argument, argv=argv):
+                message = self.assert_one_line_error(f'{bad}: ', argv, **{argument: bad})
                 self.assertIn('invalid JSON at line 1 column 10', message)
 
     def test_missing_file_and_folder_give_exit_2(self):
@@ -124,7 +128,7 @@ class InputFilesTest(AnswerFilesTest):
                              ('trials', '5'), ('options', {'temperature': '1', 'top_k': 64, 'top_p': 0.95})):
             with self.subTest(field=field):
                 bad = self.write('answer-model.json', {**pinned, field: value})
-                self.assertIn(field, self.assert_one_line_error(f'{bad}: ', model_path=bad))
+                self.assertIn(field, self.assert_one_line_error(f'{bad}: ', ['--model', str(bad)]))
 
     def test_answer_model_command_exits_2_with_one_line(self):
         code, out, err = run_command(answer_model.main, [], 'answer_model.py')  # OLLAMA_HOST: a closed port
@@ -150,7 +154,7 @@ class AnswerCheckPageTest(AnswerFilesTest):
         commands = [shlex.split(line, comments=True) for line in re.findall(r'```sh\n(.*?)```', section, re.S)[0]
                     .splitlines()]
         self.assertEqual([words[:3] for words in commands], [
-            ['ollama', 'pull', 'llama3.2:1b'], [*PY, 'pin'], [*PY, 'record'], [*PY, '--model']])
+            ['ollama', 'pull', 'llama3.2:1b'], [*PY, 'pin'], [*PY, 'record'], [*PY, '--cases']])
         with (FakeOllama(digest=OTHER, tags=('llama3.2:1b',), chat=reads_the_request) as fake,
               mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}), contextlib.chdir(self.folder)):
             for words in commands[1:]:  # as a user types them in the lab's folder; `ollama pull` needs a real server
@@ -165,8 +169,8 @@ class AnswerCheckPageTest(AnswerFilesTest):
         # and the request lacked the required fact: the rule's failure).
         self.assertEqual(grades['summary']['last turn'], {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 2,
                                                           'stale_as_current': 0, 'cases_passed_every_trial': 1})
-        self.assertEqual(grades['failure_causes']['last turn'],
-                         {'passed': 2, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0})
+        self.assertEqual(grades['failure_causes']['last turn'], {
+            'passed': 2, 'passed_fact_missing': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0})
 
 
 class CompleteRecordingTest(AnswerFilesTest):
@@ -190,14 +194,25 @@ class CompleteRecordingTest(AnswerFilesTest):
             del recorded['answers'][name]
         code, out, err = self.grade(recorded)
         self.assertEqual((code, out, self.grades.exists()), (2, '', False))
+        # A recording made before recordings carried their split, sample and cases: the advice names them all.
         self.assertEqual(err, f'answer_check.py: {self.result}: 90 answers missing, such as relevant held-latest '
                               'seed 1, relevant held-latest seed 2, relevant held-latest seed 3, relevant held-latest '
-                              f'seed 4, relevant held-latest seed 5; {REDO}\n')
+                              'seed 4, relevant held-latest seed 5; give the --rules, --cases, --split and --sample it '
+                              f'was recorded with, or {REDO}\n')
 
     def test_a_complete_recording_is_graded(self):
         code, out, err = self.grade(every_answer(load_model()))
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(self.grades.read_text())['answers_recorded'], 120)
+
+    def test_grading_prints_the_tables_and_the_json_only_with_format_json(self):
+        code, out, err = self.grade(every_answer(load_model()))
+        self.assertEqual((code, err), (0, ''))
+        self.assertTrue(out.startswith('| Strategy | Pass | Fail |'), out[:80])
+        self.assertTrue(out.endswith('\n  hybrid held-buried seed 5: request changed\n'), out[-80:])  # the last list
+        self.assertNotIn('"graded"', out)  # the tables and lists, not the grades' JSON
+        code, out, err = run_answer_check(['--format', 'json'], result_path=self.result, grades_path=self.grades)
+        self.assertEqual((code, err, out), (0, '', self.grades.read_text()))
 
 
 class OwnModelCasesAndRulesTest(AnswerFilesTest):
@@ -243,13 +258,35 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
         self.assertEqual(list(grades['summary']), ['recent', 'relevant', 'notes', 'hybrid', 'last turn'])
         self.assertEqual((grades['answers_recorded'], grades['outdated_requests']), (20, []))
         self.assertFalse(self.result.exists())  # the default recording is not touched
-        code, again, err = run_answer_check(['--model', str(pin), '--output', str(answers), *self.own])
-        self.assertEqual((code, json.loads((self.folder / 'my-answers.grades.json').read_text())), (0, grades))
+        for again in (['--model', str(pin)], []):  # the recording carries its pin: --model need not be repeated
+            code, out, err = run_answer_check([*again, '--output', str(answers), *self.own])
+            self.assertEqual((code, json.loads((self.folder / 'my-answers.grades.json').read_text())), (0, grades))
         self.assertEqual(list(json.loads(pin.read_text())), list(load_model()))  # answer-model.json's fields, in order
         with FakeOllama(digest='b' * 64, tags=('tiny:1b',)) as moved:  # the tag after another `ollama pull`
             code, out, err = self.run_at(moved, ['record', '--model', str(pin), '--output', str(answers), *self.own])
         self.assertEqual((code, moved.chats()), (2, []))
         self.assertIn(f'has tiny:1b with digest {"b" * 64}, but the pinned build is {OTHER}', err)
+
+    def test_answers_that_match_no_planned_request_name_the_option_grading_needs(self):
+        # Written for this test: my-cases.json without my-port, and keys for what is left.
+        (self.folder / 'fewer-cases.json').write_text(json.dumps([MY_CASES[0], MY_CASES[2]]))
+        (self.folder / 'fewer-keys.json').write_text(json.dumps(
+            {'keys': {name: key for name, key in MY_KEYS['keys'].items() if name != 'my-port'}}))
+        fewer = self.own[:-2]
+        fewer[1], fewer[3] = str(self.folder / 'fewer-cases.json'), str(self.folder / 'fewer-keys.json')
+        with FakeOllama(chat=reads_the_request) as fake:
+            self.assertEqual(self.run_at(fake, ['record', *self.own])[0], 0)
+        for argv, problem, advice in (
+                (self.own[:-2], '10 answers that this run does not plan, such as last turn my-reviewer seed 1',
+                 f'give the --rules it was recorded with, or {REDO}'),
+                ([*fewer, *self.own[-2:]], '25 answers that this run does not plan, such as recent my-port seed 1',
+                 f'it was recorded from a case file with sha256 {sha256_file(self.folder / "my-cases.json")[:12]}, '
+                 f'not {fewer[1]}: give that one with --cases')):
+            with self.subTest(argv=argv):
+                code, out, err = run_answer_check(argv, result_path=self.result, grades_path=self.grades)
+                self.assertEqual((code, out, err.count('\n')), (2, '', 1))
+                self.assertTrue(err.startswith(f'answer_check.py: {self.result}: {problem}, '), err)
+                self.assertTrue(err.endswith(f'; {advice}\n'), err)
 
     def test_an_output_that_is_one_of_the_runs_inputs_is_refused_and_left_whole(self):
         cases, keys, pin = (self.folder / name for name in ('my-cases.json', 'my-keys.json', 'my-model.json'))
@@ -281,13 +318,14 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
             order = [case['current'] for case in MY_CASES]
             self.assertEqual(asked, sorted(asked, key=order.index))  # kept in file order
             self.assertEqual(self.run_at(fake, ['--split', 'all', '--sample', '2', *self.own])[0], 0)
+            self.assertEqual(self.run_at(fake, self.own), (0, ANY, ''))  # the recording carries its split and sample
             code, out, err = self.run_at(fake, ['--split', 'all', '--sample', '1', *self.own])
-            self.assertEqual(code, 2)
-            self.assertIn('not one of the chosen case ids', err)
+            self.assertEqual((code, err), (2, f'answer_check.py: {self.result}: recorded with --split all --sample 2, '
+                                              'which it carries: grade it without --split and --sample\n'))
             code, out, err = self.run_at(fake, ['record', '--split', 'dev', *self.own])
             self.assertEqual(code, 0, err)
             self.assertEqual({c['messages'][-1]['content'] for c in fake.chats()[50:]}, {'Who signs off?'})
-            code, out, err = self.run_at(fake, ['--split', 'held_out', '--sample', '3', *self.own])
+            code, out, err = self.run_at(fake, ['record', '--split', 'held_out', '--sample', '3', *self.own])
         self.assertEqual(err, 'answer_check.py: --sample 3: expected 1 to 2, the number of chosen cases\n')
 
     def test_more_than_500_calls_need_yes(self):
@@ -330,28 +368,43 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
 
 
 class PinnedBuildTest(unittest.TestCase):
-    def grade_main(self, model: dict):
+    def grade_main(self, model: dict, argv: tuple = ()):
         with tempfile.TemporaryDirectory() as folder:
             result, grades = Path(folder) / 'answer-result.json', Path(folder) / 'answer-grades.json'
             result.write_text(json.dumps(every_answer(model)))
-            code, out, err = run_answer_check([], result_path=result, grades_path=grades)
+            code, out, err = run_answer_check(list(argv), result_path=result, grades_path=grades)
             written = json.loads(grades.read_text()) if grades.exists() else None
         return code, out, err, written, result
 
-    def test_recording_from_another_build_is_refused_not_graded(self):
-        pinned = load_model()
+    def test_recording_from_another_build_than_the_model_named_is_refused_not_graded(self):
+        pinned, pin = load_model(), HERE / 'answer-model.json'
         for changed, model in (('ollama_digest', {**pinned, 'ollama_digest': OTHER}),
                                ('options', {**pinned, 'options': {**pinned['options'], 'temperature': 0.0}}),
-                               ('seeds', {**pinned, 'seeds': [1.0, 2, 3, 4, 5]}),
-                               ('license', {k: v for k, v in pinned.items() if k != 'license'}),
-                               ('quantization, think', {**pinned, 'quantization': 'Q8_0', 'think': None})):
+                               ('quantization', {**pinned, 'quantization': 'Q8_0'})):
             with self.subTest(changed=changed):
-                code, out, err, written, result = self.grade_main(model)
+                code, out, err, written, result = self.grade_main(model, ['--model', str(pin)])
                 self.assertEqual((code, out, written), (2, '', None))
-                self.assertEqual(err, f'answer_check.py: {result}: recorded with a build other than the one '
-                                      f'{HERE / "answer-model.json"} pins ({changed} differ), so its answers are '
-                                      f'not graded; record again with `{PYTHON} answer_check.py record`, or restore '
-                                      'it from version control\n')
+                self.assertEqual(err, f'answer_check.py: {result}: recorded with a build other than the one {pin} pins '
+                                      f'({changed} differ), so its answers are not graded: leave out --model to grade '
+                                      'them under the build the recording names, or record again\n')
+
+    def test_a_recording_under_another_pin_is_graded_under_its_own_without_model(self):
+        code, out, err, written, _ = self.grade_main({**load_model(), 'ollama_digest': OTHER, 'seeds': [5, 4, 3, 2, 1]})
+        self.assertEqual(code, 0, err)
+        self.assertEqual((written['model']['ollama_digest'], written['answers_recorded']), (OTHER, 120))
+
+    def test_a_model_block_that_is_no_pin_is_refused_with_or_without_model(self):
+        pinned = load_model()
+        for changed, model, expected in (
+                ('seeds', {**pinned, 'seeds': [1.0, 2, 3, 4, 5]}, 'model.seeds: must be distinct integers'),
+                ('license', {k: v for k, v in pinned.items() if k != 'license'}, "missing ['license']"),
+                ('think', {**pinned, 'think': None}, 'model.think: must be false')):
+            for argv in ((), ('--model', str(HERE / 'answer-model.json'))):
+                with self.subTest(changed=changed, argv=argv):
+                    code, out, err, written, result = self.grade_main(model, argv)
+                    self.assertEqual((code, out, written), (2, '', None))
+                    self.assertTrue(err.startswith(f'answer_check.py: {result}: model'), err)
+                    self.assertIn(expected, err)
 
     def test_another_server_version_with_the_pinned_build_is_graded(self):
         code, out, err, written, _ = self.grade_main({**load_model(), 'ollama_version': SERVER_VERSION})

@@ -82,27 +82,54 @@ class GoldFileTest(Rejecting):
                                                        data))
 
 
+BARE = """
+def bare(case, count):
+    return [{'role': 'system', 'content': case['instructions']}, {'role': 'user', 'content': case['current']}]
+
+
+RULES = {'bare': bare}
+"""
+
+
 class GraderTest(AnswerFilesTest):
-    def test_record_then_grade_by_f1_gives_the_mean_per_rule_and_kind(self):
-        for name, data in (('cases.json', CASES), ('gold.json', GOLD),
+    def test_record_then_grade_by_f1_gives_four_ways_with_counts_per_rule_and_kind_at_a_stated_threshold(self):
+        for name, data in (('cases.json', CASES), ('gold.json', GOLD), ('bare.py', BARE),
                            ('one-seed.json', {**load_model(), 'seeds': [1], 'trials': 1})):
-            (self.folder / name).write_text(json.dumps(data))
-        options = ['--cases', str(self.folder / 'cases.json'), '--model', str(self.folder / 'one-seed.json'),
-                   '--grader', 'f1', '--keys', str(self.folder / 'gold.json')]
+            (self.folder / name).write_text(data if isinstance(data, str) else json.dumps(data))
+        options = ['--cases', str(self.folder / 'cases.json'), '--grader', 'f1', '--keys',
+                   str(self.folder / 'gold.json'), '--rules', str(self.folder / 'bare.py')]
         with FakeOllama(chat=lambda body, n: (200, reply(SAID[body['messages'][-1]['content']]))) as fake, \
                 mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
-            code, out, err = run_answer_check(['record', *options], result_path=self.result, grades_path=self.grades)
-        self.assertEqual((code, len(fake.chats())), (0, 8), err)
+            code, out, err = run_answer_check(['record', '--model', str(self.folder / 'one-seed.json'), *options],
+                                              result_path=self.result, grades_path=self.grades)
+        self.assertEqual((code, len(fake.chats())), (0, 10), err)
         grades = json.loads(self.grades.read_text())
-        # 0.75 (worked out above) and 1.0 ('likely no' is the gold text before its ';'): a mean of 0.875. The
-        # whole history fits each request, so every answer had every required fact.
-        self.assertEqual(grades['f1']['recent'], {'answers': 2, 'mean_f1': 0.875, 'with_every_fact_in_request': 0.875,
-                                                  'with_a_fact_missing': None,
-                                                  'by_kind': {'multi-hop': 0.75, 'open-domain': 1.0}})
+        # 0.75 (worked out above) and 1.0 ('likely no' is the gold text before its ';'): a mean of 0.875, both at
+        # 0.5 or more. The whole history fits each request of the four, so their answers had every required fact;
+        # bare sends none of it, so its same answers are right with the facts missing.
+        one, two, none = {'answers': 1}, {'answers': 2, 'mean_f1': 0.875}, {'answers': 0, 'mean_f1': None}
+        self.assertEqual((grades['f1_threshold'], grades['f1']['recent']), (0.5, {
+            'all': two, 'right_every_fact': two, 'right_fact_missing': none, 'wrong_every_fact': none,
+            'wrong_fact_missing': none, 'by_kind': {'multi-hop': {**one, 'mean_f1': 0.75},
+                                                    'open-domain': {**one, 'mean_f1': 1.0}}}))
+        self.assertEqual((grades['f1']['bare']['right_fact_missing'], grades['f1']['bare']['right_every_fact']),
+                         (two, none))
         self.assertEqual(grades['graded']['recent'], {'conv-1-q0': [{'seed': 1, 'f1': 0.75}],
                                                       'conv-1-q1': [{'seed': 1, 'f1': 1.0}]})
-        self.assertEqual(out.splitlines()[:3], [
-            '| Rule | Answers | Mean F1 | With every fact in the request | With a fact missing | multi-hop | open-domain |',
-            '|---|---|---|---|---|---|---|', '| recent | 2 | 0.875 | 0.875 | - | 0.750 | 1.000 |'])
-        self.assertEqual(run_answer_check(options, result_path=self.result, grades_path=self.grades)[0], 0)
-        self.assertEqual(json.loads(self.grades.read_text()), grades)  # grading again offline gives the same
+        self.assertEqual(out.splitlines()[:4], [
+            'Right: an F1 of 0.5 or more (--f1-threshold). Each cell: answers: their mean F1; the four ways leave out '
+            'answers to requests no longer sent.',
+            '| Rule | All | Right, every fact in the request | Right, a fact missing | Wrong, every fact in the '
+            'request | Wrong, a fact missing | multi-hop | open-domain |',
+            '|---|---|---|---|---|---|---|---|',
+            '| recent | 2: 0.875 | 2: 0.875 | 0 | 0 | 0 | 1: 0.750 | 1: 1.000 |'])
+        self.assertIn('\n| bare | 2: 0.875 | 0 | 2: 0.875 | 0 | 0 | 1: 0.750 | 1: 1.000 |\n', out)
+        # Offline again, the recording carrying its pin, at another threshold: the 0.75 answer is now wrong.
+        code, out, err = run_answer_check([*options, '--f1-threshold', '0.8'], result_path=self.result,
+                                          grades_path=self.grades)
+        self.assertEqual(code, 0, err)
+        regraded = json.loads(self.grades.read_text())
+        self.assertEqual((regraded['f1_threshold'], regraded['f1']['recent']['right_every_fact'],
+                          regraded['f1']['recent']['wrong_every_fact'], regraded['graded'], regraded['model']),
+                         (0.8, {**one, 'mean_f1': 1.0}, {**one, 'mean_f1': 0.75}, grades['graded'], grades['model']))
+        self.assertTrue(out.startswith('Right: an F1 of 0.8 or more (--f1-threshold).'), out)

@@ -109,6 +109,13 @@ class GradeTest(unittest.TestCase):
             with self.subTest(text=text):
                 self.assertEqual(graded('held-buried', text), ('fail', 'says the fact is missing'))
 
+    def test_the_missing_fact_detector_as_it_is_today_misfires_on_cannot_contain_and_misses_unknown(self):
+        # The original's phrase list, kept as it is; pinned so that changing it is a decision (docs/answer-check.md,
+        # "Limits of the grader"). "cannot contain" holds "not contain", and "unknown" is none of its phrases.
+        self.assertEqual(graded('held-spread', 'Passwords cannot contain spaces.'),
+                         ('fail', 'says the fact is missing'))
+        self.assertEqual(graded('held-latest', 'The primary reviewer is unknown.'), ('fail', 'required fact absent'))
+
     def test_sentences_that_do_not_name_both_facts_are_not_listed(self):
         for case_id, text in (('held-correction', 'We use RabbitMQ for the job queue.'),  # stale only: graded fail
                               ('held-correction', 'The job queue uses Redis streams.'),  # must only
@@ -200,11 +207,12 @@ class GradeTest(unittest.TestCase):
             '| notes | 2 of 4 | 2 | 0 | 2 | 1 of 2 |',
             '| recent | 2 of 4 | 1 | 1 | 0 | 0 of 2 |',
             'Why answers failed (leaving out answers to requests no longer sent):',
-            '| Rule | Passed | Failed, every required fact in the request (the model) | Failed, a required fact not in '
-            'the request (the rule) | Gave a stale fact the request carried |',
-            '|---|---|---|---|---|',
-            '| notes | 0 | 0 | 0 | 0 |',  # current={}: no answer's request is today's, so none is joined
-            '| recent | 0 | 0 | 0 | 0 |',
+            '| Rule | Passed, every required fact in the request | Passed, a required fact not in the request (a '
+            'guess, or what the model knew) | Failed, every required fact in the request (the model) | Failed, a '
+            'required fact not in the request (the rule) | Gave a stale fact the request carried |',
+            '|---|---|---|---|---|---|',
+            '| notes | 0 | 0 | 0 | 0 | 0 |',  # current={}: no answer's request is today's, so none is joined
+            '| recent | 0 | 0 | 0 | 0 | 0 |',
             'Incomplete (empty answers): recent 1',
             'Cut off at num_predict (graded as they stand): notes 0, recent 0',
             'To read (a sentence names both the replaced and the current decision, so the grader cannot tell which '
@@ -232,11 +240,12 @@ class GradeTest(unittest.TestCase):
                       'held-latest': [answer('Ana.', 1), answer('', 2)]}}}
         grades = answer_check.grade_recording(recorded, KEYS, current)
         self.assertEqual(grades['failure_causes'], {
-            'recent': {'passed': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0},
-            'notes': {'passed': 1, 'model_failed': 2, 'rule_failed': 1, 'stale_carried': 1}})
+            'recent': {'passed': 0, 'passed_fact_missing': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0},
+            'notes': {'passed': 1, 'passed_fact_missing': 0, 'model_failed': 2, 'rule_failed': 1, 'stale_carried': 1}})
         self.assertEqual(grades['outdated_requests'],
                          [{'strategy': 'recent', 'case': 'held-latest', 'seed': 1, 'reason': 'request changed'}])
-        self.assertIn('\n| recent | 0 | 0 | 2 | 0 |\n| notes | 1 | 2 | 1 | 1 |\n', answer_check.grades_report(grades))
+        self.assertIn('\n| recent | 0 | 0 | 0 | 2 | 0 |\n| notes | 1 | 0 | 2 | 1 | 1 |\n',
+                      answer_check.grades_report(grades))
 
 
 class KeysValidationTest(Rejecting):
