@@ -41,7 +41,7 @@ logging.getLogger('bm25s').setLevel(logging.WARNING)
 
 # What is measured. Changing any of these changes the rules' rows.
 STEMMER_LANGUAGE = 'english'  # PyStemmer's Snowball stemmer for BM25's words
-STOP_WORDS = 'en'  # bm25s's English stop-word list
+BM25_STOP_WORDS = 'en'  # bm25s's English stop-word list
 WORDLLAMA_CONFIG = 'l2_supercat'  # the model the wordllama wheel bundles ...
 WORDLLAMA_DIM = 256  # ... at the one dimension whose weights it ships
 RRF_K = 60  # reciprocal-rank fusion constant, the usual value
@@ -77,7 +77,7 @@ def stemmer():
 
 
 def bm25_words(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, stopwords=STOP_WORDS, stemmer=stemmer(), return_ids=False, show_progress=False)
+    return bm25s.tokenize(texts, stopwords=BM25_STOP_WORDS, stemmer=stemmer(), return_ids=False, show_progress=False)
 
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)

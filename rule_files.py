@@ -26,7 +26,7 @@ import traceback
 import weakref
 
 from best_possible import LABEL
-from common import LabError
+from common import LabError, cut
 from shapes import turn_texts
 from text import printable
 from strategies import RULES as BUILT_IN
@@ -58,11 +58,6 @@ def describe(error: BaseException, path: Path) -> str:
             + (f' (line {lines[-1]} of {path.name})' if lines else '')
     except BaseException:  # its __str__ raised too
         return 'an exception that cannot be shown'
-
-
-def cut(text: str, most: int) -> str:
-    """The text, or its first `most` characters and its length: cut('abcd', 2) -> 'ab ... (cut: 4 characters)'."""
-    return text if len(text) <= most else f'{text[:most]} ... (cut: {len(text):,} characters)'
 
 
 def import_file(path: Path, number: int) -> list[tuple[str, Callable]]:

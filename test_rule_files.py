@@ -368,7 +368,7 @@ class AnythingGoesWrongTest(RulesFolder):
 
     def test_a_rule_raising_a_ten_megabyte_message_is_one_short_line_that_says_it_was_cut(self):
         message = self.refusal('raise ValueError("x" * 10_000_000)')
-        self.assertRegex(message, r': the rule raised ValueError: x{400} \.\.\. \(cut: 10,000,000 characters\) '
+        self.assertRegex(message, r': the rule raised ValueError: x{370}… \(9,999,630 more characters\) '
                                   r'\(line 4 of rules\.py\)$')
         # A reply the rule forges itself, through the rules process's own pipe, is cut by the lab.
         forged = self.refusal('''
@@ -376,7 +376,7 @@ class AnythingGoesWrongTest(RulesFolder):
             pipe = next(found for found in gc.get_objects() if isinstance(found, rule_files.RemoteCount))
             pipe.send(json.dumps({'error': 'y' * 500_000}))
             return build_request(case, [])''')
-        self.assertRegex(forged, r'^\S+: rule mine: case dev-latest: y{800} \.\.\. \(cut: 500,000 characters\)$')
+        self.assertRegex(forged, r'^\S+: rule mine: case dev-latest: y{770}… \(499,230 more characters\)$')
 
     def test_rules_whose_items_raise_is_one_line_naming_the_file(self):
         path = self.write('class Rules(dict):\n    def items(self):\n        raise RuntimeError("no items")\n'
