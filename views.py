@@ -35,6 +35,17 @@ TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases w
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
 FACT_CHARS = 60  # a longer fact is cut to its start
+# What --compare reads in a row, and how each value must look: (test, its description).
+ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), (lambda value: isinstance(value, str), 'a string')),
+              **dict.fromkeys(('missing', 'stale_included'), (
+                  lambda value: isinstance(value, list) and all(isinstance(fact, str) for fact in value),
+                  'a list of facts')),
+              **dict.fromkeys(('turns', 'fact_turns', 'stale_turns'), (
+                  lambda value: isinstance(value, list) and all(type(index) is int and index >= 0 for index in value),
+                  'a list of turn indices'))}
+UNSEARCHED = ('turns', 'missing', 'stale_included')  # None in a best-possible row that was not searched
+
+
 class ReportError(LabError):
     """A file given to --compare is not an evaluate.py report; the message names the part that is off."""
 
@@ -299,12 +310,6 @@ def check_report(path: Path, report) -> None:
     def wrong(what: str) -> ReportError:
         return ReportError(f'{path}: not an evaluate.py report ({what})')
 
-    def facts(value) -> bool:
-        return isinstance(value, list) and all(isinstance(fact, str) for fact in value)
-
-    def is_turn_list(value) -> bool:  # 0-based turn indices
-        return isinstance(value, list) and all(type(index) is int and index >= 0 for index in value)
-
     if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
             or not isinstance(report.get('summary'), dict):
         # what the parsed JSON is, in JSON's words: null, a list, a number ...
@@ -312,32 +317,27 @@ def check_report(path: Path, report) -> None:
             {list: 'a list', str: 'a string'}.get(type(report), 'a number')
         raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
     for name, rows in report['cases'].items():
-        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-            raise wrong(f'cases.{name} must be a list of rows')
-        for index, row in enumerate(rows):
-            where = f'cases.{name}[{index}]'
-            if absent := [field for field in ROW_FIELDS if field not in row]:
-                raise wrong(f'{where} lacks {absent}')
-            for field, ok, kind in [*((f, isinstance(row[f], str), 'a string') for f in ('case', 'split', 'kind')),
-                                    *((f, facts(row[f]), 'a list of facts') for f in ('missing', 'stale_included')),
-                                    ('turns', is_turn_list(row['turns']), 'a list of turn indices')]:
-                if not ok:
-                    raise wrong(f'{where}.{field} must be {kind}')
-    for name, splits in report['summary'].items():
-        if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
-            raise wrong(f'summary.{name} must map each split to its figures')
+        check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
     best = report.get('best_possible')
     if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
             or not isinstance(best.get('summary'), dict):
         raise wrong('best_possible must be an object with cases and summary')
-    if not all(isinstance(split, dict) for split in best['summary'].values()):
-        raise wrong('best_possible.summary must map each split to its figures')
-    for index, row in enumerate(best['cases']):
-        if absent := [field for field in BEST_ROW_FIELDS if not isinstance(row, dict) or field not in row]:
-            raise wrong(f'best_possible.cases[{index}] lacks {absent}')
-        if not isinstance(row['case'], str) or not all(facts(row[field]) or row[field] is None
-                                                       for field in ('missing', 'stale_included')):
-            raise wrong(f'best_possible.cases[{index}] must name its case and list its turns and facts')
-        for field in ('turns', 'fact_turns', 'stale_turns'):
-            if not (is_turn_list(row[field]) or (field == 'turns' and row[field] is None)):
-                raise wrong(f'best_possible.cases[{index}].{field} must be a list of turn indices')
+    check_rows(wrong, 'best_possible.cases', best['cases'], BEST_ROW_FIELDS)
+    for where, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
+                          ('best_possible.summary', best['summary'])]:
+        if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
+            raise wrong(f'{where} must map each split to its figures')
+
+
+def check_rows(wrong, where: str, rows, fields: tuple) -> None:
+    """Refuse rows that lack one of `fields` or hold a value --compare cannot read (ROW_VALUES); a best-possible row
+    (it has not_searched) holds None where it was not searched."""
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise wrong(f'{where} must be a list of rows')
+    for index, row in enumerate(rows):
+        if absent := [field for field in fields if field not in row]:
+            raise wrong(f'{where}[{index}] lacks {absent}')
+        for field in (field for field in fields if field in ROW_VALUES):
+            unsearched = row[field] is None and field in UNSEARCHED and 'not_searched' in row
+            if not ROW_VALUES[field][0](row[field]) and not unsearched:
+                raise wrong(f'{where}[{index}].{field} must be {ROW_VALUES[field][1]}')
