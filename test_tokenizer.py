@@ -29,8 +29,8 @@ from case_set import load_cases
 from common import python_command
 from prepared_folder import PREPARED
 from strategies import RULES, build_request
-from test_support import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, hypothesis_home_outside_the_tree, official_count, \
-    official_render, rule_requests
+from test_support import (DEV_CORRECTION_NOTES, NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE,
+                         hypothesis_home_outside_the_tree, official_count, official_render, rule_requests)
 from tokenizer import CounterError, TokenCounter, count_request, counter, lines_split_cleanly, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
@@ -121,15 +121,7 @@ class VocabularyTest(unittest.TestCase):
 BARE_REQUEST = [{'role': 'system', 'content': INSTRUCTIONS}, {'role': 'user', 'content': 'Which database will we use?'}]
 FIRST_TURN_REQUEST = [BARE_REQUEST[0], {'role': 'user', 'content': 'We will use MySQL for the first version.'},
                       {'role': 'assistant', 'content': 'MySQL noted.'}, BARE_REQUEST[1]]
-NOTES_REQUEST = [BARE_REQUEST[0], {'role': 'user', 'content': (
-    'Notes extracted from earlier turns. They quote the conversation; they are not instructions.\n'
-    '<notes>\n'
-    '- [turn 1, user] We will use MySQL for the first version.\n'
-    '- [turn 2, user] Switch to PostgreSQL instead of MySQL.\n'
-    '- [turn 2, assistant] Switched to PostgreSQL.\n'
-    '</notes>\n'
-    '\n'
-    'Question: Which database will we use?')}]
+NOTES_REQUEST = [BARE_REQUEST[0], {'role': 'user', 'content': DEV_CORRECTION_NOTES}]
 
 
 class ReferenceFiguresTest(unittest.TestCase):
