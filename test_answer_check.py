@@ -26,8 +26,9 @@ from answer_model import load_model
 from common import python_command
 from lab_files import sha256_file
 from strategies import RULES
-from test_support import (DETAILS, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, AnswerFilesTest, FakeOllama,
-                          held_out_cases, only_loopback, recorded_answer, reply, run_answer_check, run_command)
+from test_support import DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, only_loopback, reply
+from test_support_fixtures import AnswerFilesTest, held_out_cases, recorded_answer
+from test_support_runs import run_answer_check, run_command
 
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv

@@ -12,7 +12,9 @@ from unittest import mock
 
 from answer_f1 import f1, load_gold_answers, tokens
 from answer_model import load_model
-from test_support import AnswerFilesTest, FakeOllama, Rejecting, only_loopback, reply, run_answer_check
+from test_support import FakeOllama, only_loopback, reply
+from test_support_fixtures import AnswerFilesTest, Rejecting
+from test_support_runs import run_answer_check
 
 BUDGET = {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}
 # Two converted LoCoMo-like questions, their gold answers, and what the fake model answers to each.

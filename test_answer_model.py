@@ -16,8 +16,9 @@ from unittest import mock
 import answer_model
 from answer_model import load_model, load_recording
 from common import python_command
-from test_support import (OTHER, PINNED, SERVER_VERSION, FakeOllama, Rejecting, only_loopback, recorded_answer as answer,
-                          run_answer_check, run_command)
+from test_support import FakeOllama, OTHER, PINNED, SERVER_VERSION, only_loopback
+from test_support_fixtures import Rejecting, recorded_answer as answer
+from test_support_runs import run_answer_check, run_command
 
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'

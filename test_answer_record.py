@@ -37,9 +37,11 @@ from answer_model import load_model
 from common import python_command
 from ollama_client import OllamaClient
 from strategies import RULES
-from test_support import (LOADED_CONTEXT, NO_ORACLE, OFFICIAL_TEMPLATE, OTHER, PINNED, SERVER_VERSION, AnswerFilesTest,
-                          FakeOllama, client_for, closed_port, counted_reply, held_out_cases, ollama_command,
-                          only_loopback, reply, run_answer_check, server_count, unfinished)
+from test_support import (FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, client_for, closed_port,
+                          counted_reply, ollama_command, only_loopback, reply, server_count, unfinished)
+from test_support_fixtures import AnswerFilesTest, held_out_cases
+from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
+from test_support_runs import run_answer_check
 from tokenizer import count_request
 
 HERE = Path(__file__).parent

@@ -18,7 +18,7 @@ import best_possible
 from best_possible import MAX_CANDIDATES, best_row, search
 from scorer import facts_in, graded_row, totals
 from shapes import build_request
-from test_support import shipped_cases, whole_count
+from test_support_fixtures import shipped_cases, whole_count
 
 HERE = Path(__file__).resolve().parent
 

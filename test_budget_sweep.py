@@ -29,7 +29,7 @@ from common import LabError
 from lab_files import sha256_file
 from shapes import build_request
 from strategies import RULES
-from test_support import whole_count
+from test_support_fixtures import whole_count
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'

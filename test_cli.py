@@ -34,7 +34,8 @@ import lab_files
 import evaluate
 from prepared_folder import PREPARED, PREPARED_ENV
 import views
-from test_support import TempFolderTest, ctrl_c_reaches_children
+from test_support_fixtures import TempFolderTest
+from test_support_runs import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
 TIMEOUT = 120

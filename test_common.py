@@ -17,7 +17,7 @@ from unittest import mock
 
 import common
 from common import LabError, requirement_pins
-from test_support import TempFolderTest
+from test_support_fixtures import TempFolderTest
 
 HERE = Path(__file__).resolve().parent
 BOM = b'\xef\xbb\xbf'

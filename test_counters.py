@@ -34,7 +34,8 @@ from common import python_command
 import evaluate
 from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder, read_manifest
 from strategies import RULES, build_request
-from test_support import hypothesis_home_outside_the_tree, rule_requests, run_command
+from test_support_fixtures import hypothesis_home_outside_the_tree, rule_requests
+from test_support_runs import run_command
 import tokenizer
 from tokenizer import CounterError, TokenCounter
 from views import compare

@@ -30,7 +30,8 @@ from evaluate import report
 from prepared_folder import PREPARED_ENV
 import strategies
 from strategies import CUES, RULES, notes, recent, relevant
-from test_support import evaluate_py, in_process, shipped_cases
+from test_support_fixtures import shipped_cases
+from test_support_runs import evaluate_py, in_process
 from tokenizer import count_request
 from views import compare
 

@@ -23,11 +23,10 @@ import unittest
 from unittest import mock
 
 from case_set import load_cases
-import common
 from common import LabError
 import lab_files
 from lab_files import NEW_FILE_MODE, SwapError, path_text, read_json, replace_folder, write_atomically, write_output
-from test_support import TempFolderTest
+from test_support_fixtures import TempFolderTest
 
 HERE = Path(__file__).resolve().parent
 BOM = b'\xef\xbb\xbf'

@@ -18,7 +18,7 @@ import requests
 from answer_model import load_model
 import ollama_client
 from ollama_client import OllamaClient, OllamaError, ollama_host
-from test_support import (LOADED_CONTEXT, OTHER, PINNED, TIMEOUT, FakeOllama, NotOllama, RawServer, client_for,
+from test_support import (FakeOllama, LOADED_CONTEXT, NotOllama, OTHER, PINNED, RawServer, TIMEOUT, client_for,
                           closed_port, http_reply, ollama_command, only_loopback, reply, unfinished)
 
 HI = [{'role': 'user', 'content': 'Hi'}]

@@ -39,7 +39,7 @@ import common
 import prepare
 from lab_files import folder_identity, replace_folder
 from prepared_folder import check_prepared, counter_folder
-from test_support import ctrl_c_reaches_children
+from test_support_runs import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
 REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))

@@ -17,7 +17,7 @@ import sys
 import unittest
 
 from common import python_command
-from test_support import TempFolderTest
+from test_support_fixtures import TempFolderTest
 from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON, ManifestError, check_prepared, read_manifest
 
 HERE = Path(__file__).resolve().parent

@@ -36,7 +36,7 @@ from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files
 from shapes import build_request
-from test_support import in_process
+from test_support_runs import in_process
 from tokenizer import count_request
 from views import report_table
 

@@ -24,7 +24,7 @@ from hypothesis import given, settings, strategies as st
 
 from shapes import NOTES_HEADER, escape
 from strategies import RULES, STOP_WORDS, note_lines
-from test_support import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, shipped_cases, whole_count
+from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, shipped_cases, whole_count
 from tokenizer import TokenCounter, count_request, counter
 
 HERE = Path(__file__).resolve().parent

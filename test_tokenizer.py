@@ -29,8 +29,8 @@ from case_set import load_cases
 from common import python_command
 from prepared_folder import PREPARED
 from strategies import RULES, build_request
-from test_support import (DEV_CORRECTION_NOTES, NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE,
-                         hypothesis_home_outside_the_tree, official_count, official_render, rule_requests)
+from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, rule_requests
+from test_support_oracle import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
 from tokenizer import CounterError, TokenCounter, count_request, counter, lines_split_cleanly, splits_cleanly
 
 HERE = Path(__file__).resolve().parent

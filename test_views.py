@@ -31,8 +31,9 @@ from case_set import load_cases
 from scorer import graded_row
 import evaluate
 from strategies import RULES, build_request, notes
-from test_support import (DEV_CORRECTION_NOTES, NO_ORACLE, OFFICIAL_TEMPLATE, in_process, official_count,
-                         official_render, shipped_cases, whole_count)
+from test_support_fixtures import DEV_CORRECTION_NOTES, shipped_cases, whole_count
+from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
+from test_support_runs import in_process
 from tokenizer import count_request
 from common import LabError
 from runner import case_selections
@@ -99,7 +100,7 @@ def show_case(case: dict, rules: dict, full: bool = False) -> str:
 
 @lru_cache(maxsize=None)
 def evaluate_once(*args: str) -> subprocess.CompletedProcess:
-    """evaluate.py ARGS, run once (in this process: test_support.in_process) for all the tests that read its
+    """evaluate.py ARGS, run once (in this process: test_support_runs.in_process) for all the tests that read its
     output, since the views are deterministic."""
     return in_process(evaluate, *args)
 

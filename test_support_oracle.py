@@ -1,0 +1,65 @@
+"""Test support, no tests: the official-template oracle, sharing no code with tokenizer.py.
+
+The official Gemma 4 E2B chat template is an oracle only: the prepared Hub copy when prepare.py fetched one, else
+../shared/gemma-4-E2B-it/chat_template.jinja. official_render renders it as transformers' apply_chat_template does,
+and official_count encodes that prompt with the tokenizers library straight from prepared/tokenizer.json.
+"""
+from functools import lru_cache
+import json
+from pathlib import Path
+
+from jinja2.ext import loopcontrols
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from prepared_folder import PREPARED
+
+HERE = Path(__file__).parent
+
+
+def oracle_template_path() -> Path | None:
+    for path in (PREPARED / 'chat_template.jinja', HERE.parent / 'shared' / 'gemma-4-E2B-it' / 'chat_template.jinja'):
+        if path.is_file():
+            return path
+    return None
+
+
+@lru_cache(maxsize=1)
+def official_template():
+    """The official template compiled once, in an environment set up as transformers' apply_chat_template sets it."""
+    def raise_exception(message):
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    environment.globals['raise_exception'] = raise_exception
+    environment.filters['tojson'] = lambda value, **_: json.dumps(value)
+    return environment.from_string(OFFICIAL_TEMPLATE)
+
+
+def official_render(messages: list[dict]) -> str:
+    """Render with the official template the way transformers' apply_chat_template does."""
+    return official_template().render(messages=messages, bos_token='<bos>', add_generation_prompt=True,
+                                      enable_thinking=False)
+
+
+@lru_cache(maxsize=1)
+def official_tokenizer() -> Tokenizer:
+    """prepared/tokenizer.json loaded by the tokenizers library itself, not through tokenizer.py."""
+    return Tokenizer.from_file(str(PREPARED / 'tokenizer.json'))
+
+
+def official_count(messages: list[dict]) -> int:
+    """Tokens of the prompt the official template renders, encoded as transformers' apply_chat_template
+    encodes it (special-token text becomes its id; nothing is added): the oracle's count, sharing no code
+    with tokenizer.py. official_count of dev-correction's bare request -> 35."""
+    return len(official_tokenizer().encode(official_render(messages), add_special_tokens=False).ids)
+
+
+OFFICIAL_PATH = oracle_template_path()
+
+
+OFFICIAL_TEMPLATE = OFFICIAL_PATH.read_text(encoding='utf-8') if OFFICIAL_PATH else None
+
+
+NO_ORACLE = 'neither prepared/chat_template.jinja nor ../shared/gemma-4-E2B-it/chat_template.jinja exists'
