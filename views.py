@@ -19,6 +19,7 @@ from common import LabError
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, TURN_ROLES, allowance, build_request
 from text import markdown_table, plain_number, printable, turn_runs
+from tokenizer import counter
 
 # What the views look like.
 WRAP = 96  # display width of message content; the exact text is what --prompt prints
@@ -58,14 +59,11 @@ def report_table(report: dict, group: str = 'split') -> str:
         rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
         best = by_group(report['best_possible']['cases'], group)
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
-             f"{s['complete_cases']} of {s['cases']}", str(s['cases_with_stale_facts']),
-             plain_number(s['mean_input_tokens'])] for name, groups in rules.items() for value, s in groups.items()]
-    for value, s in best.items():
-        not_searched = f" ({s['not_searched']} not searched)" if s['not_searched'] else ''
-        rows.append([best_possible.LABEL, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
-                     f"{s['complete_cases']} of {s['cases'] - s['not_searched']}{not_searched}",
-                     str(s['cases_with_stale_facts']),
-                     '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])])
+             f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # not_searched: the best possible's only
+             + (f" ({s['not_searched']} not searched)" if s.get('not_searched') else ''),
+             str(s['cases_with_stale_facts']),
+             '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])]
+            for name, groups in [*rules.items(), (best_possible.LABEL, best)] for value, s in groups.items()]
     text = markdown_table([cell.format(group=group.capitalize()) for cell in TABLE_HEADER], rows)
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
@@ -158,8 +156,6 @@ def quoted(facts: list[str]) -> str:
 
 def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
     """One request, message by message with each one's share of the count and its facts, then the figures."""
-    from tokenizer import counter
-
     count, out = counter(), [paint(title, 'title', colour)]
     shares = count.fixed
     for label, message in zip(message_labels(case, chosen), chosen['messages']):
@@ -183,8 +179,6 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
 def show_requests(case: dict, chosen: dict, rows: dict, prompt: bool, full: bool, colour: bool) -> str:
     """--show: each selection of one case (None: the best possible, not searched) with its graded row, message by
     message or (prompt) as the counter renders it."""
-    from tokenizer import counter
-
     if prompt and len(chosen) == 1:
         return counter().prompt(next(iter(chosen.values()))['messages'])
     where = printable(f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})")  # one line, as itself
