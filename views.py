@@ -110,19 +110,6 @@ def turn_map(report: dict) -> str:
     return '\n\n'.join([MAP_LEGEND, *maps]) + '\n'
 
 
-def find_case(path: Path, cases: list[dict], case_id: str) -> dict:
-    by_id = {case['id']: case for case in cases}
-    if case_id not in by_id:
-        raise LabError(f'{path}: no case {case_id!r}; the case ids are: {", ".join(by_id)}')
-    return by_id[case_id]
-
-
-def shown_rules(name: str | None, rules: dict) -> dict:
-    if name is not None and name not in rules:
-        raise LabError(f'--strategy {name}: no such rule; the rules are: {", ".join(rules)}')
-    return rules if name is None else {name: rules[name]}
-
-
 def paint(text: str, style: str, colour: bool) -> str:
     """ANSI-styled text when colour is on: paint('x', 'stale', True) -> '\\x1b[31mx\\x1b[0m'."""
     return f'\x1b[{STYLES[style]}m{text}\x1b[0m' if colour else text
