@@ -19,7 +19,7 @@ import bm25s
 import numpy
 import Stemmer
 
-from shapes import allowance
+from shapes import allowance, turn_texts
 from strategies import chosen, costs, fit
 
 
@@ -51,10 +51,7 @@ CONVERSATIONS_KEPT = 32
 QUESTIONS_KEPT = 2048
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
-
-
-def conversation(case: dict) -> Turns:
-    return tuple((turn['user'], turn['assistant']) for turn in case['history'])
+STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
 
 
 def turn_text(pair: tuple[str, str]) -> str:
@@ -71,13 +68,8 @@ def ranked(scores, keep) -> list[int]:
                   key=lambda index: (-scores[index], -index))
 
 
-@lru_cache(maxsize=1)
-def stemmer():
-    return Stemmer.Stemmer(STEMMER_LANGUAGE)
-
-
 def bm25_words(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, stopwords=BM25_STOP_WORDS, stemmer=stemmer(), return_ids=False, show_progress=False)
+    return bm25s.tokenize(texts, stopwords=BM25_STOP_WORDS, stemmer=STEMMER, return_ids=False, show_progress=False)
 
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
@@ -92,7 +84,7 @@ def bm25_index(turns: Turns):
 
 
 def bm25_ranking(case: dict) -> list[int]:
-    return bm25_ranked(conversation(case), case['current'])
+    return bm25_ranked(tuple(map(turn_texts, case['history'])), case['current'])
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
@@ -122,7 +114,7 @@ def turn_vectors(turns: Turns) -> numpy.ndarray:
 
 
 def dense_ranking(case: dict) -> list[int]:
-    return dense_ranked(conversation(case), case['current'])
+    return dense_ranked(tuple(map(turn_texts, case['history'])), case['current'])
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
