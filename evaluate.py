@@ -50,8 +50,7 @@ def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: floa
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Run the four context-selection rules (and the rules of any --rules '
-                                     'file) on a case set and grade which required and stale facts reach each '
-                                     'request. Prints the report as JSON by default.')
+                                     'file) on a case set and grade which required and stale facts reach each request.')
     add_input_options(parser)
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
