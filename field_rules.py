@@ -103,8 +103,7 @@ def model():
     folder it finds its bundled tokenizer in tokenizers/ (it would otherwise look under a folder it does not ship
     and download it), and with downloads disabled a missing file raises instead of fetching."""
     folder = Path(wordllama.__file__).resolve().parent
-    return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder,
-                                    disable_download=True)
+    return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder, disable_download=True)
 
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
@@ -138,10 +137,6 @@ def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
     return sorted(score, key=lambda index: (-score[index], -index))
 
 
-def fused_ranking(case: dict) -> list[int]:
-    return fuse([bm25_ranking(case), dense_ranking(case)])
-
-
 def keep_in_order(case: dict, count, order: list[int]) -> dict:
     """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
     bare, cost = costs(case, count)
@@ -157,7 +152,7 @@ def dense(case: dict, count) -> dict:
 
 
 def fused(case: dict, count) -> dict:
-    return keep_in_order(case, count, fused_ranking(case))
+    return keep_in_order(case, count, fuse([bm25_ranking(case), dense_ranking(case)]))
 
 
 RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}

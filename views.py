@@ -59,7 +59,7 @@ def report_table(report: dict, group: str = 'split') -> str:
         rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
         best = by_group(report['best_possible']['cases'], group)
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
-             f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # not_searched: the best possible's only
+             f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # the best possible's only
              + (f" ({s['not_searched']} not searched)" if s.get('not_searched') else ''),
              str(s['cases_with_stale_facts']),
              '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])]
