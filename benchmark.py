@@ -93,15 +93,13 @@ def count_whole(messages: list[dict]) -> int:
     return len(counter().encode(counter().prompt(messages)))
 
 
-def loaded_counter():
-    """The counter, with its once-per-process vocabulary check done, so that no timed run pays for loading."""
-    counter().lines_apart  # reads the whole vocabulary on first use
-    return counter()
-
-
-def cold_start() -> None:
+def cold_start():
+    """The counter with every cache empty, as in a fresh process, but its once-per-process vocabulary check done
+    (`lines_apart` reads the whole vocabulary on first use), so that no timed run pays for loading."""
+    counter().lines_apart
     counter().forget()
     clear_tokenizer_cache()
+    return counter()
 
 
 def clear_tokenizer_cache() -> None:
@@ -130,8 +128,7 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, 
     cases = generated_cases(synthetic_case, cases_count, turns, seed)
     for case in cases:
         check_case(f'synthetic case {case["id"]}', case)
-    exact = loaded_counter()
-    cold_start()
+    exact = cold_start()
     naive, slow = timed_run(cases, count_whole, 'full count')
     cold_start()  # the fast path starts cold, like a fresh process
     fast, quick = timed_run(cases, exact, 'cached count')
@@ -148,17 +145,15 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, 
 
 def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
     """The whole evaluation's seconds at each setting, against the encode-once bound for the same cases."""
-    exact = loaded_counter()
     histories: dict[int, list[dict]] = {}
     settings, at = [], {}
     for context_limit, turns in SWEEP:
         if turns not in histories:  # one history length in memory at a time
             histories = {turns: generated_cases(chat_case, cases_count, turns, seed)}
         cases = with_budget(histories[turns], context_limit)
-        what = f'sweep {context_limit} context, {turns} turns'
-        cold_start()  # the cache then never holds more than one setting's distinct messages
+        exact = cold_start()  # the cache then never holds more than one setting's distinct messages
         start = time.process_time()
-        run_rules(cases, RULES, exact, f'benchmark.py: {what}')
+        run_rules(cases, RULES, exact, f'benchmark.py: sweep {context_limit} context, {turns} turns')
         seconds = time.process_time() - start
         bound = bound_seconds()
         settings.append({'context_limit': context_limit, 'turns': turns, 'cases': cases_count,
@@ -219,7 +214,8 @@ def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     """--cases: each rule's two passes over a case set, after loading the cases, the counter and the rules."""
     cases = load_cases(path)
     check_fits(path, cases, counter())
-    exact = loaded_counter()
+    exact = counter()
+    exact.lines_apart  # reads the whole vocabulary on first use: no rule's first pass pays for it
     rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
     # A rules file's rules run in a process of their own: its CPU counts too.

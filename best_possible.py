@@ -110,5 +110,3 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
     graded = graded_row(case, selection(request, kept, 0, size))
     row.update({key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, not_searched=None)  # turns ... stale_included
     return row
-
-

@@ -75,8 +75,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> Non
     missing = [name for name in CASE_FIELDS if name not in case]
     extra = sorted(set(case) - set(CASE_FIELDS))
     if missing or extra:
-        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; '
-                        f'missing {missing}, unexpected {extra}')
+        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; missing {missing}, unexpected {extra}')
     for name in ('id', 'split', 'kind', 'instructions', 'current'):
         if not isinstance(case[name], str) or not case[name].strip():
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')

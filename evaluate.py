@@ -22,7 +22,7 @@ import sys
 
 import best_possible
 from case_set import load_case_set, load_cases
-from common import DEFAULT_CASES, add_input_options, run
+from common import DEFAULT_CASES, LabError, add_input_options, run
 from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, report_header, run_rules
@@ -50,8 +50,7 @@ def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: floa
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Run the four context-selection rules (and the rules of any --rules '
-                                     'file) on a case set and grade which required and stale facts reach each '
-                                     'request. Prints the report as JSON by default.')
+                                     'file) on a case set and grade which required and stale facts reach each request.')
     add_input_options(parser)
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
@@ -97,8 +96,14 @@ def checked_together(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 def show(args: argparse.Namespace) -> str:
     """--show: one case's requests and rows (and, without --strategy, the best possible), laid out by views."""
-    rules = views.shown_rules(args.strategy, {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]})
-    case = views.find_case(args.cases, load_cases(args.cases), args.show)
+    rules = {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]}
+    if args.strategy is not None and args.strategy not in rules:
+        raise LabError(f'--strategy {args.strategy}: no such rule; the rules are: {", ".join(rules)}')
+    cases = {case['id']: case for case in load_cases(args.cases)}
+    if args.show not in cases:
+        raise LabError(f'{args.cases}: no case {args.show!r}; the case ids are: {", ".join(cases)}')
+    case = cases[args.show]
+    rules = rules if args.strategy is None else {args.strategy: rules[args.strategy]}
     check_fits(args.cases, [case], count_request)
     chosen, rows = case_selections(case, rules, count_request, with_best=args.strategy is None)
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only

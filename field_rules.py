@@ -19,7 +19,7 @@ import bm25s
 import numpy
 import Stemmer
 
-from shapes import allowance
+from shapes import allowance, turn_texts
 from strategies import chosen, costs, fit
 
 
@@ -51,10 +51,7 @@ CONVERSATIONS_KEPT = 32
 QUESTIONS_KEPT = 2048
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
-
-
-def conversation(case: dict) -> Turns:
-    return tuple((turn['user'], turn['assistant']) for turn in case['history'])
+STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
 
 
 def turn_text(pair: tuple[str, str]) -> str:
@@ -71,13 +68,8 @@ def ranked(scores, keep) -> list[int]:
                   key=lambda index: (-scores[index], -index))
 
 
-@lru_cache(maxsize=1)
-def stemmer():
-    return Stemmer.Stemmer(STEMMER_LANGUAGE)
-
-
 def bm25_words(texts: list[str]) -> list[list[str]]:
-    return bm25s.tokenize(texts, stopwords=BM25_STOP_WORDS, stemmer=stemmer(), return_ids=False, show_progress=False)
+    return bm25s.tokenize(texts, stopwords=BM25_STOP_WORDS, stemmer=STEMMER, return_ids=False, show_progress=False)
 
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
@@ -92,7 +84,7 @@ def bm25_index(turns: Turns):
 
 
 def bm25_ranking(case: dict) -> list[int]:
-    return bm25_ranked(conversation(case), case['current'])
+    return bm25_ranked(tuple(map(turn_texts, case['history'])), case['current'])
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
@@ -111,8 +103,7 @@ def model():
     folder it finds its bundled tokenizer in tokenizers/ (it would otherwise look under a folder it does not ship
     and download it), and with downloads disabled a missing file raises instead of fetching."""
     folder = Path(wordllama.__file__).resolve().parent
-    return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder,
-                                    disable_download=True)
+    return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder, disable_download=True)
 
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
@@ -122,7 +113,7 @@ def turn_vectors(turns: Turns) -> numpy.ndarray:
 
 
 def dense_ranking(case: dict) -> list[int]:
-    return dense_ranked(conversation(case), case['current'])
+    return dense_ranked(tuple(map(turn_texts, case['history'])), case['current'])
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
@@ -146,10 +137,6 @@ def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
     return sorted(score, key=lambda index: (-score[index], -index))
 
 
-def fused_ranking(case: dict) -> list[int]:
-    return fuse([bm25_ranking(case), dense_ranking(case)])
-
-
 def keep_in_order(case: dict, count, order: list[int]) -> dict:
     """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
     bare, cost = costs(case, count)
@@ -165,7 +152,7 @@ def dense(case: dict, count) -> dict:
 
 
 def fused(case: dict, count) -> dict:
-    return keep_in_order(case, count, fused_ranking(case))
+    return keep_in_order(case, count, fuse([bm25_ranking(case), dense_ranking(case)]))
 
 
 RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}

@@ -4,9 +4,9 @@
     rows = run_rules(cases, RULES, count_request)    # rule -> its graded rows, in case-set order
     report_header(Path('cases.json'), case_set_sha256, rule_files=[])   # what the rows were made from
 
-evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py all run rules through `graded`, so each grades
-the same way. The header names the case file by the SHA-256 of the bytes that were parsed, the code that can
-change a row, the counter and the Python that ran it (docs/reviewing.md). It prints nothing but progress.
+evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py all run rules through `graded`, so
+each grades the same way. The header names the case file by the SHA-256 of the bytes that were parsed, the code that
+can change a row, the counter and the Python that ran it (docs/reviewing.md). It prints nothing but progress.
 """
 import platform
 
@@ -55,16 +55,13 @@ def case_selections(case: dict, rules: dict, count, with_best: bool) -> tuple[di
     return chosen, rows
 
 
-def code_hashes(with_rules: bool, *more: str) -> dict[str, str]:
-    """SHA-256 of each of CODE_FILES (and rule_files.py, and `more`), by name: what ties a record to its code."""
-    return {name: sha256_file(HERE / name) for name in (*CODE_FILES, *[RULES_CODE_FILE][:with_rules], *more)}
-
-
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:
     """The opening keys of every report: the case file (its name as UTF-8-safe text, the hash of the bytes read),
-    the code (and `more_code`, the script's own), the rules files if any, the manifest, Python and the counter."""
+    the code (CODE_FILES, rule_files.py with rules files, and `more_code`, the script's own), the rules files if any,
+    the manifest, Python and the counter."""
+    code = (*CODE_FILES, *[RULES_CODE_FILE][:bool(rule_files)], *more_code)
     return {'case_set': path_text(path.name), 'case_set_sha256': case_set_sha256,
-            'code_sha256': code_hashes(bool(rule_files), *more_code),
+            'code_sha256': {name: sha256_file(HERE / name) for name in code},
             **({'rule_files': rule_files} if rule_files else {}),  # no key at all without --rules
             'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
             'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},

@@ -25,11 +25,7 @@ def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
     give ([], ['We will use MySQL']); a note quoting 'a < b' as 'a &lt; b' carries the fact 'a < b'.
     """
     text = '\n'.join(map(CONTENT, messages))
-
-    def present(fact: str) -> bool:
-        return fact in text or escape(fact) in text
-
-    return [fact for fact in case['required'] if present(fact)], [fact for fact in case['stale'] if present(fact)]
+    return tuple([fact for fact in case[key] if fact in text or escape(fact) in text] for key in ('required', 'stale'))
 
 
 def graded_row(case: dict, chosen: dict) -> dict:

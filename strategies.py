@@ -35,6 +35,8 @@ CUES = re.compile(
     r'\b(decided|decide|chose|choose|will use|must|never|always|deadline|instead|switch(?:ed)?|requires?|limit)\b',
     re.IGNORECASE)
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
+
+
 def words(text: str) -> frozenset[str]:
     """Content words of a text: words('Which database will we use?') -> frozenset({'database', 'use'})"""
     return frozenset(WORD.findall(text.lower())) - STOP_WORDS
@@ -103,8 +105,7 @@ def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
 
 def recent(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    newest_first = range(len(cost) - 1, -1, -1)
-    kept, _ = fit(newest_first, cost, allowance(case) - bare, stop_at_misfit=True)
+    kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - bare, stop_at_misfit=True)
     return chosen(case, count, kept)
 
 
@@ -116,8 +117,7 @@ def relevant(case: dict, count) -> dict:
 
 def notes(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    newest_first = range(len(cost) - 1, -1, -1)
-    kept, _ = fit(newest_first, cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
+    kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
     turns, lines = sum(cost[index] for index in kept), []
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
         if turns + count(build_request(case, [], [line, *lines])) > allowance(case):

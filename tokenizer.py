@@ -18,6 +18,7 @@ a span's are the sum of its lines'. So each distinct message (or notes line) is 
 (`splits_cleanly`, `lines_split_cleanly` and `byte_lines_split_cleanly` check when). It reads prepared/ (or
 $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
+import argparse
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
 import json
@@ -262,8 +263,7 @@ def lines_split_cleanly(tokenizer) -> bool:
     model, when no token, learned or added, holds a newline next to another character (so no merge can join the two
     sides of a cut), the normalizer at most replaces and the pre-tokenizer at most splits at a string without
     newlines, nothing marks word starts or ends or looks whole words up before merging, and no added token takes the
-    whitespace after it. Gemma 4's vocabulary
-    keeps runs of newlines in tokens of their own, so this holds for the pinned tokenizer."""
+    whitespace after it. Gemma 4's vocabulary keeps runs of newlines in tokens of their own: this holds for it."""
     from tokenizers.models import BPE
 
     def newline_free(replace: dict) -> bool:
@@ -364,13 +364,9 @@ count_request = LazyCount()
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog='tokenizer.py',
-        description="Print the counter's profile and the token count of a small example request: a quick check "
-                    f'that `.venv/bin/python prepare.py` worked. Reads prepared/ (set {PREPARED_ENV} to read another '
-                    'prepared folder).')
+    parser = argparse.ArgumentParser(description="Print the counter's profile and the token count of a small example "
+                                     'request: a quick check that `.venv/bin/python prepare.py` worked. Reads '
+                                     f'prepared/ (set {PREPARED_ENV} to read another prepared folder).')
     add_counter_option(parser)
     choose_counter(parser.parse_args(argv).counter)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},

@@ -19,6 +19,7 @@ from common import LabError
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, TURN_ROLES, allowance, build_request
 from text import markdown_table, plain_number, printable, turn_runs
+from tokenizer import counter
 
 # What the views look like.
 WRAP = 96  # display width of message content; the exact text is what --prompt prints
@@ -58,14 +59,11 @@ def report_table(report: dict, group: str = 'split') -> str:
         rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
         best = by_group(report['best_possible']['cases'], group)
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
-             f"{s['complete_cases']} of {s['cases']}", str(s['cases_with_stale_facts']),
-             plain_number(s['mean_input_tokens'])] for name, groups in rules.items() for value, s in groups.items()]
-    for value, s in best.items():
-        not_searched = f" ({s['not_searched']} not searched)" if s['not_searched'] else ''
-        rows.append([best_possible.LABEL, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
-                     f"{s['complete_cases']} of {s['cases'] - s['not_searched']}{not_searched}",
-                     str(s['cases_with_stale_facts']),
-                     '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])])
+             f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # the best possible's only
+             + (f" ({s['not_searched']} not searched)" if s.get('not_searched') else ''),
+             str(s['cases_with_stale_facts']),
+             '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])]
+            for name, groups in [*rules.items(), (best_possible.LABEL, best)] for value, s in groups.items()]
     text = markdown_table([cell.format(group=group.capitalize()) for cell in TABLE_HEADER], rows)
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
@@ -112,19 +110,6 @@ def turn_map(report: dict) -> str:
     return '\n\n'.join([MAP_LEGEND, *maps]) + '\n'
 
 
-def find_case(path: Path, cases: list[dict], case_id: str) -> dict:
-    by_id = {case['id']: case for case in cases}
-    if case_id not in by_id:
-        raise LabError(f'{path}: no case {case_id!r}; the case ids are: {", ".join(by_id)}')
-    return by_id[case_id]
-
-
-def shown_rules(name: str | None, rules: dict) -> dict:
-    if name is not None and name not in rules:
-        raise LabError(f'--strategy {name}: no such rule; the rules are: {", ".join(rules)}')
-    return rules if name is None else {name: rules[name]}
-
-
 def paint(text: str, style: str, colour: bool) -> str:
     """ANSI-styled text when colour is on: paint('x', 'stale', True) -> '\\x1b[31mx\\x1b[0m'."""
     return f'\x1b[{STYLES[style]}m{text}\x1b[0m' if colour else text
@@ -158,8 +143,6 @@ def quoted(facts: list[str]) -> str:
 
 def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
     """One request, message by message with each one's share of the count and its facts, then the figures."""
-    from tokenizer import counter
-
     count, out = counter(), [paint(title, 'title', colour)]
     shares = count.fixed
     for label, message in zip(message_labels(case, chosen), chosen['messages']):
@@ -183,8 +166,6 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
 def show_requests(case: dict, chosen: dict, rows: dict, prompt: bool, full: bool, colour: bool) -> str:
     """--show: each selection of one case (None: the best possible, not searched) with its graded row, message by
     message or (prompt) as the counter renders it."""
-    from tokenizer import counter
-
     if prompt and len(chosen) == 1:
         return counter().prompt(next(iter(chosen.values()))['messages'])
     where = printable(f"{case['id']} ({case['split'].replace('_', '-')}, {case['kind']})")  # one line, as itself
