@@ -46,17 +46,21 @@ def read_json(path: Path, what: str, advice: str = ''):
     return read_json_file(path, what, advice)[0]
 
 
-def read_json_file(path: Path, what: str, advice: str = '') -> tuple[object, str]:
+def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) -> tuple[object, str]:
     """(the JSON in a file, the SHA-256 of the very bytes parsed), as read_json; an object holding a key twice is
     refused, since JSON readers disagree on which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a'
-    appears twice in one object')."""
+    appears twice in one object'). A file over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
     path = Path(path)
     try:
         kind = stat.S_IFMT(os.stat(path).st_mode)
         if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
             raise LabError(f'{path}: the {what} must be a file, not {SPECIAL.get(kind, "a device")}')
+        if (size := os.stat(path).st_size) > limit:  # parsing takes several times a file's size in memory
+            raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {limit:,} the lab reads')
         data = path.read_bytes()
         return json.loads(data.decode('utf-8-sig'), object_pairs_hook=unique_keys), hashlib.sha256(data).hexdigest()
+    except MemoryError:
+        problem = f'the {what} does not fit in the memory this process may use'
     except OSError as error:
         problem = f'cannot read the {what}: {error.strerror}'
     except UnicodeDecodeError as error:
@@ -291,16 +295,13 @@ def signals_held():
 
 
 def replace_folder(dest: Path, stage, say) -> None:
-    """Replace the folder dest names with the files stage(workdir) returns and, last, their record, prepared.json.
-
-    On any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone.
-    """
+    """Replace the folder dest names with the files stage(workdir) returns and, last, their record, prepared.json. On
+    any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone."""
     target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
     if os.path.lexists(target) and not target.is_dir():
         raise SwapError(f'{dest} is not a folder')
     made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
-    # Beside it, so a rename moves a folder without copying it; named before it is made, so that an interrupt right
-    # after mkdir still finds it to remove.
+    # Beside it, so that a rename moves a folder whole; named before mkdir, so that an interrupt right after finds it.
     workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
     new, old = workdir / 'new', workdir / 'old'
     try:
@@ -318,21 +319,16 @@ def replace_folder(dest: Path, stage, say) -> None:
         with signals_held():  # no interrupt between the two renames, nor halfway through the removal
             if replacing:
                 os.rename(target, old)
-            try:
-                os.rename(new, target)
-            except BaseException:
-                if replacing:
-                    try:
-                        os.rename(old, target)
-                    except OSError as error:
-                        raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
-                                        f'the previous folder is now {old}; move it back with mv') from error
-                raise
-            remove_folder(workdir, say)
-    except SwapError:
-        raise  # the old folder is still in workdir: it stays, and the message says where
+            os.rename(new, target)
+            remove_folder(workdir, say)  # says what it could not remove, raises nothing
     except BaseException:
         with signals_held():
+            if os.path.isdir(old) and not os.path.lexists(target):  # the rename into place failed: put it back
+                try:
+                    os.rename(old, target)
+                except OSError as error:
+                    raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
+                                    f'the previous folder is now {old}; move it back with mv') from error
             remove_folder(workdir, say)
             for folder in made:
                 with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it

@@ -9,15 +9,13 @@ that record was made for this very manifest and every file still has its recorde
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
-import hashlib
-import json
 import os
 from pathlib import Path
 import re
 import shlex
 
 from common import HERE, LabError, python_command, run
-from lab_files import PREPARED_JSON, sha256_file
+from lab_files import PREPARED_JSON, read_json, read_json_file, sha256_file
 
 PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
 # Written by prepare.py, git-ignored; realpath, unlike resolve, leaves a symlink loop for the checks to name.
@@ -68,13 +66,9 @@ class ManifestError(LabError):
 def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     """The manifest and the sha256 of its bytes (prepared.json records it), or one ManifestError."""
     try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise ManifestError(f'{path}: cannot read the manifest ({error.strerror}); it ships with the repo') from None
-    try:
-        manifest = json.loads(data)  # bytes: a byte-order mark is read as none
-    except (ValueError, RecursionError) as error:  # not UTF-8, not JSON, absurdly nested
-        raise ManifestError(f'{path}: not valid JSON ({error}); restore it with git checkout') from None
+        manifest, sha256 = read_json_file(path, 'manifest', RESTORE)
+    except LabError as error:
+        raise ManifestError(str(error)) from None
     if not isinstance(manifest, dict):
         raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
     check_keys(path, manifest, MANIFEST_KEYS)
@@ -91,7 +85,7 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     if built != TOKENIZER_JSON:
         raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
                             f'{TOKENIZER_JSON}; {RESTORE}')
-    return manifest, hashlib.sha256(data).hexdigest()
+    return manifest, sha256
 
 
 def check_keys(path: Path, tree: dict, keys: dict, where: tuple = ()) -> None:
@@ -168,38 +162,34 @@ def size_and_sha(entry) -> tuple[int, str] | None:
 
 def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: str | None = None,
                    name: str = DEFAULT) -> tuple[str | None, str]:
-    """(source, '') when folder is complete and valid for counter `name` (and from `source`, if given), else
-    (None, why not). Only the default counter can come from the Hub."""
+    """(source, '') when folder is complete and valid for counter `name` (and from `source`, if given), else (None,
+    why not). Only the default counter can come from the Hub."""
     record_path = Path(folder) / PREPARED_JSON
-    if not record_path.exists():
+    if not os.path.lexists(record_path):
         return None, f'{record_path} does not exist'
-    try:
-        record = json.loads(record_path.read_text(encoding='utf-8'))
-    except (OSError, ValueError, RecursionError) as error:  # unreadable, not UTF-8, not JSON, absurdly nested
-        return None, f'{record_path} is unreadable ({error})'
+    try:  # only a regular file of bounded size: a pipe there would hang every script, /dev/zero fill the memory
+        record = read_json(record_path, "prepared folder's record")
+    except LabError as error:
+        return None, str(error)
     if not isinstance(record, dict):
         return None, f'{record_path} is not a JSON object'
     if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):
         return None, f'{record_path} names no known source'
     if source is not None and record['source'] != source:
         return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
-    for key, value in recorded_identity(manifest, name).items():
-        if record.get(key) != value:
-            return None, f'it was prepared for another {key} ({record.get(key)})'
+    if other := [key for key, value in recorded_identity(manifest, name).items() if record.get(key) != value]:
+        return None, f'it was prepared for another {other[0]} ({record.get(other[0])})'
     if record.get('manifest_sha256') != manifest_sha256:
         return None, 'the manifest changed since it was prepared'
     if record['source'] == 'pypi' and record.get('vectors_checked') != vocab_spec(manifest, name)['test_vectors']:
         return None, 'its record does not say that every test vector was checked'
-    wanted = pins(manifest, record['source'], name)
-    files = record.get('files')
+    wanted, files = pins(manifest, record['source'], name), record.get('files')
     if not isinstance(files, dict) or sorted(files) != sorted(wanted):
         return None, f"its record does not list exactly {', '.join(wanted)}"
     for name, (pinned_at, pin) in wanted.items():
-        recorded = size_and_sha(files[name])
-        if recorded is None:
+        if (recorded := size_and_sha(files[name])) is None:
             return None, f'its record gives no size and sha256 for {name}'
-        path = Path(folder) / name
-        if not path.is_file():
+        if not (path := Path(folder) / name).is_file():
             return None, f'{path} is missing'
         try:
             actual = path.stat().st_size, sha256_file(path)

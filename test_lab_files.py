@@ -12,6 +12,7 @@ made there (skipped where no device can be made), never the machine's /dev/null,
 import json
 import os
 from pathlib import Path
+import resource
 import shlex
 import signal
 import stat
@@ -277,6 +278,11 @@ class TwoOutputsTest(TempFolderTest):
         self.assertEqual(sorted(path.name for path in self.tmp.iterdir()), ['sweep.json'])
 
 
+def memory_limit(size: int):
+    """A preexec_fn that gives the child at most `size` bytes of address space."""
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+
 class PipeTest(TempFolderTest):
     """A named pipe: as input refused at once, as output waited for a bounded time, never forever."""
 
@@ -296,6 +302,19 @@ class PipeTest(TempFolderTest):
                 what = 'case set' if option == '--cases' else 'report to compare with'
                 self.assertEqual((result.returncode, result.stderr),
                                  (2, f'evaluate.py: /dev/zero: the {what} must be a file, not a device\n'))
+
+    def test_a_case_file_too_large_for_the_memory_is_one_line_not_a_memory_error_traceback(self):
+        # Sparse files take no disk; the limit is the address space a user's shell may set (ulimit -v).
+        for size, problem in ((3 * 10**9, 'is 3,000,000,000 bytes, more than the 1,000,000,000 the lab reads'),
+                              (900 * 10**6, 'does not fit in the memory this process may use')):
+            with self.subTest(size):
+                huge = self.tmp / 'cases.json'
+                with open(huge, 'wb') as file:
+                    file.truncate(size)
+                result = subprocess.run([sys.executable, 'evaluate.py', '--cases', str(huge)], cwd=HERE, timeout=60,
+                                        capture_output=True, text=True, preexec_fn=memory_limit(2**30))
+                self.assertEqual((result.returncode, result.stdout, result.stderr),
+                                 (2, '', f'evaluate.py: {huge}: the case set {problem}\n'))
 
     def test_an_output_pipe_with_no_reader_is_refused_after_the_wait_and_nothing_is_left(self):
         fifo = self.tmp / 'report.json'

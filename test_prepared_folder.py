@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+import resource
 import shutil
 import subprocess
 import sys
@@ -104,12 +105,12 @@ class ReadManifestTest(TempFolderTest):
 
     def test_manifest_that_is_not_json_an_object_or_there_is_refused_in_one_line(self):
         path = self.tmp / 'manifest.json'
-        for text, problem in (('{"publisher_model": ', 'not valid JSON (Expecting value: line 1 column 21 (char 20)); '
-                                                       'restore it with git checkout'),
-                              (b'\xff{}', "not valid JSON ('utf-8' codec can't decode byte 0xff in position 0: "
-                                          'invalid start byte); restore it with git checkout'),
+        for text, problem in (('{"publisher_model": ', 'invalid JSON at line 1 column 21: Expecting value; restore the '
+                                                       'manifest with git checkout'),
+                              (b'\xff{}', 'the manifest is not UTF-8 text (byte 0); restore the manifest with git checkout'),
                               ('[]', 'not a JSON object; restore the manifest with git checkout'),
-                              (None, 'cannot read the manifest (No such file or directory); it ships with the repo')):
+                              (None, 'cannot read the manifest: No such file or directory; restore the manifest with '
+                                     'git checkout')):
             with self.subTest(problem):
                 path.unlink(missing_ok=True)
                 if text is not None:
@@ -153,8 +154,9 @@ class CheckPreparedTest(TempFolderTest):
         record = json.loads(text)
         no_sha = {name: {'size': entry['size']} for name, entry in record['files'].items()}
         damaged = {
-            'truncated JSON': (text[: len(text) // 2], f'{record_path} is unreadable (Expecting'),
-            'not UTF-8': (b'\xff\xfe{}', f'{record_path} is unreadable ('),
+            'truncated JSON': (text[: len(text) // 2], f'{record_path}: invalid JSON at line 1 column '),
+            'not UTF-8': (b'\xff\xfe{}', f"{record_path}: the prepared folder's record is not UTF-8 text (byte 0)"),
+            'a key twice': (text[:-1] + ', "source": "pypi"}', f"{record_path}: key 'source' appears twice in one object"),
             'a list': ('[]', f'{record_path} is not a JSON object'),
             'a string': ('"hub"', f'{record_path} is not a JSON object'),
             'no source': (json.dumps(record | {'source': None}), f'{record_path} names no known source'),
@@ -176,7 +178,8 @@ class CheckPreparedTest(TempFolderTest):
         record_path.unlink()
         self.assertEqual(self.check(self.hub), (None, f'{record_path} does not exist'))
         record_path.mkdir()
-        self.assertEqual(self.check(self.hub)[1].split(' (')[0], f'{record_path} is unreadable')
+        self.assertEqual(self.check(self.hub), (None, f"{record_path}: cannot read the prepared folder's record: Is a "
+                                                      'directory'))
 
     def test_folder_whose_files_match_their_record_but_not_the_manifest_is_not_valid(self):
         pypi = write_folder(self.tmp / 'pypi', PYPI_FILES, 'pypi', self.manifest)
@@ -229,6 +232,30 @@ class CommandTest(TempFolderTest):
         self.assertEqual((result.returncode, result.stdout, result.stderr.count('\n')), (2, '', 1), result.stderr)
         self.assertTrue(result.stderr.startswith(f'prepared_folder.py: {loop} is not a valid prepared counter: '),
                         result.stderr)
+
+    def test_a_record_that_is_a_pipe_dev_zero_or_gigabytes_is_one_line_not_a_hang_or_memory_error(self):
+        copy = self.tmp / 'prepared'
+        copy.mkdir()
+        for path in PREPARED.iterdir():
+            (copy / path.name).symlink_to(path)
+        record = copy / PREPARED_JSON
+        huge = self.tmp / 'huge.json'
+        with open(huge, 'wb') as file:
+            file.truncate(3 * 10**9)  # sparse: it takes no disk
+        for make, problem in ((os.mkfifo, 'must be a file, not a named pipe'),
+                              (lambda path: path.symlink_to('/dev/zero'), 'must be a file, not a device'),
+                              (lambda path: path.symlink_to(huge), 'is 3,000,000,000 bytes, more than the '
+                                                                   '1,000,000,000 the lab reads')):
+            with self.subTest(problem):
+                record.unlink()
+                make(record)
+                result = subprocess.run([sys.executable, 'evaluate.py'], cwd=HERE, capture_output=True, text=True,
+                                        env={**os.environ, PREPARED_ENV: str(copy)}, timeout=30,
+                                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30)))
+                self.assertEqual((result.returncode, result.stdout), (2, ''))
+                self.assertEqual(result.stderr, f"evaluate.py: {copy} is not a valid prepared counter: {record}: the "
+                                                f"prepared folder's record {problem}; refusing to count: run "
+                                                f'`CONTEXT_LAB_PREPARED={copy} {python_command()} prepare.py`\n')
 
     def test_a_damaged_manifest_is_one_line_not_a_traceback(self):
         lab = self.tmp / 'lab'  # the command reads the manifest beside itself

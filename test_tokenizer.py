@@ -390,15 +390,13 @@ class PreparedFolderTest(unittest.TestCase):
 
     def test_a_damaged_record_is_refused_without_a_traceback(self):
         def reason(record: Path, text: str) -> str:
-            return {'{"source": "pypi", "files": ': f'{record} is unreadable (Expecting value: line 1 column 29 '
-                                                    '(char 28))',
+            return {'{"source": "pypi", "files": ': f'{record}: invalid JSON at line 1 column 29: Expecting value',
                     '[]': f'{record} is not a JSON object',
                     '{"source": "pypi", "files": {}}': 'it was prepared for another publisher_model (None)',
                     '{"source": "pypi", "files": {"tokenizer.json": {}}}':
                         'it was prepared for another publisher_model (None)',
                     '{"files": {}}': f'{record} names no known source',
-                    '\udcff': f"{record} is unreadable ('utf-8' codec can't decode byte 0xff in position 0: "
-                              'invalid start byte)'}[text]
+                    '\udcff': f"{record}: the prepared folder's record is not UTF-8 text (byte 0)"}[text]
 
         for text in ('{"source": "pypi", "files": ', '[]', '{"source": "pypi", "files": {}}', '{"files": {}}',
                      '{"source": "pypi", "files": {"tokenizer.json": {}}}', '\udcff'):
