@@ -196,30 +196,36 @@ def marked(entry: dict) -> str:
     return f" ({', '.join(marks)})" if marks else ''
 
 
-
 def draw_panel(axes, report: dict, title: str, pick) -> None:
-    """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures."""
-    from matplotlib.ticker import FixedLocator, NullLocator, PercentFormatter
+    """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures. Rules
+    drawn on one line are named under the title, and the lines beneath show through the top one, dashed in turn."""
+    from matplotlib.ticker import NullLocator, PercentFormatter
 
     allowances = sorted({entry['allowance'] for entry in report['points']})
+    drawn, same = {}, {}  # rule -> (colour, percentages); percentages -> the rules drawn with them
     for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
         entries = [entry for entry in report['points'] if entry['rule'] == rule]
+        at = [entry['allowance'] for entry in entries]
         found = [100 * pick(entry)['facts_found'] / pick(entry)['facts_total'] for entry in entries]  # percent
         style = dict(color='black', linestyle='--', marker='') if rule == BEST else dict(marker='o', markersize=3)
-        line, = axes.plot([entry['allowance'] for entry in entries], found, label=rule, linewidth=1.4, clip_on=False,
-                          **style)
+        line, = axes.plot(at, found, label=rule, linewidth=1.4, clip_on=False, **style)
+        under = [other for other, (_, seen) in drawn.items() if seen == found]  # the best possible comes last
+        for index, other in enumerate([] if rule == BEST else under):  # a slot of 1 + len(under) each, this last
+            axes.plot(at, found, color=drawn[other][0], linewidth=1.4, linestyle=(4 * index, (4, 4 * len(under))),
+                      label='_same', clip_on=False)
+        drawn[rule], same[tuple(found)] = (line.get_color(), found), [*under, rule]
         for key, mark in MARKS.items():  # over the line, so a rule that overflows or sends stale facts shows it
             if points := [(entry['allowance'], y) for entry, y in zip(entries, found) if pick(entry).get(key)]:
                 axes.plot(*zip(*points), **{'color': line.get_color(), **mark, 'label': f'_{key}'}, linestyle='',
                           clip_on=False)
     axes.set_xscale('log')
-    axes.xaxis.set_major_locator(FixedLocator(allowances))
     axes.xaxis.set_minor_locator(NullLocator())
     axes.set_xticks(allowances, [f'{value:,}' for value in allowances], fontsize=7)
     axes.set_ylim(0, 100)
     axes.yaxis.set_major_formatter(PercentFormatter(decimals=0))
     axes.grid(True, color='#dddddd', linewidth=0.6)
-    axes.set_title(title, fontsize=9)
+    axes.set_title(''.join([title, *(f"\n{' = '.join(rules)}" for rules in same.values() if len(rules) > 1)]),
+                   fontsize=9)
 
 
 def draw(report: dict):

@@ -11,6 +11,7 @@ Files are only ever written into temporary directories.
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 import signal
 import subprocess
@@ -18,6 +19,10 @@ import sys
 import tempfile
 import unittest
 from unittest import mock
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
+import numpy
 
 import best_possible
 import budget_sweep
@@ -226,6 +231,17 @@ class RefusalTest(unittest.TestCase):
                                                      f'{plot}, which this run also writes; write the output elsewhere\n'))
         self.assertEqual(sorted(path.name for path in Path(self.folder.name).iterdir()), ['my.json'])
 
+    def test_a_case_file_whose_name_is_not_utf8_is_swept_and_recorded_under_its_escaped_name(self):
+        # It once ran the whole sweep, then failed advising PYTHONIOENCODING, or wrote a raw 0xff into the JSON.
+        folder = os.fsencode(self.folder.name)
+        cases, plot = (Path(os.fsdecode(os.path.join(folder, name))) for name in (b'c\xff.json', b'p\xfe.png'))
+        cases.write_bytes(CASES.read_bytes())
+        finished = subprocess.run([sys.executable, str(HERE / 'budget_sweep.py'), '--cases', cases, '--context-limits',
+                                   '256', '--plot', plot], capture_output=True, cwd=self.folder.name, timeout=120)
+        self.assertEqual(finished.returncode, 0, finished.stderr)
+        self.assertEqual(json.loads(finished.stdout.decode('utf-8'))['case_set'], 'c\\xff.json')  # strict UTF-8
+        self.assertEqual(plot.read_bytes()[:8], b'\x89PNG\r\n\x1a\n')
+
     def test_the_command_refuses_without_a_traceback(self):
         finished = subprocess.run([sys.executable, str(HERE / 'budget_sweep.py'), '--context-limits', '12x'],
                                   capture_output=True, text=True, cwd=self.folder.name, timeout=120)
@@ -284,7 +300,8 @@ class PictureTest(unittest.TestCase):
         figure = budget_sweep.draw(self.report)
         panels = [axes for axes in figure.axes if axes.axison]
         self.assertEqual([axes.get_title() for axes in panels[:2]],
-                         ['all cases (12 cases, 14 facts)', 'fact in the newest turn (2 cases, 2 facts)'])
+                         ['all cases (12 cases, 14 facts)', 'fact in the newest turn (2 cases, 2 facts)\n'
+                                                            'recent = relevant = hybrid = best possible'])
         self.assertEqual(len(panels), 1 + len({case['kind'] for case in load_cases(CASES)}))  # 7 kinds
         first = panels[0]
         self.assertEqual(first.get_xscale(), 'log')
@@ -321,6 +338,27 @@ class PictureTest(unittest.TestCase):
             entry['cases_with_stale_facts'] = 0
         self.assertEqual([text.get_text() for text in budget_sweep.draw(unmarked).legends[0].get_texts()],
                          [*RULES, BEST])
+
+    def test_a_rule_whose_line_is_another_rules_stays_visible_and_is_named_under_the_title(self):
+        # As under llama-3.1, where hybrid finds what relevant finds at every allowance: relevant's line lay under
+        # hybrid's, and no pixel of its colour was left in the panel.
+        report = json.loads(json.dumps(self.report))
+        relevant = {entry['context_limit']: entry for entry in report['points'] if entry['rule'] == 'relevant'}
+        report['points'] = [dict(relevant[entry['context_limit']], rule='hybrid') if entry['rule'] == 'hybrid' else
+                            entry for entry in report['points']]
+        for entry in report['points']:
+            del entry['groups']
+        figure = budget_sweep.draw(report)
+        canvas = FigureCanvasAgg(figure)
+        canvas.draw()
+        box = figure.axes[0].get_window_extent()  # the panel only: the legend shows every colour anyway
+        pixels = numpy.asarray(canvas.buffer_rgba())[::-1][int(box.y0):int(box.y1), int(box.x0):int(box.x1), :3]
+        colours = {line.get_label(): line.get_color() for line in figure.axes[0].get_lines()}
+        for rule in ('relevant', 'hybrid'):
+            rgb = numpy.array(to_rgb(colours[rule])) * 255
+            self.assertGreater(int((numpy.abs(pixels - rgb).sum(axis=2) < 40).sum()), 100, rule)
+        self.assertEqual(figure.axes[0].get_title(), 'all cases (12 cases, 14 facts)\nrelevant = hybrid')
+        self.assertEqual(picture(report, 'png'), picture(json.loads(json.dumps(report)), 'png'))
 
     def test_drawing_never_loads_pyplot(self):
         # pyplot would pick a backend, possibly an interactive one; the picture is drawn on a bare Figure.
