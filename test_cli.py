@@ -166,6 +166,22 @@ class ReadmeCommandsTest(unittest.TestCase):
         self.assertLess(lines.index(setup), lines.index(prepare_all))
         self.assertLess(lines.index(prepare_all), lines.index(tests))
 
+    def test_the_readme_says_every_line_ci_runs_the_older_word_and_set_ups_peak_memory(self):
+        readme = ' '.join((HERE / 'README.md').read_text(encoding='utf-8').split())
+        ci = (HERE / '.ci' / 'run').read_text(encoding='utf-8')
+        said = readme.split('`.ci/run` runs', 1)[1].split('):', 1)[0]  # the sentence on the test command
+        for command in re.findall(r"<<'README'\n(.*?)\nREADME\n", ci, flags=re.DOTALL):
+            if command not in readme_commands():  # those two it calls the set-up line and this line
+                self.assertIn(f'`{command}`', said)
+        self.assertIn('the set-up line', said)
+        # The word kept where the README says "rule": the table's first column and evaluate.py's option.
+        word = re.search(r'keep the older word, \*(\w+)\*', readme)[1]
+        self.assertEqual(views.TABLE_HEADER[0], word.capitalize())
+        self.assertEqual(vars(evaluate.parse_args(['--show', 'dev-correction', f'--{word}', 'notes']))[word], 'notes')
+        setup = readme.split('## Setup', 1)[1].split('```', 1)[0]
+        self.assertRegex(setup, r'at most [\d,]+ KiB \([\d.]+ GiB\) of memory \(peak resident set, `/usr/bin/time '
+                                r'-v`, \d{4}-\d\d-\d\d\)')
+
 
 def pages() -> list[Path]:
     """What a newcomer reads: the README and every reference page of docs/."""
