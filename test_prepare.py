@@ -38,7 +38,7 @@ from tokenizers import Tokenizer
 import common
 import prepare
 from lab_files import folder_identity, replace_folder
-from prepared_folder import PREPARED, check_prepared, counter_folder
+from prepared_folder import PREPARED, check_prepared, counter_folder, read_manifest
 from test_support_runs import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
@@ -930,10 +930,10 @@ class KilledRunTest(TempFolderTest):
         self.dest.mkdir()
         for path in PREPARED.iterdir():
             (self.dest / path.name).symlink_to(path)
+        self.assertEqual(check_prepared(self.dest, *read_manifest())[1], '')  # so no run asks the Hub
         marker = self.tmp / 'marker'
         command = [sys.executable, 'prepare.py', '--counter', 'all', '--dest', str(self.dest)]
-        env = os.environ | {'PYTHONPATH': str(fake_pip(self.tmp / 'waiting', WAITING_PIP)),
-                            'FAKE_PIP_MARKER': str(marker)}
+        env = hub_env(self.tmp, f'http://127.0.0.1:{closed_port()}', WAITING_PIP) | {'FAKE_PIP_MARKER': str(marker)}
         process = subprocess.Popen(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
         self.addCleanup(process.kill)
