@@ -32,7 +32,7 @@ INSTRUCTIONS = ('The conversation below is between two people, the user and the 
 SESSION_HEADER = 'Session {number}, {date_time}'  # the first line of each session's first user message
 IMAGE_NOTE = '{text} [shared an image: {caption}]'  # an utterance that shares an image, with LoCoMo's caption
 BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}  # defaults of the options
-SPLIT = 'held_out'  # nobody tuned the rules on LoCoMo
+CASE_SPLIT = 'held_out'  # of every case unless --split: nobody tuned the rules on LoCoMo
 
 # At most 9 digits a number: int() refuses past 4,300 with a traceback, and LoCoMo's are below 100.
 SESSION_KEY = re.compile(r'session_(\d{1,9})')
@@ -236,7 +236,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                             help=f'budget.{name} of every case (default {value})')
     parser.add_argument('--categories', type=category_set, default=category_set(CHOSEN),
                         help=f'categories to convert, of {CATEGORIES} (default {CHOSEN})')
-    parser.add_argument('--split', choices=SPLITS, default=SPLIT, help=f'split of every case (default {SPLIT})')
+    parser.add_argument('--split', choices=SPLITS, default=CASE_SPLIT, help='split of every case (default %(default)s)')
     parser.add_argument('--answers', type=Path, help="also write each case's gold answer here (for --grader f1)")
     return parser.parse_args(argv)
 

@@ -11,6 +11,7 @@ are the ones docs/locomo.md's tables hold.
 Each test is named after the failure it pins; files are only ever written into
 temporary directories.
 """
+import ast
 import hashlib
 import json
 import os
@@ -368,6 +369,24 @@ class BadInputTest(unittest.TestCase):
             output, result = convert(folder, locomo_sample(), '--categories', '1,6')
         self.assertEqual(result.returncode, 2)
         self.assertIn("expected category numbers from [1, 2, 3, 4, 5] separated by commas, got '1,6'", result.stderr)
+
+
+class NamesTest(unittest.TestCase):
+    def test_no_top_level_name_is_one_another_product_module_defines(self):
+        # locomo_cases.SPLIT was tokenizer.SPLIT's name, a regular expression: a reader of one would look up the other.
+        def defined(path: Path) -> set[str]:
+            names = set()
+            for node in ast.parse(path.read_text(encoding='utf-8')).body:
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, 'target', node)]
+                names |= {getattr(target, 'name', getattr(target, 'id', None)) for target in targets}
+            return names - {None, 'main', 'parse_args'}  # every script's entry points
+
+        mine = defined(HERE / 'locomo_cases.py')
+        for path in HERE.glob('*.py'):
+            if path.name.startswith('test_') or path.name == 'locomo_cases.py':
+                continue
+            with self.subTest(path.name):
+                self.assertEqual(mine & defined(path), set())
 
 
 def parts(value) -> list:
