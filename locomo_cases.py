@@ -215,10 +215,7 @@ def to_text(cases: list[dict]) -> str:
 
 def category_set(text: str) -> set[int]:
     """'1,2,4' -> {1, 2, 4}; anything but LoCoMo's category numbers is refused."""
-    try:
-        chosen = {int(part) for part in text.split(',')}
-    except ValueError:
-        chosen = set()
+    chosen = {int(part) if part.strip().isdecimal() else 0 for part in text.split(',')}  # 0 is no category
     if not chosen or not chosen <= set(CATEGORIES):
         raise argparse.ArgumentTypeError(f'expected category numbers from {list(CATEGORIES)} separated by commas, '
                                          f'got {text!r}')

@@ -365,10 +365,15 @@ class BadInputTest(unittest.TestCase):
             '12 questions', '13 questions').replace('1 evidence not an id', '2 evidence not an id')))
 
     def test_unknown_category_option_is_a_usage_error(self):
+        for text in ('1,6', '1,x', '', '1,,2', '+2', '\u00b2'):  # '\u00b2' (superscript two) is a digit int() refuses
+            with self.subTest(text=text), tempfile.TemporaryDirectory() as folder:
+                output, result = convert(folder, locomo_sample(), '--categories', text)
+                self.assertEqual(result.returncode, 2)
+                self.assertIn(f'expected category numbers from [1, 2, 3, 4, 5] separated by commas, got {text!r}',
+                              result.stderr)
         with tempfile.TemporaryDirectory() as folder:
-            output, result = convert(folder, locomo_sample(), '--categories', '1,6')
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("expected category numbers from [1, 2, 3, 4, 5] separated by commas, got '1,6'", result.stderr)
+            output, result = convert(folder, locomo_sample(), '--categories', ' 2 ,4')
+        self.assertEqual(result.returncode, 0, result.stderr)
 
 
 class NamesTest(unittest.TestCase):
