@@ -4,13 +4,13 @@
     .venv/bin/python locomo_cases.py locomo10.json --output locomo-16k.json --context-limit 16384
     .venv/bin/python evaluate.py --cases locomo-cases.json --format table --group kind
 
-The input is `data/locomo10.json` of snap-research/LoCoMo (CC BY-NC 4.0), which the user downloads;
-nothing of it is kept here. Every usable question of the chosen categories becomes one case: the whole
-conversation as history, each evidence utterance's text as a required fact, no stale facts (docs/locomo.md
-gives the conversion in full). The output is one case per line, ASCII only, so the same input gives the same
-bytes; stderr ends with one summary line counting skipped questions by reason. Input not in LoCoMo's shape is
-one line naming sample and field, exit 2, nothing written. It calls no model and counts no tokens; LoCoMo's
-answers are read only for --answers, which writes each case's gold answer for `answer_check.py --grader f1`.
+The input is `data/locomo10.json` of snap-research/LoCoMo (CC BY-NC 4.0), which the user downloads; nothing of it is
+kept here. Every usable question of the chosen categories becomes one case: the whole conversation as history,
+LoCoMo's own request for a short answer as instructions, each evidence utterance's text as a required fact, no stale
+facts (docs/locomo.md gives the conversion in full). One case a line, ASCII only: the same input gives the same bytes;
+stderr ends with one summary line counting skipped questions by reason. Input not in LoCoMo's shape is one line naming
+sample and field, exit 2, nothing written. It calls no model and counts no tokens; LoCoMo's answers are read only for
+--answers, which writes each case's gold answer for `answer_check.py --grader f1`.
 """
 import argparse
 from collections import Counter
@@ -27,12 +27,15 @@ from shapes import SPLITS
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
 CHOSEN = '1,2,3,4'  # category 5 asks about things the conversation never says, so it has nothing to find
-INSTRUCTIONS = ('The conversation below is between two people, the user and the assistant, over several dated '
-                'sessions. Answer the last question from it.')
+LOCOMO_ASK = ('write a short answer for the following question in a few words. Do not write complete and lengthy '
+              'sentences. Answer with exact words from the conversations whenever possible.')
+DATE_ASK = ' Use DATE of CONVERSATION to answer with an approximate date.'  # LoCoMo adds it to temporal questions
+INSTRUCTIONS = {category: 'The conversation below is between two people, the user and the assistant, over several '
+                f'dated sessions. Based on it, {LOCOMO_ASK}' + DATE_ASK * (category == 2) for category in CATEGORIES}
 SESSION_HEADER = 'Session {number}, {date_time}'  # the first line of each session's first user message
 IMAGE_NOTE = '{text} [shared an image: {caption}]'  # an utterance that shares an image, with LoCoMo's caption
 BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}  # defaults of the options
-SPLIT = 'held_out'  # nobody tuned the rules on LoCoMo
+CASE_SPLIT = 'held_out'  # of every case unless --split: nobody tuned the rules on LoCoMo
 
 # At most 9 digits a number: int() refuses past 4,300 with a traceback, and LoCoMo's are below 100.
 SESSION_KEY = re.compile(r'session_(\d{1,9})')
@@ -176,8 +179,8 @@ def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str,
             skipped[reason] += 1
             continue
         case = {'id': f'{sample.sample_id}-q{index}', 'split': split, 'kind': CATEGORIES[category],
-                'instructions': INSTRUCTIONS, 'current': current, 'history': sample.history, 'budget': budget,
-                'required': list(dict.fromkeys(sample.texts[key] for key in ids)), 'stale': []}
+                'instructions': INSTRUCTIONS[category], 'current': current, 'history': sample.history,
+                'budget': budget, 'required': list(dict.fromkeys(sample.texts[key] for key in ids)), 'stale': []}
         check_case(f'{sample.where}: question qa[{index}] as case {case["id"]}', case)  # what load_cases will demand
         if golds is not None:  # LoCoMo's scoring reads an answer as str() of it; a few are years, as integers
             gold = sample.qa[index].get('answer')
@@ -215,10 +218,7 @@ def to_text(cases: list[dict]) -> str:
 
 def category_set(text: str) -> set[int]:
     """'1,2,4' -> {1, 2, 4}; anything but LoCoMo's category numbers is refused."""
-    try:
-        chosen = {int(part) for part in text.split(',')}
-    except ValueError:
-        chosen = set()
+    chosen = {int(part) if part.strip().isdecimal() else 0 for part in text.split(',')}  # 0 is no category
     if not chosen or not chosen <= set(CATEGORIES):
         raise argparse.ArgumentTypeError(f'expected category numbers from {list(CATEGORIES)} separated by commas, '
                                          f'got {text!r}')
@@ -236,7 +236,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                             help=f'budget.{name} of every case (default {value})')
     parser.add_argument('--categories', type=category_set, default=category_set(CHOSEN),
                         help=f'categories to convert, of {CATEGORIES} (default {CHOSEN})')
-    parser.add_argument('--split', choices=SPLITS, default=SPLIT, help=f'split of every case (default {SPLIT})')
+    parser.add_argument('--split', choices=SPLITS, default=CASE_SPLIT, help='split of every case (default %(default)s)')
     parser.add_argument('--answers', type=Path, help="also write each case's gold answer here (for --grader f1)")
     return parser.parse_args(argv)
 

@@ -11,6 +11,7 @@ are the ones docs/locomo.md's tables hold.
 Each test is named after the failure it pins; files are only ever written into
 temporary directories.
 """
+import ast
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from unittest import mock
 from case_set import load_cases
 from lab_files import read_json, read_json_file
 from scorer import graded_row, totals
-from locomo_cases import INSTRUCTIONS, evidence_ids
+from locomo_cases import evidence_ids
 from strategies import RULES, build_request
 from tokenizer import count_request
 from views import report_table
@@ -92,6 +93,13 @@ def locomo_sample() -> list[dict]:
     ]
 
 
+# The instructions docs/locomo.md states: the lab's line on what the conversation is, then LoCoMo's own request for
+# an answer (task_eval/hf_llm_utils.py) after "Based on it,", and for temporal questions the sentence LoCoMo adds.
+LOCOMO_ASK = ('write a short answer for the following question in a few words. Do not write complete and lengthy '
+              'sentences. Answer with exact words from the conversations whenever possible.')
+DATE_ASK = 'Use DATE of CONVERSATION to answer with an approximate date.'
+ASKED = ('The conversation below is between two people, the user and the assistant, over several dated sessions. '
+         f'Based on it, {LOCOMO_ASK}')
 BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}
 HISTORY_ONE = [
     {'user': 'Session 1, 9:00 am on 1 May, 2023\nHi Ben, I adopted a cat.',
@@ -108,7 +116,8 @@ HISTORY_TWO = [
 
 
 def expected_case(case_id: str, kind: str, current: str, history: list[dict], required: list[str]) -> dict:
-    return {'id': case_id, 'split': 'held_out', 'kind': kind, 'instructions': INSTRUCTIONS, 'current': current,
+    instructions = f'{ASKED} {DATE_ASK}' if kind == 'temporal' else ASKED
+    return {'id': case_id, 'split': 'held_out', 'kind': kind, 'instructions': instructions, 'current': current,
             'history': history, 'budget': BUDGET, 'required': required, 'stale': []}
 
 
@@ -143,6 +152,20 @@ class ConversionTest(unittest.TestCase):
             output, result = convert(folder, locomo_sample())
             self.assertEqual((result.returncode, result.stdout, result.stderr), (0, '', EXPECTED_SUMMARY))
             self.assertEqual(json.loads(output.read_text(encoding='utf-8')), EXPECTED_CASES)
+
+    def test_instructions_are_locomos_request_for_a_short_answer_as_the_page_quotes_it(self):
+        # Asked only to answer "from it", a small model wrote 300 characters where the gold answer is one word,
+        # so LoCoMo's F1 measured length; LoCoMo asks for a few words, and for temporal questions a date.
+        with tempfile.TemporaryDirectory() as folder:
+            output, result = convert(folder, locomo_sample(), '--categories', '1,2,3,4,5')
+            cases = json.loads(output.read_text(encoding='utf-8'))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual({(case['kind'], case['instructions']) for case in cases},
+                         {('temporal', f'{ASKED} {DATE_ASK}'), *((kind, ASKED) for kind in
+                                                                 ('multi-hop', 'open-domain', 'single-hop',
+                                                                  'adversarial'))})
+        for wording in (LOCOMO_ASK, DATE_ASK, 'task_eval/hf_llm_utils.py'):
+            self.assertTrue(wording in prose(PAGE), f'docs/locomo.md does not quote {wording!r}')
 
     def test_second_run_writes_identical_ascii_bytes(self):
         with tempfile.TemporaryDirectory() as folder:
@@ -186,27 +209,27 @@ class ConversionTest(unittest.TestCase):
         self.assertEqual(run.stdout, '\n'.join([
             '| Strategy | Kind | Facts found | Complete cases | Cases with stale facts | Mean input tokens |',
             '|---|---|---|---|---|---|',
-            '| recent | single-hop | 3 of 3 | 3 of 3 | 0 | 157.3 |',
-            '| recent | temporal | 3 of 3 | 2 of 2 | 0 | 179.5 |',
-            '| recent | multi-hop | 3 of 3 | 1 of 1 | 0 | 178 |',
-            '| recent | open-domain | 1 of 1 | 1 of 1 | 0 | 180 |',
-            '| relevant | single-hop | 0 of 3 | 0 of 3 | 0 | 82 |',
-            '| relevant | temporal | 2 of 3 | 1 of 2 | 0 | 134 |',
-            '| relevant | multi-hop | 1 of 3 | 0 of 1 | 0 | 106 |',
-            '| relevant | open-domain | 0 of 1 | 0 of 1 | 0 | 108 |',
-            '| notes | single-hop | 3 of 3 | 3 of 3 | 0 | 157.3 |',
-            '| notes | temporal | 3 of 3 | 2 of 2 | 0 | 179.5 |',
-            '| notes | multi-hop | 3 of 3 | 1 of 1 | 0 | 178 |',
-            '| notes | open-domain | 1 of 1 | 1 of 1 | 0 | 180 |',
-            '| hybrid | single-hop | 1 of 3 | 1 of 3 | 0 | 102 |',
-            '| hybrid | temporal | 3 of 3 | 2 of 2 | 0 | 153 |',
-            '| hybrid | multi-hop | 2 of 3 | 0 of 1 | 0 | 125 |',
-            '| hybrid | open-domain | 1 of 1 | 1 of 1 | 0 | 127 |',
+            '| recent | single-hop | 3 of 3 | 3 of 3 | 0 | 185.3 |',
+            '| recent | temporal | 3 of 3 | 2 of 2 | 0 | 220.5 |',
+            '| recent | multi-hop | 3 of 3 | 1 of 1 | 0 | 206 |',
+            '| recent | open-domain | 1 of 1 | 1 of 1 | 0 | 208 |',
+            '| relevant | single-hop | 0 of 3 | 0 of 3 | 0 | 110 |',
+            '| relevant | temporal | 2 of 3 | 1 of 2 | 0 | 175 |',
+            '| relevant | multi-hop | 1 of 3 | 0 of 1 | 0 | 134 |',
+            '| relevant | open-domain | 0 of 1 | 0 of 1 | 0 | 136 |',
+            '| notes | single-hop | 3 of 3 | 3 of 3 | 0 | 185.3 |',
+            '| notes | temporal | 3 of 3 | 2 of 2 | 0 | 220.5 |',
+            '| notes | multi-hop | 3 of 3 | 1 of 1 | 0 | 206 |',
+            '| notes | open-domain | 1 of 1 | 1 of 1 | 0 | 208 |',
+            '| hybrid | single-hop | 1 of 3 | 1 of 3 | 0 | 130 |',
+            '| hybrid | temporal | 3 of 3 | 2 of 2 | 0 | 194 |',
+            '| hybrid | multi-hop | 2 of 3 | 0 of 1 | 0 | 153 |',
+            '| hybrid | open-domain | 1 of 1 | 1 of 1 | 0 | 155 |',
             # Every evidence turn fits, so the best possible selection finds every fact with the fewest turns.
-            '| best possible (reads the labels) | single-hop | 3 of 3 | 3 of 3 | 0 | 79 |',
-            '| best possible (reads the labels) | temporal | 3 of 3 | 2 of 2 | 0 | 105.5 |',
-            '| best possible (reads the labels) | multi-hop | 3 of 3 | 1 of 1 | 0 | 162 |',
-            '| best possible (reads the labels) | open-domain | 1 of 1 | 1 of 1 | 0 | 67 |']) + '\n')
+            '| best possible (reads the labels) | single-hop | 3 of 3 | 3 of 3 | 0 | 107 |',
+            '| best possible (reads the labels) | temporal | 3 of 3 | 2 of 2 | 0 | 146.5 |',
+            '| best possible (reads the labels) | multi-hop | 3 of 3 | 1 of 1 | 0 | 190 |',
+            '| best possible (reads the labels) | open-domain | 1 of 1 | 1 of 1 | 0 | 95 |']) + '\n')
 
     def test_options_set_budget_split_and_categories(self):
         with tempfile.TemporaryDirectory() as folder:
@@ -364,10 +387,33 @@ class BadInputTest(unittest.TestCase):
             '12 questions', '13 questions').replace('1 evidence not an id', '2 evidence not an id')))
 
     def test_unknown_category_option_is_a_usage_error(self):
+        for text in ('1,6', '1,x', '', '1,,2', '+2', '\u00b2'):  # '\u00b2' (superscript two) is a digit int() refuses
+            with self.subTest(text=text), tempfile.TemporaryDirectory() as folder:
+                output, result = convert(folder, locomo_sample(), '--categories', text)
+                self.assertEqual(result.returncode, 2)
+                self.assertIn(f'expected category numbers from [1, 2, 3, 4, 5] separated by commas, got {text!r}',
+                              result.stderr)
         with tempfile.TemporaryDirectory() as folder:
-            output, result = convert(folder, locomo_sample(), '--categories', '1,6')
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("expected category numbers from [1, 2, 3, 4, 5] separated by commas, got '1,6'", result.stderr)
+            output, result = convert(folder, locomo_sample(), '--categories', ' 2 ,4')
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+
+class NamesTest(unittest.TestCase):
+    def test_no_top_level_name_is_one_another_product_module_defines(self):
+        # locomo_cases.SPLIT was tokenizer.SPLIT's name, a regular expression: a reader of one would look up the other.
+        def defined(path: Path) -> set[str]:
+            names = set()
+            for node in ast.parse(path.read_text(encoding='utf-8')).body:
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, 'target', node)]
+                names |= {getattr(target, 'name', getattr(target, 'id', None)) for target in targets}
+            return names - {None, 'main', 'parse_args'}  # every script's entry points
+
+        mine = defined(HERE / 'locomo_cases.py')
+        for path in HERE.glob('*.py'):
+            if path.name.startswith('test_') or path.name == 'locomo_cases.py':
+                continue
+            with self.subTest(path.name):
+                self.assertEqual(mine & defined(path), set())
 
 
 def parts(value) -> list:
