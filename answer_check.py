@@ -20,9 +20,10 @@ import time
 
 import answer_f1
 import answer_keys
-from answer_model import (JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model, check_pinned,
-                          each_answer, encoded, kept_answers, load_model, load_recording, recording, request_sha256,
-                          save, tell, undercounts_cached_prompt)
+from answer_model import (CLOSEST, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
+                          check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
+                          recording, request_sha256, save, tell, undercounts_cached_prompt)
+from budget_sweep import counter_note
 import case_set
 import common
 from common import LabError
@@ -32,7 +33,7 @@ from scorer import graded_row
 from rule_files import load_rule_files
 from strategies import RULES
 from text import counted
-from tokenizer import count_request
+import tokenizer
 
 KEYS_PATH = common.HERE / 'answer-keys.json'
 RESULT_PATH = common.HERE / 'answer-result.json'
@@ -45,6 +46,13 @@ SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading d
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
 RECENT_CALLS = 10  # the calls the time left is estimated from
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
+# Why a recorded prompt_tokens differs from the lab's count, as grading says it (docs/counter.md found the causes).
+MISMATCH_CAUSES = {
+    'cached tokens left out': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
+    'no request recorded': "the original's format names no request, and the server read another text than today's "
+    "request: the original's 120 answers are to its own cases.json (sha256 30d77344...), whose histories are not this "
+    "one's (docs/counter.md)",
+    'unexplained': 'unexplained: the server read another prompt than the lab counted for the very request sent'}
 PYTHON = common.python_command()  # advice pasteable into a new terminal: the venv's python when that runs
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 
@@ -58,12 +66,12 @@ def sampled(cases: list[dict], size: int | None) -> list[dict]:
 
 
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
-    """Every request record sends, in order: rule, case, seed, with its fact-recall row. A key joins rule and case to
-    the body's sha256 (which holds the seed): 30 of the default 120 bodies repeat another rule's, each still sent."""
-    plan = []
+    """Every request record sends, sized by the pin's counter, in order: rule, case, seed, with its fact-recall row.
+    A key joins rule and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
+    plan, count = [], tokenizer.loaded(pin_counter(model)[0])
     for name, rule in rules.items():
         for case in cases:
-            selected, budget = rule(case, count_request), case['budget']
+            selected, budget = rule(case, count), case['budget']
             row = graded_row(case, selected)
             for seed in model['seeds']:
                 body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
@@ -164,20 +172,23 @@ def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, f
     """The grades file's content; current maps (strategy, case, seed) to today's request, whose fact-recall row joins
     an answer given that very request. With f1 ({case_id: kind}, threshold), keys are gold answers scored by F1."""
     mismatches, cut_off, outdated, joined = [], [], [], []
-    undercounts = undercounts_cached_prompt(recorded['model']['ollama_version'])
+    undercounts, compared = undercounts_cached_prompt(recorded['model']['ollama_version']), pin_counter(
+        recorded['model'])[1]  # prompt_tokens are held only to the served model's own counter
     for strategy, case_id, answer in each_answer(recorded):
         where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
         today = current.get((strategy, case_id, answer['seed']))
-        same = today is not None and today['request_sha256'] == answer['request_sha256']
+        sent = answer.get('request_sha256')  # None in the original's format: today's request stands in
+        same = today is not None and today['request_sha256'] == sent
         joined.append((strategy, case_id, answer, today['row'] if same else None))
-        counted, read = answer['input_tokens'], answer['prompt_tokens']
-        if read != counted:  # the model did not see the request counted, unless the server's cache hid some
-            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted,
-                               'probably_cache_accounting': undercounts and read < counted})
+        counted, read = answer['input_tokens'] if sent else today and today['input_tokens'], answer['prompt_tokens']
+        if compared and counted is not None and read != counted:
+            cause = ('cached tokens left out' if undercounts and read < counted else 'unexplained' if sent else
+                     'no request recorded')
+            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted, 'cause': cause})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
         if not same:
-            outdated.append({**where, 'reason': 'no longer sent' if today is None else 'request changed'})
+            outdated.append({**where, 'reason': 'request changed' if sent else 'no request recorded'})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
     before, after = answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else answer_keys.key_grades(joined, keys,
                                                                                                      graded)
@@ -187,23 +198,32 @@ def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, f
             'outdated_requests': outdated, **after}
 
 
+def counted_by(name: str, own: bool) -> str:
+    """', counted by llama-3.1' where a pin's counter is not the default (which a report leaves unnamed), and ', not
+    its own counter' after one that is not the served model's; else ''."""
+    named = {} if own and name == tokenizer.DEFAULT else {'name': name}
+    return counter_note({'counter': named}) + ', not its own counter' * (not own)
+
+
 def grades_report(grades: dict) -> str:
     """The grader's tables and lists, then the checks kept apart."""
     cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
         f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
-    lines = [*(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
-    if mismatches := grades['prompt_token_mismatches']:
-        lines.append(f'{counted(len(mismatches), "answer")} where the server read a different prompt '
-                     'than the one counted:')
-        lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
-                  f'the lab counted {m["input_tokens"]}'
-                  + (f' (probably the accounting of Ollama {grades["model"]["ollama_version"]}, which leaves '
-                     'cached prompt tokens out)' if m['probably_cache_accounting'] else '') for m in mismatches]
-    else:
-        lines.append("Every answer's prompt_tokens equal the counted input tokens.")
+    (name, own), tag = pin_counter(grades['model']), grades['model']['ollama_tag']
+    lines = [*([f'Answers of {tag}{note}:'] if (note := counted_by(name, own)) else []),
+             *(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
+    for cause, meaning in MISMATCH_CAUSES.items():
+        if found := [m for m in grades['prompt_token_mismatches'] if m['cause'] == cause]:
+            lines.append(f'{counted(len(found), "answer")} whose prompt_tokens differ from the lab\'s count ('
+                         f'{meaning.format(grades["model"]["ollama_version"])}):')
+            lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
+                      f'the lab counted {m["input_tokens"]}' for m in found]
+    if not grades['prompt_token_mismatches']:
+        lines.append("Every answer's prompt_tokens equal the counted input tokens." if own else
+                     f'prompt_tokens are not compared: {name} is not the counter of {tag}.')
     if outdated := grades['outdated_requests']:
-        lines.append(f'{counted(len(outdated), "answer")} recorded for requests that the current '
-                     'strategies, cases and pin no longer send; record again:')
+        lines.append(f'{counted(len(outdated), "answer")} not joined with fact recall, their request not the one the '
+                     'current strategies, cases and pin send; record again:')
         lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
     else:
         lines.append('Every recorded request is what the current strategies and cases send.')
@@ -211,8 +231,8 @@ def grades_report(grades: dict) -> str:
 
 
 def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade the recorded answers offline, or '
-                                     'record them from the pinned model through Ollama first, or pin a model.')
+    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade recorded answers offline, record them '
+                                     'from the pinned model through Ollama first, or pin a model.')
     parser.add_argument('command', nargs='?', choices=['record', 'pin'], help='record, then grade; or pin TAG')
     parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
     parser.add_argument('--model', type=Path, help="the pin (default answer-model.json; grading: the recording's)")
@@ -231,15 +251,16 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
         parser.add_argument(f'--{option.replace("_", "-")}', type=int if option == 'top_k' else float,
                             help=f'with pin: {option} (default: that of --model)')
     parser.add_argument('--seeds', type=int, nargs='+', help='with pin: seeds such as 1 2 3, one trial each')
+    parser.add_argument('--counter', type=lambda text: text if text == CLOSEST else tokenizer.counter_choice(text),
+                        help=f"with pin: the counter, if not the model's own ({CLOSEST}: the nearest of its family)")
     args = parser.parse_args(argv)  # a usage error exits 2
-    sampling = args.seeds or any(getattr(args, option) is not None for option in SAMPLING_OPTIONS)
+    pin_only = args.seeds or args.counter or any(getattr(args, option) is not None for option in SAMPLING_OPTIONS)
     for wrong, message in (((args.command == 'pin') != (args.tag is not None), 'pin takes one TAG; only pin does'),
                            (args.command == 'pin' and args.output is None, 'pin needs --output FILE'),
                            ((args.fresh or args.yes) and args.command != 'record', '--fresh and --yes go with record'),
-                           (sampling and args.command != 'pin', '--seeds and the sampling options go with pin'),
+                           (pin_only and args.command != 'pin', '--seeds, --counter and sampling options go with pin'),
                            (args.grader == 'f1' and args.keys is None, '--grader f1 needs --keys GOLD.json'),
-                           (args.grader != 'f1' and args.f1_threshold != F1_RIGHT,
-                            '--f1-threshold is for --grader f1')):
+                           (args.grader != 'f1' and args.f1_threshold != F1_RIGHT, '--f1-threshold goes with f1')):
         if wrong:
             parser.error(message)
     return args
@@ -250,9 +271,11 @@ def pin(args: argparse.Namespace) -> int:
     options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
     lab_files.check_outputs([('--output', args.output)], [('--model', args.model)])
     client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
-    pinned = check_model(f'{args.output}: pin', client.pin(options, args.seeds or defaults['seeds']))
+    pinned = check_model(f'{args.output}: pin', client.pin(options, args.seeds or defaults['seeds'], args.counter))
     save(args.output, pinned, 'answer model pin')
-    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}')
+    name, own = pin_counter(pinned)
+    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}'
+          f'{counted_by(name, own)}' + ', so prompt_tokens will not be compared' * (not own))
     return 0
 
 
@@ -290,7 +313,11 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, resu
         check_complete(recorded, plan, result_path, args.cases)
     f1 = ({case['id']: case['kind'] for case in cases}, args.f1_threshold) if args.grader == 'f1' else None
     grades = grade_recording(recorded, keys, {(p['strategy'], p['case'], p['seed']): p for p in plan or []}, f1)
-    save(grades_path, grades, 'answer grades')
+    original = f1 is None and any('request_sha256' not in answer for *_, answer in each_answer(recorded))
+    # The original's recording gets the original's grades file: the summary and each answer's verdict.
+    save(grades_path, {'summary': grades['summary'], 'graded': {s: {c: [g['verdict'] for g in listed] for c, listed in
+         by_case.items()} for s, by_case in grades['graded'].items()}} if original else grades, 'answer grades',
+         2 if original else 1)
     return grades
 
 
@@ -333,7 +360,7 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
                          [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
                           *(('--rules', path) for path in args.rules), *([] if args.command else recording[:1])])
     grades, (model, rules, cases, _) = run_check(args, keys_path, result_path, grades_path, client)
-    print(lab_files.to_json(grades, JSON_INDENT).rstrip('\n') if args.format == 'json'  # else the tables; the file: both
+    print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json'  # else the tables; file: both
           else grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\nTo record, start '
           f'Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of `ollama list` starts with '

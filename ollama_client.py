@@ -12,7 +12,7 @@ import shutil
 import threading
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, MODEL_FIELDS, chat_body, encode, excerpt
+from answer_model import ANSWER_CHECKS, MODEL_FIELDS, chat_body, encode, excerpt, new_pin_counter
 from common import LabError
 
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
@@ -158,8 +158,9 @@ class OllamaClient:
         self.check_digest('the tag moved while this answer was made, so it is not kept')
         return reply
 
-    def pin(self, options: dict, seeds: list[int]) -> dict:
-        """A pin for the client's tag as the server describes it now (/api/show), with these options and seeds."""
+    def pin(self, options: dict, seeds: list[int], counter: str | None = None) -> dict:
+        """A pin for the client's tag as the server describes it now (/api/show), with these options and seeds, and
+        the counter asked for (answer_model.new_pin_counter)."""
         version, digest, tag = self.server_version(), self.tag_digest(), self.model['ollama_tag']
         about = self._call('POST', '/api/show', encode({'model': tag}), CHECK_TIMEOUT)
         details = about['details'] if isinstance(about.get('details'), dict) else {}
@@ -168,7 +169,8 @@ class OllamaClient:
                   **{field: str(details.get(name) or UNSTATED)[:BODY_QUOTED] for field, name in DETAILS.items()},
                   'ollama_tag': tag, 'ollama_digest': digest, 'ollama_version': version, 'options': options,
                   'think': False, 'trials': len(seeds), 'seeds': seeds}
-        return {field: pinned[field] for field in MODEL_FIELDS}  # in answer-model.json's order
+        return {**{field: pinned[field] for field in MODEL_FIELDS},  # in answer-model.json's order
+                'counter': new_pin_counter(tag, pinned['publisher_model'], counter)}
 
     def loaded_context_length(self) -> int | None:
         """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""

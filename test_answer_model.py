@@ -108,7 +108,12 @@ class RecordingValidationTest(Rejecting):
                 ('extra field', lambda a: a['recent']['held-latest'][0].update(thinking=''),
                  "unexpected ['thinking']"),
                 ('answer not an object', lambda a: a['recent']['held-latest'].append('Mateo.'),
-                 'answers.recent.held-latest[2]: must be an object')):
+                 'answers.recent.held-latest[2]: must be an object'),
+                # The original's six fields, then the lab's: one recording holds answers of one format.
+                ('formats mixed', lambda a: [a['recent']['held-latest'][0].pop(f) for f in ('request_sha256',
+                                                                                           'input_tokens')],
+                 "answers.recent.held-latest[1]: fields must be exactly ['seed', 'answer', 'tool_calls', 'done_reason', "
+                 "'prompt_tokens', 'answer_tokens']; missing [], unexpected ['input_tokens', 'request_sha256']")):
             with self.subTest(name):
                 recorded = one_answer_recording()
                 change(recorded['answers'])
