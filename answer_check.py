@@ -47,11 +47,11 @@ ASK_ABOVE = 500  # record makes more calls than this only with --yes
 RECENT_CALLS = 10  # the calls the time left is estimated from
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
 # Why a recorded prompt_tokens differs from the lab's count, as grading says it (docs/counter.md found the causes).
+NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
 MISMATCH_CAUSES = {
-    'cached tokens left out': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
-    'no request recorded': "the original's format names no request, and the server read another text than today's "
-    "request: the original's 120 answers are to its own cases.json (sha256 30d77344...), whose histories are not this "
-    "one's (docs/counter.md)",
+    'cache accounting': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
+    NO_REQUEST: "the original's format names no request; the server read another text than today's, as "
+    "the original's 120 answered its own cases.json (sha256 30d77344...) of other histories (docs/counter.md)",
     'unexplained': 'unexplained: the server read another prompt than the lab counted for the very request sent'}
 PYTHON = common.python_command()  # advice pasteable into a new terminal: the venv's python when that runs
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
@@ -90,8 +90,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
         tell(f'discarded {partial.name}')
     version, pinned = client.verify(), client.model['ollama_version']
     if version != pinned:
-        tell(f'note: the server is Ollama {version}; the pinned recording used {pinned}. '
-             'The digest matches; the version is recorded with the answers.')
+        tell(f'note: the server is Ollama {version}, the pin says {pinned}; the digest matches; the version is kept.')
     if undercounts_cached_prompt(version):
         tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
              'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
@@ -151,8 +150,8 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
 
 
 def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path) -> None:
-    """Refuse a recording that lacks a planned answer, or holds one twice or unplanned, naming them: its counts would
-    lie. The advice names the options to give, and --cases where the recording names other cases by their sha256."""
+    """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
+    them and the options to give: --cases where the recording names other cases by their sha256."""
     held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
     planned = [(item['strategy'], item['case'], item['seed']) for item in plan]
     chosen = recorded.get('chosen')
@@ -180,15 +179,14 @@ def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, f
         sent = answer.get('request_sha256')  # None in the original's format: today's request stands in
         same = today is not None and today['request_sha256'] == sent
         joined.append((strategy, case_id, answer, today['row'] if same else None))
-        counted, read = answer['input_tokens'] if sent else today and today['input_tokens'], answer['prompt_tokens']
-        if compared and counted is not None and read != counted:
-            cause = ('cached tokens left out' if undercounts and read < counted else 'unexplained' if sent else
-                     'no request recorded')
+        counted, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
+        if compared and read != counted:
+            cause = 'cache accounting' if undercounts and read < counted else 'unexplained' if sent else NO_REQUEST
             mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted, 'cause': cause})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
         if not same:
-            outdated.append({**where, 'reason': 'request changed' if sent else 'no request recorded'})
+            outdated.append({**where, 'reason': 'request changed' if sent else NO_REQUEST})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
     before, after = answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else answer_keys.key_grades(joined, keys,
                                                                                                      graded)
@@ -198,19 +196,14 @@ def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, f
             'outdated_requests': outdated, **after}
 
 
-def counted_by(name: str, own: bool) -> str:
-    """', counted by llama-3.1' where a pin's counter is not the default (which a report leaves unnamed), and ', not
-    its own counter' after one that is not the served model's; else ''."""
-    named = {} if own and name == tokenizer.DEFAULT else {'name': name}
-    return counter_note({'counter': named}) + ', not its own counter' * (not own)
-
-
 def grades_report(grades: dict) -> str:
     """The grader's tables and lists, then the checks kept apart."""
     cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
         f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
     (name, own), tag = pin_counter(grades['model']), grades['model']['ollama_tag']
-    lines = [*([f'Answers of {tag}{note}:'] if (note := counted_by(name, own)) else []),
+    # A report leaves the default counter unnamed; a counter that is not the served model's own is named too.
+    note = counter_note({'counter': {} if own and name == tokenizer.DEFAULT else {'name': name}})
+    lines = [*([f'Answers of {tag}{note}{", not its own counter" * (not own)}:'] if note else []),
              *(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
     for cause, meaning in MISMATCH_CAUSES.items():
         if found := [m for m in grades['prompt_token_mismatches'] if m['cause'] == cause]:
@@ -221,11 +214,13 @@ def grades_report(grades: dict) -> str:
     if not grades['prompt_token_mismatches']:
         lines.append("Every answer's prompt_tokens equal the counted input tokens." if own else
                      f'prompt_tokens are not compared: {name} is not the counter of {tag}.')
-    if outdated := grades['outdated_requests']:
-        lines.append(f'{counted(len(outdated), "answer")} not joined with fact recall, their request not the one the '
-                     'current strategies, cases and pin send; record again:')
+    if unnamed := sum(o['reason'] == NO_REQUEST for o in grades['outdated_requests']):
+        lines.append(f"{counted(unnamed, 'answer')} name no request (the original's format): none joins fact recall.")
+    if outdated := [o for o in grades['outdated_requests'] if o['reason'] != NO_REQUEST]:
+        lines.append(f'{counted(len(outdated), "answer")} recorded for requests that the current '
+                     'strategies, cases and pin no longer send; record again:')
         lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
-    else:
+    elif not unnamed:
         lines.append('Every recorded request is what the current strategies and cases send.')
     return '\n'.join(lines)
 
@@ -273,15 +268,15 @@ def pin(args: argparse.Namespace) -> int:
     client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
     pinned = check_model(f'{args.output}: pin', client.pin(options, args.seeds or defaults['seeds'], args.counter))
     save(args.output, pinned, 'answer model pin')
-    name, own = pin_counter(pinned)
-    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}'
-          f'{counted_by(name, own)}' + ', so prompt_tokens will not be compared' * (not own))
+    note = '' if pin_counter(pinned)[1] else ', not its own counter, so prompt_tokens will not be compared'
+    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}, '
+          f'counted by {pinned["counter"]}{note}')
     return 0
 
 
 def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None, path: Path) -> tuple:
-    """(pin, rules, chosen cases, their keys or gold answers), checked before any call is wasted. Grading path's
-    recording takes its pin unless --model names one, and its split and sample (an option that differs is refused)."""
+    """(pin, rules, chosen cases, their keys or gold answers), checked before any call; grading takes the recording's
+    pin unless --model names one, and its split and sample (an option that differs is refused)."""
     chosen = recorded.get('chosen') if recorded else None
     if chosen and (args.split, args.sample) not in ((None, None), (chosen['split'], chosen['sample'])):
         raise LabError(f'{path}: recorded with --split {chosen["split"]}' + (f' --sample {chosen["sample"]}' if

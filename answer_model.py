@@ -45,8 +45,7 @@ ANSWER_CHECKS = {
     'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
     'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256, 'input_tokens': COUNT}
 ORIGINAL_CHECKS = dict(list(ANSWER_CHECKS.items())[:6])  # the original's answers: the reply, no request named
-# The lab's counter of what Ollama serves under a tag, with the family /api/show must report for it: the same model
-# under a name of one's own is counted only with `pin --counter NAME`.
+# The lab's counter of what Ollama serves under a tag, with the family /api/show must report (a copy: pin --counter).
 SERVED = {'gemma-4-e2b': ('gemma4', r'gemma4:e2b(-.+)?'), 'llama-3.1': ('llama', r'llama3\.1(:.+)?'),
           'llama-3.2': ('llama', r'llama3\.2(:.+)?'), 'llama-3.3': ('llama', r'llama3\.3(:.+)?'),
           'qwen-2.5': ('qwen2', r'qwen2\.5(:.+)?'), 'phi-3.5': ('phi3', r'phi3\.5(:.+)?')}
@@ -104,8 +103,8 @@ def check_fields(where: str, value, checks: dict, advice: str) -> None:
 
 def load_recording(path: Path, advice: str) -> dict:
     """{"model": the pin it was made with, as the server reported it, "answers": {strategy: {case_id: [answer, ...]}},
-    and "chosen": its split, sample and the case file's sha256, which recordings made before it lack}, checked. The
-    original's recordings have no "chosen", and answers of six fields that name no request."""
+    and "chosen": its split, sample and the case file's sha256}, checked. The original's recordings have no "chosen",
+    and their answers six fields that name no request."""
     recorded = lab_files.read_json(path, 'recording', advice)
     if not isinstance(recorded, dict) or not {'model', 'answers'} <= set(recorded) <= {'model', 'answers', 'chosen'}:
         raise LabError(f'{path}: expected "model", "answers" and "chosen"; {advice}')
@@ -242,8 +241,7 @@ def new_pin_counter(tag: str, family: str, asked: str | None) -> str:
 
 
 def pin_counter(model: dict) -> tuple[str, bool]:
-    """(a pin's counter, whether it is the served model's own): its `counter`; of an older pin, its tag's or the
-    default, which every table then names as not its own."""
+    """(a pin's counter, whether it is the served model's own): its `counter`, else its tag's, else the default."""
     own = served_counter(model['ollama_tag'])
     return (name := model.get('counter') or own or DEFAULT), name == own
 

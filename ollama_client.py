@@ -113,10 +113,9 @@ class OllamaClient:
         status, body, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
         if status != 200 or not isinstance(version, str) or not version:
-            raise OllamaError(
-                f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
-                f'{status} ({reply_detail(body, payload)}), where Ollama gives its version; '
-                f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
+            raise OllamaError(f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP {status} '
+                              f'({reply_detail(body, payload)}), where Ollama gives its version; set OLLAMA_HOST to '
+                              f'the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         return version
 
     def tag_digest(self) -> str | None:
@@ -130,8 +129,7 @@ class OllamaClient:
         return entry.get('digest')
 
     def answer(self, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
-        """One answer from the pinned build, checked as a recording checks it (message.content, not thinking), and the
-        tag's digest read again after it."""
+        """One answer from the pinned build (message.content, not thinking), checked, and the digest read again."""
         self.verify()
         body = chat_body(self.model, messages, num_ctx, num_predict, seed)
         payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
@@ -159,8 +157,7 @@ class OllamaClient:
         return reply
 
     def pin(self, options: dict, seeds: list[int], counter: str | None = None) -> dict:
-        """A pin for the client's tag as the server describes it now (/api/show), with these options and seeds, and
-        the counter asked for (answer_model.new_pin_counter)."""
+        """A pin of the client's tag as /api/show describes it now, with these options, seeds and counter asked for."""
         version, digest, tag = self.server_version(), self.tag_digest(), self.model['ollama_tag']
         about = self._call('POST', '/api/show', encode({'model': tag}), CHECK_TIMEOUT)
         details = about['details'] if isinstance(about.get('details'), dict) else {}

@@ -188,7 +188,7 @@ class RecordTest(AnswerFilesTest):
         self.assertLess(lines.index(note), next(i for i, line in enumerate(lines) if line.startswith('call 1 ')))
         mismatches = json.loads(self.grades.read_text())['prompt_token_mismatches']
         self.assertEqual(len(mismatches), 96)
-        self.assertTrue(all(m['cause'] == 'cached tokens left out' and m['seed'] > 1 for m in mismatches))
+        self.assertTrue(all(m['cause'] == 'cache accounting' and m['seed'] > 1 for m in mismatches))
         self.assertIn("\n96 answers whose prompt_tokens differ from the lab's count (probably the accounting of Ollama "
                       '0.30.0, which leaves cached prompt tokens out):\n', out)
 
@@ -457,7 +457,7 @@ class RecordTest(AnswerFilesTest):
         self.assertEqual(grades['outdated_requests'],
                          [{'strategy': s, 'case': 'held-latest', 'seed': seed, 'reason': 'request changed'}
                           for s in RULES for seed in (1, 2, 3, 4, 5)])
-        self.assertIn('20 answers not joined with fact recall, their request not the one the current strategies', out)
+        self.assertIn('20 answers recorded for requests that the current strategies', out)
         self.assertEqual({name: counts['passed'] for name, counts in grades['failure_causes'].items()},
                          dict.fromkeys(RULES, 0))  # held-latest's requests changed: its passes are left out
         self.assertIn('\n| recent | 0 | 0 | 0 | 25 | 0 |\n', out)
