@@ -57,14 +57,6 @@ PYTHON = common.python_command()  # advice pasteable into a new terminal: the ve
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 
 
-def sampled(cases: list[dict], size: int | None) -> list[dict]:
-    """size of the cases, drawn with SAMPLE_SEED and kept in file order; all of them for None."""
-    if size is not None and not 0 < size <= len(cases):
-        raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
-    drawn = range(len(cases)) if size is None else set(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))
-    return [case for index, case in enumerate(cases) if index in drawn]
-
-
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
     """Every request record sends, sized by the pin's counter, in order: rule, case, seed, with its fact-recall row.
     A key joins rule and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
@@ -125,10 +117,9 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
     for number, item in enumerate(plan, 1):
         if item['key'] in answers:
             continue
-        options = item['body']['options']
         label = f'{item["strategy"]} {item["case"]} seed {item["seed"]}'
         try:
-            reply = client.answer(item['body']['messages'], options['num_ctx'], options['num_predict'], item['seed'])
+            reply = client.answer(item['body'])
         except OllamaError as error:
             kept = f'the {len(answers)} answers so far are kept in {partial.name}' if answers else 'no answer is kept'
             raise OllamaError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
@@ -138,7 +129,7 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
         append(partial, {'strategy': item['strategy'], 'case': item['case'], 'answer': answer})
         asked = len(answers) - (len(plan) - asking)
         if asked == 1:  # the model is loaded now, so /api/ps can say with what context
-            context_length = note_loaded_context(client, partial, options['num_ctx']) or context_length
+            context_length = note_loaded_context(client, partial, item['body']['options']['num_ctx']) or context_length
         recent.append(time.monotonic() - last)  # the call's seconds, writing included
         last += recent[-1]
         # Time left from the recent calls: a server that slows down, or a machine under load, shows in them.
@@ -289,7 +280,11 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     cases = [case for case in every if args.split in ('all', case['split'])]
     if not cases:
         raise LabError(f'{args.cases}: holds no {args.split} case')
-    cases = sampled(cases, args.sample)
+    if (size := args.sample) is not None:  # drawn with SAMPLE_SEED and kept in file order
+        if not 0 < size <= len(cases):
+            raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
+        drawn = set(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))
+        cases = [case for index, case in enumerate(cases) if index in drawn]
     load_keys = answer_f1.load_gold_answers if args.grader == 'f1' else answer_keys.load_answer_keys
     return model, rules, cases, load_keys(keys_path, cases, every)
 

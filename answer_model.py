@@ -56,15 +56,8 @@ OPTIONAL_CHECKS = {'counter': (lambda v: v in SERVED, f'one of {", ".join(SERVED
 CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
                  'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
 JSON_INDENT = 1  # how the answer files are indented
-# What identifies the server behind a kept answer; an answer is reused only when all of it matches.
-SERVER_FIELDS = ('ollama_digest', 'ollama_version')
 ANSWER_LINE = {'strategy', 'case', 'answer'}  # a kept answer's line in the partial file
 FRESH = f'discard it with `{common.python_command()} answer_check.py record --fresh`'
-# Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so the second and later
-# seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed by #5371 in 0.1.49), and
-# 0.30.0 with its release candidates counted only what llama-server newly processed (fixed by #16428 in 0.30.1).
-CACHE_UNCOUNTED_BEFORE = (0, 1, 49)
-CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
@@ -177,7 +170,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
         raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
     if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
         raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
-    if any(header['model'].get(field) != model[field] for field in SERVER_FIELDS):
+    if any(header['model'].get(field) != model[field] for field in ('ollama_digest', 'ollama_version')):  # the server
         tell(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
              f'{header["model"].get("ollama_version")}, not from this server; none is reused')
         return None
@@ -221,8 +214,10 @@ def undercounts_cached_prompt(version: str) -> bool:
     """Whether this Ollama version leaves cached prompt tokens out of prompt_eval_count: '0.30.0-rc5' -> True."""
     match = re.match(r'(\d+)\.(\d+)\.(\d+)', version)
     release = tuple(int(part) for part in match.groups()) if match else (0, 0, 0)
-    # A build from source without a version says 0.0.0, which tells nothing about its accounting.
-    return release in CACHE_UNCOUNTED_RELEASES or (0, 0, 0) < release < CACHE_UNCOUNTED_BEFORE
+    # So the second and later seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed
+    # by #5371 in 0.1.49), and 0.30.0 with its release candidates counted only what llama-server newly processed
+    # (fixed by #16428 in 0.30.1). A build from source says 0.0.0, which tells nothing about its accounting.
+    return release == (0, 30, 0) or (0, 0, 0) < release < (0, 1, 49)
 
 
 def served_counter(tag: str, family: str | None = None) -> str | None:

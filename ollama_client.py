@@ -1,4 +1,4 @@
-"""The lab's Ollama client, at OLLAMA_HOST: OllamaClient(answer_model.load_model()).answer(messages, 384, 96, 1)
+"""The lab's Ollama client, at OLLAMA_HOST: OllamaClient(model).answer(answer_model.chat_body(model, messages, ...))
 
 It checks that the server is Ollama and holds the pinned digest; a reply must name the pinned tag and hold what a
 recording accepts, within a deadline for the whole reply. Each failure is one OllamaError line naming the host. It
@@ -12,7 +12,7 @@ import shutil
 import threading
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, MODEL_FIELDS, chat_body, encode, excerpt, new_pin_counter
+from answer_model import ANSWER_CHECKS, MODEL_FIELDS, encode, excerpt, new_pin_counter
 from common import LabError
 
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
@@ -128,10 +128,9 @@ class OllamaClient:
                 if expected else ''))
         return entry.get('digest')
 
-    def answer(self, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
-        """One answer from the pinned build (message.content, not thinking), checked, and the digest read again."""
+    def answer(self, body: dict) -> dict:
+        """The pinned build's answer to a chat_body (message.content, not thinking), checked; the digest read again."""
         self.verify()
-        body = chat_body(self.model, messages, num_ctx, num_predict, seed)
         payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
         if payload.get('done') is not True:
             # Even with stream false the server answers 200 with what it has when generation ends
@@ -144,8 +143,9 @@ class OllamaClient:
                               f'not the pinned {body["model"]}, so nothing from it is kept: check what serves '
                               'at OLLAMA_HOST')
         message = payload['message'] if isinstance(payload.get('message'), dict) else {}
-        reply = {'seed': seed, 'answer': message.get('content'), 'tool_calls': message.get('tool_calls') or [],
-                 'done_reason': payload.get('done_reason'),  # Ollama leaves both counts out when they are zero
+        # Ollama leaves out a count that is zero.
+        reply = {'seed': body['options']['seed'], 'answer': message.get('content'),
+                 'tool_calls': message.get('tool_calls') or [], 'done_reason': payload.get('done_reason'),
                  'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
         for field, wire in WIRE_NAMES.items():
             if not ANSWER_CHECKS[field][0](reply[field]):
