@@ -46,9 +46,8 @@ SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading d
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
 RECENT_CALLS = 10  # the calls the time left is estimated from
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
-# Why a recorded prompt_tokens differs from the lab's count, as grading says it (docs/counter.md found the causes).
 NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
-MISMATCH_CAUSES = {
+MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grading says it (docs/answer-check.md)
     'cache accounting': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
     NO_REQUEST: "the original's format names no request; the server read another text than today's, as "
     "the original's 120 answered its own cases.json (sha256 30d77344...) of other histories (docs/counter.md)",
