@@ -51,7 +51,8 @@ SERVED = {'gemma-4-e2b': ('gemma4', r'gemma4:e2b(-.+)?'), 'llama-3.1': ('llama',
           'qwen-2.5': ('qwen2', r'qwen2\.5(:.+)?'), 'phi-3.5': ('phi3', r'phi3\.5(:.+)?')}
 CLOSEST = 'closest'  # pin --counter closest: the first counter of the served model's family
 # A pin's counter, which pins made before it lack; the context the server loaded, which a recording adds.
-OPTIONAL_CHECKS = {'counter': (lambda v: v in SERVED, f'one of {", ".join(SERVED)}'), 'loaded_context_length': POSITIVE}
+OPTIONAL_CHECKS = {'counter': (lambda v: isinstance(v, str) and v in SERVED, f'one of {", ".join(SERVED)}'),
+                   'loaded_context_length': POSITIVE}
 # What a recording carries of the cases it asked about, so that grading needs no option repeated.
 CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
                  'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}

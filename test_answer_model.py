@@ -127,6 +127,12 @@ class RecordingValidationTest(Rejecting):
         self.assertIn('model.seeds: must be distinct integers', self.load(one_answer_recording(
             {**load_model(), 'seeds': [1.0, 2, 3, 4, 5]})))
 
+    def test_a_pins_counter_must_be_one_the_lab_has(self):
+        for value, got in (('llama-3', '"llama-3"'), ([], '[]'), (None, 'null')):
+            with self.subTest(value=value):
+                self.assertIn('model.counter: must be one of gemma-4-e2b, llama-3.1, llama-3.2, llama-3.3, qwen-2.5, '
+                              f'phi-3.5, got {got}', self.load(one_answer_recording({**load_model(), 'counter': value})))
+
     def test_loaded_context_length_must_be_a_positive_integer(self):
         for value, got in ((0, '0'), (4096.0, '4096.0'), ('4096', '"4096"'), (True, 'true'), (None, 'null')):
             with self.subTest(value=value):
