@@ -173,6 +173,7 @@ class AnswerCheckPageTest(AnswerFilesTest):
             'my-answers.grades.json', 'my-answers.json', 'my-cases.json', 'my-keys.json', 'my-model.json',
             'my_rules.py'])
         self.assertEqual(len(fake.chats()), 20)  # the four rules and `last turn`, two cases, two seeds
+        self.assertEqual(json.loads((self.folder / 'my-model.json').read_text())['counter'], 'llama-3.2')
         grades = json.loads((self.folder / 'my-answers.grades.json').read_text())
         # By hand: the last turn holds the new port (2 passes) but not the reviewer (2 answers say it is missing,
         # and the request lacked the required fact: the rule's failure).
