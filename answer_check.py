@@ -20,7 +20,7 @@ import time
 
 import answer_f1
 import answer_keys
-from answer_model import (CLOSEST, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
+from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
                           check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
                           recording, request_sha256, save, tell, undercounts_cached_prompt)
 from budget_sweep import counter_note
@@ -81,7 +81,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
         tell(f'discarded {partial.name}')
     version, pinned = client.verify(), client.model['ollama_version']
     if version != pinned:
-        tell(f'note: the server is Ollama {version}, the pin says {pinned}; the digest matches; the version is kept.')
+        tell(f'note: the server is Ollama {version}, not the pinned {pinned}, with the pinned digest; it is recorded.')
     if undercounts_cached_prompt(version):
         tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
              'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
@@ -303,10 +303,10 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, resu
     f1 = ({case['id']: case['kind'] for case in cases}, args.f1_threshold) if args.grader == 'f1' else None
     grades = grade_recording(recorded, keys, {(p['strategy'], p['case'], p['seed']): p for p in plan or []}, f1)
     original = f1 is None and any('request_sha256' not in answer for *_, answer in each_answer(recorded))
-    # The original's recording gets the original's grades file: the summary and each answer's verdict.
+    # The original's recording gets the original's grades file: summary and verdicts, indented by two as it printed.
     save(grades_path, {'summary': grades['summary'], 'graded': {s: {c: [g['verdict'] for g in listed] for c, listed in
          by_case.items()} for s, by_case in grades['graded'].items()}} if original else grades, 'answer grades',
-         2 if original else 1)
+         2 if original else JSON_INDENT)
     return grades
 
 
