@@ -20,9 +20,10 @@ import time
 
 import answer_f1
 import answer_keys
-from answer_model import (JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model, check_pinned,
-                          each_answer, encoded, kept_answers, load_model, load_recording, recording, request_sha256,
-                          save, tell, undercounts_cached_prompt)
+from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
+                          check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
+                          recording, request_sha256, save, tell, undercounts_cached_prompt)
+from budget_sweep import counter_note
 import case_set
 import common
 from common import LabError
@@ -32,7 +33,7 @@ from scorer import graded_row
 from rule_files import load_rule_files
 from strategies import RULES
 from text import counted
-from tokenizer import count_request
+import tokenizer
 
 KEYS_PATH = common.HERE / 'answer-keys.json'
 RESULT_PATH = common.HERE / 'answer-result.json'
@@ -45,25 +46,23 @@ SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading d
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
 RECENT_CALLS = 10  # the calls the time left is estimated from
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
+NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
+MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grading says it (docs/answer-check.md)
+    'cache accounting': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
+    NO_REQUEST: "the original's format names no request; the server read another text than today's, as "
+    "the original's 120 answered its own cases.json (sha256 30d77344...) of other histories (docs/counter.md)",
+    'unexplained': 'unexplained: the server read another prompt than the lab counted for the very request sent'}
 PYTHON = common.python_command()  # advice pasteable into a new terminal: the venv's python when that runs
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 
 
-def sampled(cases: list[dict], size: int | None) -> list[dict]:
-    """size of the cases, drawn with SAMPLE_SEED and kept in file order; all of them for None."""
-    if size is not None and not 0 < size <= len(cases):
-        raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
-    drawn = range(len(cases)) if size is None else set(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))
-    return [case for index, case in enumerate(cases) if index in drawn]
-
-
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
-    """Every request record sends, in order: rule, case, seed, with its fact-recall row. A key joins rule and case to
-    the body's sha256 (which holds the seed): 30 of the default 120 bodies repeat another rule's, each still sent."""
-    plan = []
+    """Every request record sends, sized by the pin's counter, in order: rule, case, seed, with its fact-recall row.
+    A key joins rule and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
+    plan, count = [], tokenizer.loaded(pin_counter(model)[0])
     for name, rule in rules.items():
         for case in cases:
-            selected, budget = rule(case, count_request), case['budget']
+            selected, budget = rule(case, count), case['budget']
             row = graded_row(case, selected)
             for seed in model['seeds']:
                 body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
@@ -82,8 +81,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
         tell(f'discarded {partial.name}')
     version, pinned = client.verify(), client.model['ollama_version']
     if version != pinned:
-        tell(f'note: the server is Ollama {version}; the pinned recording used {pinned}. '
-             'The digest matches; the version is recorded with the answers.')
+        tell(f'note: the server is Ollama {version}, not the pinned {pinned}, with the pinned digest; it is recorded.')
     if undercounts_cached_prompt(version):
         tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
              'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
@@ -118,10 +116,9 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
     for number, item in enumerate(plan, 1):
         if item['key'] in answers:
             continue
-        options = item['body']['options']
         label = f'{item["strategy"]} {item["case"]} seed {item["seed"]}'
         try:
-            reply = client.answer(item['body']['messages'], options['num_ctx'], options['num_predict'], item['seed'])
+            reply = client.answer(item['body'])
         except OllamaError as error:
             kept = f'the {len(answers)} answers so far are kept in {partial.name}' if answers else 'no answer is kept'
             raise OllamaError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
@@ -131,7 +128,7 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
         append(partial, {'strategy': item['strategy'], 'case': item['case'], 'answer': answer})
         asked = len(answers) - (len(plan) - asking)
         if asked == 1:  # the model is loaded now, so /api/ps can say with what context
-            context_length = note_loaded_context(client, partial, options['num_ctx']) or context_length
+            context_length = note_loaded_context(client, partial, item['body']['options']['num_ctx']) or context_length
         recent.append(time.monotonic() - last)  # the call's seconds, writing included
         last += recent[-1]
         # Time left from the recent calls: a server that slows down, or a machine under load, shows in them.
@@ -143,8 +140,8 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
 
 
 def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path) -> None:
-    """Refuse a recording that lacks a planned answer, or holds one twice or unplanned, naming them: its counts would
-    lie. The advice names the options to give, and --cases where the recording names other cases by their sha256."""
+    """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
+    them and the options to give: --cases where the recording names other cases by their sha256."""
     held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
     planned = [(item['strategy'], item['case'], item['seed']) for item in plan]
     chosen = recorded.get('chosen')
@@ -164,20 +161,22 @@ def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, f
     """The grades file's content; current maps (strategy, case, seed) to today's request, whose fact-recall row joins
     an answer given that very request. With f1 ({case_id: kind}, threshold), keys are gold answers scored by F1."""
     mismatches, cut_off, outdated, joined = [], [], [], []
-    undercounts = undercounts_cached_prompt(recorded['model']['ollama_version'])
+    undercounts, compared = undercounts_cached_prompt(recorded['model']['ollama_version']), pin_counter(
+        recorded['model'])[1]  # prompt_tokens are held only to the served model's own counter
     for strategy, case_id, answer in each_answer(recorded):
         where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
         today = current.get((strategy, case_id, answer['seed']))
-        same = today is not None and today['request_sha256'] == answer['request_sha256']
+        sent = answer.get('request_sha256')  # None in the original's format: today's request stands in
+        same = today is not None and today['request_sha256'] == sent
         joined.append((strategy, case_id, answer, today['row'] if same else None))
-        counted, read = answer['input_tokens'], answer['prompt_tokens']
-        if read != counted:  # the model did not see the request counted, unless the server's cache hid some
-            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted,
-                               'probably_cache_accounting': undercounts and read < counted})
+        counted, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
+        if compared and read != counted:
+            cause = 'cache accounting' if undercounts and read < counted else 'unexplained' if sent else NO_REQUEST
+            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted, 'cause': cause})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
         if not same:
-            outdated.append({**where, 'reason': 'no longer sent' if today is None else 'request changed'})
+            outdated.append({**where, 'reason': 'request changed' if sent else NO_REQUEST})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
     before, after = answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else answer_keys.key_grades(joined, keys,
                                                                                                      graded)
@@ -191,28 +190,34 @@ def grades_report(grades: dict) -> str:
     """The grader's tables and lists, then the checks kept apart."""
     cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
         f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
-    lines = [*(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
-    if mismatches := grades['prompt_token_mismatches']:
-        lines.append(f'{counted(len(mismatches), "answer")} where the server read a different prompt '
-                     'than the one counted:')
-        lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
-                  f'the lab counted {m["input_tokens"]}'
-                  + (f' (probably the accounting of Ollama {grades["model"]["ollama_version"]}, which leaves '
-                     'cached prompt tokens out)' if m['probably_cache_accounting'] else '') for m in mismatches]
-    else:
-        lines.append("Every answer's prompt_tokens equal the counted input tokens.")
-    if outdated := grades['outdated_requests']:
+    (name, own), tag = pin_counter(grades['model']), grades['model']['ollama_tag']
+    # A report leaves the default counter unnamed; a counter that is not the served model's own is named too.
+    note = counter_note({'counter': {} if own and name == tokenizer.DEFAULT else {'name': name}})
+    lines = [*([f'Answers of {tag}{note}{", not its own counter" * (not own)}:'] if note else []),
+             *(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
+    for cause, meaning in MISMATCH_CAUSES.items():
+        if found := [m for m in grades['prompt_token_mismatches'] if m['cause'] == cause]:
+            lines.append(f'{counted(len(found), "answer")} whose prompt_tokens differ from the lab\'s count ('
+                         f'{meaning.format(grades["model"]["ollama_version"])}):')
+            lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
+                      f'the lab counted {m["input_tokens"]}' for m in found]
+    if not grades['prompt_token_mismatches']:
+        lines.append("Every answer's prompt_tokens equal the counted input tokens." if own else
+                     f'prompt_tokens are not compared: {name} is not the counter of {tag}.')
+    if unnamed := sum(o['reason'] == NO_REQUEST for o in grades['outdated_requests']):
+        lines.append(f"{counted(unnamed, 'answer')} name no request (the original's format): none joins fact recall.")
+    if outdated := [o for o in grades['outdated_requests'] if o['reason'] != NO_REQUEST]:
         lines.append(f'{counted(len(outdated), "answer")} recorded for requests that the current '
                      'strategies, cases and pin no longer send; record again:')
         lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
-    else:
+    elif not unnamed:
         lines.append('Every recorded request is what the current strategies and cases send.')
     return '\n'.join(lines)
 
 
 def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade the recorded answers offline, or '
-                                     'record them from the pinned model through Ollama first, or pin a model.')
+    parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade recorded answers offline, record them '
+                                     'from the pinned model through Ollama first, or pin a model.')
     parser.add_argument('command', nargs='?', choices=['record', 'pin'], help='record, then grade; or pin TAG')
     parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
     parser.add_argument('--model', type=Path, help="the pin (default answer-model.json; grading: the recording's)")
@@ -231,15 +236,16 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
         parser.add_argument(f'--{option.replace("_", "-")}', type=int if option == 'top_k' else float,
                             help=f'with pin: {option} (default: that of --model)')
     parser.add_argument('--seeds', type=int, nargs='+', help='with pin: seeds such as 1 2 3, one trial each')
+    parser.add_argument('--counter', type=lambda text: text if text == CLOSEST else tokenizer.counter_choice(text),
+                        help=f"with pin: the counter, if not the model's own ({CLOSEST}: the nearest of its family)")
     args = parser.parse_args(argv)  # a usage error exits 2
-    sampling = args.seeds or any(getattr(args, option) is not None for option in SAMPLING_OPTIONS)
+    pin_only = args.seeds or args.counter or any(getattr(args, option) is not None for option in SAMPLING_OPTIONS)
     for wrong, message in (((args.command == 'pin') != (args.tag is not None), 'pin takes one TAG; only pin does'),
                            (args.command == 'pin' and args.output is None, 'pin needs --output FILE'),
                            ((args.fresh or args.yes) and args.command != 'record', '--fresh and --yes go with record'),
-                           (sampling and args.command != 'pin', '--seeds and the sampling options go with pin'),
+                           (pin_only and args.command != 'pin', '--seeds, --counter and sampling options go with pin'),
                            (args.grader == 'f1' and args.keys is None, '--grader f1 needs --keys GOLD.json'),
-                           (args.grader != 'f1' and args.f1_threshold != F1_RIGHT,
-                            '--f1-threshold is for --grader f1')):
+                           (args.grader != 'f1' and args.f1_threshold != F1_RIGHT, '--f1-threshold goes with f1')):
         if wrong:
             parser.error(message)
     return args
@@ -250,15 +256,17 @@ def pin(args: argparse.Namespace) -> int:
     options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
     lab_files.check_outputs([('--output', args.output)], [('--model', args.model)])
     client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
-    pinned = check_model(f'{args.output}: pin', client.pin(options, args.seeds or defaults['seeds']))
+    pinned = check_model(f'{args.output}: pin', client.pin(options, args.seeds or defaults['seeds'], args.counter))
     save(args.output, pinned, 'answer model pin')
-    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}')
+    note = '' if pin_counter(pinned)[1] else ', not its own counter, so prompt_tokens will not be compared'
+    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}, '
+          f'counted by {pinned["counter"]}{note}')
     return 0
 
 
 def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None, path: Path) -> tuple:
-    """(pin, rules, chosen cases, their keys or gold answers), checked before any call is wasted. Grading path's
-    recording takes its pin unless --model names one, and its split and sample (an option that differs is refused)."""
+    """(pin, rules, chosen cases, their keys or gold answers), checked before any call; grading takes the recording's
+    pin unless --model names one, and its split and sample (an option that differs is refused)."""
     chosen = recorded.get('chosen') if recorded else None
     if chosen and (args.split, args.sample) not in ((None, None), (chosen['split'], chosen['sample'])):
         raise LabError(f'{path}: recorded with --split {chosen["split"]}' + (f' --sample {chosen["sample"]}' if
@@ -271,7 +279,11 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     cases = [case for case in every if args.split in ('all', case['split'])]
     if not cases:
         raise LabError(f'{args.cases}: holds no {args.split} case')
-    cases = sampled(cases, args.sample)
+    if (size := args.sample) is not None:  # drawn with SAMPLE_SEED and kept in file order
+        if not 0 < size <= len(cases):
+            raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
+        drawn = set(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))
+        cases = [case for index, case in enumerate(cases) if index in drawn]
     load_keys = answer_f1.load_gold_answers if args.grader == 'f1' else answer_keys.load_answer_keys
     return model, rules, cases, load_keys(keys_path, cases, every)
 
@@ -290,7 +302,11 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, resu
         check_complete(recorded, plan, result_path, args.cases)
     f1 = ({case['id']: case['kind'] for case in cases}, args.f1_threshold) if args.grader == 'f1' else None
     grades = grade_recording(recorded, keys, {(p['strategy'], p['case'], p['seed']): p for p in plan or []}, f1)
-    save(grades_path, grades, 'answer grades')
+    original = f1 is None and any('request_sha256' not in answer for *_, answer in each_answer(recorded))
+    # The original's recording gets the original's grades file: summary and verdicts, indented by two as it printed.
+    save(grades_path, {'summary': grades['summary'], 'graded': {s: {c: [g['verdict'] for g in listed] for c, listed in
+         by_case.items()} for s, by_case in grades['graded'].items()}} if original else grades, 'answer grades',
+         2 if original else JSON_INDENT)
     return grades
 
 
@@ -333,7 +349,7 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
                          [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
                           *(('--rules', path) for path in args.rules), *([] if args.command else recording[:1])])
     grades, (model, rules, cases, _) = run_check(args, keys_path, result_path, grades_path, client)
-    print(lab_files.to_json(grades, JSON_INDENT).rstrip('\n') if args.format == 'json'  # else the tables; the file: both
+    print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json'  # else the tables; file: both
           else grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\nTo record, start '
           f'Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of `ollama list` starts with '

@@ -16,6 +16,7 @@ import sys
 import common
 from common import LabError
 import lab_files
+from prepared_folder import DEFAULT
 
 MODEL_PATH = common.HERE / 'answer-model.json'
 PIN_AGAIN = 'write it again with `answer_check.py pin TAG --output FILE`'
@@ -37,26 +38,27 @@ MODEL_CHECKS = {**dict.fromkeys(('checked_on', 'publisher_model', 'license', 'ol
 MODEL_FIELDS = tuple(MODEL_CHECKS)
 # What a recording's model block adds to answer-model.json's from the server; no other field may differ.
 SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
-# Each recorded answer's fields and what each must be: answer()'s reply (its tool_calls is always a list), then
-# what the lab knew about the request.
+# A recorded answer's fields: answer()'s reply (its tool_calls always a list), then what the lab knew of the request.
 ANSWER_CHECKS = {
     'seed': (lambda v: type(v) is int, 'an integer'), 'answer': (lambda v: isinstance(v, str), 'a string'),
     'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
     'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
     'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256, 'input_tokens': COUNT}
+ORIGINAL_CHECKS = dict(list(ANSWER_CHECKS.items())[:6])  # the original's answers: the reply, no request named
+# The lab's counter of what Ollama serves under a tag, with the family /api/show must report (a copy: pin --counter).
+SERVED = {'gemma-4-e2b': ('gemma4', r'gemma4:e2b(-.+)?'), 'llama-3.1': ('llama', r'llama3\.1(:.+)?'),
+          'llama-3.2': ('llama', r'llama3\.2(:.+)?'), 'llama-3.3': ('llama', r'llama3\.3(:.+)?'),
+          'qwen-2.5': ('qwen2', r'qwen2\.5(:.+)?'), 'phi-3.5': ('phi3', r'phi3\.5(:.+)?')}
+CLOSEST = 'closest'  # pin --counter closest: the first counter of the served model's family
+# A pin's counter, which pins made before it lack; the context the server loaded, which a recording adds.
+OPTIONAL_CHECKS = {'counter': (lambda v: isinstance(v, str) and v in SERVED, f'one of {", ".join(SERVED)}'),
+                   'loaded_context_length': POSITIVE}
 # What a recording carries of the cases it asked about, so that grading needs no option repeated.
 CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
                  'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
 JSON_INDENT = 1  # how the answer files are indented
-# What identifies the server behind a kept answer; an answer is reused only when all of it matches.
-SERVER_FIELDS = ('ollama_digest', 'ollama_version')
 ANSWER_LINE = {'strategy', 'case', 'answer'}  # a kept answer's line in the partial file
 FRESH = f'discard it with `{common.python_command()} answer_check.py record --fresh`'
-# Ollama versions whose prompt_eval_count leaves out prompt tokens served from the cache, so the second and later
-# seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed by #5371 in 0.1.49), and
-# 0.30.0 with its release candidates counted only what llama-server newly processed (fixed by #16428 in 0.30.1).
-CACHE_UNCOUNTED_BEFORE = (0, 1, 49)
-CACHE_UNCOUNTED_RELEASES = {(0, 30, 0)}
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
@@ -67,8 +69,8 @@ def load_model(path: Path = MODEL_PATH) -> dict:
 
 def check_model(where: str, model, advice: str = PIN_AGAIN) -> dict:
     """A pin, or a recording's model block (which may add the context the server loaded), checked field by field."""
-    loaded = {'loaded_context_length': POSITIVE} if isinstance(model, dict) and 'loaded_context_length' in model else {}
-    check_fields(where, model, {**MODEL_CHECKS, **loaded}, advice)
+    optional = {field: check for field, check in OPTIONAL_CHECKS.items() if isinstance(model, dict) and field in model}
+    check_fields(where, model, {**MODEL_CHECKS, **optional}, advice)
     if len(model['seeds']) != model['trials']:
         raise LabError(f'{where}.seeds: must be {model["trials"]} distinct integers, one per trial; {advice}')
     return model
@@ -95,16 +97,17 @@ def check_fields(where: str, value, checks: dict, advice: str) -> None:
 
 def load_recording(path: Path, advice: str) -> dict:
     """{"model": the pin it was made with, as the server reported it, "answers": {strategy: {case_id: [answer, ...]}},
-    and "chosen": its split, sample and the case file's sha256, which recordings made before it lack}, checked."""
+    and "chosen": its split, sample and the case file's sha256}, checked. The original's recordings have no "chosen",
+    and their answers six fields that name no request."""
     recorded = lab_files.read_json(path, 'recording', advice)
     if not isinstance(recorded, dict) or not {'model', 'answers'} <= set(recorded) <= {'model', 'answers', 'chosen'}:
         raise LabError(f'{path}: expected "model", "answers" and "chosen"; {advice}')
-    model, answers = recorded['model'], recorded['answers']
-    if not isinstance(model, dict) or not isinstance(answers, dict):
-        raise LabError(f'{path}: "model" and "answers" must be objects; {advice}')
-    check_model(f'{path}: model', model, advice)
+    check_model(f'{path}: model', recorded['model'], advice)
+    if not isinstance(answers := recorded['answers'], dict):
+        raise LabError(f'{path}: "answers" must be an object; {advice}')
     if 'chosen' in recorded:
         check_fields(f'{path}: chosen', recorded['chosen'], CHOSEN_CHECKS, advice)
+    checks = None  # the lab's answers, or all in the original's six fields
     for strategy, by_case in answers.items():
         if not isinstance(by_case, dict):
             raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
@@ -113,16 +116,17 @@ def load_recording(path: Path, advice: str) -> dict:
             if not isinstance(listed, list) or not listed:
                 raise LabError(f'{where} must be a non-empty list, got {excerpt(listed)}; {advice}')
             for index, answer in enumerate(listed):
-                check_fields(f'{where}[{index}]', answer, ANSWER_CHECKS, advice)
+                checks = checks or (ORIGINAL_CHECKS if isinstance(answer, dict) and set(answer) == set(
+                    ORIGINAL_CHECKS) else ANSWER_CHECKS)
+                check_fields(f'{where}[{index}]', answer, checks, advice)
     return recorded
 
 
 def check_pinned(recorded: dict, pinned: dict, result_path: Path, model_path: Path) -> None:
-    """Refuse a recording whose model block is not the pinned build; only what the server reports may differ."""
-    def as_json(model: dict, field: str) -> str | None:
-        return json.dumps(model[field], sort_keys=True) if field in model else None  # 1 != 1.0, false != 0
-    differ = [field for field in sorted(set(recorded['model']) | set(pinned))
-              if field not in SERVER_REPORTED and as_json(recorded['model'], field) != as_json(pinned, field)]
+    """Refuse a recording whose model block is not the pinned build; only what the server reports may differ. Fields
+    compare as JSON, where 1 != 1.0 and false != 0."""
+    differ = [f for f in sorted(set(recorded['model']) | set(pinned)) if f not in SERVER_REPORTED
+              and json.dumps(recorded['model'].get(f), sort_keys=True) != json.dumps(pinned.get(f), sort_keys=True)]
     if differ:
         raise LabError(f'{result_path}: recorded with a build other than the one {model_path} pins '
                        f'({", ".join(differ)} differ), so its answers are not graded: leave out --model to grade '
@@ -137,8 +141,8 @@ def encoded(path: Path, text: str) -> bytes:
                        f'({error.reason} at {error.start})') from None
 
 
-def save(path: Path, data, what: str) -> None:
-    lab_files.write_output(path, encoded(path, lab_files.to_json(data, JSON_INDENT)), what)
+def save(path: Path, data, what: str, indent: int = JSON_INDENT) -> None:
+    lab_files.write_output(path, encoded(path, lab_files.to_json(data, indent)), what)
 
 
 def append(path: Path, entry: dict | None) -> None:
@@ -167,7 +171,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
         raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
     if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
         raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
-    if any(header['model'].get(field) != model[field] for field in SERVER_FIELDS):
+    if any(header['model'].get(field) != model[field] for field in ('ollama_digest', 'ollama_version')):  # the server
         tell(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
              f'{header["model"].get("ollama_version")}, not from this server; none is reused')
         return None
@@ -211,8 +215,31 @@ def undercounts_cached_prompt(version: str) -> bool:
     """Whether this Ollama version leaves cached prompt tokens out of prompt_eval_count: '0.30.0-rc5' -> True."""
     match = re.match(r'(\d+)\.(\d+)\.(\d+)', version)
     release = tuple(int(part) for part in match.groups()) if match else (0, 0, 0)
-    # A build from source without a version says 0.0.0, which tells nothing about its accounting.
-    return release in CACHE_UNCOUNTED_RELEASES or (0, 0, 0) < release < CACHE_UNCOUNTED_BEFORE
+    # So the second and later seeds read as shorter prompts: up to 0.1.48 the runner subtracted cached tokens (fixed
+    # by #5371 in 0.1.49), and 0.30.0 with its release candidates counted only what llama-server newly processed
+    # (fixed by #16428 in 0.30.1). A build from source says 0.0.0, which tells nothing about its accounting.
+    return release == (0, 30, 0) or (0, 0, 0) < release < (0, 1, 49)
+
+
+def served_counter(tag: str, family: str | None = None) -> str | None:
+    """The lab's counter of what Ollama serves as tag (of family, if given): 'llama3.1:8b' -> 'llama-3.1'."""
+    return next((n for n, (kin, tags) in SERVED.items() if re.fullmatch(tags, tag) and family in (None, kin)), None)
+
+
+def new_pin_counter(tag: str, family: str, asked: str | None) -> str:
+    """The counter a new pin of tag names: asked (a counter, or CLOSEST: the first of family's), else the tag's."""
+    asked = next((n for n, (kin, _) in SERVED.items() if kin == family), None) if asked == CLOSEST else asked
+    if (name := asked or served_counter(tag, family)) is None:  # another model's counter only when asked for
+        raise LabError(f'the lab has no counter for {tag} (Ollama family {family}), so it cannot size its requests; '
+                       f'pin it with --counter NAME to count as another model does (--counter {CLOSEST}: the nearest '
+                       'of its family, if any)')
+    return name
+
+
+def pin_counter(model: dict) -> tuple[str, bool]:
+    """(a pin's counter, whether it is the served model's own): its `counter`, else its tag's, else the default."""
+    own = served_counter(model['ollama_tag'])
+    return (name := model.get('counter') or own or DEFAULT), name == own
 
 
 def chat_body(model: dict, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:

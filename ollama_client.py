@@ -1,4 +1,4 @@
-"""The lab's Ollama client, at OLLAMA_HOST: OllamaClient(answer_model.load_model()).answer(messages, 384, 96, 1)
+"""The lab's Ollama client, at OLLAMA_HOST: OllamaClient(model).answer(answer_model.chat_body(model, messages, ...))
 
 It checks that the server is Ollama and holds the pinned digest; a reply must name the pinned tag and hold what a
 recording accepts, within a deadline for the whole reply. Each failure is one OllamaError line naming the host. It
@@ -12,7 +12,7 @@ import shutil
 import threading
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, MODEL_FIELDS, chat_body, encode, excerpt
+from answer_model import ANSWER_CHECKS, MODEL_FIELDS, encode, excerpt, new_pin_counter
 from common import LabError
 
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
@@ -113,10 +113,9 @@ class OllamaClient:
         status, body, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
         if status != 200 or not isinstance(version, str) or not version:
-            raise OllamaError(
-                f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP '
-                f'{status} ({reply_detail(body, payload)}), where Ollama gives its version; '
-                f'set OLLAMA_HOST to the address `ollama serve` listens on (by default {DEFAULT_HOST})')
+            raise OllamaError(f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP {status} '
+                              f'({reply_detail(body, payload)}), where Ollama gives its version; set OLLAMA_HOST to '
+                              f'the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         return version
 
     def tag_digest(self) -> str | None:
@@ -129,11 +128,9 @@ class OllamaClient:
                 if expected else ''))
         return entry.get('digest')
 
-    def answer(self, messages: list[dict], num_ctx: int, num_predict: int, seed: int) -> dict:
-        """One answer from the pinned build, checked as a recording checks it (message.content, not thinking), and the
-        tag's digest read again after it."""
+    def answer(self, body: dict) -> dict:
+        """The pinned build's answer to a chat_body (message.content, not thinking), checked; the digest read again."""
         self.verify()
-        body = chat_body(self.model, messages, num_ctx, num_predict, seed)
         payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
         if payload.get('done') is not True:
             # Even with stream false the server answers 200 with what it has when generation ends
@@ -146,8 +143,9 @@ class OllamaClient:
                               f'not the pinned {body["model"]}, so nothing from it is kept: check what serves '
                               'at OLLAMA_HOST')
         message = payload['message'] if isinstance(payload.get('message'), dict) else {}
-        reply = {'seed': seed, 'answer': message.get('content'), 'tool_calls': message.get('tool_calls') or [],
-                 'done_reason': payload.get('done_reason'),  # Ollama leaves both counts out when they are zero
+        # Ollama leaves out a count that is zero.
+        reply = {'seed': body['options']['seed'], 'answer': message.get('content'),
+                 'tool_calls': message.get('tool_calls') or [], 'done_reason': payload.get('done_reason'),
                  'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
         for field, wire in WIRE_NAMES.items():
             if not ANSWER_CHECKS[field][0](reply[field]):
@@ -158,8 +156,8 @@ class OllamaClient:
         self.check_digest('the tag moved while this answer was made, so it is not kept')
         return reply
 
-    def pin(self, options: dict, seeds: list[int]) -> dict:
-        """A pin for the client's tag as the server describes it now (/api/show), with these options and seeds."""
+    def pin(self, options: dict, seeds: list[int], counter: str | None = None) -> dict:
+        """A pin of the client's tag as /api/show describes it now, with these options, seeds and counter asked for."""
         version, digest, tag = self.server_version(), self.tag_digest(), self.model['ollama_tag']
         about = self._call('POST', '/api/show', encode({'model': tag}), CHECK_TIMEOUT)
         details = about['details'] if isinstance(about.get('details'), dict) else {}
@@ -168,7 +166,8 @@ class OllamaClient:
                   **{field: str(details.get(name) or UNSTATED)[:BODY_QUOTED] for field, name in DETAILS.items()},
                   'ollama_tag': tag, 'ollama_digest': digest, 'ollama_version': version, 'options': options,
                   'think': False, 'trials': len(seeds), 'seeds': seeds}
-        return {field: pinned[field] for field in MODEL_FIELDS}  # in answer-model.json's order
+        return {**{field: pinned[field] for field in MODEL_FIELDS},  # in answer-model.json's order
+                'counter': new_pin_counter(tag, pinned['publisher_model'], counter)}
 
     def loaded_context_length(self) -> int | None:
         """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""

@@ -26,9 +26,11 @@ from answer_model import load_model
 from common import python_command
 from lab_files import sha256_file
 from strategies import RULES
+from prepared_folder import PREPARED_JSON, counter_folder
 from test_support import DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, only_loopback, reply
 from test_support_fixtures import AnswerFilesTest, held_out_cases, recorded_answer
 from test_support_runs import run_answer_check, run_command
+from tokenizer import loaded
 
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
@@ -67,6 +69,12 @@ RULES = {'last turn': last_turn}
 
 def setUpModule():
     only_loopback()
+
+
+def prepared_or_skip(test: unittest.TestCase, name: str) -> None:
+    """Skip a test that records with another counter than the default where set-up did not prepare it."""
+    if not (counter_folder(name) / PREPARED_JSON).exists():
+        test.skipTest(f'{name} is not prepared: run `{PYTHON} prepare.py --counter {name}` (or all)')
 
 
 def every_answer(model: dict, text: str = 'Mateo.') -> dict:
@@ -146,6 +154,7 @@ class InputFilesTest(AnswerFilesTest):
 
 class AnswerCheckPageTest(AnswerFilesTest):
     def test_the_pages_workflow_for_ones_own_model_cases_and_rule_runs_as_written(self):
+        prepared_or_skip(self, 'llama-3.2')  # the counter of the page's llama3.2:1b
         page = (HERE / 'docs' / 'answer-check.md').read_text(encoding='utf-8')
         section = page.split('\n## Your own model, cases and rule\n')[1].split('\n## ')[0]
         files = re.findall(r'`([\w.-]+)`:\n\n```\w+\n(.*?)```', section, re.S)
@@ -156,7 +165,7 @@ class AnswerCheckPageTest(AnswerFilesTest):
                     .splitlines()]
         self.assertEqual([words[:3] for words in commands], [
             ['ollama', 'pull', 'llama3.2:1b'], [*PY, 'pin'], [*PY, 'record'], [*PY, '--cases']])
-        with (FakeOllama(digest=OTHER, tags=('llama3.2:1b',), chat=reads_the_request) as fake,
+        with (FakeOllama(digest=OTHER, tags=('llama3.2:1b',), chat=reads_the_request, family='llama') as fake,
               mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}), contextlib.chdir(self.folder)):
             for words in commands[1:]:  # as a user types them in the lab's folder; `ollama pull` needs a real server
                 code, out, err = run_answer_check(words[2:])
@@ -165,6 +174,7 @@ class AnswerCheckPageTest(AnswerFilesTest):
             'my-answers.grades.json', 'my-answers.json', 'my-cases.json', 'my-keys.json', 'my-model.json',
             'my_rules.py'])
         self.assertEqual(len(fake.chats()), 20)  # the four rules and `last turn`, two cases, two seeds
+        self.assertEqual(json.loads((self.folder / 'my-model.json').read_text())['counter'], 'llama-3.2')
         grades = json.loads((self.folder / 'my-answers.grades.json').read_text())
         # By hand: the last turn holds the new port (2 passes) but not the reviewer (2 answers say it is missing,
         # and the request lacked the required fact: the rule's failure).
@@ -235,19 +245,28 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
     def test_pin_record_and_grade_a_model_cases_and_rule_of_ones_own(self):
         pin, answers = self.folder / 'my-model.json', self.folder / 'my-answers.json'
         with FakeOllama(digest=OTHER, tags=('tiny:1b',), chat=reads_the_request) as fake:
-            code, out, err = self.run_at(fake, ['pin', 'tiny:1b', '--output', str(pin), '--seeds', '7', '8',
-                                                '--temperature', '0.5'])
+            argv = ['pin', 'tiny:1b', '--output', str(pin), '--seeds', '7', '8', '--temperature', '0.5']
+            # A model the lab has no counter for: one line, no pin, and no counter named unless asked for.
+            self.assertEqual(self.run_at(fake, argv)[::2], (2, (
+                'answer_check.py: the lab has no counter for tiny:1b (Ollama family gemma4), so it cannot size its '
+                'requests; pin it with --counter NAME to count as another model does (--counter closest: the '
+                'nearest of its family, if any)\n')))
+            self.assertFalse(pin.exists())
+            code, out, err = self.run_at(fake, [*argv, '--counter', 'closest'])
             self.assertEqual((code, err), (0, ''))
-            self.assertEqual(out, f'{pin}: pins tiny:1b at digest {OTHER} on Ollama {SERVER_VERSION}\n')
+            self.assertEqual(out, f'{pin}: pins tiny:1b at digest {OTHER} on Ollama {SERVER_VERSION}, counted by '
+                                  'gemma-4-e2b, not its own counter, so prompt_tokens will not be compared\n')
             self.assertEqual(json.loads(pin.read_text()), {
                 'checked_on': date.today().isoformat(), 'license': 'Apache License',
                 'publisher_model': DETAILS['family'], 'quantization': DETAILS['quantization_level'],
                 'parameters': DETAILS['parameter_size'], 'ollama_tag': 'tiny:1b', 'ollama_digest': OTHER,
                 'ollama_version': SERVER_VERSION, 'options': {'temperature': 0.5, 'top_k': 64, 'top_p': 0.95},
-                'think': False, 'trials': 2, 'seeds': [7, 8]})
+                'think': False, 'trials': 2, 'seeds': [7, 8], 'counter': 'gemma-4-e2b'})
             code, out, err = self.run_at(fake, ['record', '--model', str(pin), '--output', str(answers), *self.own])
         self.assertEqual(code, 0, err)
         self.assertIn('asking for 20 answers; the first call may also load the model\n', err)  # 5 rules x 2 x 2
+        self.assertTrue(out.startswith('Answers of tiny:1b, counted by gemma-4-e2b, not its own counter:\n'), out[:80])
+        self.assertIn('\nprompt_tokens are not compared: gemma-4-e2b is not the counter of tiny:1b.\n', out)
         chats = fake.chats()
         self.assertEqual([(c['model'], c['options']['temperature'], c['options']['seed']) for c in chats],
                          [('tiny:1b', 0.5, 7), ('tiny:1b', 0.5, 8)] * 10)
@@ -262,11 +281,47 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
         for again in (['--model', str(pin)], []):  # the recording carries its pin: --model need not be repeated
             code, out, err = run_answer_check([*again, '--output', str(answers), *self.own])
             self.assertEqual((code, json.loads((self.folder / 'my-answers.grades.json').read_text())), (0, grades))
-        self.assertEqual(list(json.loads(pin.read_text())), list(load_model()))  # answer-model.json's fields, in order
+        # answer-model.json's fields, in order, and the counter
+        self.assertEqual(list(json.loads(pin.read_text())), [*load_model(), 'counter'])
         with FakeOllama(digest='b' * 64, tags=('tiny:1b',)) as moved:  # the tag after another `ollama pull`
             code, out, err = self.run_at(moved, ['record', '--model', str(pin), '--output', str(answers), *self.own])
         self.assertEqual((code, moved.chats()), (2, []))
         self.assertIn(f'has tiny:1b with digest {"b" * 64}, but the pinned build is {OTHER}', err)
+
+    def test_a_pin_of_llama_3_1_records_its_counter_and_record_sends_the_requests_that_counter_chooses(self):
+        prepared_or_skip(self, 'llama-3.1')
+        # Written for this test: an allowance of 200 - 96 - 31 = 73 tokens, which holds both turns as Gemma counts
+        # them and only the last as Llama 3.1 does, whose dated system header costs some 20 tokens more.
+        window = {'id': 'my-window', 'split': 'held_out', 'kind': 'older fact', 'instructions': TURN,
+                  'current': 'When may we deploy?', 'budget': {'context_limit': 200, 'max_new_tokens': 96, 'margin': 31},
+                  'history': [{'user': 'When may we deploy?', 'assistant': 'Deploys run on Tuesday afternoons.'},
+                              {'user': 'And rollbacks?', 'assistant': 'Rollbacks need approval from the on-call lead.'}],
+                  'required': ['Deploys run on Tuesday afternoons.'], 'stale': []}
+        (self.folder / 'window.json').write_text(json.dumps([window]))
+        (self.folder / 'window-keys.json').write_text(json.dumps({'keys': {'my-window': {'must': ['tuesday'],
+                                                                                          'stale': []}}}))
+        pin, answers = self.folder / 'llama.json', self.folder / 'window-answers.json'
+        own = ['--cases', str(self.folder / 'window.json'), '--keys', str(self.folder / 'window-keys.json'),
+               '--output', str(answers)]
+        with FakeOllama(digest=OTHER, tags=('llama3.1:8b',), family='llama', chat=reads_the_request) as fake:
+            code, out, err = self.run_at(fake, ['pin', 'llama3.1:8b', '--output', str(pin), '--seeds', '1'])
+            self.assertEqual((code, out, err), (0, f'{pin}: pins llama3.1:8b at digest {OTHER} on Ollama '
+                                                   f'{SERVER_VERSION}, counted by llama-3.1\n', ''))
+            self.assertEqual(json.loads(pin.read_text())['counter'], 'llama-3.1')
+            code, out, err = self.run_at(fake, ['record', '--model', str(pin), *own])
+        self.assertEqual(code, 0, err)
+        sent = fake.chats()[0]['messages']  # recent's, the first of four rules on one case with one seed
+        self.assertEqual(sent, [{'role': 'system', 'content': TURN}, {'role': 'user', 'content': 'And rollbacks?'},
+                                {'role': 'assistant', 'content': 'Rollbacks need approval from the on-call lead.'},
+                                {'role': 'user', 'content': 'When may we deploy?'}])
+        self.assertEqual(json.loads(answers.read_text())['answers']['recent']['my-window'][0]['input_tokens'],
+                         loaded('llama-3.1')(sent))
+        self.assertTrue(out.startswith('Answers of llama3.1:8b, counted by llama-3.1:\n| Strategy |'), out[:80])
+        code, out, err = run_answer_check(own)  # offline, under the pin the recording carries
+        grades = json.loads((self.folder / 'window-answers.grades.json').read_text())
+        self.assertEqual((code, grades['outdated_requests']), (0, []), err)  # the same requests, counted the same
+        # The fake reports 40 for every prompt: not what Llama 3.1 counts, and nothing known explains it.
+        self.assertEqual({m['cause'] for m in grades['prompt_token_mismatches']}, {'unexplained'})
 
     def test_answers_that_match_no_planned_request_name_the_option_grading_needs(self):
         # Written for this test: my-cases.json without my-port, and keys for what is left.
@@ -361,11 +416,63 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
 
     def test_options_that_do_not_go_together_are_usage_errors(self):
         for argv in (['pin'], ['pin', 'tiny:1b'], ['record', 'again'], ['--fresh'], ['--yes'], ['--seeds', '1'],
-                     ['record', '--temperature', '0.5'], ['--grader', 'f1'], ['--split', 'test']):
+                     ['record', '--temperature', '0.5'], ['--grader', 'f1'], ['--split', 'test'],
+                     ['record', '--counter', 'llama-3.1']):
             with self.subTest(argv=argv):
                 code, out, err = run_answer_check(argv)
                 self.assertEqual((code, out), (2, ''))
                 self.assertIn('answer_check.py: error: ', err)
+
+
+# The original's recorded prompt_tokens (issue 32's table) and this lab's counts, per rule and held-out case in
+# file order; docs/counter.md explains the 16 pairs that differ by the original's other case histories.
+ORIGINAL_PROMPT_TOKENS = {'recent': [62, 51, 38, 36, 84, 54], 'relevant': [62, 61, 94, 61, 37, 37],
+                          'notes': [62, 96, 85, 82, 131, 120], 'hybrid': [62, 77, 94, 61, 54, 54]}
+LAB_COUNTS = {'recent': [62, 52, 38, 39, 78, 56], 'relevant': [62, 58, 93, 71, 37, 37],
+              'notes': [62, 97, 85, 90, 125, 127], 'hybrid': [62, 76, 93, 71, 55, 56]}
+# Invented answers, one per held-out case, for every rule and seed (the original's are withheld), with the verdicts
+# the original's rule gives them by hand: Mateo, object storage and 200 pass; RabbitMQ alone is the replaced decision;
+# "does not say" says the fact is missing; 14 without 30 lacks a required fact.
+INVENTED = {'held-latest': ('Mateo leads it.', 'pass'), 'held-old-decision': ('Object storage.', 'pass'),
+            'held-correction': ('We use RabbitMQ.', 'fail'), 'held-pronoun': ('The conversation does not say.', 'fail'),
+            'held-spread': ('Passwords expire after 14 days.', 'fail'), 'held-buried': ('Allow 200 connections.', 'pass')}
+
+
+class OriginalRecordingTest(AnswerFilesTest):
+    """A recording in the original's format, written here: the original's model block, and answers of six fields."""
+
+    def test_the_originals_six_fields_are_graded_as_the_original_graded_them_into_its_grades_file(self):
+        answers = {name: {case: [{'seed': seed, 'answer': '' if (case, seed) == ('held-latest', 5) else text,
+                                  'tool_calls': [], 'done_reason': 'stop', 'prompt_tokens': tokens, 'answer_tokens': 7}
+                                 for seed in (1, 2, 3, 4, 5)]
+                          for (case, (text, _)), tokens in zip(INVENTED.items(), ORIGINAL_PROMPT_TOKENS[name])}
+                   for name in RULES}
+        self.result.write_text(json.dumps({'model': load_model(), 'answers': answers}, indent=1))
+        code, out, err = run_answer_check([], result_path=self.result, grades_path=self.grades)
+        self.assertEqual((code, err), (0, ''))
+        # The original's grades file: per rule the summary, then each answer's verdict; held-latest seed 5 is empty.
+        summary = {'pass': 14, 'fail': 15, 'incomplete': 1, 'said_missing': 5, 'stale_as_current': 5,
+                   'cases_passed_every_trial': 2}
+        graded = {case: [verdict] * 5 for case, (_, verdict) in INVENTED.items()}
+        graded['held-latest'][4] = 'incomplete'
+        self.assertEqual(self.grades.read_text(), json.dumps({'summary': dict.fromkeys(RULES, summary),
+                                                              'graded': dict.fromkeys(RULES, graded)}, indent=2) + '\n')
+        # Matched by rule, case and seed, each prompt_tokens is held to today's request: 16 of 24 differ, five seeds
+        # each, and the line says why (the original answered its own cases' texts), not that the model saw less.
+        differ = [(name, case, seed, tokens, lab) for name in RULES for case, tokens, lab in
+                  zip(INVENTED, ORIGINAL_PROMPT_TOKENS[name], LAB_COUNTS[name]) if tokens != lab for seed in range(1, 6)]
+        self.assertEqual(len(differ), 80)
+        header, *listed = out.split("\n80 answers whose prompt_tokens differ from the lab's count (")[1].split('\n')[:81]
+        for why in ("the original's format names no request", "its own cases.json (sha256 30d77344...)",
+                    '(docs/counter.md)):'):
+            self.assertIn(why, header)
+        self.assertEqual(listed, [f'  {name} {case} seed {seed}: server read {tokens} tokens, the lab counted {lab}'
+                                  for name, case, seed, tokens, lab in differ])
+        self.assertNotIn('did not see', out)
+        self.assertTrue(out.endswith("\n120 answers name no request (the original's format): none joins fact "
+                                     'recall.\n'), out[-200:])
+        code, out, err = run_answer_check(['--format', 'json'], result_path=self.result, grades_path=self.grades)
+        self.assertEqual((code, out, err), (0, self.grades.read_text(), ''))
 
 
 class PinnedBuildTest(unittest.TestCase):

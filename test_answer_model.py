@@ -109,7 +109,12 @@ class RecordingValidationTest(Rejecting):
                 ('extra field', lambda a: a['recent']['held-latest'][0].update(thinking=''),
                  "unexpected ['thinking']"),
                 ('answer not an object', lambda a: a['recent']['held-latest'].append('Mateo.'),
-                 'answers.recent.held-latest[2]: must be an object')):
+                 'answers.recent.held-latest[2]: must be an object'),
+                # The original's six fields, then the lab's: one recording holds answers of one format.
+                ('formats mixed', lambda a: [a['recent']['held-latest'][0].pop(f) for f in ('request_sha256',
+                                                                                           'input_tokens')],
+                 "answers.recent.held-latest[1]: fields must be exactly ['seed', 'answer', 'tool_calls', 'done_reason', "
+                 "'prompt_tokens', 'answer_tokens']; missing [], unexpected ['input_tokens', 'request_sha256']")):
             with self.subTest(name):
                 recorded = one_answer_recording()
                 change(recorded['answers'])
@@ -122,6 +127,12 @@ class RecordingValidationTest(Rejecting):
         self.assertIn("missing ['ollama_version']", self.load(one_answer_recording(model)))
         self.assertIn('model.seeds: must be distinct integers', self.load(one_answer_recording(
             {**load_model(), 'seeds': [1.0, 2, 3, 4, 5]})))
+
+    def test_a_pins_counter_must_be_one_the_lab_has(self):
+        for value, got in (('llama-3', '"llama-3"'), ([], '[]'), (None, 'null')):
+            with self.subTest(value=value):
+                self.assertIn('model.counter: must be one of gemma-4-e2b, llama-3.1, llama-3.2, llama-3.3, qwen-2.5, '
+                              f'phi-3.5, got {got}', self.load(one_answer_recording({**load_model(), 'counter': value})))
 
     def test_loaded_context_length_must_be_a_positive_integer(self):
         for value, got in ((0, '0'), (4096.0, '4096.0'), ('4096', '"4096"'), (True, 'true'), (None, 'null')):

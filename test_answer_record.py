@@ -168,9 +168,11 @@ class RecordTest(AnswerFilesTest):
         grades = json.loads(self.grades.read_text())
         self.assertEqual(grades['prompt_token_mismatches'], [
             {'strategy': 'recent', 'case': 'held-old-decision', 'seed': 2,
-             'prompt_tokens': counted - 7, 'input_tokens': counted, 'probably_cache_accounting': False}])
-        self.assertIn(f'  recent held-old-decision seed 2: server read {counted - 7} tokens, '
-                      f'the lab counted {counted}\n', out)
+             'prompt_tokens': counted - 7, 'input_tokens': counted, 'cause': 'unexplained'}])
+        # Listed with what is known: the lab's count of that very request is the official one, so nothing explains it.
+        self.assertIn("\n1 answer whose prompt_tokens differ from the lab's count (unexplained: the server read another "
+                      'prompt than the lab counted for the very request sent):\n  recent held-old-decision seed 2: '
+                      f'server read {counted - 7} tokens, the lab counted {counted}\n', out)
 
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)  # without it every seed-1 count would mismatch too
     def test_version_that_leaves_cached_tokens_out_is_named_before_the_first_call_and_marked(self):
@@ -188,9 +190,9 @@ class RecordTest(AnswerFilesTest):
         self.assertLess(lines.index(note), next(i for i, line in enumerate(lines) if line.startswith('call 1 ')))
         mismatches = json.loads(self.grades.read_text())['prompt_token_mismatches']
         self.assertEqual(len(mismatches), 96)
-        self.assertTrue(all(m['probably_cache_accounting'] and m['seed'] > 1 for m in mismatches))
-        self.assertEqual(out.count('(probably the accounting of Ollama 0.30.0, which leaves cached prompt tokens '
-                                   'out)'), 96)
+        self.assertTrue(all(m['cause'] == 'cache accounting' and m['seed'] > 1 for m in mismatches))
+        self.assertIn("\n96 answers whose prompt_tokens differ from the lab's count (probably the accounting of Ollama "
+                      '0.30.0, which leaves cached prompt tokens out):\n', out)
 
     def test_unfinished_reply_fails_the_call_and_nothing_from_it_is_kept(self):
         def runaway(body, number):

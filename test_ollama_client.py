@@ -15,13 +15,18 @@ from unittest import mock
 
 import requests
 
-from answer_model import load_model
+from answer_model import chat_body, load_model
 import ollama_client
 from ollama_client import OllamaClient, OllamaError, ollama_host
 from test_support import (FakeOllama, LOADED_CONTEXT, NotOllama, OTHER, PINNED, RawServer, TIMEOUT, client_for,
                           closed_port, http_reply, ollama_command, only_loopback, reply, unfinished)
 
 HI = [{'role': 'user', 'content': 'Hi'}]
+
+
+def hi(seed: int = 1) -> dict:
+    """The /api/chat body that asks the pinned model Hi, as record plans it."""
+    return chat_body(load_model(), HI, 384, 96, seed)
 
 
 def setUpModule():
@@ -34,7 +39,7 @@ class ClientTest(unittest.TestCase):
         with FakeOllama(digest=OTHER) as fake:
             client = client_for(fake.host)
             with self.assertRaises(OllamaError) as caught:
-                client.answer([{'role': 'user', 'content': 'Hi'}], num_ctx=384, num_predict=96, seed=1)
+                client.answer(hi())
         self.assertEqual(str(caught.exception),
                          f'Ollama at {fake.host} has gemma4:e2b with digest {OTHER}, but the pinned build is {PINNED}: '
                          'the tag has moved (`ollama pull gemma4:e2b` fetches whatever it points to today), and '
@@ -45,7 +50,7 @@ class ClientTest(unittest.TestCase):
     def test_model_that_is_not_pulled_is_refused_before_any_chat_request(self):
         with FakeOllama(tags=('llama3:8b',)) as fake:
             with self.assertRaises(OllamaError) as caught:
-                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+                client_for(fake.host).answer(hi())
         self.assertEqual(str(caught.exception),
                          f'Ollama at {fake.host} has no gemma4:e2b: run `ollama pull gemma4:e2b`, then check that '
                          'the ID column of `ollama list` starts with b37049369adf, the pinned build')
@@ -85,7 +90,7 @@ class ClientTest(unittest.TestCase):
         for status in (404, 503, 400, 500):
             with self.subTest(status=status), FakeOllama(chat=lambda body, n: (status, {})) as fake:
                 with self.assertRaises(OllamaError) as caught:
-                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+                    client_for(fake.host).answer(hi())
                 self.assertIn('the body "{}"', str(caught.exception))
                 self.assertNotIn('None', str(caught.exception))
                 self.assertNotIn('pull', str(caught.exception))
@@ -96,7 +101,7 @@ class ClientTest(unittest.TestCase):
             return 200, reply('late')
         with FakeOllama(chat=slow) as fake, mock.patch.object(ollama_client, 'CHAT_TIMEOUT', 0.2):
             with self.assertRaises(OllamaError) as caught:
-                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+                client_for(fake.host).answer(hi())
         self.assertEqual(str(caught.exception), f'Ollama at {fake.host} did not answer /api/chat within 0.2 s: '
                                                 'check that the server is not stuck or overloaded, then run again')
 
@@ -108,7 +113,7 @@ class ClientTest(unittest.TestCase):
                 (500, 'llama runner process has terminated', 'answered HTTP 500 to /api/chat')):
             with self.subTest(status=status), FakeOllama(chat=lambda body, n: (status, {'error': error})) as fake:
                 with self.assertRaises(OllamaError) as caught:
-                    client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+                    client_for(fake.host).answer(hi())
                 message = str(caught.exception)
                 self.assertIn(fake.host, message)
                 self.assertIn(expected, message)
@@ -116,7 +121,7 @@ class ClientTest(unittest.TestCase):
 
     def test_omitted_zero_counts_read_as_zero(self):
         with FakeOllama(chat=lambda body, n: (200, reply('', done_reason='length'))) as fake:
-            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 4)
+            got = client_for(fake.host).answer(hi(4))
         self.assertEqual(got, {'seed': 4, 'answer': '', 'tool_calls': [], 'done_reason': 'length',
                                'prompt_tokens': 0, 'answer_tokens': 0})
 
@@ -164,14 +169,14 @@ class ClientTest(unittest.TestCase):
     def test_unfinished_reply_is_not_an_answer(self):
         with FakeOllama(chat=lambda body, n: (200, unfinished('the the the'))) as fake:
             with self.assertRaises(OllamaError) as caught:
-                client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+                client_for(fake.host).answer(hi())
         self.assertEqual(str(caught.exception), f'Ollama at {fake.host} stopped before finishing the reply (done '
                                                 'is false), so nothing from it is kept: run again, and read the '
                                                 'server log if it happens again')
 
     def test_thinking_is_not_taken_for_the_answer(self):
         with FakeOllama(chat=lambda body, n: (200, reply('Mateo.', 20, 2, thinking='Mateo or Ana?'))) as fake:
-            got = client_for(fake.host).answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+            got = client_for(fake.host).answer(hi())
         self.assertEqual(got, {'seed': 1, 'answer': 'Mateo.', 'tool_calls': [], 'done_reason': 'stop',
                                'prompt_tokens': 20, 'answer_tokens': 2})
 
@@ -180,7 +185,7 @@ class ClientTest(unittest.TestCase):
             with self.subTest(context_length=context_length), FakeOllama(context_length=context_length) as fake:
                 client = client_for(fake.host)
                 self.assertIsNone(client.loaded_context_length())  # nothing is loaded before a chat
-                client.answer([{'role': 'user', 'content': 'Hi'}], 384, 96, 1)
+                client.answer(hi())
                 self.assertEqual(client.loaded_context_length(), expected)
 
     def test_reply_field_a_recording_would_refuse_fails_the_call_naming_the_field(self):
@@ -191,7 +196,7 @@ class ClientTest(unittest.TestCase):
             with self.subTest(field=field, value=value):
                 with FakeOllama(chat=lambda body, n: (200, {**reply('Mateo.', 20, 2), field: value})) as fake, \
                         self.assertRaises(OllamaError) as caught:
-                    client_for(fake.host).answer(HI, 384, 96, 1)
+                    client_for(fake.host).answer(hi())
                 self.assertEqual(str(caught.exception), f'Ollama at {fake.host} answered /api/chat with {field} '
                                  f'{json.dumps(value)}, where an answer needs {wanted}, so nothing from it is kept: '
                                  'upgrade Ollama or read its log')
@@ -201,13 +206,13 @@ class ClientTest(unittest.TestCase):
             with self.subTest(message=message):
                 with FakeOllama(chat=lambda body, n: (200, {**reply('Mateo.'), 'message': message})) as fake, \
                         self.assertRaises(OllamaError) as caught:
-                    client_for(fake.host).answer(HI, 384, 96, 1)
+                    client_for(fake.host).answer(hi())
                 self.assertIn(f'answered /api/chat with {shown}, where an answer needs {wanted}', str(caught.exception))
 
     def test_reply_for_another_model_than_the_pinned_tag_is_refused(self):
         with FakeOllama(chat=lambda body, n: (200, {'model': 'llama3:8b', **reply('Mateo.')})) as fake:
             with self.assertRaises(OllamaError) as caught:
-                client_for(fake.host).answer(HI, 384, 96, 1)
+                client_for(fake.host).answer(hi())
         self.assertEqual(str(caught.exception), f'Ollama at {fake.host} answered for the model "llama3:8b", not the '
                                                 'pinned gemma4:e2b, so nothing from it is kept: check what serves at '
                                                 'OLLAMA_HOST')
@@ -215,7 +220,7 @@ class ClientTest(unittest.TestCase):
     def test_trickling_server_is_stopped_at_the_deadline_for_the_whole_reply(self):
         # One byte every 50 ms: no single read waits long, and the whole reply would take about 10 s.
         body = json.dumps({'model': 'gemma4:e2b', **reply('Mateo reviews the pricing page.')}).encode()
-        for path, limit, call in (('/api/chat', 'CHAT_TIMEOUT', lambda client: client.answer(HI, 384, 96, 1)),
+        for path, limit, call in (('/api/chat', 'CHAT_TIMEOUT', lambda client: client.answer(hi())),
                                   ('/api/version', 'CHECK_TIMEOUT', lambda client: client.server_version())):
             with self.subTest(path=path), RawServer(http_reply(body), delay=0.05) as slow, \
                     mock.patch.object(ollama_client, limit, 0.5), ollama_command(installed=False):
@@ -243,7 +248,7 @@ class ClientTest(unittest.TestCase):
         raw = (b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n'
                b'Content-Length: %d\r\n\r\n' % len(bomb)) + bomb
         for path, call in (('/api/version', lambda client: client.verify()),
-                           ('/api/chat', lambda client: client.answer(HI, 384, 96, 1))):
+                           ('/api/chat', lambda client: client.answer(hi()))):
             with self.subTest(path=path), RawServer(raw) as server, self.assertRaises(OllamaError) as caught:
                 client, started = client_for(server.host), time.monotonic()
                 client.version = 'checked' if path == '/api/chat' else None  # sent as after a passed check
@@ -256,7 +261,7 @@ class ClientTest(unittest.TestCase):
         with FakeOllama() as elsewhere:
             target = f'{elsewhere.host}/api/chat'
             raw = b'HTTP/1.1 307 Temporary Redirect\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n' % target.encode()
-            for path, call in (('/api/chat', lambda client: client.answer(HI, 384, 96, 1)),
+            for path, call in (('/api/chat', lambda client: client.answer(hi())),
                                ('/api/version', lambda client: client.server_version()),
                                ('/api/tags', lambda client: client.tag_digest())):
                 with self.subTest(path=path), RawServer(raw) as redirecting, self.assertRaises(OllamaError) as caught:

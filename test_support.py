@@ -113,22 +113,23 @@ class FakeOllama(LoopbackServer):
     chat(body, number) -> (status, payload) answers the number-th /api/chat request (from 1);
     version is what /api/version says; context_length is what /api/ps reports for a loaded model
     (None: the field is left out, as servers before 0.9.7 do); ps_status other than 200 makes /api/ps
-    fail with that status, as a proxy in front of the server might. Setting fake.digest moves the tag.
+    fail with that status, as a proxy in front of the server might. Setting fake.digest moves the tag. family is the
+    model family every endpoint reports, as /api/show's details give it.
     """
 
     def __init__(self, digest: str = PINNED, tags: tuple = ('gemma4:e2b',), chat=counted_reply,
                  version: str = SERVER_VERSION, context_length: int | None = LOADED_CONTEXT,
-                 ps_status: int = 200):
+                 ps_status: int = 200, family: str = DETAILS['family']):
         self.requests: list[tuple[str, str, bytes]] = []
         self.digest = digest
-        fake = self
+        fake, details = self, {**DETAILS, 'family': family, 'families': [family]}
 
         def loaded() -> list[dict]:
             """/api/ps: the model is loaded once a chat request has reached it."""
             if not fake.chats():
                 return []
             entry = {'name': tags[0], 'model': tags[0], 'size': 7162394016, 'digest': fake.digest,
-                     'details': {'family': 'gemma4', 'quantization_level': 'Q4_K_M'},
+                     'details': {'family': family, 'quantization_level': 'Q4_K_M'},
                      'expires_at': '2026-10-20T00:05:00Z', 'size_vram': 0}
             if context_length is not None:
                 entry['context_length'] = context_length
@@ -156,7 +157,7 @@ class FakeOllama(LoopbackServer):
                 elif self.path == '/api/tags':
                     self.send_json(200, {'models': [
                         {'name': tag, 'model': tag, 'modified_at': '2026-10-20T00:00:00Z', 'size': 7162394016,
-                         'digest': fake.digest, 'details': DETAILS} for tag in tags]})
+                         'digest': fake.digest, 'details': details} for tag in tags]})
                 else:
                     self.send_json(404, {'error': 'not found'})
 
@@ -169,7 +170,7 @@ class FakeOllama(LoopbackServer):
                 elif body.get('model') not in tags:
                     self.send_json(404, {'error': f"model '{body.get('model')}' not found"})
                 elif self.path == '/api/show':  # as 0.32.14 answers it, less model_info, template and tensors
-                    self.send_json(200, {'license': LICENSE, 'modelfile': '# Modelfile', 'details': DETAILS,
+                    self.send_json(200, {'license': LICENSE, 'modelfile': '# Modelfile', 'details': details,
                                          'capabilities': ['completion'], 'modified_at': '2026-10-20T00:00:00Z'})
                 else:
                     status, payload = chat(body, len(fake.chats()))
