@@ -58,7 +58,9 @@ def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) 
         if (size := os.stat(path).st_size) > limit:  # parsing takes several times a file's size in memory
             raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {limit:,} the lab reads')
         data = path.read_bytes()
-        return json.loads(data.decode('utf-8-sig'), object_pairs_hook=unique_keys), hashlib.sha256(data).hexdigest()
+        sha256, text = hashlib.sha256(data).hexdigest(), data.decode('utf-8-sig')
+        del data  # parsing takes several times the text's size; the bytes need not be held meanwhile
+        return json.loads(text, object_pairs_hook=unique_keys), sha256
     except MemoryError:
         problem = f'the {what} does not fit in the memory this process may use'
     except OSError as error:
