@@ -23,14 +23,14 @@ import answer_keys
 from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
                           check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
                           recording, request_sha256, save, tell, undercounts_cached_prompt)
-from budget_sweep import counter_note
 import case_set
 import common
 from common import LabError
 import lab_files
 from ollama_client import OllamaClient, OllamaError
-from scorer import graded_row
 from rule_files import load_rule_files
+from runner import counter_note
+from scorer import graded_row
 from strategies import RULES
 from text import counted
 import tokenizer

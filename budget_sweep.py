@@ -24,7 +24,7 @@ from case_set import load_case_set
 from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
-from runner import report_header, run_rules
+from runner import counter_note, report_header, run_rules
 from scorer import by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
@@ -180,13 +180,6 @@ def sweep_table(report: dict) -> str:
         f"{', '.join(f'{limit:,}' for limit in limits)})" + ('; in brackets, the cases whose request carried a stale '
         'fact and the requests over the input allowance, graded all the same' if any(map(marked, report['points']))
         else '') + '.\n')
-
-
-def counter_note(report: dict) -> str:
-    """', counted by llama-3.1' for a report made with a counter other than the default (whose profile has no
-    name), so that no table or picture of one model passes for Gemma's; else ''."""
-    name = report.get('counter', {}).get('name')
-    return f', counted by {name}' if name else ''
 
 
 def marked(entry: dict) -> str:

@@ -66,3 +66,10 @@ def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code
             'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
             'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
             'counter': counter().profile()}
+
+
+def counter_note(report: dict) -> str:
+    """', counted by llama-3.1' for a report made with a counter other than the default (whose profile has no
+    name), so that no table or picture of one model passes for Gemma's; else ''."""
+    name = report.get('counter', {}).get('name')
+    return f', counted by {name}' if name else ''

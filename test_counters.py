@@ -38,7 +38,7 @@ from test_support_fixtures import hypothesis_home_outside_the_tree, rule_request
 from test_support_runs import run_command
 import tokenizer
 from tokenizer import CounterError, TokenCounter
-from views import compare
+from views import compare, report_table, turn_map
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = read_manifest()[0]
@@ -285,6 +285,15 @@ class RefusalTest(CounterTest):
 
 
 class ReportTest(CounterTest):
+    def test_a_llama_table_and_turn_map_name_their_counter_and_gemmas_say_nothing(self):
+        counter_or_skip(self, 'llama-3.1')
+        tokenizer.choose_counter('llama-3.1')
+        report = evaluate.report()
+        self.assertEqual(report_table(report).splitlines()[-2:], ['', 'Token figures counted by llama-3.1.'])
+        self.assertEqual(turn_map(report).splitlines()[1], 'Token figures counted by llama-3.1.')
+        recorded = json.loads((HERE / 'evaluation-result.json').read_text(encoding='utf-8'))
+        self.assertNotIn('counted by', report_table(recorded) + turn_map(recorded))
+
     def test_a_report_records_the_counter_and_compare_says_so_first(self):
         counter_or_skip(self, 'llama-3.1')
         tokenizer.choose_counter('llama-3.1')

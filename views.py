@@ -16,6 +16,7 @@ import textwrap
 
 import best_possible
 from common import LabError
+from runner import counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, TURN_ROLES, allowance, build_request
 from text import markdown_table, plain_number, printable, turn_runs
@@ -69,7 +70,14 @@ def report_table(report: dict, group: str = 'split') -> str:
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
             for name, groups in rules.items() for value, s in groups.items() if s.get('over_budget')]
     return text + (f"\nRequests over the input allowance (graded all the same): {printable('; '.join(over))}.\n"
-                   if over else '')
+                   if over else '') + counted_by(report)
+
+
+def counted_by(report: dict) -> str:
+    """'\nToken figures counted by llama-3.1.\n' under a view of a report made with another counter than the default,
+    so that no table of one model passes for Gemma's; else ''."""
+    note = counter_note(report).removeprefix(', ')
+    return f'\nToken figures {note}.\n' if note else ''
 
 
 def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
@@ -107,7 +115,7 @@ def turn_map(report: dict) -> str:
     by_case = {name: {row['case']: row for row in rows} for name, rows in report['cases'].items()}
     maps = [case_map(best, {name: rows[best['case']] for name, rows in by_case.items()},
                      report['best_possible']['label']) for best in report['best_possible']['cases']]
-    return '\n\n'.join([MAP_LEGEND, *maps]) + '\n'
+    return '\n\n'.join([MAP_LEGEND + counted_by(report).rstrip('\n'), *maps]) + '\n'
 
 
 def paint(text: str, style: str, colour: bool) -> str:
