@@ -1,0 +1,31 @@
+"""Tests for synthetic_cases.py: the generated case sets benchmark.py times.
+
+    .venv/bin/python -m unittest -v test_synthetic_cases   (under a second)
+
+Each test is named after the failure it pins: a seed that gives other cases on another run, a planted fact the
+case set's own check would refuse, a stale limit that is not the correction's replaced one.
+"""
+import re
+import unittest
+
+from case_set import check_case
+from synthetic_cases import chat_case, generated_cases, synthetic_case
+
+
+class GeneratedTest(unittest.TestCase):
+    def test_one_seed_gives_the_same_cases_and_another_seed_others(self):
+        self.assertEqual(generated_cases(synthetic_case, 3, 20, 7), generated_cases(synthetic_case, 3, 20, 7))
+        self.assertNotEqual(generated_cases(chat_case, 3, 20, 7), generated_cases(chat_case, 3, 20, 8))
+
+    def test_every_case_passes_the_case_check_and_its_stale_limit_is_the_corrected_one_plus_seven_per_hour(self):
+        for case in generated_cases(synthetic_case, 5, 12, 1):
+            with self.subTest(case['id']):
+                check_case(f"case {case['id']}", case)  # every planted fact lies in a message of its history
+                topic, value = re.fullmatch(r'(\w+) limit is (\d+) per minute', case['required'][0]).groups()
+                self.assertEqual(case['stale'], [f'{topic} limit is {int(value) + 7} per hour'])
+                self.assertEqual(case['current'], f'What is the {topic} limit, and who owns {topic}?')
+                self.assertEqual(case['split'], 'held_out' if int(case['id'].split('-')[1]) % 2 == 0 else 'dev')
+
+
+if __name__ == '__main__':
+    unittest.main()
