@@ -241,26 +241,23 @@ class Archive:
     and the tokenizer built from each vocab so far: three Llama counters share one."""
 
     def __init__(self, beside: Path):
-        self.beside, self.folder, self.sdist, self.built = Path(os.path.realpath(beside)), None, None, {}
+        self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
 
     def path(self, mirror: dict) -> Path:
         kept = self.beside.with_name(f'.{self.beside.name}.archive') / mirror['sdist']
         if self.sdist is None and os.path.isfile(kept) and sha256_file(kept) == mirror['sdist_sha256']:
             say(f'using {kept}, kept by an earlier run: its sha256 is the pinned one')
         elif self.sdist is None:
-            self.folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-',
-                                                dir=self.beside.parent))
-            sdist = download_sdist(self.folder, mirror)
-            kept.parent.mkdir(exist_ok=True)
-            os.replace(sdist, kept)  # on the same disk: a rename
+            folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-', dir=self.beside.parent))
+            try:
+                sdist = download_sdist(folder, mirror)
+                kept.parent.mkdir(exist_ok=True)
+                os.replace(sdist, kept)  # on the same disk: a rename
+            finally:  # nothing else in it is kept
+                remove_folder(folder, say)
             say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
         self.sdist = kept
         return kept
-
-    def close(self) -> None:
-        if self.folder is not None:
-            remove_folder(self.folder, say)
-            self.folder = None
 
 
 def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
@@ -338,10 +335,7 @@ def main(argv: list[str]) -> int:
     except LabError as error:
         raise LabError(f'error: {error}') from None  # progress lines start with 'prepare.py: ' too
     except KeyboardInterrupt:
-        archive.close()
         raise KeyboardInterrupt(after_interrupt(dest, before)) from None
-    finally:
-        archive.close()
     return 0
 
 
