@@ -72,8 +72,6 @@ def not_ours(dest: Path) -> list[str]:
             if (dest / name).is_dir() or name not in OURS]
 
 
-# --- Source 1: the Hugging Face Hub -----------------------------------------------------------------------------
-
 def first_line(error: BaseException) -> str:
     return (str(error).strip() or type(error).__name__).splitlines()[0]
 
@@ -120,8 +118,6 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
         check_file(path, f'{name} from the Hub ({model})', pin['size'], pin['sha256'])
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
-
-# --- Source 2: the PyPI mirror, the llama-cpp-python sdist ------------------------------------------------------
 
 def download_sdist(workdir: Path, mirror: dict) -> Path:
     """pip download the pinned sdist into workdir, pip's TMPDIR inside it; pip refuses any other bytes."""
@@ -232,8 +228,6 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
         files[TEMPLATE_FILE] = found['template']
     return files, make_record('pypi', manifest, manifest_sha256, files, checked, name)
 
-
-# --- The run ------------------------------------------------------------------------------------------------------
 
 class Archive:
     """The pinned sdist, downloaded once into a folder beside prepared/ (named as swap_folders finds it) and kept, for
