@@ -9,6 +9,7 @@ that record was made for this very manifest and every file still has its recorde
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
+import argparse
 import os
 from pathlib import Path
 import re
@@ -203,8 +204,6 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     argparse.ArgumentParser(description=f'Say whether the prepared counter folder ({PREPARED}) is complete and '
                             f'valid for {MANIFEST.name}; exit 0 if it is, 2 if not. Set {PREPARED_ENV} to check '
                             'another folder.').parse_args(argv)
