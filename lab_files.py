@@ -143,9 +143,8 @@ def remove_leftovers(target: Path) -> None:
     their names carry its pid."""
     leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
     for name in os.listdir(target.parent):
-        if match := leftover.fullmatch(name):
-            if not process_alive(match[1]):
-                (target.parent / name).unlink(missing_ok=True)
+        if (match := leftover.fullmatch(name)) and not process_alive(match[1]):
+            (target.parent / name).unlink(missing_ok=True)
 
 
 def open_writer(path: Path, status: os.stat_result) -> int:
@@ -195,9 +194,8 @@ def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
 
 
 def write_atomically(path: Path, data: str | bytes, *more: tuple[Path, str | bytes]) -> None:
-    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, keeping what a path is: a
-    regular file or the file a symlink names is replaced by a renamed temporary file with its mode and owner (a new
-    one gets NEW_FILE_MODE), a device or pipe written into. All are staged first: if one cannot be, none is written."""
+    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, as stage() finds each (a
+    regular file replaced, a pipe or device written into). All are staged first: if one cannot be, none is written."""
     files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content))
              for name, content in [(path, data), *more]]
     staged = []
@@ -238,11 +236,10 @@ class SwapError(LabError):
 
 def folder_identity(path: Path) -> tuple[int, int] | None:
     """(device, inode) of the folder path names, None if none: a swap changes it, a swap undone does not."""
-    try:
+    with contextlib.suppress(OSError):
         found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
+        return found.st_dev, found.st_ino
+    return None
 
 
 def swap_folders(target: Path, pid: int | str = '') -> list[Path]:

