@@ -192,13 +192,12 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
 
 
 def recording(model: dict, context_length: int | None, chosen: dict, plan: list[dict], answers: dict) -> dict:
-    """What answer-result.json holds for the planned answers present in answers, in plan order."""
+    """What answer-result.json holds for the plan, once answers has the answer to each of its requests."""
     by_strategy: dict = {}
     for item in plan:
-        if item['key'] in answers:
-            # Today's count, as an uninterrupted run records it, also for an answer an earlier run kept.
-            answer = {**answers[item['key']], 'input_tokens': item['input_tokens']}
-            by_strategy.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(answer)
+        # Today's count, as an uninterrupted run records it, also for an answer an earlier run kept.
+        answer = {**answers[item['key']], 'input_tokens': item['input_tokens']}
+        by_strategy.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(answer)
     block = {**model, 'loaded_context_length': context_length} if context_length is not None else model
     return {'model': block, 'chosen': chosen, 'answers': by_strategy}
 
