@@ -57,7 +57,7 @@ OPTIONAL_CHECKS = {'counter': (lambda v: isinstance(v, str) and v in SERVED, f'o
 CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
                  'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
 JSON_INDENT = 1  # how the answer files are indented
-ANSWER_LINE = {'strategy', 'case', 'answer'}  # a kept answer's line in the partial file
+ANSWER_LINE = {'strategy': TEXT, 'case': TEXT, 'answer': OBJECT}  # a kept answer's line in the partial file
 FRESH = f'discard it with `{common.python_command()} answer_check.py record --fresh`'
 
 
@@ -179,9 +179,8 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
             if isinstance(entry, dict) and set(entry) == {'loaded_context_length'}:
                 check_fields('line', entry, {'loaded_context_length': POSITIVE}, 'asked for again')
                 context_length = entry['loaded_context_length']
-            elif entry is not None and (not isinstance(entry, dict) or set(entry) != ANSWER_LINE):
-                raise LabError(f'expected {sorted(ANSWER_LINE)}')
             elif entry is not None:
+                check_fields('line', entry, ANSWER_LINE, 'asked for again')
                 check_fields('answer', entry['answer'], ANSWER_CHECKS, 'asked for again')
                 stored[(entry['strategy'], entry['case'], entry['answer']['request_sha256'])] = entry['answer']
         except (ValueError, RecursionError, LabError) as error:
