@@ -44,7 +44,7 @@ DEFAULT_SPLIT = 'held_out'  # the split sent by default: the rules were written 
 F1_RIGHT = 0.5  # --grader f1 counts an answer right at this F1 or above (--f1-threshold)
 SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading draw the same cases
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
-RECENT_CALLS = 10  # the calls the time left is estimated from
+RECENT_CALLS = 10  # the time left is estimated from these last calls, where a server or machine slowing down shows
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
 NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
 MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grading says it (docs/answer-check.md)
@@ -131,7 +131,6 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
             context_length = note_loaded_context(client, partial, item['body']['options']['num_ctx']) or context_length
         recent.append(time.monotonic() - last)  # the call's seconds, writing included
         last += recent[-1]
-        # Time left from the recent calls: a server that slows down, or a machine under load, shows in them.
         minutes, rest = divmod(round(sum(recent) / len(recent) * (asking - asked)), 60)
         left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
         tell(f'call {number} of {len(plan)}: {label}: {recent[-1]:.1f} s, about {left} left')

@@ -84,8 +84,6 @@ def find_tag(listed, tag: str) -> dict | None:
 
 
 class OllamaClient:
-    """A client for the Ollama server at OLLAMA_HOST that talks only to the pinned build."""
-
     def __init__(self, model: dict):
         import requests  # here, not at the top: a missing package is then common.run's one line
         self.model, self.host = model, ollama_host(os.environ.get('OLLAMA_HOST'))
