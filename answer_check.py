@@ -159,27 +159,27 @@ def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Pat
 def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, float] | None = None) -> dict:
     """The grades file's content; current maps (strategy, case, seed) to today's request, whose fact-recall row joins
     an answer given that very request. With f1 ({case_id: kind}, threshold), keys are gold answers scored by F1."""
+    model = recorded['model']
+    undercounts, compared = undercounts_cached_prompt(model['ollama_version']), pin_counter(model)[1]
     mismatches, cut_off, outdated, joined = [], [], [], []
-    undercounts, compared = undercounts_cached_prompt(recorded['model']['ollama_version']), pin_counter(
-        recorded['model'])[1]  # prompt_tokens are held only to the served model's own counter
     for strategy, case_id, answer in each_answer(recorded):
         where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
         today = current.get((strategy, case_id, answer['seed']))
         sent = answer.get('request_sha256')  # None in the original's format: today's request stands in
         same = today is not None and today['request_sha256'] == sent
         joined.append((strategy, case_id, answer, today['row'] if same else None))
-        counted, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
-        if compared and read != counted:
-            cause = 'cache accounting' if undercounts and read < counted else 'unexplained' if sent else NO_REQUEST
-            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted, 'cause': cause})
+        count, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
+        if compared and read != count:  # prompt_tokens are held only to the served model's own counter
+            cause = 'cache accounting' if undercounts and read < count else 'unexplained' if sent else NO_REQUEST
+            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': count, 'cause': cause})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
         if not same:
             outdated.append({**where, 'reason': 'request changed' if sent else NO_REQUEST})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
-    before, after = answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else answer_keys.key_grades(joined, keys,
-                                                                                                     graded)
-    return {'model': recorded['model'], 'answers_recorded': len(joined), **before,
+    before, after = (answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else
+                     answer_keys.key_grades(joined, keys, graded))
+    return {'model': model, 'answers_recorded': len(joined), **before,
             'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
             'cut_off_per_strategy': {name: sum(c['strategy'] == name for c in cut_off) for name in graded},
             'outdated_requests': outdated, **after}

@@ -63,8 +63,8 @@ FRESH = f'discard it with `{common.python_command()} answer_check.py record --fr
 
 def load_model(path: Path = MODEL_PATH) -> dict:
     """answer-model.json, or a pin file like it, checked field by field."""
-    return check_model(f'{path}: pin', lab_files.read_json(path, 'answer model pin', f'restore it from version control, '
-                                                        f'or {PIN_AGAIN}'))
+    advice = f'restore it from version control, or {PIN_AGAIN}'
+    return check_model(f'{path}: pin', lab_files.read_json(path, 'answer model pin', advice))
 
 
 def check_model(where: str, model, advice: str = PIN_AGAIN) -> dict:
