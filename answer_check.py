@@ -44,7 +44,7 @@ DEFAULT_SPLIT = 'held_out'  # the split sent by default: the rules were written 
 F1_RIGHT = 0.5  # --grader f1 counts an answer right at this F1 or above (--f1-threshold)
 SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading draw the same cases
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
-RECENT_CALLS = 10  # the calls the time left is estimated from
+RECENT_CALLS = 10  # the time left is estimated from these last calls, where a server or machine slowing down shows
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
 NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
 MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grading says it (docs/answer-check.md)
@@ -131,7 +131,6 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
             context_length = note_loaded_context(client, partial, item['body']['options']['num_ctx']) or context_length
         recent.append(time.monotonic() - last)  # the call's seconds, writing included
         last += recent[-1]
-        # Time left from the recent calls: a server that slows down, or a machine under load, shows in them.
         minutes, rest = divmod(round(sum(recent) / len(recent) * (asking - asked)), 60)
         left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
         tell(f'call {number} of {len(plan)}: {label}: {recent[-1]:.1f} s, about {left} left')
@@ -160,27 +159,27 @@ def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Pat
 def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, float] | None = None) -> dict:
     """The grades file's content; current maps (strategy, case, seed) to today's request, whose fact-recall row joins
     an answer given that very request. With f1 ({case_id: kind}, threshold), keys are gold answers scored by F1."""
+    model = recorded['model']
+    undercounts, compared = undercounts_cached_prompt(model['ollama_version']), pin_counter(model)[1]
     mismatches, cut_off, outdated, joined = [], [], [], []
-    undercounts, compared = undercounts_cached_prompt(recorded['model']['ollama_version']), pin_counter(
-        recorded['model'])[1]  # prompt_tokens are held only to the served model's own counter
     for strategy, case_id, answer in each_answer(recorded):
         where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
         today = current.get((strategy, case_id, answer['seed']))
         sent = answer.get('request_sha256')  # None in the original's format: today's request stands in
         same = today is not None and today['request_sha256'] == sent
         joined.append((strategy, case_id, answer, today['row'] if same else None))
-        counted, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
-        if compared and read != counted:
-            cause = 'cache accounting' if undercounts and read < counted else 'unexplained' if sent else NO_REQUEST
-            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': counted, 'cause': cause})
+        count, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
+        if compared and read != count:  # prompt_tokens are held only to the served model's own counter
+            cause = 'cache accounting' if undercounts and read < count else 'unexplained' if sent else NO_REQUEST
+            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': count, 'cause': cause})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
         if not same:
             outdated.append({**where, 'reason': 'request changed' if sent else NO_REQUEST})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
-    before, after = answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else answer_keys.key_grades(joined, keys,
-                                                                                                     graded)
-    return {'model': recorded['model'], 'answers_recorded': len(joined), **before,
+    before, after = (answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else
+                     answer_keys.key_grades(joined, keys, graded))
+    return {'model': model, 'answers_recorded': len(joined), **before,
             'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
             'cut_off_per_strategy': {name: sum(c['strategy'] == name for c in cut_off) for name in graded},
             'outdated_requests': outdated, **after}

@@ -52,11 +52,10 @@ def token_f1(answer: str, gold: str) -> float:
 def f1(answer: str, gold: str, kind: str) -> float:
     """An answer's F1 against its case's gold answer, scored as LoCoMo scores the case's category."""
     if kind == OPEN_DOMAIN:
-        gold = gold.split(';')[0].strip()
+        gold = gold.split(';')[0]
     if kind != MULTI_HOP:
         return token_f1(answer, gold)
-    parts = [part.strip() for part in answer.split(',')]
-    wanted = [part.strip() for part in gold.split(',')]
+    parts, wanted = answer.split(','), gold.split(',')  # spaces around a part are no tokens: nothing to strip
     return sum(max(token_f1(part, one) for part in parts) for one in wanted) / len(wanted)
 
 
@@ -72,8 +71,7 @@ def load_gold_answers(path: Path, cases: list[dict], every: list[dict]) -> dict[
 
 
 def f1_grades(joined: list[tuple], gold: dict, kinds: dict, threshold: float, graded: dict) -> tuple[dict, dict]:
-    """As answer_keys.key_grades: per rule, the answers and their mean F1 in all, in the four ways (right, at threshold
-    or above, or not, crossed with every required fact in the request or not) and per kind."""
+    """As answer_keys.key_grades: per rule, the answers and their mean F1 in all, in the FOUR_WAYS and per kind."""
     scores: dict = {strategy: {} for strategy in graded}
     for strategy, case_id, answer, row in joined:
         score = round(f1(answer['answer'], gold[case_id], kinds[case_id]), DIGITS)
@@ -96,9 +94,8 @@ def f1_tables(grades: dict, cut_off: str) -> list[str]:
 
     def shown(cell: dict | None) -> str:
         return f'{cell["answers"]}: {cell["mean_f1"]:.{DIGITS}f}' if cell and cell['answers'] else '0'
-    rows = [[rule, *[shown(row[column]) for column in ('all', *FOUR_WAYS)], *[shown(row['by_kind'].get(kind))
-                                                                           for kind in kinds]]
-            for rule, row in grades['f1'].items()]
+    rows = [[rule, *[shown(row[column]) for column in ('all', *FOUR_WAYS)],
+             *[shown(row['by_kind'].get(kind)) for kind in kinds]] for rule, row in grades['f1'].items()]
     return [f'Right: an F1 of {grades["f1_threshold"]:g} or more (--f1-threshold). Each cell: answers: their mean F1; '
             'the four ways leave out answers to requests no longer sent.',
             markdown_table(HEADER + kinds, rows).rstrip('\n'), cut_off]

@@ -7,9 +7,8 @@ answer_check.py grades with it unless --grader f1 is given (rules: docs/answer-c
 from pathlib import Path
 import re
 from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
-import sys
 
-from answer_model import excerpt
+from answer_model import excerpt, tell
 from common import LabError
 from lab_files import read_json
 from text import counted, markdown_table
@@ -61,8 +60,8 @@ def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
                 except re.error as error:
                     raise LabError(f'{where}[{index}] {pattern!r} is not a regular expression ({error})') from None
                 if not matched:
-                    print(f'{where}[{index}] {pattern!r}: warning: matches none of the case\'s {facts} facts; '
-                          'check it for a typo', file=sys.stderr)
+                    tell(f'{where}[{index}] {pattern!r}: warning: matches none of the case\'s {facts} facts; '
+                         'check it for a typo')
     return keys
 
 

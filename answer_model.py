@@ -23,10 +23,11 @@ PIN_AGAIN = 'write it again with `answer_check.py pin TAG --output FILE`'
 SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
 # Checks of a field: (whether a value passes, what it must be).
 TEXT = (lambda v: isinstance(v, str) and v != '', 'a non-empty string')
-COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')  # a token count's check
+COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')
 POSITIVE = (lambda v: type(v) is int and v > 0, 'a positive integer')
 SHA256 = (lambda v: isinstance(v, str) and re.fullmatch('[0-9a-f]{64}', v) is not None, '64 lowercase hex digits')
 NUMBER = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), 'a number')
+OBJECT = (lambda v: isinstance(v, dict), 'an object')
 # The fields answer-model.json must have, in order; a recording copies them into its model block.
 MODEL_CHECKS = {**dict.fromkeys(('checked_on', 'publisher_model', 'license', 'ollama_tag'), TEXT), 'ollama_digest': (
     SHA256[0], '64 lowercase hex digits, as /api/tags reports them'), 'ollama_version': TEXT, 'quantization': TEXT,
@@ -35,7 +36,6 @@ MODEL_CHECKS = {**dict.fromkeys(('checked_on', 'publisher_model', 'license', 'ol
     'think': (lambda v: v is False, 'false: the recording asks for answers without thinking'), 'trials': POSITIVE,
     'seeds': (lambda v: isinstance(v, list) and all(type(s) is int for s in v) and len(set(v)) == len(v),
               'distinct integers, one per trial')}
-MODEL_FIELDS = tuple(MODEL_CHECKS)
 # What a recording's model block adds to answer-model.json's from the server; no other field may differ.
 SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
 # A recorded answer's fields: answer()'s reply (its tool_calls always a list), then what the lab knew of the request.
@@ -57,20 +57,19 @@ OPTIONAL_CHECKS = {'counter': (lambda v: isinstance(v, str) and v in SERVED, f'o
 CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
                  'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
 JSON_INDENT = 1  # how the answer files are indented
-ANSWER_LINE = {'strategy', 'case', 'answer'}  # a kept answer's line in the partial file
+ANSWER_LINE = {'strategy': TEXT, 'case': TEXT, 'answer': OBJECT}  # a kept answer's line in the partial file
 FRESH = f'discard it with `{common.python_command()} answer_check.py record --fresh`'
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
     """answer-model.json, or a pin file like it, checked field by field."""
-    return check_model(f'{path}: pin', lab_files.read_json(path, 'answer model pin', f'restore it from version control, '
-                                                        f'or {PIN_AGAIN}'))
+    advice = f'restore it from version control, or {PIN_AGAIN}'
+    return check_model(f'{path}: pin', lab_files.read_json(path, 'answer model pin', advice))
 
 
 def check_model(where: str, model, advice: str = PIN_AGAIN) -> dict:
     """A pin, or a recording's model block (which may add the context the server loaded), checked field by field."""
-    optional = {field: check for field, check in OPTIONAL_CHECKS.items() if isinstance(model, dict) and field in model}
-    check_fields(where, model, {**MODEL_CHECKS, **optional}, advice)
+    check_fields(where, model, MODEL_CHECKS, advice, OPTIONAL_CHECKS)
     if len(model['seeds']) != model['trials']:
         raise LabError(f'{where}.seeds: must be {model["trials"]} distinct integers, one per trial; {advice}')
     return model
@@ -82,10 +81,11 @@ def excerpt(value) -> str:
     return text if len(text) <= 40 else text[:37] + '...'
 
 
-def check_fields(where: str, value, checks: dict, advice: str) -> None:
-    """Refuse value unless it is an object with exactly the fields of checks, each as its check wants."""
+def check_fields(where: str, value, checks: dict, advice: str, optional: dict | None = None) -> None:
+    """Refuse value unless it is an object with exactly the fields of checks (and any of optional), each valid."""
     if not isinstance(value, dict):
         raise LabError(f'{where}: must be an object with fields {list(checks)}, got {excerpt(value)}; {advice}')
+    checks = {**checks, **{field: check for field, check in (optional or {}).items() if field in value}}
     missing, extra = [field for field in checks if field not in value], sorted(set(value) - set(checks))
     if missing or extra:
         raise LabError(f'{where}: fields must be exactly {list(checks)}; missing {missing}, unexpected {extra}; '
@@ -100,15 +100,12 @@ def load_recording(path: Path, advice: str) -> dict:
     and "chosen": its split, sample and the case file's sha256}, checked. The original's recordings have no "chosen",
     and their answers six fields that name no request."""
     recorded = lab_files.read_json(path, 'recording', advice)
-    if not isinstance(recorded, dict) or not {'model', 'answers'} <= set(recorded) <= {'model', 'answers', 'chosen'}:
-        raise LabError(f'{path}: expected "model", "answers" and "chosen"; {advice}')
+    check_fields(f'{path}: recording', recorded, {'model': OBJECT, 'answers': OBJECT}, advice, {'chosen': OBJECT})
     check_model(f'{path}: model', recorded['model'], advice)
-    if not isinstance(answers := recorded['answers'], dict):
-        raise LabError(f'{path}: "answers" must be an object; {advice}')
     if 'chosen' in recorded:
         check_fields(f'{path}: chosen', recorded['chosen'], CHOSEN_CHECKS, advice)
     checks = None  # the lab's answers, or all in the original's six fields
-    for strategy, by_case in answers.items():
+    for strategy, by_case in recorded['answers'].items():
         if not isinstance(by_case, dict):
             raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
         for case_id, listed in by_case.items():
@@ -182,9 +179,8 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
             if isinstance(entry, dict) and set(entry) == {'loaded_context_length'}:
                 check_fields('line', entry, {'loaded_context_length': POSITIVE}, 'asked for again')
                 context_length = entry['loaded_context_length']
-            elif entry is not None and (not isinstance(entry, dict) or set(entry) != ANSWER_LINE):
-                raise LabError(f'expected {sorted(ANSWER_LINE)}')
             elif entry is not None:
+                check_fields('line', entry, ANSWER_LINE, 'asked for again')
                 check_fields('answer', entry['answer'], ANSWER_CHECKS, 'asked for again')
                 stored[(entry['strategy'], entry['case'], entry['answer']['request_sha256'])] = entry['answer']
         except (ValueError, RecursionError, LabError) as error:
@@ -195,13 +191,12 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
 
 
 def recording(model: dict, context_length: int | None, chosen: dict, plan: list[dict], answers: dict) -> dict:
-    """What answer-result.json holds for the planned answers present in answers, in plan order."""
+    """What answer-result.json holds for the plan, once answers has the answer to each of its requests."""
     by_strategy: dict = {}
     for item in plan:
-        if item['key'] in answers:
-            # Today's count, as an uninterrupted run records it, also for an answer an earlier run kept.
-            answer = {**answers[item['key']], 'input_tokens': item['input_tokens']}
-            by_strategy.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(answer)
+        # Today's count, as an uninterrupted run records it, also for an answer an earlier run kept.
+        answer = {**answers[item['key']], 'input_tokens': item['input_tokens']}
+        by_strategy.setdefault(item['strategy'], {}).setdefault(item['case'], []).append(answer)
     block = {**model, 'loaded_context_length': context_length} if context_length is not None else model
     return {'model': block, 'chosen': chosen, 'answers': by_strategy}
 

@@ -12,7 +12,7 @@ import shutil
 import threading
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, MODEL_FIELDS, encode, excerpt, new_pin_counter
+from answer_model import ANSWER_CHECKS, MODEL_CHECKS, encode, excerpt, new_pin_counter
 from common import LabError
 
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
@@ -84,8 +84,6 @@ def find_tag(listed, tag: str) -> dict | None:
 
 
 class OllamaClient:
-    """A client for the Ollama server at OLLAMA_HOST that talks only to the pinned build."""
-
     def __init__(self, model: dict):
         import requests  # here, not at the top: a missing package is then common.run's one line
         self.model, self.host = model, ollama_host(os.environ.get('OLLAMA_HOST'))
@@ -166,7 +164,7 @@ class OllamaClient:
                   **{field: str(details.get(name) or UNSTATED)[:BODY_QUOTED] for field, name in DETAILS.items()},
                   'ollama_tag': tag, 'ollama_digest': digest, 'ollama_version': version, 'options': options,
                   'think': False, 'trials': len(seeds), 'seeds': seeds}
-        return {**{field: pinned[field] for field in MODEL_FIELDS},  # in answer-model.json's order
+        return {**{field: pinned[field] for field in MODEL_CHECKS},  # in answer-model.json's order
                 'counter': new_pin_counter(tag, pinned['publisher_model'], counter)}
 
     def loaded_context_length(self) -> int | None:

@@ -554,6 +554,22 @@ class RecordTest(AnswerFilesTest):
         self.assertIn('answer-result.partial.json: line 13 is not a kept answer (', err)
         self.assertEqual(self.result.read_bytes(), whole)
 
+    def test_kept_line_naming_its_rule_by_a_list_costs_its_answer_not_a_traceback(self):
+        whole = self.uninterrupted_sample()
+        self.assertEqual(self.sampled([], lambda body, n: (503, {'error': 'busy'}) if n == 4 else
+                                      steady_reply(body, n))[0], 2)
+        partial = self.folder / 'answer-result.partial.json'
+        lines = partial.read_text().splitlines()
+        entry = json.loads(lines[1])
+        lines[1] = json.dumps({**entry, 'strategy': [entry['strategy']]})
+        partial.write_text('\n'.join(lines) + '\n')
+        code, out, err, fake = self.sampled([])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(fake.chats()), 20 - 3 + 1)
+        self.assertIn('answer-result.partial.json: line 2 is not a kept answer (line.strategy: must be a non-empty '
+                      'string, got ["recent"]', err)
+        self.assertEqual(self.result.read_bytes(), whole)
+
     def uninterrupted_sample(self) -> bytes:
         folder = self.folder / 'uninterrupted'
         folder.mkdir()
