@@ -138,14 +138,14 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
     partial.unlink(missing_ok=True)
 
 
-def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path) -> None:
+def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str) -> None:
     """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
     them and the options to give: --cases where the recording names other cases by their sha256."""
     held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
-    planned = [(item['strategy'], item['case'], item['seed']) for item in plan]
+    planned = dict.fromkeys((item['strategy'], item['case'], item['seed']) for item in plan)  # ordered, and a set
     chosen = recorded.get('chosen')
     hint = (f'it was recorded from a case file with sha256 {chosen["cases_sha256"][:12]}, not {cases_path}: give that '
-            'one with --cases' if chosen and chosen['cases_sha256'] != lab_files.sha256_file(cases_path) else 'give the '
+            'one with --cases' if chosen and chosen['cases_sha256'] != cases_sha256 else 'give the '
             '--rules' + ('' if chosen else ', --cases, --split and --sample') + f' it was recorded with, or {REDO}')
     for problem, found, advice in (('missing', [key for key in planned if key not in held], hint),
                                    ('that this run does not plan', [key for key in held if key not in planned], hint),
@@ -274,7 +274,7 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
                                                                                   args.sample)
     model = recorded['model'] if recorded and args.model is None else load_model(args.model)
     rules = {**RULES, **load_rule_files(args.rules)[0]} if args.rules else RULES
-    every = case_set.load_cases(args.cases)
+    every, args.cases_sha256 = case_set.load_case_set(args.cases)  # the hash of the bytes the cases came from
     cases = [case for case in every if args.split in ('all', case['split'])]
     if not cases:
         raise LabError(f'{args.cases}: holds no {args.split} case')
@@ -298,7 +298,7 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, resu
         check_pinned(recorded, model, result_path, args.model)
     if recorded['answers']:  # today's requests need the prepared counter; an empty recording needs nothing
         plan = plan or planned_requests(cases, rules, model)
-        check_complete(recorded, plan, result_path, args.cases)
+        check_complete(recorded, plan, result_path, args.cases, args.cases_sha256)
     f1 = ({case['id']: case['kind'] for case in cases}, args.f1_threshold) if args.grader == 'f1' else None
     grades = grade_recording(recorded, keys, {(p['strategy'], p['case'], p['seed']): p for p in plan or []}, f1)
     original = f1 is None and any('request_sha256' not in answer for *_, answer in each_answer(recorded))
@@ -320,7 +320,7 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
             if len(plan) > ASK_ABOVE and not args.yes:
                 raise LabError(f'record would make {len(plan):,} calls ({len(rules)} rules x {len(cases)} cases x '
                                f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
-            chosen = {'split': args.split, 'sample': args.sample, 'cases_sha256': lab_files.sha256_file(args.cases)}
+            chosen = {'split': args.split, 'sample': args.sample, 'cases_sha256': args.cases_sha256}
             record_answers(plan, client or OllamaClient(model), result_path, args.fresh, chosen)
             recorded = True
         return grade_files(args.cases, keys_path, args.model, result_path, grades_path, args, (

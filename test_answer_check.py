@@ -10,6 +10,7 @@ checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so
 """
 import contextlib
 from datetime import date
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -25,8 +26,8 @@ import answer_model
 from answer_model import load_model
 from common import python_command
 from lab_files import sha256_file
-from strategies import RULES
 from prepared_folder import PREPARED_JSON, counter_folder
+from strategies import RULES
 from test_support import DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, only_loopback, reply
 from test_support_fixtures import AnswerFilesTest, held_out_cases, recorded_answer
 from test_support_runs import run_answer_check, run_command
@@ -182,6 +183,28 @@ class AnswerCheckPageTest(AnswerFilesTest):
                                                           'stale_as_current': 0, 'cases_passed_every_trial': 1})
         self.assertEqual(grades['failure_causes']['last turn'], {
             'passed': 2, 'passed_fact_missing': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0})
+
+
+class CaseFileHashTest(AnswerFilesTest):
+    def test_a_recording_names_its_cases_by_the_bytes_read_even_if_the_file_changes_meanwhile(self):
+        cases = self.folder / 'cases.json'
+        original = (HERE / 'cases.json').read_bytes()
+        cases.write_bytes(original)
+        real, chosen = answer_check.planned_requests, {}
+
+        def edit_then_plan(*args):  # the file changes after it was read, before the recording names it
+            cases.write_text('[]', encoding='utf-8')
+            return real(*args)
+
+        def stop(plan, client, result_path, fresh, recorded_as):
+            chosen.update(recorded_as)
+            raise answer_check.LabError('stopped before any call')
+
+        with mock.patch.object(answer_check, 'planned_requests', edit_then_plan), \
+                mock.patch.object(answer_check, 'record_answers', stop):
+            status, _, _ = run_answer_check(['record', '--cases', str(cases)], result_path=self.result,
+                                            grades_path=self.grades, client=object())
+        self.assertEqual((status, chosen['cases_sha256']), (2, hashlib.sha256(original).hexdigest()))
 
 
 class CompleteRecordingTest(AnswerFilesTest):
