@@ -152,23 +152,21 @@ class GradeTest(unittest.TestCase):
             '  recent held-correction seed 3: Redis replaced RabbitMQ.',
             '  recent held-correction seed 3: So: Redis, not RabbitMQ.'])
 
-    def test_every_required_fact_passes(self):
-        for case_id, text in (('held-latest', 'Mateo reviews the pricing page.'),
-                              ('held-old-decision', 'Uploads go to object storage.'),
-                              ('held-pronoun', 'The limit is 3 attempts.'),
-                              ('held-pronoun', 'Three attempts.'),
-                              ('held-spread', 'At least 14 characters; sessions expire after 30 minutes.'),
-                              ('held-buried', 'The gateway must allow 200 connections.')):
+    def test_every_required_fact_passes_and_a_partial_answer_fails(self):
+        every, absent = ('pass', 'every required fact'), ('fail', 'required fact absent')
+        for case_id, text, verdict in (('held-latest', 'Mateo reviews the pricing page.', every),
+                                       ('held-old-decision', 'Uploads go to object storage.', every),
+                                       ('held-pronoun', 'The limit is 3 attempts.', every),
+                                       ('held-pronoun', 'Three attempts.', every),
+                                       ('held-spread', 'At least 14 characters; sessions expire after 30 minutes.',
+                                        every),
+                                       ('held-buried', 'The gateway must allow 200 connections.', every),
+                                       ('held-spread', 'Passwords need at least 14 characters.', absent),
+                                       ('held-spread', 'Sessions expire after 30 minutes.', absent),
+                                       ('held-buried', 'The gateway must allow 2000 connections.', absent),
+                                       ('held-pronoun', 'The limit is thirty attempts.', absent)):
             with self.subTest(case=case_id, text=text):
-                self.assertEqual(graded(case_id, text), ('pass', 'every required fact'))
-
-    def test_partial_facts_fail(self):
-        for case_id, text in (('held-spread', 'Passwords need at least 14 characters.'),
-                              ('held-spread', 'Sessions expire after 30 minutes.'),
-                              ('held-buried', 'The gateway must allow 2000 connections.'),
-                              ('held-pronoun', 'The limit is thirty attempts.')):
-            with self.subTest(case=case_id, text=text):
-                self.assertEqual(graded(case_id, text), ('fail', 'required fact absent'))
+                self.assertEqual(graded(case_id, text), verdict)
 
     def test_empty_answer_is_incomplete(self):
         for text in ('', '  \n', '\u2003'):

@@ -539,12 +539,17 @@ class RecordTest(AnswerFilesTest):
         self.assertEqual([after[len(before):].count(b'\n') for before, after in zip(seen, seen[1:])], [2] + [1] * 18)
         self.assertEqual(seen[0].count(b'\n'), 1)
 
-    def test_lines_that_are_no_kept_answer_cost_only_their_own(self):
+    def stopped_at(self, call: int) -> tuple[bytes, Path, list[str]]:
+        """(the whole recording made without a stop, the partial file of a run a busy server stopped at `call`, its
+        lines)."""
         whole = self.uninterrupted_sample()
-        self.assertEqual(self.sampled([], lambda body, n: (503, {'error': 'busy'}) if n == 12 else
+        self.assertEqual(self.sampled([], lambda body, n: (503, {'error': 'busy'}) if n == call else
                                       steady_reply(body, n))[0], 2)
         partial = self.folder / 'answer-result.partial.json'
-        lines = partial.read_text().splitlines()
+        return whole, partial, partial.read_text().splitlines()
+
+    def test_lines_that_are_no_kept_answer_cost_only_their_own(self):
+        whole, partial, lines = self.stopped_at(12)
         lines[4] = '{"strategy": "recent", "case": "held-latest", "answer": {"seed": "3"}}'
         partial.write_text('\n'.join(lines)[:-20])  # and the last line cut off, as a kill while writing leaves it
         code, out, err, fake = self.sampled([])
@@ -555,11 +560,7 @@ class RecordTest(AnswerFilesTest):
         self.assertEqual(self.result.read_bytes(), whole)
 
     def test_kept_line_naming_its_rule_by_a_list_costs_its_answer_not_a_traceback(self):
-        whole = self.uninterrupted_sample()
-        self.assertEqual(self.sampled([], lambda body, n: (503, {'error': 'busy'}) if n == 4 else
-                                      steady_reply(body, n))[0], 2)
-        partial = self.folder / 'answer-result.partial.json'
-        lines = partial.read_text().splitlines()
+        whole, partial, lines = self.stopped_at(4)
         entry = json.loads(lines[1])
         lines[1] = json.dumps({**entry, 'strategy': [entry['strategy']]})
         partial.write_text('\n'.join(lines) + '\n')

@@ -166,13 +166,16 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(str(caught.exception), f'OLLAMA_HOST={value!r} cannot be read as an address '
                                                     f'({reason}): set it like http://127.0.0.1:11434')
 
+    def refusal(self, chat) -> tuple[str, str]:
+        """(the fake server's host, the refusal of one call to it, answered as chat(body, n) answers)."""
+        with FakeOllama(chat=chat) as fake, self.assertRaises(OllamaError) as caught:
+            client_for(fake.host).answer(hi())
+        return fake.host, str(caught.exception)
+
     def test_unfinished_reply_is_not_an_answer(self):
-        with FakeOllama(chat=lambda body, n: (200, unfinished('the the the'))) as fake:
-            with self.assertRaises(OllamaError) as caught:
-                client_for(fake.host).answer(hi())
-        self.assertEqual(str(caught.exception), f'Ollama at {fake.host} stopped before finishing the reply (done '
-                                                'is false), so nothing from it is kept: run again, and read the '
-                                                'server log if it happens again')
+        host, message = self.refusal(lambda body, n: (200, unfinished('the the the')))
+        self.assertEqual(message, f'Ollama at {host} stopped before finishing the reply (done is false), so nothing '
+                                  'from it is kept: run again, and read the server log if it happens again')
 
     def test_thinking_is_not_taken_for_the_answer(self):
         with FakeOllama(chat=lambda body, n: (200, reply('Mateo.', 20, 2, thinking='Mateo or Ana?'))) as fake:
@@ -210,12 +213,9 @@ class ClientTest(unittest.TestCase):
                 self.assertIn(f'answered /api/chat with {shown}, where an answer needs {wanted}', str(caught.exception))
 
     def test_reply_for_another_model_than_the_pinned_tag_is_refused(self):
-        with FakeOllama(chat=lambda body, n: (200, {'model': 'llama3:8b', **reply('Mateo.')})) as fake:
-            with self.assertRaises(OllamaError) as caught:
-                client_for(fake.host).answer(hi())
-        self.assertEqual(str(caught.exception), f'Ollama at {fake.host} answered for the model "llama3:8b", not the '
-                                                'pinned gemma4:e2b, so nothing from it is kept: check what serves at '
-                                                'OLLAMA_HOST')
+        host, message = self.refusal(lambda body, n: (200, {'model': 'llama3:8b', **reply('Mateo.')}))
+        self.assertEqual(message, f'Ollama at {host} answered for the model "llama3:8b", not the pinned gemma4:e2b, '
+                                  'so nothing from it is kept: check what serves at OLLAMA_HOST')
 
     def test_trickling_server_is_stopped_at_the_deadline_for_the_whole_reply(self):
         # One byte every 50 ms: no single read waits long, and the whole reply would take about 10 s.
