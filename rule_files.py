@@ -28,6 +28,7 @@ import weakref
 from best_possible import LABEL
 from common import LabError, cut
 from shapes import turn_texts
+from lab_files import path_text
 from text import printable
 from strategies import RULES as BUILT_IN
 from tokenizer import CounterError
@@ -347,7 +348,7 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
             if (key := check_name(path, name)) in origin:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[key]}')
             rules[name], origin[key] = child.rule(path, name), path
-        files.append({'file': path.name, 'sha256': hashlib.sha256(path.read_bytes()).hexdigest()})
+        files.append({'file': path_text(path.name), 'sha256': hashlib.sha256(path.read_bytes()).hexdigest()})
     return rules, files
 
 

@@ -36,7 +36,7 @@ from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files
 from shapes import build_request
-from test_support_runs import in_process
+from test_support_runs import evaluate_py, in_process
 from tokenizer import count_request
 from views import report_table
 
@@ -47,12 +47,6 @@ RECORDED = HERE / 'evaluation-result.json'
 README = (HERE / 'README.md').read_text(encoding='utf-8')
 # The rules file of the README's "Your own rule", exactly as a reader would paste it.
 MY_RULES = re.search(r'Save this as `my_rules.py`.*?\n```python\n(.*?)```\n', README, re.S)[1]
-
-
-def evaluate_py(*args: str) -> subprocess.CompletedProcess:
-    """`evaluate.py args` in a process of its own, reading the prepared folder this process reads."""
-    return subprocess.run([sys.executable, 'evaluate.py', *args], cwd=HERE, capture_output=True, text=True,
-                          timeout=300)
 
 
 def lab_main(script, *argv: str) -> tuple[int, str, str]:
@@ -569,6 +563,16 @@ def end_if_alive(pid: int) -> None:
 
 
 class ReportTest(RulesFolder):
+    def test_a_rules_file_whose_name_is_not_utf8_is_recorded_under_its_escaped_name(self):
+        # A Linux file name may hold any byte; the report is JSON text, and stdout strict UTF-8 as on a desktop.
+        folder = Path(self.write('RULES = {}\n')).parent
+        os.rename(folder / 'rules.py', os.fsdecode(os.fsencode(folder) + b'/rules\xff.py'))
+        result = subprocess.run([sys.executable, 'evaluate.py', '--rules', os.fsencode(folder) + b'/rules\xff.py'],
+                                cwd=HERE, capture_output=True, timeout=300,
+                                env={**os.environ, 'PYTHONIOENCODING': 'utf-8:strict'})
+        self.assertEqual((result.returncode, result.stderr), (0, b''))
+        self.assertEqual(json.loads(result.stdout)['rule_files'][0]['file'], 'rules\\xff.py')
+
     def test_without_rules_the_report_has_no_rules_key_and_with_them_the_four_rows_are_the_recorded_ones(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
         self.assertNotIn('rule_files', recorded)
