@@ -62,8 +62,8 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
     ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
     """
-    messages = build_request(case, range(len(case['history'])))[1:-1]  # without instructions and question
-    starts = list(accumulate((len(turn_messages(turn)) for turn in case['history']), initial=0))  # turn i's first
+    turns = list(map(turn_messages, case['history']))  # as build_request lays them out, oldest first
+    messages, starts = [message for turn in turns for message in turn], list(accumulate(map(len, turns), initial=0))
     required, stale = {}, {}
 
     # Grade a run of turns at once and split only runs that hold a fact: a long history with a few
@@ -82,8 +82,8 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
         if sent:
             stale[first] = frozenset(sent)
 
-    if messages:
-        visit(0, len(case['history']))
+    if turns:
+        visit(0, len(turns))
     return required, stale
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from common import LabError
 from lab_files import read_json_file
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, turn_texts
+from shapes import (BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker,
+                    make_turn, turn_texts)
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
@@ -53,8 +54,8 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     if not isinstance(history, list):
         raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
     for index, turn in enumerate(history):
-        if not isinstance(turn, dict) or turn.keys() != set(TURN_ROLES) or not isinstance(turn['user'], str) \
-                or not isinstance(turn['assistant'], str):
+        if not isinstance(turn, dict) or turn.keys() != set(TURN_ROLES) \
+                or not all(isinstance(text, str) for text in turn.values()):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
     pairs = tuple(map(turn_texts, history))
@@ -148,8 +149,8 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     for case in cases:
         history = tuple(map(turn_texts, case['history']))
         if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
-            histories[history] = [turns.setdefault((one(user), one(said)), {'user': one(user), 'assistant': one(said)})
-                                  for user, said in history]
+            own = [tuple(map(one, pair)) for pair in history]
+            histories[history] = [turns.setdefault(texts, make_turn(texts)) for texts in own]
         budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
         budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
         lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}

@@ -22,7 +22,7 @@ import sys
 from case_set import CaseError, check_budget, check_case
 from common import run  # standard library only, as are the two below
 from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
-from shapes import SPLITS
+from shapes import SPLITS, make_turn
 
 # What a case looks like. Changing any of these changes every case written.
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
@@ -88,7 +88,7 @@ def session_turns(number: int, date_time: str, utterances: list[dict], speaker_a
         messages.insert(0, header)
     if len(messages) % 2:
         messages.append('')  # the session ends on the user side; the next session starts a new turn
-    return [{'user': user, 'assistant': assistant} for user, assistant in zip(messages[::2], messages[1::2])]
+    return list(map(make_turn, zip(messages[::2], messages[1::2])))
 
 
 class Sample:

@@ -27,10 +27,10 @@ import weakref
 
 from best_possible import LABEL
 from common import LabError, cut
-from shapes import turn_texts
 from lab_files import path_text
-from text import printable
+from shapes import make_turn, turn_texts
 from strategies import RULES as BUILT_IN
+from text import printable
 from tokenizer import CounterError
 
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
@@ -177,7 +177,7 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         rules += [(path, folder, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
-        histories[request['history']] = [{'user': user, 'assistant': reply} for user, reply in request['turns']]
+        histories[request['history']] = list(map(make_turn, request['turns']))
     out.path, folder, name, function = rules[request['rule']]
     out.label, count.last = f'{out.path}: rule {name}: ', None
     helpers.enter(folder)
@@ -293,7 +293,7 @@ class Child:
             if not isinstance(turns, list) or not all(isinstance(pair, list) and len(pair) == 2
                                                       and all(type(text) is str for text in pair) for pair in turns):
                 raise CounterError('turn_costs: expected a list of turns, each {"user": text, "assistant": text}')
-            return {'answer': count.turn_costs([{'user': user, 'assistant': reply} for user, reply in turns])}
+            return {'answer': count.turn_costs(list(map(make_turn, turns)))}
         except LabError as error:
             return {'error': str(error)}
 

@@ -68,8 +68,8 @@ def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code
             'counter': counter().profile()}
 
 
-def counter_note(report: dict) -> str:
-    """', counted by llama-3.1' for a report made with a counter other than the default (whose profile has no
-    name), so that no table or picture of one model passes for Gemma's; else ''."""
+def counter_note(report: dict, form: str = ', counted by {}') -> str:
+    """form filled with the counter's name for a report made with a counter other than the default (whose profile has
+    no name), so that no table or picture of one model passes for Gemma's; else '': ', counted by llama-3.1'."""
     name = report.get('counter', {}).get('name')
-    return f', counted by {name}' if name else ''
+    return form.format(name) if name else ''

@@ -38,6 +38,12 @@ def turn_messages(turn: dict) -> list[dict]:
     return [{'role': role, 'content': turn[role]} for role in TURN_ROLES]
 
 
+def make_turn(texts) -> dict:
+    """A turn from its texts, as turn_texts reads them:
+    make_turn(('Hi', 'Yes')) -> {'user': 'Hi', 'assistant': 'Yes'}"""
+    return dict(zip(TURN_ROLES, texts))
+
+
 def escape(text: str) -> str:
     """Quote text for the notes block, so a note cannot open or close a tag: 'a < b & c' -> 'a &lt; b &amp; c'."""
     return text.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')

@@ -6,7 +6,7 @@ Each test is named after the layout that would be wrong; every expected request 
 """
 import unittest
 
-from shapes import build_request, escape, holds_thinking_marker, selection, turn_messages
+from shapes import build_request, escape, holds_thinking_marker, make_turn, selection, turn_messages, turn_texts
 
 CASE = {'instructions': 'Answer.', 'current': 'Which database?',
         'history': [{'user': 'Use MySQL.', 'assistant': 'OK.'}, {'user': 'No, PostgreSQL.', 'assistant': 'Noted.'}]}
@@ -16,6 +16,10 @@ class ShapesTest(unittest.TestCase):
     def test_a_turn_is_its_user_message_then_its_reply(self):
         self.assertEqual(turn_messages(CASE['history'][0]),
                          [{'role': 'user', 'content': 'Use MySQL.'}, {'role': 'assistant', 'content': 'OK.'}])
+
+    def test_a_turn_made_from_its_texts_reads_back_as_them(self):
+        self.assertEqual(make_turn(('Use MySQL.', 'OK.')), CASE['history'][0])
+        self.assertEqual(turn_texts(make_turn(('a', 'b'))), ('a', 'b'))
 
     def test_kept_turns_go_oldest_first_between_the_instructions_and_the_question(self):
         self.assertEqual([message['content'] for message in build_request(CASE, [1, 0])],

@@ -33,6 +33,7 @@ REQUIRED_MARK, STALE_MARK = '+', '!'  # a message or turn holding a required / a
 STYLES = {'title': '1', 'required': '32', 'stale': '31', 'fold': '2'}  # ANSI: bold, green, red, dim
 MAP_LEGEND = (f'Turns are numbered from 1. `{KEPT}`: the turn is in the request; in the header, `{REQUIRED_MARK}`: '
               f'the turn holds a required fact, `{STALE_MARK}`: it holds a stale fact.')
+COUNTED_BY = '\nToken figures counted by {}.\n'  # under a view of a report made with another counter
 TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases with stale facts', 'Mean input tokens']
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
@@ -70,14 +71,7 @@ def report_table(report: dict, group: str = 'split') -> str:
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
             for name, groups in rules.items() for value, s in groups.items() if s.get('over_budget')]
     return text + (f"\nRequests over the input allowance (graded all the same): {printable('; '.join(over))}.\n"
-                   if over else '') + counted_by(report)
-
-
-def counted_by(report: dict) -> str:
-    """'\nToken figures counted by llama-3.1.\n' under a view of a report made with another counter than the default,
-    so that no table of one model passes for Gemma's; else ''."""
-    note = counter_note(report).removeprefix(', ')
-    return f'\nToken figures {note}.\n' if note else ''
+                   if over else '') + counter_note(report, COUNTED_BY)
 
 
 def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
@@ -115,7 +109,7 @@ def turn_map(report: dict) -> str:
     by_case = {name: {row['case']: row for row in rows} for name, rows in report['cases'].items()}
     maps = [case_map(best, {name: rows[best['case']] for name, rows in by_case.items()},
                      report['best_possible']['label']) for best in report['best_possible']['cases']]
-    return '\n\n'.join([MAP_LEGEND + counted_by(report).rstrip('\n'), *maps]) + '\n'
+    return '\n\n'.join([MAP_LEGEND + counter_note(report, COUNTED_BY).rstrip('\n'), *maps]) + '\n'
 
 
 def paint(text: str, style: str, colour: bool) -> str:
