@@ -17,6 +17,7 @@ import common
 from common import LabError
 import lab_files
 from prepared_folder import DEFAULT
+from text import clipped
 
 MODEL_PATH = common.HERE / 'answer-model.json'
 PIN_AGAIN = 'write it again with `answer_check.py pin TAG --output FILE`'
@@ -77,8 +78,7 @@ def check_model(where: str, model, advice: str = PIN_AGAIN) -> dict:
 
 def excerpt(value) -> str:
     """A value as JSON, cut short, for an error message."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 40 else text[:37] + '...'
+    return clipped(json.dumps(value, ensure_ascii=False), 40)
 
 
 def check_fields(where: str, value, checks: dict, advice: str, optional: dict | None = None) -> None:

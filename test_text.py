@@ -6,7 +6,7 @@ Each test is named after the figure or table that would read wrong; every expect
 """
 import unittest
 
-from text import counted, markdown_table, plain_number, printable, turn_runs
+from text import clipped, counted, markdown_table, plain_number, printable, turn_runs
 
 
 class TextTest(unittest.TestCase):
@@ -27,6 +27,9 @@ class TextTest(unittest.TestCase):
     def test_a_cell_cannot_end_its_row_or_hide_an_override(self):
         self.assertEqual(markdown_table(['a'], [['x|y\u202e\n']]), '| a |\n|---|\n| x\\|y\\u202e\\n |\n')
         self.assertEqual(printable('café'), 'café')
+
+    def test_a_long_text_is_clipped_to_its_length_with_dots_and_a_short_one_kept(self):
+        self.assertEqual((clipped('abcdef', 5), clipped('abcde', 5), clipped('', 5)), ('ab...', 'abcde', ''))
 
     def test_turns_are_counted_from_1_and_consecutive_turns_are_one_run(self):
         self.assertEqual(turn_runs([6, 2, 3, 4]), ['3-5', '7'])

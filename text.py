@@ -18,6 +18,11 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
+def clipped(text: str, most: int) -> str:
+    """Text of at most `most` characters, its end cut to '...' if longer: clipped('abcdef', 5) -> 'ab...'"""
+    return text if len(text) <= most else text[:most - 3] + '...'
+
+
 def printable(text: str) -> str:
     """Text that shows as itself on one line, control, bidirectional and other invisible characters escaped:
     printable('a\\nb\\u202ec') -> 'a\\\\nb\\\\u202ec'; printable('café') -> 'café'"""

@@ -19,7 +19,7 @@ from common import LabError
 from runner import counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, TURN_ROLES, allowance, build_request
-from text import markdown_table, plain_number, printable, turn_runs
+from text import clipped, markdown_table, plain_number, printable, turn_runs
 from tokenizer import counter
 
 # What the views look like.
@@ -198,8 +198,7 @@ def shortened(items: list[str], room: int = LIST_CHARS) -> tuple[list[str], int]
 def fact_list(facts: list[str]) -> str:
     """Facts for a line: ['a'] -> "['a']"; a long fact ends in '...' after FACT_CHARS characters, and facts
     past LIST_CHARS are counted instead: ['x' * 100] * 3 -> "['xxx...xxx...'] and 2 more"."""
-    shown, rest = shortened([repr(fact if len(fact) <= FACT_CHARS else fact[:FACT_CHARS - 3] + '...')
-                             for fact in facts])
+    shown, rest = shortened([repr(clipped(fact, FACT_CHARS)) for fact in facts])
     return f"[{', '.join(shown)}]" + (f' and {rest} more' if rest else '')
 
 
@@ -285,7 +284,7 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     if hidden:
         lines.append(f'and {hidden} changes case by case, not shown: run without --summary-only to see them')
     lines = [printable(line) for line in lines]  # a name holding U+202E or a newline shows escaped
-    return [line if len(line) <= MAX_LINE else line[:MAX_LINE - 3] + '...' for line in lines]
+    return [clipped(line, MAX_LINE) for line in lines]
 
 
 def check_report(path: Path, report) -> None:
