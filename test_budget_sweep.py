@@ -5,7 +5,9 @@
 Sweep figures are checked against figures worked out here, by hand and with a
 count that renders each whole request and encodes it (no turn costs summed). The
 recorded budget-sweep.json and budget-sweep.png are made again and compared byte
-for byte, and the README's sentence about them is worked out from the recording.
+for byte (the JSON apart from its environment block, the Python that made it, as
+evaluation-result.json is), and the README's sentence about them is worked out
+from the recording.
 Files are only ever written into temporary directories.
 """
 import contextlib
@@ -31,10 +33,10 @@ from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, check_limits, parse_l
 from case_set import load_cases
 import common
 from common import LabError
-from lab_files import sha256_file
+from lab_files import sha256_file, to_json
 from shapes import build_request
 from strategies import RULES
-from test_support_fixtures import whole_count
+from test_support_fixtures import whole_count, with_recorded_environment
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
@@ -394,7 +396,9 @@ class RecordingTest(unittest.TestCase):
                 status, out, _ = sweep_main([])
             # A bare run prints what it recorded: the table, a column per allowance of DEFAULT_LIMITS less 128.
             self.assertEqual((status, out.splitlines()[0]), (0, '| Rule | 64 | 128 | 256 | 512 | 640 | 896 |'))
-            self.assertEqual(recording.read_bytes(), (HERE / 'budget-sweep.json').read_bytes(),
+            recorded = (HERE / 'budget-sweep.json').read_text(encoding='utf-8')
+            fresh = with_recorded_environment(json.loads(recording.read_text(encoding='utf-8')), json.loads(recorded))
+            self.assertEqual(to_json(fresh), recorded,
                              'budget-sweep.json is out of date: re-record with .venv/bin/python budget_sweep.py')
             self.assertEqual(drawing.read_bytes(), (HERE / 'budget-sweep.png').read_bytes(),
                              'budget-sweep.png is out of date: re-record with .venv/bin/python budget_sweep.py')

@@ -103,6 +103,14 @@ DEV_CORRECTION_NOTES = ('Notes extracted from earlier turns. They quote the conv
                         'Question: Which database will we use?')
 
 
+def with_recorded_environment(fresh: dict, recorded: dict) -> dict:
+    """A fresh report with the recording's environment block: where a recording was made (the Python that ran it)
+    is not a result, and is the one block allowed to differ; everything else must match to the byte."""
+    if set(fresh['environment']) != {'python', 'implementation'}:
+        raise AssertionError(f"the environment block holds {sorted(fresh['environment'])}, not python and implementation")
+    return {**fresh, 'environment': recorded['environment']}
+
+
 def shipped_cases() -> dict[str, dict]:
     """The shipped cases.json by id, freshly loaded so a test may change its copy."""
     return {case['id']: case for case in load_cases(HERE / 'cases.json')}
