@@ -77,9 +77,8 @@ def checked(messages) -> list[dict]:
     """A request checked, as plain dicts of plain strings."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
-    roles = [check_message(index, message, messages[index - 1]['role'] if index else None)
-             for index, message in enumerate(messages)]
-    return [{'role': role, 'content': plain(message['content'])} for role, message in zip(roles, messages)]
+    return [{'role': check_message(index, message, messages[index - 1]['role'] if index else None),
+             'content': plain(message['content'])} for index, message in enumerate(messages)]
 
 
 def chat_format(definition: dict) -> dict:
@@ -174,13 +173,8 @@ class TokenCounter:
         if not self.fast:
             return len(self.encode(self.prompt(messages)))
         sizes = self.known_sizes(messages)
-        if sizes is None:  # a request that may be malformed: check it message by message
-            checked(messages)
-            sizes = [None] * len(messages)
-        for index, size in enumerate(sizes if None in sizes else ()):
-            if size is None:  # a message not seen before; its place in the request was checked already
-                role = check_message(index, messages[index], messages[index - 1]['role'] if index else None)
-                sizes[index] = self.message_size(role, messages[index]['content'])
+        if sizes is None or None in sizes:  # a request that may be malformed, or a message not seen before
+            sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
     def known_sizes(self, messages) -> list[int | None] | None:
@@ -201,8 +195,7 @@ class TokenCounter:
         """Tokens of one checked message's span, encoded once. A message of several lines is summed from its
         lines' tokens and kept whole only if `keep` (a turn is; a notes block, which grows a line at a time, is not)."""
         role, content = plain(role), plain(content)
-        size = self.sizes.get((role, content))
-        if size is None:
+        if (size := self.sizes.get((role, content))) is None:
             self.refuse(content)
             text = self.span(role, content)
             several = '\n' in content.strip() and self.lines_apart
@@ -212,8 +205,7 @@ class TokenCounter:
         return size
 
     def line_size(self, line: str) -> int:
-        size = self.lines.get(line)
-        if size is None:
+        if (size := self.lines.get(line)) is None:
             size = self.lines[line] = len(self.encode(line))
         return size
 
@@ -223,8 +215,7 @@ class TokenCounter:
         if not self.fast:
             raise CounterError('this tokenizer cannot be counted turn by turn')
         key = tuple(map(turn_texts, history))
-        costs = self.turns.get(key)
-        if costs is None:
+        if (costs := self.turns.get(key)) is None:
             for index, (_, answer) in enumerate(key):  # as check_message refuses it, so the cache never holds it
                 if holds_thinking_marker(answer):
                     raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
@@ -266,9 +257,10 @@ def lines_split_cleanly(tokenizer) -> bool:
     whitespace after it. Gemma 4's vocabulary keeps runs of newlines in tokens of their own: this holds for it."""
     from tokenizers.models import BPE
 
-    def newline_free(replace: dict) -> bool:
-        return set(replace.get('pattern', {})) == {'String'} and '\n' not in replace['pattern']['String'] \
-            and '\n' not in replace.get('content', '')
+    def newline_free(part: dict | None, kind: str) -> bool:  # absent, or a `kind` whose strings hold no newline
+        return part is None or part.get('type') == kind and not part.get('invert') \
+            and set(part.get('pattern', {})) == {'String'} and '\n' not in part['pattern']['String'] \
+            and '\n' not in part.get('content', '')
 
     model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
     if any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
@@ -276,10 +268,7 @@ def lines_split_cleanly(tokenizer) -> bool:
     if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix \
             or model.ignore_merges:  # a whole-word look-up would see the line's neighbours
         return False
-    if normalizer is not None and not (normalizer.get('type') == 'Replace' and newline_free(normalizer)):
-        return False
-    if splitter is not None and not (splitter.get('type') == 'Split' and not splitter.get('invert')
-                                     and newline_free(splitter)):
+    if not (newline_free(normalizer, 'Replace') and newline_free(splitter, 'Split')):
         return False
     vocabulary = tokenizer.get_vocab(with_added_tokens=True)
     return '\n' in vocabulary and not any('\n' in token and token.strip('\n') for token in vocabulary)
