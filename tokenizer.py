@@ -28,8 +28,8 @@ import re
 
 from common import LabError, run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_texts
-from prepared_folder import DEFAULT, MANIFEST, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, \
-    check_prepared, counter_folder, pins, prepare_command, read_manifest, vocab_spec
+from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
+    counter_folder, pins, prepare_command, read_manifest, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
@@ -98,10 +98,10 @@ def markers(form: dict) -> set[str]:
 class TokenCounter:
     """One pinned tokenizer and chat format, loaded once, and the sizes of the messages it has seen."""
 
-    def __init__(self, folder: Path | None = None, manifest_path: Path = MANIFEST, name: str = DEFAULT):
+    def __init__(self, folder: Path | None = None, name: str = DEFAULT):
         from tokenizers import Tokenizer
 
-        manifest, manifest_sha256 = read_manifest(manifest_path)
+        manifest, manifest_sha256 = read_manifest()
         folder = counter_folder(name) if folder is None else folder
         if not (folder / PREPARED_JSON).exists():
             raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
