@@ -73,8 +73,7 @@ def read_vocab(gguf_path: Path, mirror: dict) -> tuple[list[str], list[int], lis
         raise PrepareError(f'{gguf_path.name}: GGUF has no {error.args[0]} field; it is not a vocab file') from None
     if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
         raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
-                           f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} "
-                           f"(manifest {mirror['at']})")
+                           f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest {mirror['at']})")
     unknown = fields.get('tokenizer.ggml.unknown_token_id')
     return tokens, types, merges, 3 if unknown is None else int(unknown.parts[-1][0])
 

