@@ -143,18 +143,16 @@ def quoted(facts: list[str]) -> str:
 def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
     """One request, message by message with each one's share of the count and its facts, then the figures."""
     count, out = counter(), [paint(title, 'title', colour)]
-    shares = count.fixed
-    for label, message in zip(message_labels(case, chosen), chosen['messages']):
+    sizes = [count.message_size(message['role'], message['content']) for message in chosen['messages']]
+    check_additive(case, row['input_tokens'], count.fixed + sum(sizes))  # the shares shown must add up to it
+    for label, message, tokens in zip(message_labels(case, chosen), chosen['messages'], sizes):
         reached, sent = facts_in(case, [message])
-        tokens = count.message_size(message['role'], message['content'])
-        shares += tokens
         out += ['', f'[{label}] {tokens} tokens']
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
         out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
         for line in display_lines(message['content'], full):
             folded = line.startswith('… ') and line.endswith(' more lines …') and not full
             out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
-    check_additive(case, row['input_tokens'], shares)  # else the shares shown would not add up to the count
     out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
                 f'{count.fixed} tokens', '']
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
