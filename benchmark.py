@@ -31,7 +31,7 @@ from synthetic_cases import chat_case, generated_cases, synthetic_case
 from text import markdown_table
 from tokenizer import add_counter_option, choose_counter, counter
 
-# First part: the default size, and what the budget looks like in an application.
+# First part: the default size (synthetic_cases.py sets the budget).
 SEED = 20261130  # fixed, so every run times the same case set
 GENERATED_CASES = 100
 TURNS = 60
@@ -145,8 +145,7 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, 
 
 def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
     """The whole evaluation's seconds at each setting, against the encode-once bound for the same cases."""
-    histories: dict[int, list[dict]] = {}
-    settings, at = [], {}
+    histories, settings, at = {}, [], {}
     for context_limit, turns in SWEEP:
         if turns not in histories:  # one history length in memory at a time
             histories = {turns: generated_cases(chat_case, cases_count, turns, seed)}
@@ -192,16 +191,13 @@ def time_rules(cases: list[dict], rules: dict, count, clock=time.process_time) -
     With a clock that advances by 1 per call and one case, every pass takes 1 second:
     time_rules([case], {'recent': recent}, count, clock=ticks) -> {'recent': (1, 1)}
     """
-    seconds = {}
-    for name, rule in rules.items():
-        passes = []
-        for _ in PASSES:
-            start = clock()
-            for case in cases:
-                rule(case, count)
-            passes.append(clock() - start)
-        seconds[name] = tuple(passes)
-    return seconds
+    def one_pass(rule) -> float:
+        start = clock()
+        for case in cases:
+            rule(case, count)
+        return clock() - start
+
+    return {name: tuple(one_pass(rule) for _ in PASSES) for name, rule in rules.items()}
 
 
 def timing_table(seconds: dict) -> str:

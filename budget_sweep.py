@@ -73,11 +73,8 @@ def parse_limits(text: str) -> list[int]:
     return sorted(limits)
 
 
-def reserved(path: Path, cases: list[dict]) -> int:
-    """The tokens every case keeps for the answer and the margin, which must be the same for all cases.
-
-    Two cases with {'max_new_tokens': 96, 'margin': 32} -> 128.
-    """
+def check_reserved(path: Path, cases: list[dict]) -> None:
+    """Refuse cases that keep different numbers of tokens for the answer and the margin."""
     kept = {}  # tokens kept -> the first case keeping them
     for case in cases:
         kept.setdefault(case['budget']['max_new_tokens'] + case['budget']['margin'], case['id'])
@@ -85,7 +82,6 @@ def reserved(path: Path, cases: list[dict]) -> int:
         (first, one), (second, other) = list(kept.items())[:2]
         raise SweepError(f'{path}: cases {one} and {other} keep {first} and {second} tokens for the answer and '
                          'margin; a sweep gives every case one context limit, so they must keep the same')
-    return next(iter(kept))
 
 
 def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:
@@ -106,10 +102,7 @@ def at_limit(cases: list[dict], limit: int) -> list[dict]:
 
 def figures(summary: dict) -> dict:
     """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched."""
-    chosen = {key: summary.get(key) for key in FIGURES}
-    if 'not_searched' in summary:
-        chosen['not_searched'] = summary['not_searched']
-    return chosen
+    return {key: summary.get(key) for key in (*FIGURES, 'not_searched') if key in FIGURES or key in summary}
 
 
 def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None) -> dict:
@@ -130,11 +123,10 @@ def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str |
         started, cpu = time.perf_counter(), time.process_time()
         limited = at_limit(cases, limit)
         room = allowance(limited[0])
-        rows = run_rules(limited, {**RULES, **rules}, count_request)
-        best = [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]
+        rows = {**run_rules(limited, {**RULES, **rules}, count_request),  # no rules file may name a rule BEST
+                BEST: [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]}
         points += [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
-        points.append(point(limit, room, BEST, best, group))
-        progress(f'context limit {limit} ({room} input tokens): {len(rows) + 1} rules on {len(cases)} cases',
+        progress(f'context limit {limit} ({room} input tokens): {len(rows)} rules on {len(cases)} cases',
                  started, cpu)
     return points
 
@@ -150,7 +142,7 @@ def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], 
     """The sweep's report for a case set: where the figures come from, and the points."""
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
-    reserved(path, cases)
+    check_reserved(path, cases)
     check_limits(path, cases, limits)
     progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
     return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,

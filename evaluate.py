@@ -37,7 +37,6 @@ PROGRESS_ABOVE = 100  # larger case sets report progress on stderr
 
 def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: float = RULE_TIMEOUT) -> dict:
     """The full report for a case set: the four rules, then the rules of each file of rule_paths."""
-    path = Path(path)
     rules, files = load_rule_files(rule_paths, rule_timeout)
     cases, case_set_sha256 = load_case_set(path)
     check_fits(path, cases, count_request)
@@ -118,15 +117,14 @@ def main(argv: list[str]) -> int:
         return 0
     check_outputs([('--output', args.output)],
                   [('--cases', args.cases), ('--compare', args.compare), *(('--rules', path) for path in args.rules)])
-    old = None
-    if args.compare:
-        old = read_json(args.compare, 'report to compare with')
+    old = read_json(args.compare, 'report to compare with') if args.compare else None
+    if args.compare:  # refused before the run, which may take minutes
         views.check_report(args.compare, old)
     result = report(args.cases, args.rules, args.rule_timeout)
     if args.output:
         write_output(args.output, to_json(result), 'report')
     try:
-        if old is not None:
+        if args.compare:
             changes = views.compare(old, result, rows=not args.summary_only)
             print('\n'.join(changes) if changes else f'no change against {args.compare}')
             return 1 if changes else 0

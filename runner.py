@@ -4,9 +4,10 @@
     rows = run_rules(cases, RULES, count_request)    # rule -> its graded rows, in case-set order
     report_header(Path('cases.json'), case_set_sha256, rule_files=[])   # what the rows were made from
 
-evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py all run rules through `graded`, so
-each grades the same way. The header names the case file by the SHA-256 of the bytes that were parsed, the code that
-can change a row, the counter and the Python that ran it (docs/reviewing.md). It prints nothing but progress.
+evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py all run rules through
+`case_selections`, so each grades the same way. The header names the case file by the SHA-256 of the bytes
+that were parsed, the code that can change a row, the counter and the Python that ran it
+(docs/reviewing.md). It prints nothing but progress.
 """
 import platform
 
@@ -23,31 +24,24 @@ CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py',
 RULES_CODE_FILE = 'rule_files.py'
 
 
-def graded(cases: list[dict], rules: dict, count):
-    """(case, rule name, its selection, the graded row) for every rule on every case, case by case."""
-    for case in cases:
-        for name, rule in rules.items():
-            chosen = rule(case, count)
-            yield case, name, chosen, graded_row(case, chosen)
-
-
 def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:
     """Rows of every rule on every case, in case-set order; progress on stderr when `script` names the caller."""
     rows = {name: [] for name in rules}
     for done, case in enumerate(cases, 1):
-        for _, name, _, row in graded([case], rules, count):
+        for name, row in case_selections(case, rules, count)[1].items():
             rows[name].append(row)
         if script:
             progress(script, done, len(cases))
     return rows
 
 
-def case_selections(case: dict, rules: dict, count, with_best: bool) -> tuple[dict, dict]:
-    """(rule -> selection, rule -> graded row) on one case, as --show lays them out; with_best adds the best
-    possible selection under best_possible.LABEL (its selection None when the case was not searched)."""
+def case_selections(case: dict, rules: dict, count, with_best: bool = False) -> tuple[dict, dict]:
+    """(rule -> selection, rule -> graded row) on one case; with_best adds the best possible selection under
+    best_possible.LABEL (its selection None when the case was not searched), as --show lays them out."""
     chosen, rows = {}, {}
-    for _, name, request, row in graded([case], rules, count):
-        chosen[name], rows[name] = request, row
+    for name, rule in rules.items():
+        chosen[name] = rule(case, count)
+        rows[name] = graded_row(case, chosen[name])
     if with_best:
         best = rows[best_possible.LABEL] = best_possible.best_row(case, count)
         chosen[best_possible.LABEL] = None if best['turns'] is None else \

@@ -10,12 +10,8 @@ notes block quotes it (shapes.escape). It reads the request, never a reply, and 
 checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
 prints and writes nothing.
 """
-from operator import itemgetter
-
 from common import LabError
 from shapes import BEST_TOTALS, RULE_TOTALS, SPLITS, allowance, build_request, escape
-
-CONTENT = itemgetter('content')
 
 
 def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
@@ -24,7 +20,7 @@ def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
     With required ['Use PostgreSQL'] and stale ['We will use MySQL'], messages holding 'We will use MySQL now.'
     give ([], ['We will use MySQL']); a note quoting 'a < b' as 'a &lt; b' carries the fact 'a < b'.
     """
-    text = '\n'.join(map(CONTENT, messages))
+    text = '\n'.join(message['content'] for message in messages)
     return tuple([fact for fact in case[key] if fact in text or escape(fact) in text] for key in ('required', 'stale'))
 
 

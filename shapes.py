@@ -20,7 +20,6 @@ BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
 # The official chat template rewrites assistant text that contains these (it strips thought channels), so no
 # case may hold them and the counter refuses them.
 THINKING_MARKERS = ('<|channel>', '<channel|>')
-SELECTION_FIELDS = ('messages', 'turns', 'notes', 'input_tokens')  # what every rule returns
 ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
               'required_total', 'missing', 'stale_included')  # a rule's graded row, in this order
 BEST_ROW_FIELDS = ('case', 'split', 'kind', 'history_turns', 'fact_turns', 'stale_turns', 'turns', 'input_tokens',
@@ -71,5 +70,5 @@ def allowance(budget: dict) -> int:
 
 
 def selection(messages: list[dict], turns: list[int], notes: int, input_tokens: int | None) -> dict:
-    """What a rule returns: the request, the 0-based turns it kept, its notes and its size counted whole."""
-    return dict(zip(SELECTION_FIELDS, (messages, sorted(turns), notes, input_tokens)))
+    """What every rule returns: the request, the 0-based turns kept, its notes and its size counted whole."""
+    return {'messages': messages, 'turns': sorted(turns), 'notes': notes, 'input_tokens': input_tokens}

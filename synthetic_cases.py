@@ -28,9 +28,8 @@ def sentence(rng: random.Random, length: int, vocabulary: list[str] = FILLER) ->
 
 def chat_turn(rng: random.Random, topic: str) -> dict:
     """About 150 tokens: a user paragraph and a shorter reply."""
-    user = f'About {topic}: ' + ' '.join(sentence(rng, rng.randint(14, 20)) for _ in range(6))
-    assistant = ' '.join(sentence(rng, rng.randint(10, 14)) for _ in range(3))
-    return {'user': user, 'assistant': assistant}
+    return {'user': f'About {topic}: ' + ' '.join(sentence(rng, rng.randint(14, 20)) for _ in range(6)),
+            'assistant': ' '.join(sentence(rng, rng.randint(10, 14)) for _ in range(3))}
 
 
 def log_turn(rng: random.Random, index: int, length: int = 60) -> dict:

@@ -10,6 +10,7 @@ one the run made; --show adds each message's share of the count from the counter
 (`turns 3-15, 20`) while the report's stay 0-based. Plain text that also reads as Markdown, colour only when the
 caller asks. It writes nothing.
 """
+from itertools import accumulate, groupby
 import json
 from pathlib import Path
 import textwrap
@@ -81,13 +82,9 @@ def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
                for index in range(best['history_turns'])]  # a kept set None: the row was not worked out
     if best['history_turns'] <= MAP_FULL_UP_TO:
         return [(f'{index + 1}{marks}', cells) for index, marks, cells in columns]
-    merged = []  # runs of turns with no fact and the same cell in every row become one column
-    for index, marks, cells in columns:
-        if merged and not marks and not merged[-1][2] and merged[-1][3] == cells:
-            merged[-1][1] = index
-        else:
-            merged.append([index, index, marks, cells])
-    return [(turn_runs(range(first, last + 1))[0] + marks, cells) for first, last, marks, cells in merged]
+    # A turn holding a fact keeps its column; a run of turns holding none, alike in every row, shares one.
+    runs = [[*run] for _, run in groupby(columns, lambda column: column[0] if column[1] else column[2])]
+    return [(turn_runs(index for index, _, _ in run)[0] + run[0][1], run[0][2]) for run in runs]
 
 
 def case_map(best: dict, rule_rows: dict[str, dict], label: str) -> str:
@@ -146,18 +143,16 @@ def quoted(facts: list[str]) -> str:
 def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
     """One request, message by message with each one's share of the count and its facts, then the figures."""
     count, out = counter(), [paint(title, 'title', colour)]
-    shares = count.fixed
-    for label, message in zip(message_labels(case, chosen), chosen['messages']):
+    sizes = [count.message_size(message['role'], message['content']) for message in chosen['messages']]
+    check_additive(case, row['input_tokens'], count.fixed + sum(sizes))  # the shares shown must add up to it
+    for label, message, tokens in zip(message_labels(case, chosen), chosen['messages'], sizes):
         reached, sent = facts_in(case, [message])
-        tokens = count.message_size(message['role'], message['content'])
-        shares += tokens
         out += ['', f'[{label}] {tokens} tokens']
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
         out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
         for line in display_lines(message['content'], full):
             folded = line.startswith('… ') and line.endswith(' more lines …') and not full
             out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
-    check_additive(case, row['input_tokens'], shares)  # else the shares shown would not add up to the count
     out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
                 f'{count.fixed} tokens', '']
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
@@ -186,12 +181,8 @@ def show_requests(case: dict, chosen: dict, rows: dict, prompt: bool, full: bool
 def shortened(items: list[str], room: int = LIST_CHARS) -> tuple[list[str], int]:
     """(the first items that fit in room characters joined by ', ', how many did not); at least one is shown:
     shortened(['aaaa', 'bb', 'cc'], 8) -> (['aaaa', 'bb'], 1)"""
-    shown, length = [], 0
-    for item in items:
-        if shown and length + 2 + len(item) > room:
-            break
-        length += (2 if shown else 0) + len(item)
-        shown.append(item)
+    ends = accumulate(len(item) + 2 for item in items)  # where each item and the ', ' after it end
+    shown = items[:max(1, sum(end - 2 <= room for end in ends))]
     return shown, len(items) - len(shown)
 
 
@@ -205,10 +196,8 @@ def fact_list(facts: list[str]) -> str:
 def turn_numbers(indices: list[int] | None) -> str:
     """Turn indices in a line for people: [0, 2] -> 'turns 1, 3'; [1] -> 'turn 2'; [] -> 'no turns';
     None (not searched) -> 'no search'; past LIST_CHARS the runs are cut short: '..., (40 turns in all)'."""
-    if indices is None:
-        return 'no search'
     if not indices:
-        return 'no turns'
+        return 'no search' if indices is None else 'no turns'
     shown, rest = shortened(turn_runs(indices))
     return (('turn ' if len(indices) == 1 else 'turns ') + ', '.join(shown)
             + (f', ... ({len(indices)} turns in all)' if rest else ''))
@@ -237,12 +226,11 @@ def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[
     old_rows, new_rows = {row['case']: row for row in old_rows}, {row['case']: row for row in new_rows}
     lines = []
     for case_id in dict.fromkeys([*old_rows, *new_rows]):
-        if case_id not in new_rows:
-            lines.append(f'{name} {case_id}: case removed')
-        elif case_id not in old_rows:
-            lines.append(f'{name} {case_id}: case added')
+        if case_id in old_rows and case_id in new_rows:
+            changes = row_changes(old_rows[case_id], new_rows[case_id])
         else:
-            lines += [f'{name} {case_id}: {change}' for change in row_changes(old_rows[case_id], new_rows[case_id])]
+            changes = ['case added' if case_id in new_rows else 'case removed']
+        lines += [f'{name} {case_id}: {change}' for change in changes]
     return lines
 
 
@@ -283,8 +271,7 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
                                   ' ')
     if hidden:
         lines.append(f'and {hidden} changes case by case, not shown: run without --summary-only to see them')
-    lines = [printable(line) for line in lines]  # a name holding U+202E or a newline shows escaped
-    return [clipped(line, MAX_LINE) for line in lines]
+    return [clipped(printable(line), MAX_LINE) for line in lines]  # U+202E or a newline in a name: escaped
 
 
 def check_report(path: Path, report) -> None:
