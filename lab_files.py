@@ -193,45 +193,32 @@ def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
     return temporary, target
 
 
-def write_atomically(path: Path, data: str | bytes, *more: tuple[Path, str | bytes]) -> None:
-    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, as stage() finds each (a
-    regular file replaced, a pipe or device written into). All are staged first: if one cannot be, none is written."""
-    files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content))
-             for name, content in [(path, data), *more]]
+def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, str | bytes, str]) -> None:
+    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data, what) of `more`, as stage()
+    finds each. All are staged first: if one cannot be, none is written. A failure is one LabError naming the
+    path and what it is: write_output(Path('/no/such/x.json'), '{}', 'report') raises
+    LabError('/no/such/x.json: cannot write the report: No such file or directory')."""
+    files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content), what)
+             for name, content, what in [(path, data, what), *more]]
     staged = []
     try:
-        for name, content in files:
+        for name, content, what in files:
             staged.append(stage(name, content))
-        for (handle, target), (name, content) in zip(staged, files):
+        for (handle, target), (name, content, what) in zip(staged, files):
             if target is None:
                 with open(handle, 'wb', closefd=False) as file:
                     file.write(content)
             else:
                 os.replace(handle, target)
     except OSError as error:
-        error.output = name  # which path failed, for write_output's message
-        raise
+        raise LabError(f'{name}: cannot write the {what}: {error.strerror}') from None
+    except KeyboardInterrupt:
+        names = ', '.join(str(name) for name, _, _ in files)
+        raise KeyboardInterrupt(f'while writing {names}: a file there holds what it held or all of the new '
+                                'contents, a pipe or device may have received part of them') from None
     finally:
         for handle, target in staged:
             os.close(handle) if target is None else Path(handle).unlink(missing_ok=True)
-
-
-def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, str | bytes, str]) -> None:
-    """write_atomically for a script's outputs, each (path, data, what); a failure is one LabError naming the path
-    and what it is: write_output(Path('/no/such/x.json'), '{}', 'report') raises
-    LabError('/no/such/x.json: cannot write the report: No such file or directory')."""
-    whats = {Path(name): what for name, _, what in [(path, data, what), *more]}
-    try:
-        write_atomically(path, data, *[(name, content) for name, content, _ in more])
-    except OSError as error:
-        raise LabError(f'{error.output}: cannot write the {whats[error.output]}: {error.strerror}') from None
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"while writing {', '.join(map(str, whats))}: a file there holds what it held or all "
-                                'of the new contents, a pipe or device may have received part of them') from None
-
-
-class SwapError(LabError):
-    """The folder cannot be replaced: a file is in its place, or the old one could not be put back."""
 
 
 def folder_identity(path: Path) -> tuple[int, int] | None:
@@ -298,7 +285,7 @@ def replace_folder(dest: Path, stage, say) -> None:
     any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone."""
     target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
     if os.path.lexists(target) and not target.is_dir():
-        raise SwapError(f'{dest} is not a folder')
+        raise LabError(f'{dest} is not a folder')
     made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
     # Beside it, so that a rename moves a folder whole; named before mkdir, so that an interrupt right after finds it.
     workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
@@ -326,8 +313,8 @@ def replace_folder(dest: Path, stage, say) -> None:
                 try:
                     os.rename(old, target)
                 except OSError as error:
-                    raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
-                                    f'the previous folder is now {old}; move it back with mv') from error
+                    raise LabError(f'{target} could not be put back after a failed swap ({error.strerror}): '
+                                   f'the previous folder is now {old}; move it back with mv') from error
             remove_folder(workdir, say)
             for folder in made:
                 with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
