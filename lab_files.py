@@ -38,18 +38,16 @@ PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the 
 
 
 def read_json(path: Path, what: str, advice: str = ''):
-    """The JSON in a file, or one LabError naming the file and what it was meant to be.
-
-    read_json(Path('x.json'), 'case set') on '[1,' raises
-    LabError('x.json: invalid JSON at line 1 column 4: Expecting value'). A byte-order mark is read as none.
-    """
+    """The JSON in a file, as read_json_file reads it."""
     return read_json_file(path, what, advice)[0]
 
 
 def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) -> tuple[object, str]:
-    """(the JSON in a file, the SHA-256 of the very bytes parsed), as read_json; an object holding a key twice is
-    refused, since JSON readers disagree on which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a'
-    appears twice in one object'). A file over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
+    """(the JSON in a file, the SHA-256 of the very bytes parsed), or one LabError naming the file and what it
+    was meant to be: in x.json '[1,' raises LabError('x.json: invalid JSON at line 1 column 4: Expecting value').
+    A byte-order mark is read as none. An object holding a key twice is refused, since JSON readers disagree on
+    which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a' appears twice in one object'). A file
+    over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
     path = Path(path)
     try:
         kind = stat.S_IFMT(os.stat(path).st_mode)
@@ -91,7 +89,6 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
 
 
 def to_json(value, indent: int = 2) -> str:
-    """The lab's JSON text: indented, non-ASCII kept as it is, a newline at the end."""
     return json.dumps(value, indent=indent, ensure_ascii=False) + '\n'
 
 
@@ -139,8 +136,7 @@ def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str
 
 
 def remove_leftovers(target: Path) -> None:
-    """Delete the temporary files of earlier writes to target whose writer is gone (killed outright mid-write):
-    their names carry its pid."""
+    """Delete the temporary files of earlier writes to target whose writer (the pid in their name) is gone."""
     leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
     for name in os.listdir(target.parent):
         if (match := leftover.fullmatch(name)) and not process_alive(match[1]):
@@ -291,7 +287,7 @@ def replace_folder(dest: Path, stage, say) -> None:
     workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
     new, old = workdir / 'new', workdir / 'old'
     try:
-        if made:
+        if made:  # not exist_ok: a file where the parent should be is then ENOTDIR, which prepare.py explains
             target.parent.mkdir(parents=True)
         recover_abandoned(target, say)
         workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
