@@ -234,7 +234,7 @@ def process_alive(pid: int | str) -> bool:
     """Whether a process with this pid lives (someone else's counts): the writer of a leftover may still write."""
     try:
         os.kill(int(pid), 0)  # signal 0 only asks whether the process is there
-    except (ValueError, ProcessLookupError):
+    except (ValueError, OverflowError, ProcessLookupError):  # not a pid, or no such process
         return False
     except PermissionError:
         pass  # someone else's process

@@ -582,6 +582,13 @@ class ReplaceTest(TempFolderTest):
             f"put {self.target} back from {abandoned / 'old'}, where a run stopped between two renames left it",
             f'removed {abandoned.name}, left in {self.tmp} by an earlier run that was stopped'])
 
+    def test_a_folder_whose_pid_no_process_can_have_is_removed_instead_of_an_overflow_traceback(self):
+        for pid in ('99999999999999999999', str(2**40), 'x'):
+            with self.subTest(pid):
+                (self.tmp / f'.prepared.swap-{pid}-abc').mkdir()
+                lab_files.recover_abandoned(self.target, self.said.append)
+                self.assertEqual(os.listdir(self.tmp), [])
+
     def test_signal_during_the_held_block_is_not_acted_on_and_the_handler_comes_back(self):
         def not_held(signum, frame):  # what SIGTERM would do unheld, without ending the test run
             raise AssertionError('SIGTERM was acted on inside the held block')
