@@ -43,8 +43,7 @@ def requirement_pins(text: str) -> dict[str, str | None]:
     for number, line in enumerate(text.splitlines(), 1):
         if not (line := line.split('#', 1)[0].strip()):
             continue
-        match = REQUIREMENT.fullmatch(line)
-        if match is None:
+        if (match := REQUIREMENT.fullmatch(line)) is None:
             raise LabError(f'{REQUIREMENTS}: line {number}: {line!r} is not a requirement; expected name==version')
         exact = EXACT_PIN.fullmatch(match['rest'])
         found[match['name']] = exact['version'] if exact else None

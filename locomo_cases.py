@@ -55,8 +55,7 @@ def evidence_ids(entries: list[str]) -> list[tuple[int, int]] | None:
     ids = []
     for entry in entries:
         for token in EVIDENCE_SEPARATOR.split(entry.strip()):
-            match = EVIDENCE_ID.fullmatch(token)
-            if match:
+            if match := EVIDENCE_ID.fullmatch(token):
                 ids.append((int(match[1]), int(match[2])))
             elif token not in ('', 'D'):  # a lone 'D' is a stray with no id in it
                 return None
