@@ -140,10 +140,8 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     """
     texts, turns, histories, budgets = {}, {}, {}, {}
 
-    def one(text: str) -> str:
-        if text not in texts:
-            texts[text] = text.encode('utf-8').decode('utf-8')  # a new object; str(text) would be the old one
-        return texts[text]
+    def one(text: str) -> str:  # a new object, one per distinct text; str(text) would be the old one
+        return texts.setdefault(text, text.encode('utf-8').decode('utf-8'))
 
     shared = []
     for case in cases:

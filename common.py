@@ -26,10 +26,7 @@ TESTS_ONLY = frozenset({'hypothesis'})  # pinned for the test suite; no script i
 REQUIREMENT = re.compile(r'(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?'
                          r'\s*(?P<rest>(?:[=<>!~;].*)?)')
 EXACT_PIN = re.compile(r'==\s*(?P<version>[^\s,;*]+)\s*')  # ==1.2.3, and nothing else, pins one version
-EXIT_ERROR = 2  # a mistake the user can fix
 MESSAGE_CHARS = 8000  # an error line is cut to this length: a file's or a rule's text can be megabytes
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-EXIT_READER_GONE = 128 + signal.SIGPIPE  # 141: stdout was closed before everything was written
 DEFAULT_CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
 
 
@@ -44,11 +41,9 @@ def requirement_pins(text: str) -> dict[str, str | None]:
     """
     found = {}
     for number, line in enumerate(text.splitlines(), 1):
-        line = line.split('#', 1)[0].strip()
-        if not line:
+        if not (line := line.split('#', 1)[0].strip()):
             continue
-        match = REQUIREMENT.fullmatch(line)
-        if match is None:
+        if (match := REQUIREMENT.fullmatch(line)) is None:
             raise LabError(f'{REQUIREMENTS}: line {number}: {line!r} is not a requirement; expected name==version')
         exact = EXACT_PIN.fullmatch(match['rest'])
         found[match['name']] = exact['version'] if exact else None
@@ -83,10 +78,6 @@ def python_command() -> str:
     return str(executable.relative_to(HERE)) if executable.is_relative_to(HERE) else shlex.quote(sys.executable)
 
 
-def script_name() -> str:
-    return Path(sys.argv[0]).name or 'python'
-
-
 def package_advice(missing: list[str]) -> str:
     what = f"the locked package{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
     return f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
@@ -104,10 +95,11 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
     line on stderr and exit 2, Ctrl-C exit 130 (after 'interrupted; ', `interrupted` or the KeyboardInterrupt's
     own text says what it left behind), a closed pipe exit 141. --help answers even without the packages."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill is handled like Ctrl-C
+    script = Path(sys.argv[0]).name or 'python'
     try:
         missing = missing_packages() if packages else []
         if missing and {'-h', '--help'} & set(sys.argv[1:]):
-            print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script_name()}: "
+            print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script}: "
                   f'{package_advice(missing)}; then --help lists every option')
             sys.exit(0)
         if missing:
@@ -118,16 +110,16 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
         problem = cut(printable(str(error))) if isinstance(error, LabError) else (  # one line, of bounded length
             f'the output cannot be written as {error.encoding} (it holds {error.object[error.start:error.end]!r}); '
             'set PYTHONIOENCODING=utf-8')
-        print(f'{script_name()}: {problem}', file=sys.stderr)
-        sys.exit(EXIT_ERROR)
+        print(f'{script}: {problem}', file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt as stop:
         state = stop.args[0] if stop.args and isinstance(stop.args[0], str) else interrupted
-        print(f"{script_name()}: interrupted{'; ' + state if state else ''}", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        print(f"{script}: interrupted{'; ' + state if state else ''}", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)  # what a shell reports for Ctrl-C
     except BrokenPipeError:
         # Python flushes stdout again at exit, which would fail the same way; point it at devnull first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_READER_GONE)
+        sys.exit(128 + signal.SIGPIPE)
     sys.exit(status)
 
 
@@ -139,7 +131,7 @@ def add_input_options(parser, cases: Path | None = DEFAULT_CASES, cases_help: st
                              'the four; repeatable')
 
 
-def progress(script: str, done: int, total: int, what: str = 'cases', steps: int = 20) -> None:
+def progress(script: str, done: int, total: int, steps: int = 20) -> None:
     """'evaluate.py: 77 of 1534 cases' on stderr, about `steps` times in a run."""
     if done == total or done % max(1, total // steps) == 0:
-        print(f'{script}: {done} of {total} {what}', file=sys.stderr, flush=True)
+        print(f'{script}: {done} of {total} cases', file=sys.stderr, flush=True)

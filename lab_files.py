@@ -38,18 +38,16 @@ PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the 
 
 
 def read_json(path: Path, what: str, advice: str = ''):
-    """The JSON in a file, or one LabError naming the file and what it was meant to be.
-
-    read_json(Path('x.json'), 'case set') on '[1,' raises
-    LabError('x.json: invalid JSON at line 1 column 4: Expecting value'). A byte-order mark is read as none.
-    """
+    """The JSON in a file, as read_json_file reads it."""
     return read_json_file(path, what, advice)[0]
 
 
 def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) -> tuple[object, str]:
-    """(the JSON in a file, the SHA-256 of the very bytes parsed), as read_json; an object holding a key twice is
-    refused, since JSON readers disagree on which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a'
-    appears twice in one object'). A file over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
+    """(the JSON in a file, the SHA-256 of the very bytes parsed), or one LabError naming the file and what it
+    was meant to be: in x.json '[1,' raises LabError('x.json: invalid JSON at line 1 column 4: Expecting value').
+    A byte-order mark is read as none. An object holding a key twice is refused, since JSON readers disagree on
+    which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a' appears twice in one object'). A file
+    over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
     path = Path(path)
     try:
         kind = stat.S_IFMT(os.stat(path).st_mode)
@@ -91,7 +89,6 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
 
 
 def to_json(value, indent: int = 2) -> str:
-    """The lab's JSON text: indented, non-ASCII kept as it is, a newline at the end."""
     return json.dumps(value, indent=indent, ensure_ascii=False) + '\n'
 
 
@@ -139,8 +136,7 @@ def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str
 
 
 def remove_leftovers(target: Path) -> None:
-    """Delete the temporary files of earlier writes to target whose writer is gone (killed outright mid-write):
-    their names carry its pid."""
+    """Delete the temporary files of earlier writes to target whose writer (the pid in their name) is gone."""
     leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
     for name in os.listdir(target.parent):
         if (match := leftover.fullmatch(name)) and not process_alive(match[1]):
@@ -193,45 +189,32 @@ def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
     return temporary, target
 
 
-def write_atomically(path: Path, data: str | bytes, *more: tuple[Path, str | bytes]) -> None:
-    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data) of `more`, as stage() finds each (a
-    regular file replaced, a pipe or device written into). All are staged first: if one cannot be, none is written."""
-    files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content))
-             for name, content in [(path, data), *more]]
+def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, str | bytes, str]) -> None:
+    """Write data (text as UTF-8, or bytes) to path whole, and each (path, data, what) of `more`, as stage()
+    finds each. All are staged first: if one cannot be, none is written. A failure is one LabError naming the
+    path and what it is: write_output(Path('/no/such/x.json'), '{}', 'report') raises
+    LabError('/no/such/x.json: cannot write the report: No such file or directory')."""
+    files = [(Path(name), content.encode('utf-8') if isinstance(content, str) else bytes(content), what)
+             for name, content, what in [(path, data, what), *more]]
     staged = []
     try:
-        for name, content in files:
+        for name, content, what in files:
             staged.append(stage(name, content))
-        for (handle, target), (name, content) in zip(staged, files):
+        for (handle, target), (name, content, what) in zip(staged, files):
             if target is None:
                 with open(handle, 'wb', closefd=False) as file:
                     file.write(content)
             else:
                 os.replace(handle, target)
     except OSError as error:
-        error.output = name  # which path failed, for write_output's message
-        raise
+        raise LabError(f'{name}: cannot write the {what}: {error.strerror}') from None
+    except KeyboardInterrupt:
+        names = ', '.join(str(name) for name, _, _ in files)
+        raise KeyboardInterrupt(f'while writing {names}: a file there holds what it held or all of the new '
+                                'contents, a pipe or device may have received part of them') from None
     finally:
         for handle, target in staged:
             os.close(handle) if target is None else Path(handle).unlink(missing_ok=True)
-
-
-def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, str | bytes, str]) -> None:
-    """write_atomically for a script's outputs, each (path, data, what); a failure is one LabError naming the path
-    and what it is: write_output(Path('/no/such/x.json'), '{}', 'report') raises
-    LabError('/no/such/x.json: cannot write the report: No such file or directory')."""
-    whats = {Path(name): what for name, _, what in [(path, data, what), *more]}
-    try:
-        write_atomically(path, data, *[(name, content) for name, content, _ in more])
-    except OSError as error:
-        raise LabError(f'{error.output}: cannot write the {whats[error.output]}: {error.strerror}') from None
-    except KeyboardInterrupt:
-        raise KeyboardInterrupt(f"while writing {', '.join(map(str, whats))}: a file there holds what it held or all "
-                                'of the new contents, a pipe or device may have received part of them') from None
-
-
-class SwapError(LabError):
-    """The folder cannot be replaced: a file is in its place, or the old one could not be put back."""
 
 
 def folder_identity(path: Path) -> tuple[int, int] | None:
@@ -251,7 +234,7 @@ def process_alive(pid: int | str) -> bool:
     """Whether a process with this pid lives (someone else's counts): the writer of a leftover may still write."""
     try:
         os.kill(int(pid), 0)  # signal 0 only asks whether the process is there
-    except (ValueError, ProcessLookupError):
+    except (ValueError, OverflowError, ProcessLookupError):  # not a pid, or no such process
         return False
     except PermissionError:
         pass  # someone else's process
@@ -298,13 +281,13 @@ def replace_folder(dest: Path, stage, say) -> None:
     any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone."""
     target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
     if os.path.lexists(target) and not target.is_dir():
-        raise SwapError(f'{dest} is not a folder')
+        raise LabError(f'{dest} is not a folder')
     made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
     # Beside it, so that a rename moves a folder whole; named before mkdir, so that an interrupt right after finds it.
     workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
     new, old = workdir / 'new', workdir / 'old'
     try:
-        if made:
+        if made:  # not exist_ok: a file where the parent should be is then ENOTDIR, which prepare.py explains
             target.parent.mkdir(parents=True)
         recover_abandoned(target, say)
         workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
@@ -326,8 +309,8 @@ def replace_folder(dest: Path, stage, say) -> None:
                 try:
                     os.rename(old, target)
                 except OSError as error:
-                    raise SwapError(f'{target} could not be put back after a failed swap ({error.strerror}): '
-                                    f'the previous folder is now {old}; move it back with mv') from error
+                    raise LabError(f'{target} could not be put back after a failed swap ({error.strerror}): '
+                                   f'the previous folder is now {old}; move it back with mv') from error
             remove_folder(workdir, say)
             for folder in made:
                 with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it

@@ -33,7 +33,7 @@ DATE_ASK = ' Use DATE of CONVERSATION to answer with an approximate date.'  # Lo
 INSTRUCTIONS = {category: 'The conversation below is between two people, the user and the assistant, over several '
                 f'dated sessions. Based on it, {LOCOMO_ASK}' + DATE_ASK * (category == 2) for category in CATEGORIES}
 SESSION_HEADER = 'Session {number}, {date_time}'  # the first line of each session's first user message
-IMAGE_NOTE = '{text} [shared an image: {caption}]'  # an utterance that shares an image, with LoCoMo's caption
+IMAGE_NOTE = '{text} [shared an image: {blip_caption}]'  # an utterance that shared an image, as a message
 BUDGET = {'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}  # defaults of the options
 CASE_SPLIT = 'held_out'  # of every case unless --split: nobody tuned the rules on LoCoMo
 
@@ -55,32 +55,23 @@ def evidence_ids(entries: list[str]) -> list[tuple[int, int]] | None:
     ids = []
     for entry in entries:
         for token in EVIDENCE_SEPARATOR.split(entry.strip()):
-            match = EVIDENCE_ID.fullmatch(token)
-            if match:
+            if match := EVIDENCE_ID.fullmatch(token):
                 ids.append((int(match[1]), int(match[2])))
             elif token not in ('', 'D'):  # a lone 'D' is a stray with no id in it
                 return None
     return ids
 
 
-def shown(utterance: dict) -> str:
-    """An utterance as its message text: the text itself, then the image caption if it shared one.
-
-    {'text': 'Look!', 'blip_caption': 'a photo of a dog'} -> 'Look! [shared an image: a photo of a dog]'
-    """
-    if 'blip_caption' in utterance:
-        return IMAGE_NOTE.format(text=utterance['text'], caption=utterance['blip_caption'])
-    return utterance['text']
-
-
 def session_turns(number: int, date_time: str, utterances: list[dict], speaker_a: str) -> list[dict]:
-    """One session as history turns; speaker_a speaks on the user side.
+    """One session as history turns; speaker_a speaks on the user side, and an utterance that shared an image
+    ends with its caption: {'text': 'Look!', 'blip_caption': 'a dog'} is 'Look! [shared an image: a dog]'.
 
     Session 2 at '9 am on 1 May, 2023' with B 'Hi', A 'Hey', B 'Bye' gives
     [{'user': 'Session 2, 9 am on 1 May, 2023', 'assistant': 'Hi'},
      {'user': 'Hey', 'assistant': 'Bye'}]
     """
-    messages = [shown(utterance) for utterance in utterances]
+    messages = [IMAGE_NOTE.format_map(utterance) if 'blip_caption' in utterance else utterance['text']
+                for utterance in utterances]
     header = SESSION_HEADER.format(number=number, date_time=date_time)
     if utterances[0]['speaker'] == speaker_a:
         messages[0] = f'{header}\n{messages[0]}'

@@ -383,7 +383,7 @@ class InterruptTest(TempFolderTest):
 
     def test_ctrl_c_while_writing_says_what_the_output_may_hold(self):
         output = self.tmp / 'report.json'
-        with mock.patch.object(lab_files, 'write_atomically', side_effect=KeyboardInterrupt):
+        with mock.patch.object(lab_files, 'stage', side_effect=KeyboardInterrupt):
             said = self.interrupted_run(['--output', str(output)])
         self.assertEqual(said, f'evaluate.py: interrupted; while writing {output}: a file there holds what it held '
                                'or all of the new contents, a pipe or device may have received part of them\n')

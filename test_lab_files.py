@@ -26,7 +26,7 @@ from unittest import mock
 from case_set import load_cases
 from common import LabError
 import lab_files
-from lab_files import NEW_FILE_MODE, SwapError, path_text, read_json, replace_folder, write_atomically, write_output
+from lab_files import NEW_FILE_MODE, path_text, read_json, replace_folder, write_output
 from test_support_fixtures import TempFolderTest
 
 HERE = Path(__file__).resolve().parent
@@ -43,21 +43,21 @@ class WriteTest(TempFolderTest):
         path = self.tmp / 'report.json'
         path.write_text('old contents, longer than the new ones\n', encoding='utf-8')
         path.chmod(0o600)
-        write_atomically(path, 'new\n')
+        write_output(path, 'new\n', 'report')
         self.assertEqual(path.read_bytes(), b'new\n')
         self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o600)
         self.assertEqual(self.leftovers(), [])
 
     def test_a_new_file_is_readable_by_anyone(self):
         path = self.tmp / 'new.json'
-        write_atomically(path, 'é\n')
+        write_output(path, 'é\n', 'report')
         self.assertEqual(path.read_bytes(), b'\xc3\xa9\n')  # UTF-8, whatever the locale
         self.assertEqual(stat.S_IMODE(path.stat().st_mode), 0o644)
         self.assertEqual(NEW_FILE_MODE, 0o644)
 
     def test_bytes_are_written_as_they_are(self):
         path = self.tmp / 'picture.png'
-        write_atomically(path, b'\x89PNG\r\n\x1a\n\x00\xff')
+        write_output(path, b'\x89PNG\r\n\x1a\n\x00\xff', 'report')
         self.assertEqual(path.read_bytes(), b'\x89PNG\r\n\x1a\n\x00\xff')
 
     def test_a_symlink_stays_a_link_and_the_file_it_names_gets_the_text(self):
@@ -67,7 +67,7 @@ class WriteTest(TempFolderTest):
         target.chmod(0o640)
         link = self.tmp / 'report.json'
         link.symlink_to(target)
-        write_atomically(link, 'new')
+        write_output(link, 'new', 'report')
         self.assertTrue(link.is_symlink())
         self.assertEqual(os.readlink(link), str(target))
         self.assertEqual(target.read_text(encoding='utf-8'), 'new')
@@ -81,7 +81,7 @@ class WriteTest(TempFolderTest):
         target.write_text('old', encoding='utf-8')
         link = self.tmp / 'links' / 'report.json'
         link.symlink_to(Path('..') / 'data' / 'report.json')
-        write_atomically(link, 'new')
+        write_output(link, 'new', 'report')
         self.assertEqual(os.readlink(link), '../data/report.json')
         self.assertEqual(target.read_text(encoding='utf-8'), 'new')
 
@@ -91,14 +91,14 @@ class WriteTest(TempFolderTest):
         middle, first = self.tmp / 'middle', self.tmp / 'first'
         middle.symlink_to('report.json')
         first.symlink_to('middle')
-        write_atomically(first, 'new')
+        write_output(first, 'new', 'report')
         self.assertEqual((os.readlink(first), os.readlink(middle)), ('middle', 'report.json'))
         self.assertEqual(target.read_text(encoding='utf-8'), 'new')
 
     def test_a_dangling_symlink_creates_the_file_it_names(self):
         link = self.tmp / 'report.json'
         link.symlink_to('not-yet.json')
-        write_atomically(link, 'new')
+        write_output(link, 'new', 'report')
         self.assertTrue(link.is_symlink())
         self.assertEqual((self.tmp / 'not-yet.json').read_text(encoding='utf-8'), 'new')
         self.assertEqual(stat.S_IMODE((self.tmp / 'not-yet.json').stat().st_mode), 0o644)
@@ -106,8 +106,10 @@ class WriteTest(TempFolderTest):
     def test_a_symlink_loop_is_an_error_and_stays_as_it_was(self):
         loop = self.tmp / 'loop'
         loop.symlink_to('loop')
-        with self.assertRaises(OSError):
-            write_atomically(loop, 'new')
+        with self.assertRaises(LabError) as raised:
+            write_output(loop, 'new', 'report')
+        self.assertEqual(str(raised.exception),
+                         f'{loop}: cannot write the report: Too many levels of symbolic links')
         self.assertEqual(os.readlink(loop), 'loop')
         self.assertEqual(self.leftovers(), [])
 
@@ -117,7 +119,7 @@ class WriteTest(TempFolderTest):
         received = []
         reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
         reader.start()
-        write_atomically(fifo, 'through the pipe\n')
+        write_output(fifo, 'through the pipe\n', 'report')
         reader.join(timeout=10)
         self.assertEqual(received, [b'through the pipe\n'])
         self.assertTrue(stat.S_ISFIFO(os.lstat(fifo).st_mode))
@@ -130,7 +132,7 @@ class WriteTest(TempFolderTest):
         received = []
         reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
         reader.start()
-        write_atomically(link, b'bytes')
+        write_output(link, b'bytes', 'report')
         reader.join(timeout=10)
         self.assertEqual(received, [b'bytes'])
         self.assertTrue(link.is_symlink() and stat.S_ISFIFO(os.lstat(fifo).st_mode))
@@ -149,7 +151,7 @@ class WriteTest(TempFolderTest):
     def test_a_device_is_written_into_and_stays_the_character_device(self):
         device = self.null_device()
         before = os.lstat(device)
-        write_atomically(device, 'discarded\n')
+        write_output(device, 'discarded\n', 'report')
         after = os.lstat(device)
         self.assertTrue(stat.S_ISCHR(after.st_mode))
         self.assertEqual((after.st_ino, after.st_rdev), (before.st_ino, before.st_rdev))
@@ -159,29 +161,35 @@ class WriteTest(TempFolderTest):
         folder = self.tmp / 'out'
         folder.mkdir()
         (folder / 'inside').write_text('kept', encoding='utf-8')
-        with self.assertRaises(IsADirectoryError) as raised:
-            write_atomically(folder, 'new')
-        self.assertEqual((raised.exception.filename, raised.exception.strerror),
-                         (str(folder), 'it is a directory; name a file in it'))
+        with self.assertRaises(LabError) as raised:
+            write_output(folder, 'new', 'report')
+        self.assertEqual(str(raised.exception),
+                         f'{folder}: cannot write the report: it is a directory; name a file in it')
         self.assertEqual((folder / 'inside').read_text(encoding='utf-8'), 'kept')
         self.assertEqual(self.leftovers(), [])
 
     def test_a_link_to_a_directory_is_refused(self):
         (self.tmp / 'out').mkdir()
         (self.tmp / 'link').symlink_to('out')
-        with self.assertRaises(IsADirectoryError):
-            write_atomically(self.tmp / 'link', 'new')
+        with self.assertRaises(LabError) as raised:
+            write_output(self.tmp / 'link', 'new', 'report')
+        self.assertEqual(str(raised.exception),
+                         f"{self.tmp / 'link'}: cannot write the report: it is a directory; name a file in it")
         self.assertTrue((self.tmp / 'link').is_symlink())
 
     def test_a_folder_that_does_not_exist_is_an_error(self):
-        with self.assertRaises(FileNotFoundError):
-            write_atomically(self.tmp / 'missing' / 'report.json', 'new')
+        path = self.tmp / 'missing' / 'report.json'
+        with self.assertRaises(LabError) as raised:
+            write_output(path, 'new', 'report')
+        self.assertEqual(str(raised.exception), f'{path}: cannot write the report: No such file or directory')
         self.assertEqual(list(self.tmp.iterdir()), [])
 
     def test_a_path_below_a_regular_file_is_an_error_and_the_file_is_kept(self):
         (self.tmp / 'file').write_text('kept', encoding='utf-8')
-        with self.assertRaises(NotADirectoryError):
-            write_atomically(self.tmp / 'file' / 'report.json', 'new')
+        path = self.tmp / 'file' / 'report.json'
+        with self.assertRaises(LabError) as raised:
+            write_output(path, 'new', 'report')
+        self.assertEqual(str(raised.exception), f'{path}: cannot write the report: Not a directory')
         self.assertEqual((self.tmp / 'file').read_text(encoding='utf-8'), 'kept')
 
     @unittest.skipIf(os.geteuid() == 0, 'root writes into any folder, so no folder is unwritable to this test')
@@ -190,8 +198,9 @@ class WriteTest(TempFolderTest):
         path.write_text('kept', encoding='utf-8')
         self.tmp.chmod(0o555)
         self.addCleanup(self.tmp.chmod, 0o755)
-        with self.assertRaises(PermissionError):
-            write_atomically(path, 'new')
+        with self.assertRaises(LabError) as raised:
+            write_output(path, 'new', 'report')
+        self.assertEqual(str(raised.exception), f'{path}: cannot write the report: Permission denied')
         self.assertEqual(path.read_text(encoding='utf-8'), 'kept')
         self.assertEqual(self.leftovers(), [])
 
@@ -199,19 +208,9 @@ class WriteTest(TempFolderTest):
         path = self.tmp / 'report.json'
         path.write_text('kept', encoding='utf-8')
         with self.assertRaises(UnicodeEncodeError):
-            write_atomically(path, 'lone \ud800 surrogate')
+            write_output(path, 'lone \ud800 surrogate', 'report')
         self.assertEqual(path.read_text(encoding='utf-8'), 'kept')
         self.assertEqual(self.leftovers(), [])
-
-
-class WriteOutputTest(TempFolderTest):
-    def test_an_output_that_cannot_be_written_is_one_lab_error_naming_the_path_and_what_it_was(self):
-        missing, folder = self.tmp / 'missing' / 'report.json', self.tmp
-        for path, problem in ((missing, 'No such file or directory'), (folder, 'it is a directory; name a file in it')):
-            with self.subTest(problem), self.assertRaises(LabError) as raised:
-                write_output(path, '{}\n', 'report')
-            self.assertEqual(str(raised.exception), f'{path}: cannot write the report: {problem}')
-        self.assertEqual(list(self.tmp.iterdir()), [])
 
 
 class OutputIsInputTest(TempFolderTest):
@@ -545,7 +544,7 @@ class ReplaceTest(TempFolderTest):
                 raise OSError(5, 'Input/output error')
             real_rename(src, dst)
 
-        with mock.patch.object(os, 'rename', rename), self.assertRaises(SwapError) as raised:
+        with mock.patch.object(os, 'rename', rename), self.assertRaises(LabError) as raised:
             replace_folder(self.target, fill_with({'tokenizer.json': b'new'}), self.said.append)
         self.assertEqual(calls, [('prepared', 'old'), ('new', 'prepared'), ('old', 'prepared')])
         (workdir,) = self.tmp.glob('.prepared.swap-*')
@@ -564,7 +563,7 @@ class ReplaceTest(TempFolderTest):
 
     def test_file_where_the_folder_should_be_is_refused_and_kept(self):
         self.target.write_bytes(b'a file')
-        with self.assertRaises(SwapError) as raised:
+        with self.assertRaises(LabError) as raised:
             replace_folder(self.target, fill_with({}), self.said.append)
         self.assertEqual(str(raised.exception), f'{self.target} is not a folder')
         self.assertEqual(self.target.read_bytes(), b'a file')
@@ -582,6 +581,13 @@ class ReplaceTest(TempFolderTest):
         self.assertEqual(self.said, [
             f"put {self.target} back from {abandoned / 'old'}, where a run stopped between two renames left it",
             f'removed {abandoned.name}, left in {self.tmp} by an earlier run that was stopped'])
+
+    def test_a_folder_whose_pid_no_process_can_have_is_removed_instead_of_an_overflow_traceback(self):
+        for pid in ('99999999999999999999', str(2**40), 'x'):
+            with self.subTest(pid):
+                (self.tmp / f'.prepared.swap-{pid}-abc').mkdir()
+                lab_files.recover_abandoned(self.target, self.said.append)
+                self.assertEqual(os.listdir(self.tmp), [])
 
     def test_signal_during_the_held_block_is_not_acted_on_and_the_handler_comes_back(self):
         def not_held(signum, frame):  # what SIGTERM would do unheld, without ending the test run

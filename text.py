@@ -30,15 +30,13 @@ def printable(text: str) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]], pad: bool = False) -> str:
-    """A Markdown table, its columns padded to line up in a terminal if `pad`; a cell's `|` and invisible
-    characters are escaped, so no name can end a cell or a row:
-    markdown_table(['a', 'bb'], [['xyz', '1']], pad=True) -> '| a   | bb |\\n|-----|----|\\n| xyz | 1  |\\n'"""
-    header, *rows = [[printable(cell).replace('|', '\\|') for cell in line] for line in [header, *rows]]
-    widths = [max(len(line[column]) for line in [header, *rows]) if pad else 0 for column in range(len(header))]
-    rule = '|' + '|'.join('-' * (width + 2) if pad else '---' for width in widths) + '|'
-    lines = ['| ' + ' | '.join(cell.ljust(width) for cell, width in zip(cells, widths)) + ' |'
-             for cells in [header, *rows]]
-    return '\n'.join([lines[0], rule, *lines[1:]]) + '\n'
+    """A Markdown table, as the module docstring shows, its columns padded to line up in a terminal if `pad`;
+    a cell's `|` and invisible characters are escaped, so no name can end a cell or a row."""
+    table = [[printable(cell).replace('|', '\\|') for cell in line] for line in [header, *rows]]
+    widths = [max(len(line[column]) for line in table) if pad else 0 for column in range(len(header))]
+    lines = ['| ' + ' | '.join(map(str.ljust, cells, widths)) + ' |' for cells in table]
+    lines.insert(1, '|' + '|'.join('-' * (width + 2) if pad else '---' for width in widths) + '|')
+    return '\n'.join(lines) + '\n'
 
 
 def turn_runs(indices) -> list[str]:
