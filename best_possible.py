@@ -82,8 +82,7 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
         if sent:
             stale[first] = frozenset(sent)
 
-    if turns:
-        visit(0, len(turns))
+    visit(0, len(turns))
     return required, stale
 
 
@@ -95,12 +94,10 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
     candidates = [index for index in sorted(required) if index not in stale]
-    if len(candidates) > MAX_CANDIDATES:
-        row.update(turns=None, input_tokens=None, required_found=None, required_total=len(case['required']),
-                   missing=None, stale_included=None,
-                   not_searched=f'{len(candidates)} fact-holding turns without a stale fact; '
-                                f'the exact search stops at {MAX_CANDIDATES}')
-        return row
+    if len(candidates) > MAX_CANDIDATES:  # turns ... stale_included unknown, but not the case's facts
+        return {**row, **dict.fromkeys(BEST_ROW_FIELDS[6:-1]), 'required_total': len(case['required']),
+                'not_searched': f'{len(candidates)} fact-holding turns without a stale fact; '
+                                f'the exact search stops at {MAX_CANDIDATES}'}
     bare, cost = costs(case, count)
     # A fact the instructions or the question already carry is no gain for any turn.
     already = frozenset(facts_in(case, build_request(case, []))[0])
