@@ -11,7 +11,6 @@ model is read from the wordllama package's own folder with downloads disabled: n
 rules read no labels and write nothing.
 """
 from functools import lru_cache
-import importlib
 import logging
 from pathlib import Path
 
@@ -22,20 +21,11 @@ import Stemmer
 from shapes import allowance, turn_texts
 from strategies import chosen, costs, fit
 
-
-def import_keeping_logging(name: str):
-    """importlib.import_module(name), undoing what it does to the root logger's handlers and level: wordllama's
-    import calls logging.basicConfig, which would put every library's info lines on stderr."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        return importlib.import_module(name)
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-wordllama = import_keeping_logging('wordllama')
+# wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr; while
+# the root logger has a handler, that call does nothing.
+logging.getLogger().addHandler(PLACEHOLDER := logging.NullHandler())
+import wordllama  # noqa: E402
+logging.getLogger().removeHandler(PLACEHOLDER)
 # bm25s sets its own logger to DEBUG: under any handler a caller sets up, every index built would print a line.
 logging.getLogger('bm25s').setLevel(logging.WARNING)
 

@@ -186,5 +186,16 @@ class OfflineTest(unittest.TestCase):
             self.assertFalse(nowhere.exists())
 
 
+class LoggingTest(unittest.TestCase):
+    def test_importing_the_rules_sets_up_no_logging_that_prints_every_librarys_info_lines(self):
+        # wordllama's import calls logging.basicConfig(level=INFO): left alone, any library's info line
+        # reaches stderr.
+        code = ("import logging, field_rules; logging.getLogger('lib').info('a line'); "
+                'print(logging.root.handlers, logging.getLevelName(logging.root.level))')
+        result = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                                timeout=300)
+        self.assertEqual((result.stdout, result.stderr), ('[] WARNING\n', ''))
+
+
 if __name__ == '__main__':
     unittest.main()
