@@ -73,10 +73,6 @@ def bm25_index(turns: Turns):
     return index
 
 
-def bm25_ranking(case: dict) -> list[int]:
-    return bm25_ranked(tuple(map(turn_texts, case['history'])), case['current'])
-
-
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def bm25_ranked(turns: Turns, current: str) -> list[int]:
     """Turns with a positive BM25 score for the question, highest first, newer first on ties."""
@@ -102,10 +98,6 @@ def turn_vectors(turns: Turns) -> numpy.ndarray:
     return model().embed([turn_text(pair) for pair in turns], norm=True)
 
 
-def dense_ranking(case: dict) -> list[int]:
-    return dense_ranked(tuple(map(turn_texts, case['history'])), case['current'])
-
-
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def dense_ranked(turns: Turns, current: str) -> list[int]:
     """Every turn, by cosine similarity to the question, highest first, newer first on ties."""
@@ -127,22 +119,27 @@ def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
     return sorted(score, key=lambda index: (-score[index], -index))
 
 
-def keep_in_order(case: dict, count, order: list[int]) -> dict:
-    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
+def fused_ranked(turns: Turns, current: str) -> list[int]:
+    return fuse([bm25_ranked(turns, current), dense_ranked(turns, current)])
+
+
+def keep_in_order(case: dict, count, ranker) -> dict:
+    """Each turn that still fits, tried in the order ranker(turns, question) gives, as `relevant` does."""
     bare, cost = costs(case, count)
+    order = ranker(tuple(map(turn_texts, case['history'])), case['current'])
     return chosen(case, count, fit(order, cost, allowance(case) - bare)[0])
 
 
 def bm25(case: dict, count) -> dict:
-    return keep_in_order(case, count, bm25_ranking(case))
+    return keep_in_order(case, count, bm25_ranked)
 
 
 def dense(case: dict, count) -> dict:
-    return keep_in_order(case, count, dense_ranking(case))
+    return keep_in_order(case, count, dense_ranked)
 
 
 def fused(case: dict, count) -> dict:
-    return keep_in_order(case, count, fuse([bm25_ranking(case), dense_ranking(case)]))
+    return keep_in_order(case, count, fused_ranked)
 
 
 RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}
