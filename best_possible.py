@@ -11,9 +11,9 @@ writes nothing.
 """
 from itertools import accumulate
 
-from scorer import check_additive, facts_in, graded_row
-from shapes import BEST_ROW_FIELDS, allowance, build_request, selection, turn_messages
-from strategies import costs
+from scorer import facts_in, graded_row
+from shapes import BEST_ROW_FIELDS, allowance, build_request, turn_messages
+from strategies import chosen, costs
 from tokenizer import count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
@@ -102,8 +102,6 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
     # A fact the instructions or the question already carry is no gain for any turn.
     already = frozenset(facts_in(case, build_request(case, []))[0])
     kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
-    request = build_request(case, kept)
-    check_additive(case, size := count(request), bare + sum(cost[index] for index in kept))
-    graded = graded_row(case, selection(request, kept, 0, size))
+    graded = graded_row(case, chosen(case, count, kept))
     row.update({key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, not_searched=None)  # turns ... stale_included
     return row
