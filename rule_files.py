@@ -28,7 +28,7 @@ import weakref
 from best_possible import LABEL
 from common import LabError, cut
 from lab_files import path_text
-from shapes import make_turn, turn_texts
+from shapes import make_turn, selection, turn_texts
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -265,8 +265,7 @@ class Child:
             where = f'{path}: rule {name}: case {case["id"]}'
             history = case['history']
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}, None
-            known = self.histories.get(id(history))
-            if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
+            if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = list(map(turn_texts, history))
                 known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
                                                        len(json.dumps(request['turns'])))
@@ -279,8 +278,7 @@ class Child:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            return {'messages': messages, 'turns': carried_turns(history, messages, known[2]), 'notes': 0,
-                    'input_tokens': size}
+            return selection(messages, carried_turns(history, messages, known[2]), 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:
@@ -313,14 +311,11 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
     give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2].
     `where` is turn_places(history), for a caller that has it already."""
     where = turn_places(history) if where is None else where
-    taken, position = set(), 0
-    while position < len(messages) - 1:
-        first, second = messages[position], messages[position + 1]
+    taken = set()
+    for first, second in zip(messages, messages[1:]):  # a pair's assistant message never opens another pair
         pair = (first['content'], second['content'])
         if first['role'] == 'user' and second['role'] == 'assistant' and pair in where:
             taken.update([index for index in where[pair] if index not in taken][:1])
-            position += 1  # past the pair's user message; the line below passes its assistant message
-        position += 1
     return sorted(taken)
 
 
