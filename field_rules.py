@@ -10,7 +10,7 @@ reciprocal-rank fusion of the two (docs/rules.md). Indexes are cached per conver
 model is read from the wordllama package's own folder with downloads disabled: nothing is fetched at run time. The
 rules read no labels and write nothing.
 """
-from functools import lru_cache
+from functools import lru_cache, partial
 import logging
 from pathlib import Path
 
@@ -124,23 +124,12 @@ def fused_ranked(turns: Turns, current: str) -> list[int]:
 
 
 def keep_in_order(case: dict, count, ranker) -> dict:
-    """Each turn that still fits, tried in the order ranker(turns, question) gives, as `relevant` does."""
+    """A rule, its ranker bound: the request with each turn that still fits, in the order ranker gives."""
     bare, cost = costs(case, count)
     order = ranker(tuple(map(turn_texts, case['history'])), case['current'])
     return chosen(case, count, fit(order, cost, allowance(case) - bare)[0])
 
 
-def bm25(case: dict, count) -> dict:
-    return keep_in_order(case, count, bm25_ranked)
-
-
-def dense(case: dict, count) -> dict:
-    return keep_in_order(case, count, dense_ranked)
-
-
-def fused(case: dict, count) -> dict:
-    return keep_in_order(case, count, fused_ranked)
-
-
-RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}
+RULES = {name: partial(keep_in_order, ranker=ranker)
+         for name, ranker in (('bm25', bm25_ranked), ('dense', dense_ranked), ('fused', fused_ranked))}
 

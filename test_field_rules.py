@@ -68,7 +68,7 @@ class Bm25Test(unittest.TestCase):
         turns = (('alpha beta', 'gamma'), ('delta', 'epsilon unique-to-this-test'))
         before = bm25_index.cache_info().misses
         for question in ('alpha?', 'delta?', 'epsilon?'):
-            field_rules.bm25(case_of(turns, question), count_request)  # a new history list, same text
+            field_rules.RULES['bm25'](case_of(turns, question), count_request)  # a new list, same text
         self.assertEqual(bm25_index.cache_info().misses - before, 1)
 
 
@@ -132,7 +132,7 @@ class RequestTest(unittest.TestCase):
         long_turn = ('ferret ' + 'word ' * 300, 'noted')
         turns = (('ferret zeta', 'noted'), long_turn, ('weather ferret', 'noted'))
         case = case_of(turns, 'ferret?', context_limit=200)
-        selected = field_rules.bm25(case, count_request)
+        selected = field_rules.RULES['bm25'](case, count_request)
         self.assertEqual(selected['turns'], [0, 2])
         self.assertLessEqual(selected['input_tokens'], 200)
 
