@@ -75,7 +75,6 @@ def bm25_index(turns: Turns):
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def bm25_ranked(turns: Turns, current: str) -> list[int]:
-    """Turns with a positive BM25 score for the question, highest first, newer first on ties."""
     index = bm25_index(turns)
     query = bm25_words([current])[0]
     if index is None or not query:
@@ -94,13 +93,11 @@ def model():
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
 def turn_vectors(turns: Turns) -> numpy.ndarray:
-    """Unit-length embeddings of a conversation's turns, one row per turn."""
     return model().embed([turn_text(pair) for pair in turns], norm=True)
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def dense_ranked(turns: Turns, current: str) -> list[int]:
-    """Every turn, by cosine similarity to the question, highest first, newer first on ties."""
     if not turns:
         return []
     similarity = turn_vectors(turns) @ model().embed([current], norm=True)[0]
