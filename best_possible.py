@@ -31,9 +31,8 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
         raise ValueError(f'{len(candidates)} candidate turns; the exact search stops at {MAX_CANDIDATES}')
     order = sorted(candidates)
     # Facts still reachable from position i onwards: a branch that cannot reach the best count is cut.
-    reachable = [frozenset()] * (len(order) + 1)
-    for position in range(len(order) - 1, -1, -1):
-        reachable[position] = reachable[position + 1] | candidates[order[position]][1]
+    reachable = [*accumulate((candidates[index][1] for index in reversed(order)), frozenset.union,
+                             initial=frozenset())][::-1]
     best = [(0, 0, ())]  # (-facts, tokens, turns): smaller is better
 
     # Depth first, taking a turn before leaving it out, visits the sets in increasing order of their
