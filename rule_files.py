@@ -10,7 +10,6 @@ reach, not the file system: a rule is code run as the user.
 """
 from collections.abc import Callable
 import contextlib
-import hashlib
 import importlib.util
 import io
 import json
@@ -27,7 +26,7 @@ import weakref
 
 from best_possible import LABEL
 from common import LabError, cut
-from lab_files import path_text
+from lab_files import path_text, sha256_file
 from shapes import make_turn, selection, turn_texts
 from strategies import RULES as BUILT_IN
 from text import printable
@@ -343,7 +342,7 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
             if (key := check_name(path, name)) in origin:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[key]}')
             rules[name], origin[key] = child.rule(path, name), path
-        files.append({'file': path_text(path.name), 'sha256': hashlib.sha256(path.read_bytes()).hexdigest()})
+        files.append({'file': path_text(path.name), 'sha256': sha256_file(path)})
     return rules, files
 
 
