@@ -38,7 +38,6 @@ LOOK_ALIKE = str.maketrans('I10', 'llo')  # what many fonts draw alike, folded b
 RESERVED = frozenset(name.translate(LOOK_ALIKE).casefold() for name in (*BUILT_IN, 'best possible', LABEL))
 MARGIN = 1 << 20  # bytes a reply may hold beyond twice the case it answers: a request bigger is no choice of it
 SHOWN = 400  # characters of a rule's message the rules process sends; the lab shows twice as many at most
-MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many files came before): each file's own module name
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'
 SURROGATE = re.compile(rb'\\u[dD][89a-fA-F]')  # JSON's escape of a surrogate; a lone one is no text
 CHILDREN = weakref.WeakSet()  # this process's rules processes: benchmark.py adds the CPU each reports
@@ -62,7 +61,7 @@ def describe(error: BaseException, path: Path) -> str:
 
 def import_file(path: Path, number: int) -> list[tuple[str, Callable]]:
     """The RULES a file defines, imported as a module of a name of its own (the process writes no bytecode)."""
-    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{number}', path.resolve())
+    spec = importlib.util.spec_from_file_location(f'context_lab_rules_{number}', path.resolve())
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses, pickle look it up
     try:
         spec.loader.exec_module(module)
