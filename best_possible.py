@@ -102,5 +102,4 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
     already = frozenset(facts_in(case, build_request(case, []))[0])
     kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
     graded = graded_row(case, chosen(case, count, kept))
-    row.update({key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, not_searched=None)  # turns ... stale_included
-    return row
+    return {**row, **{key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, 'not_searched': None}
