@@ -49,13 +49,9 @@ def turn_text(pair: tuple[str, str]) -> str:
     return '\n'.join(pair)
 
 
-def ranked(scores, keep) -> list[int]:
-    """Turn indices whose score passes `keep`, highest score first, newer (higher index) first on ties.
-
-    ranked([0.5, 0.0, 0.5, 0.2], lambda s: s > 0) -> [2, 0, 3]
-    """
-    return sorted((index for index, score in enumerate(scores) if keep(score)),
-                  key=lambda index: (-scores[index], -index))
+def ranked(scores: dict[int, float]) -> list[int]:
+    """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
+    return sorted(scores, key=lambda index: (-scores[index], -index))
 
 
 def bm25_words(texts: list[str]) -> list[list[str]]:
@@ -79,7 +75,7 @@ def bm25_ranked(turns: Turns, current: str) -> list[int]:
     query = bm25_words([current])[0]
     if index is None or not query:
         return []
-    return ranked(index.get_scores(query).tolist(), lambda score: score > 0)
+    return ranked({turn: score for turn, score in enumerate(index.get_scores(query).tolist()) if score > 0})
 
 
 @lru_cache(maxsize=1)
@@ -101,7 +97,7 @@ def dense_ranked(turns: Turns, current: str) -> list[int]:
     if not turns:
         return []
     similarity = turn_vectors(turns) @ model().embed([current], norm=True)[0]
-    return ranked(similarity.tolist(), lambda score: True)
+    return ranked(dict(enumerate(similarity.tolist())))
 
 
 def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
@@ -113,7 +109,7 @@ def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
     for ranking in rankings:
         for rank, index in enumerate(ranking, 1):
             score[index] = score.get(index, 0.0) + 1 / (k + rank)
-    return sorted(score, key=lambda index: (-score[index], -index))
+    return ranked(score)
 
 
 def fused_ranked(turns: Turns, current: str) -> list[int]:
