@@ -44,11 +44,6 @@ Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts
 STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
 
 
-def turn_text(pair: tuple[str, str]) -> str:
-    """What a retriever reads of a turn: turn_text(('Hi', 'Hello')) -> 'Hi\\nHello'."""
-    return '\n'.join(pair)
-
-
 def ranked(scores: dict[int, float]) -> list[int]:
     """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
     return sorted(scores, key=lambda index: (-scores[index], -index))
@@ -61,7 +56,7 @@ def bm25_words(texts: list[str]) -> list[list[str]]:
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
 def bm25_index(turns: Turns):
     """A BM25 index of a conversation's turns; None when no turn has a word to index (bm25s cannot build one)."""
-    words = bm25_words([turn_text(pair) for pair in turns])
+    words = bm25_words(['\n'.join(pair) for pair in turns])
     if not any(words):
         return None
     index = bm25s.BM25()
@@ -89,7 +84,7 @@ def model():
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
 def turn_vectors(turns: Turns) -> numpy.ndarray:
-    return model().embed([turn_text(pair) for pair in turns], norm=True)
+    return model().embed(['\n'.join(pair) for pair in turns], norm=True)
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
