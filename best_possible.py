@@ -11,9 +11,9 @@ writes nothing.
 """
 from itertools import accumulate
 
-from scorer import check_additive, facts_in, graded_row
-from shapes import BEST_ROW_FIELDS, allowance, build_request, selection, turn_messages
-from strategies import costs
+from scorer import facts_in, graded_row
+from shapes import BEST_ROW_FIELDS, allowance, build_request, turn_messages
+from strategies import chosen, costs
 from tokenizer import count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
@@ -31,9 +31,8 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
         raise ValueError(f'{len(candidates)} candidate turns; the exact search stops at {MAX_CANDIDATES}')
     order = sorted(candidates)
     # Facts still reachable from position i onwards: a branch that cannot reach the best count is cut.
-    reachable = [frozenset()] * (len(order) + 1)
-    for position in range(len(order) - 1, -1, -1):
-        reachable[position] = reachable[position + 1] | candidates[order[position]][1]
+    reachable = [*accumulate((candidates[index][1] for index in reversed(order)), frozenset.union,
+                             initial=frozenset())][::-1]
     best = [(0, 0, ())]  # (-facts, tokens, turns): smaller is better
 
     # Depth first, taking a turn before leaving it out, visits the sets in increasing order of their
@@ -82,8 +81,7 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
         if sent:
             stale[first] = frozenset(sent)
 
-    if turns:
-        visit(0, len(turns))
+    visit(0, len(turns))
     return required, stale
 
 
@@ -95,18 +93,13 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
     candidates = [index for index in sorted(required) if index not in stale]
-    if len(candidates) > MAX_CANDIDATES:
-        row.update(turns=None, input_tokens=None, required_found=None, required_total=len(case['required']),
-                   missing=None, stale_included=None,
-                   not_searched=f'{len(candidates)} fact-holding turns without a stale fact; '
-                                f'the exact search stops at {MAX_CANDIDATES}')
-        return row
+    if len(candidates) > MAX_CANDIDATES:  # turns ... stale_included unknown, but not the case's facts
+        return {**row, **dict.fromkeys(BEST_ROW_FIELDS[6:-1]), 'required_total': len(case['required']),
+                'not_searched': f'{len(candidates)} fact-holding turns without a stale fact; '
+                                f'the exact search stops at {MAX_CANDIDATES}'}
     bare, cost = costs(case, count)
     # A fact the instructions or the question already carry is no gain for any turn.
     already = frozenset(facts_in(case, build_request(case, []))[0])
     kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
-    request = build_request(case, kept)
-    check_additive(case, size := count(request), bare + sum(cost[index] for index in kept))
-    graded = graded_row(case, selection(request, kept, 0, size))
-    row.update({key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, not_searched=None)  # turns ... stale_included
-    return row
+    graded = graded_row(case, chosen(case, count, kept))
+    return {**row, **{key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, 'not_searched': None}

@@ -10,8 +10,7 @@ reciprocal-rank fusion of the two (docs/rules.md). Indexes are cached per conver
 model is read from the wordllama package's own folder with downloads disabled: nothing is fetched at run time. The
 rules read no labels and write nothing.
 """
-from functools import lru_cache
-import importlib
+from functools import lru_cache, partial
 import logging
 from pathlib import Path
 
@@ -22,20 +21,11 @@ import Stemmer
 from shapes import allowance, turn_texts
 from strategies import chosen, costs, fit
 
-
-def import_keeping_logging(name: str):
-    """importlib.import_module(name), undoing what it does to the root logger's handlers and level: wordllama's
-    import calls logging.basicConfig, which would put every library's info lines on stderr."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        return importlib.import_module(name)
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-wordllama = import_keeping_logging('wordllama')
+# wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr; while
+# the root logger has a handler, that call does nothing.
+logging.getLogger().addHandler(PLACEHOLDER := logging.NullHandler())
+import wordllama  # noqa: E402
+logging.getLogger().removeHandler(PLACEHOLDER)
 # bm25s sets its own logger to DEBUG: under any handler a caller sets up, every index built would print a line.
 logging.getLogger('bm25s').setLevel(logging.WARNING)
 
@@ -54,18 +44,9 @@ Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts
 STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
 
 
-def turn_text(pair: tuple[str, str]) -> str:
-    """What a retriever reads of a turn: turn_text(('Hi', 'Hello')) -> 'Hi\\nHello'."""
-    return '\n'.join(pair)
-
-
-def ranked(scores, keep) -> list[int]:
-    """Turn indices whose score passes `keep`, highest score first, newer (higher index) first on ties.
-
-    ranked([0.5, 0.0, 0.5, 0.2], lambda s: s > 0) -> [2, 0, 3]
-    """
-    return sorted((index for index, score in enumerate(scores) if keep(score)),
-                  key=lambda index: (-scores[index], -index))
+def ranked(scores: dict[int, float]) -> list[int]:
+    """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
+    return sorted(scores, key=lambda index: (-scores[index], -index))
 
 
 def bm25_words(texts: list[str]) -> list[list[str]]:
@@ -75,7 +56,7 @@ def bm25_words(texts: list[str]) -> list[list[str]]:
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
 def bm25_index(turns: Turns):
     """A BM25 index of a conversation's turns; None when no turn has a word to index (bm25s cannot build one)."""
-    words = bm25_words([turn_text(pair) for pair in turns])
+    words = bm25_words(['\n'.join(pair) for pair in turns])
     if not any(words):
         return None
     index = bm25s.BM25()
@@ -83,18 +64,13 @@ def bm25_index(turns: Turns):
     return index
 
 
-def bm25_ranking(case: dict) -> list[int]:
-    return bm25_ranked(tuple(map(turn_texts, case['history'])), case['current'])
-
-
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def bm25_ranked(turns: Turns, current: str) -> list[int]:
-    """Turns with a positive BM25 score for the question, highest first, newer first on ties."""
     index = bm25_index(turns)
     query = bm25_words([current])[0]
     if index is None or not query:
         return []
-    return ranked(index.get_scores(query).tolist(), lambda score: score > 0)
+    return ranked({turn: score for turn, score in enumerate(index.get_scores(query).tolist()) if score > 0})
 
 
 @lru_cache(maxsize=1)
@@ -108,21 +84,15 @@ def model():
 
 @lru_cache(maxsize=CONVERSATIONS_KEPT)
 def turn_vectors(turns: Turns) -> numpy.ndarray:
-    """Unit-length embeddings of a conversation's turns, one row per turn."""
-    return model().embed([turn_text(pair) for pair in turns], norm=True)
-
-
-def dense_ranking(case: dict) -> list[int]:
-    return dense_ranked(tuple(map(turn_texts, case['history'])), case['current'])
+    return model().embed(['\n'.join(pair) for pair in turns], norm=True)
 
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def dense_ranked(turns: Turns, current: str) -> list[int]:
-    """Every turn, by cosine similarity to the question, highest first, newer first on ties."""
     if not turns:
         return []
     similarity = turn_vectors(turns) @ model().embed([current], norm=True)[0]
-    return ranked(similarity.tolist(), lambda score: True)
+    return ranked(dict(enumerate(similarity.tolist())))
 
 
 def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
@@ -134,26 +104,20 @@ def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
     for ranking in rankings:
         for rank, index in enumerate(ranking, 1):
             score[index] = score.get(index, 0.0) + 1 / (k + rank)
-    return sorted(score, key=lambda index: (-score[index], -index))
+    return ranked(score)
 
 
-def keep_in_order(case: dict, count, order: list[int]) -> dict:
-    """The request holding each turn of `order` that still fits, tried in that order (as `relevant` does)."""
+def fused_ranked(turns: Turns, current: str) -> list[int]:
+    return fuse([bm25_ranked(turns, current), dense_ranked(turns, current)])
+
+
+def keep_in_order(case: dict, count, ranker) -> dict:
+    """A rule, its ranker bound: the request with each turn that still fits, in the order ranker gives."""
     bare, cost = costs(case, count)
+    order = ranker(tuple(map(turn_texts, case['history'])), case['current'])
     return chosen(case, count, fit(order, cost, allowance(case) - bare)[0])
 
 
-def bm25(case: dict, count) -> dict:
-    return keep_in_order(case, count, bm25_ranking(case))
-
-
-def dense(case: dict, count) -> dict:
-    return keep_in_order(case, count, dense_ranking(case))
-
-
-def fused(case: dict, count) -> dict:
-    return keep_in_order(case, count, fuse([bm25_ranking(case), dense_ranking(case)]))
-
-
-RULES = {'bm25': bm25, 'dense': dense, 'fused': fused}
+RULES = {name: partial(keep_in_order, ranker=ranker)
+         for name, ranker in (('bm25', bm25_ranked), ('dense', dense_ranked), ('fused', fused_ranked))}
 

@@ -10,7 +10,6 @@ reach, not the file system: a rule is code run as the user.
 """
 from collections.abc import Callable
 import contextlib
-import hashlib
 import importlib.util
 import io
 import json
@@ -27,8 +26,8 @@ import weakref
 
 from best_possible import LABEL
 from common import LabError, cut
-from lab_files import path_text
-from shapes import make_turn, turn_texts
+from lab_files import path_text, sha256_file
+from shapes import make_turn, selection, turn_texts
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -39,7 +38,6 @@ LOOK_ALIKE = str.maketrans('I10', 'llo')  # what many fonts draw alike, folded b
 RESERVED = frozenset(name.translate(LOOK_ALIKE).casefold() for name in (*BUILT_IN, 'best possible', LABEL))
 MARGIN = 1 << 20  # bytes a reply may hold beyond twice the case it answers: a request bigger is no choice of it
 SHOWN = 400  # characters of a rule's message the rules process sends; the lab shows twice as many at most
-MODULE_PREFIX = 'context_lab_rules_'  # + a number (how many files came before): each file's own module name
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'
 SURROGATE = re.compile(rb'\\u[dD][89a-fA-F]')  # JSON's escape of a surrogate; a lone one is no text
 CHILDREN = weakref.WeakSet()  # this process's rules processes: benchmark.py adds the CPU each reports
@@ -63,7 +61,7 @@ def describe(error: BaseException, path: Path) -> str:
 
 def import_file(path: Path, number: int) -> list[tuple[str, Callable]]:
     """The RULES a file defines, imported as a module of a name of its own (the process writes no bytecode)."""
-    spec = importlib.util.spec_from_file_location(f'{MODULE_PREFIX}{number}', path.resolve())
+    spec = importlib.util.spec_from_file_location(f'context_lab_rules_{number}', path.resolve())
     module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses, pickle look it up
     try:
         spec.loader.exec_module(module)
@@ -265,8 +263,7 @@ class Child:
             where = f'{path}: rule {name}: case {case["id"]}'
             history = case['history']
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE}}, None
-            known = self.histories.get(id(history))
-            if known is None or known[0] is not history:  # kept, so its id cannot be reused while remembered
+            if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = list(map(turn_texts, history))
                 known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
                                                        len(json.dumps(request['turns'])))
@@ -279,8 +276,7 @@ class Child:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            return {'messages': messages, 'turns': carried_turns(history, messages, known[2]), 'notes': 0,
-                    'input_tokens': size}
+            return selection(messages, carried_turns(history, messages, known[2]), 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:
@@ -313,14 +309,11 @@ def carried_turns(history: list[dict], messages: list[dict], where: dict | None 
     give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2].
     `where` is turn_places(history), for a caller that has it already."""
     where = turn_places(history) if where is None else where
-    taken, position = set(), 0
-    while position < len(messages) - 1:
-        first, second = messages[position], messages[position + 1]
+    taken = set()
+    for first, second in zip(messages, messages[1:]):  # a pair's assistant message never opens another pair
         pair = (first['content'], second['content'])
         if first['role'] == 'user' and second['role'] == 'assistant' and pair in where:
             taken.update([index for index in where[pair] if index not in taken][:1])
-            position += 1  # past the pair's user message; the line below passes its assistant message
-        position += 1
     return sorted(taken)
 
 
@@ -348,7 +341,7 @@ def load_rule_files(paths: list, timeout: float = RULE_TIMEOUT) -> tuple[dict[st
             if (key := check_name(path, name)) in origin:
                 raise RuleError(f'{path}: rule {name}: the name is taken by a rule of {origin[key]}')
             rules[name], origin[key] = child.rule(path, name), path
-        files.append({'file': path_text(path.name), 'sha256': hashlib.sha256(path.read_bytes()).hexdigest()})
+        files.append({'file': path_text(path.name), 'sha256': sha256_file(path)})
     return rules, files
 
 

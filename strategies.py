@@ -90,8 +90,8 @@ def note_lines(case: dict, before: int):
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
     for index in reversed(range(before)):
         for role in reversed(TURN_ROLES):  # newest first: the assistant's, then the user's
-            sentences = cue_sentences(case['history'][index][role])
-            yield from reversed([f'- [turn {index + 1}, {role}] {sentence}' for sentence in sentences])
+            for sentence in reversed(cue_sentences(case['history'][index][role])):
+                yield f'- [turn {index + 1}, {role}] {sentence}'
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:

@@ -19,7 +19,7 @@ from scorer import graded_row
 from evaluate import report
 import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
-from shapes import build_request
+from shapes import build_request, turn_texts
 from tokenizer import count_request, counter
 from views import report_table
 
@@ -68,7 +68,7 @@ class Bm25Test(unittest.TestCase):
         turns = (('alpha beta', 'gamma'), ('delta', 'epsilon unique-to-this-test'))
         before = bm25_index.cache_info().misses
         for question in ('alpha?', 'delta?', 'epsilon?'):
-            field_rules.bm25_ranking(case_of(turns, question))  # a new history list each time, same text
+            field_rules.RULES['bm25'](case_of(turns, question), count_request)  # a new list, same text
         self.assertEqual(bm25_index.cache_info().misses - before, 1)
 
 
@@ -118,7 +118,7 @@ def reference_keep_in_order(case: dict, order: list[int]) -> list[int]:
 class RequestTest(unittest.TestCase):
     def test_passing_over_turns_that_cannot_fit_keeps_what_trying_each_whole_request_keeps(self):
         for case in load_cases(HERE / 'cases.json'):
-            order = field_rules.dense_ranking(case)
+            order = dense_ranked(tuple(map(turn_texts, case['history'])), case['current'])
             for limit in range(100, 700, 7):
                 sized = {**case, 'budget': {'context_limit': limit, 'max_new_tokens': 0, 'margin': 0}}
                 kept = reference_keep_in_order(sized, order)
@@ -126,13 +126,13 @@ class RequestTest(unittest.TestCase):
                             'input_tokens': plain_count(build_request(sized, kept))}
                 for label, count in (('the lab counter', count_request), ('a plain count function', plain_count)):
                     with self.subTest(case=case['id'], limit=limit, count=label):
-                        self.assertEqual(keep_in_order(sized, count, order), expected)
+                        self.assertEqual(keep_in_order(sized, count, dense_ranked), expected)
 
     def test_a_turn_that_does_not_fit_is_skipped_and_the_next_tried(self):
         long_turn = ('ferret ' + 'word ' * 300, 'noted')
         turns = (('ferret zeta', 'noted'), long_turn, ('weather ferret', 'noted'))
         case = case_of(turns, 'ferret?', context_limit=200)
-        selected = field_rules.bm25(case, count_request)
+        selected = field_rules.RULES['bm25'](case, count_request)
         self.assertEqual(selected['turns'], [0, 2])
         self.assertLessEqual(selected['input_tokens'], 200)
 
@@ -184,6 +184,17 @@ class OfflineTest(unittest.TestCase):
             self.assertEqual(result.stdout, '[[], [0, 1], [0, 1]]\n')  # no shared word: bm25 keeps nothing
             self.assertNotIn('Falling back', result.stderr)
             self.assertFalse(nowhere.exists())
+
+
+class LoggingTest(unittest.TestCase):
+    def test_importing_the_rules_sets_up_no_logging_that_prints_every_librarys_info_lines(self):
+        # wordllama's import calls logging.basicConfig(level=INFO): left alone, any library's info line
+        # reaches stderr.
+        code = ("import logging, field_rules; logging.getLogger('lib').info('a line'); "
+                'print(logging.root.handlers, logging.getLevelName(logging.root.level))')
+        result = subprocess.run([sys.executable, '-c', code], cwd=HERE, capture_output=True, text=True,
+                                timeout=300)
+        self.assertEqual((result.stdout, result.stderr), ('[] WARNING\n', ''))
 
 
 if __name__ == '__main__':
