@@ -220,9 +220,8 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     parser.add_argument('command', nargs='?', choices=['record', 'pin'], help='record, then grade; or pin TAG')
     parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
     parser.add_argument('--model', type=Path, help="the pin (default answer-model.json; grading: the recording's)")
-    parser.add_argument('--cases', type=Path, default=cases_path, help='case set (default cases.json)')
+    common.add_input_options(parser, cases_path)
     parser.add_argument('--split', choices=['dev', 'held_out', 'all'], help=f'default {DEFAULT_SPLIT}, or as recorded')
-    parser.add_argument('--rules', type=Path, action='append', default=[], help='rules beside the four (repeatable)')
     parser.add_argument('--keys', type=Path, help='answer-keys.json by default; gold answers with --grader f1')
     parser.add_argument('--grader', choices=['keys', 'f1'], default='keys', help="f1: LoCoMo's token F1")
     parser.add_argument('--f1-threshold', type=float, default=F1_RIGHT, help='with f1: a right answer\'s least F1')
@@ -281,8 +280,7 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     if (size := args.sample) is not None:  # drawn with SAMPLE_SEED and kept in file order
         if not 0 < size <= len(cases):
             raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
-        drawn = set(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))
-        cases = [case for index, case in enumerate(cases) if index in drawn]
+        cases = [cases[index] for index in sorted(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))]
     load_keys = answer_f1.load_gold_answers if args.grader == 'f1' else answer_keys.load_answer_keys
     return model, rules, cases, load_keys(keys_path, cases, every)
 

@@ -166,8 +166,7 @@ def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int |
         header = json.loads(lines[0])
     except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError: ValueErrors
         raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
-    if not isinstance(header, dict) or set(header) != {'model'} or not isinstance(header['model'], dict):
-        raise LabError(f'{path}: line 1 is not the model block a partial recording starts with; {FRESH}')
+    check_fields(f'{path}: line 1', header, {'model': OBJECT}, FRESH)  # the model block
     if any(header['model'].get(field) != model[field] for field in ('ollama_digest', 'ollama_version')):  # the server
         tell(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
              f'{header["model"].get("ollama_version")}, not from this server; none is reused')

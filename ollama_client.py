@@ -95,17 +95,11 @@ class OllamaClient:
         """Check the server and the pinned digest once; return the server's version."""
         if self.version is None:
             version, tag = self.server_version(), self.model['ollama_tag']
-            self.check_digest(f'the tag has moved (`ollama pull {tag}` fetches whatever it points to today), and '
-                              'answers from a new build need a deliberate change of the pin file and a new recording; '
-                              'no chat request was sent')
+            self.tag_digest(f'the tag has moved (`ollama pull {tag}` fetches whatever it points to today), '
+                            'and answers from a new build need a deliberate change of the pin file and a new '
+                            'recording; no chat request was sent')
             self.version = version
         return self.version
-
-    def check_digest(self, moved: str) -> None:
-        """Refuse a server whose tag has another digest than the pinned one; moved says what that means here."""
-        if (digest := self.tag_digest()) != (expected := self.model['ollama_digest']):
-            raise OllamaError(f'Ollama at {self.host} has {self.model["ollama_tag"]} with digest {digest}, but the '
-                              f'pinned build is {expected}: {moved}')
 
     def server_version(self) -> str:
         status, body, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
@@ -116,15 +110,19 @@ class OllamaClient:
                               f'the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         return version
 
-    def tag_digest(self) -> str | None:
-        """The digest /api/tags gives for the tag; a tag the server lacks is one OllamaError."""
-        tag, expected = self.model['ollama_tag'], self.model.get('ollama_digest')
+    def tag_digest(self, moved: str = '') -> str | None:
+        """The digest /api/tags gives for the tag, which must be the pinned one where the model names one
+        (moved says what another means here); a tag the server lacks is one OllamaError."""
+        tag, expected = self.model['ollama_tag'], self.model['ollama_digest']  # None while pinning
         entry = find_tag(self._call('GET', '/api/tags', None, CHECK_TIMEOUT).get('models'), tag)
         if entry is None:
             raise OllamaError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`' + (
                 f', then check that the ID column of `ollama list` starts with {expected[:12]}, the pinned build'
                 if expected else ''))
-        return entry.get('digest')
+        if (digest := entry.get('digest')) != expected and expected is not None:
+            raise OllamaError(f'Ollama at {self.host} has {tag} with digest {digest}, but the pinned build '
+                              f'is {expected}: {moved}')
+        return digest
 
     def answer(self, body: dict) -> dict:
         """The pinned build's answer to a chat_body (message.content, not thinking), checked; the digest read again."""
@@ -151,7 +149,7 @@ class OllamaClient:
                                   f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
                                   'upgrade Ollama or read its log')
         # Read after every answer, so that each lies between two reads of the pinned digest.
-        self.check_digest('the tag moved while this answer was made, so it is not kept')
+        self.tag_digest('the tag moved while this answer was made, so it is not kept')
         return reply
 
     def pin(self, options: dict, seeds: list[int], counter: str | None = None) -> dict:

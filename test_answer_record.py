@@ -405,6 +405,18 @@ class RecordTest(AnswerFilesTest):
                                          f'`{PYTHON} answer_check.py record --fresh`\n'), err)
             self.assertEqual(self.run_main(['record', '--fresh'], fake.host)[0], 0)
 
+    def test_partial_file_that_opens_with_no_model_block_names_the_field_in_one_line(self):
+        partial = self.folder / 'answer-result.partial.json'
+        for header, problem in (('{"model": [1]}', 'line 1.model: must be an object, got [1]'),
+                                ('{"modle": {}}', "line 1: fields must be exactly ['model']; "
+                                                  "missing ['model'], unexpected ['modle']")):
+            with self.subTest(header=header), FakeOllama(chat=steady_reply) as fake:
+                partial.write_text(header + '\n')
+                code, out, err = self.run_main(['record'], fake.host)
+                self.assertEqual((code, fake.chats()), (2, []))
+                self.assertEqual(err.splitlines()[-1], f'answer_check.py: {partial}: {problem}; '
+                                 f'discard it with `{PYTHON} answer_check.py record --fresh`')
+
     def test_answer_that_is_not_unicode_stops_the_recording_with_one_line(self):
         def lone_surrogate(body, number):  # JSON may escape half of a UTF-16 pair, which UTF-8 cannot store
             return (200, reply('Mateo \ud800')) if number == 3 else steady_reply(body, number)
