@@ -8,15 +8,21 @@ The case format, and the validation that refuses whatever could make a result li
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
 check cases without the tokenizer. It prints and writes nothing; evaluate.py and the other scripts call it.
 """
+import json
 from pathlib import Path
 
 from common import LabError
-from lab_files import read_json_file
-from shapes import (BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker,
-                    make_turn, turn_texts)
+from lab_files import DuplicateKey, read_json_file, unique_keys
+from scorer import invalid
+from shapes import (AGENT_ROLES, BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance,
+                    holds_thinking_marker, make_turn, message_text, turn_texts)
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
+# An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
+AGENT_FIELDS = ('id', 'split', 'kind', 'messages', 'tools', 'budget', 'required', 'stale')
+MESSAGE_FIELDS = {'system': ('content',), 'user': ('content',), 'assistant': ('content', 'tool_calls'),
+                  'tool': ('tool_call_id', 'name', 'content')}  # beside role; tool_calls and name may be left out
 
 
 class CaseError(LabError):
@@ -70,19 +76,100 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     return pairs, checked[pairs]
 
 
-def check_case(where: str, case: dict, conversations: dict | None = None) -> None:
-    """Raise CaseError for the first thing wrong with one case; `where` already names file and case.
-    `conversations` is check_history's record of the conversations checked so far."""
+def check_agent_call(where: str, call) -> dict:
+    """One call of an assistant message, its arguments an object: a JSON string of one is parsed, as Ollama's
+    OpenAI-compatible endpoint parses it. {..., 'arguments': '{"a": 1}'} -> {..., 'arguments': {'a': 1}}"""
+    function = call.get('function') if isinstance(call, dict) else None
+    if not isinstance(function, dict) or set(call) != {'id', 'type', 'function'} or call['type'] != 'function' \
+            or set(function) != {'name', 'arguments'} \
+            or not all(isinstance(text, str) and text for text in (call['id'], function['name'])):
+        raise CaseError(f'{where} must be {{"id": "...", "type": "function", "function": {{"name": "...", '
+                        '"arguments": {...}}}')
+    arguments = function['arguments']
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments, object_pairs_hook=unique_keys)
+        except (ValueError, DuplicateKey) as error:
+            raise CaseError(f'{where}.function.arguments is a string that is not JSON: {error}') from None
+    if not isinstance(arguments, dict):
+        raise CaseError(f'{where}.function.arguments must be a JSON object, or a string holding one')
+    return {'id': call['id'], 'type': 'function', 'function': {'name': function['name'], 'arguments': arguments}}
+
+
+def check_agent_message(where: str, message, first: bool) -> dict:
+    """One message of an agent case, as the lab holds it: an assistant's content null beside calls becomes ''."""
+    roles = ('system',) if first else AGENT_ROLES
+    if not isinstance(message, dict) or message.get('role') not in roles:
+        raise CaseError(f'{where} must be a message whose role is {" or ".join(roles)}')
+    role, fields = message['role'], MESSAGE_FIELDS[message['role']]
+    if not set(fields) - {'tool_calls', 'name'} <= set(message) - {'role'} <= set(fields):
+        raise CaseError(f'{where}: a {role} message holds role and {", ".join(fields)} (tool_calls and name optional)'
+                        f', got {sorted(message)}')
+    plain = {'role': role, **{name: message[name] for name in fields if name in message}}
+    if 'tool_calls' in plain:
+        if not isinstance(plain['tool_calls'], list) or not plain['tool_calls']:
+            raise CaseError(f'{where}.tool_calls must be a non-empty list of calls')
+        plain['tool_calls'] = [check_agent_call(f'{where}.tool_calls[{i}]', call) for i, call in enumerate(plain['tool_calls'])]
+        plain['content'] = '' if plain['content'] is None else plain['content']  # as OpenAI logs every call message
+    for name in ('content', 'tool_call_id', 'name'):
+        if name in plain and not isinstance(plain[name], str) or name == 'tool_call_id' and not plain.get(name, 1):
+            raise CaseError(f'{where}.{name} must be a string' + ' that is not empty' * (name == 'tool_call_id'))
+    if role == 'assistant' and holds_thinking_marker(plain['content']):
+        raise CaseError(f'{where}.content contains a thinking-channel marker {list(THINKING_MARKERS)}, which the '
+                        'counter does not cover')
+    check_encodable(where, [('', json.dumps(plain, ensure_ascii=False))])
+    return plain
+
+
+def agent_case(where: str, case: dict) -> dict:
+    """An agent case as the lab holds it: its messages' first the instructions, its last the question, and the
+    turns between, each a user message and the assistant and tool messages after it (shapes.turn_messages)."""
+    missing, extra = [name for name in AGENT_FIELDS if name not in case and name != 'tools'], set(case) - set(AGENT_FIELDS)
+    if missing or extra:
+        raise CaseError(f'{where}: an agent case has exactly the fields {list(AGENT_FIELDS)} (tools optional); '
+                        f'missing {missing}, unexpected {sorted(extra)}')
+    messages, tools = case['messages'], case.get('tools', [])
+    if not isinstance(messages, list) or len(messages) < 2:
+        raise CaseError(f'{where}: field messages must be a list: the system message, the turns, the question')
+    plain = [check_agent_message(f'{where}: field messages[{i}]', message, i == 0) for i, message in enumerate(messages)]
+    if why := invalid(plain):
+        raise CaseError(f'{where}: field messages: {why}')
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) and tool.get('type') == 'function'
+                                              and isinstance(tool.get('function', {}).get('name'), str) for tool in tools):
+        raise CaseError(f'{where}: field tools must be a list of {{"type": "function", "function": {{"name": ...}}}}')
+    turns = []
+    for message in plain[1:-1]:
+        turns += [[]] * (message['role'] == 'user')
+        turns[-1].append(message)
+    return {name: case[name] for name in ('id', 'split', 'kind')} | {
+        'instructions': plain[0]['content'], 'current': plain[-1]['content'], 'history': turns, 'tools': tools,
+        'budget': case['budget'], 'required': case['required'], 'stale': case['stale']}
+
+
+def check_case(where: str, case: dict, conversations: dict | None = None) -> dict:
+    """The case as the lab holds it, or CaseError for the first thing wrong with it; `where` already names file and
+    case. `conversations` is check_history's record of the conversations checked so far."""
+    if 'messages' in case:
+        return check_case_fields(where, agent_case(where, case), conversations)
     missing = [name for name in CASE_FIELDS if name not in case]
     extra = sorted(set(case) - set(CASE_FIELDS))
     if missing or extra:
         raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; missing {missing}, unexpected {extra}')
+    return check_case_fields(where, case, conversations)
+
+
+def check_case_fields(where: str, case: dict, conversations: dict | None) -> dict:
+    """check_case's checks of a case's fields, the same for both forms."""
     for name in ('id', 'split', 'kind', 'instructions', 'current'):
         if not isinstance(case[name], str) or not case[name].strip():
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
     if case['split'] not in SPLITS:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
-    pairs, joined = check_history(where, case['history'], {} if conversations is None else conversations)
+    if 'tools' in case:  # an agent case, its messages checked as they were read (agent_case)
+        pairs = tuple(map(turn_texts, case['history']))
+        joined = '\0'.join(text for texts in pairs for text in texts)
+    else:
+        pairs, joined = check_history(where, case['history'], {} if conversations is None else conversations)
     check_budget(where, case['budget'])
     check_encodable(where, [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')])
     for name in ('required', 'stale'):
@@ -103,6 +190,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> Non
             # in `joined` lies inside one message: no match spans a NUL.
             if fact not in joined or ('\0' in fact and not any(fact in text for pair in pairs for text in pair)):
                 raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history')
+    return case
 
 
 def load_cases(path: Path) -> list[dict]:
@@ -118,17 +206,17 @@ def load_case_set(path: Path) -> tuple[list[dict], str]:
         raise CaseError(f'{path}: the top level must be a list of cases, got {type(cases).__name__}')
     if not cases:
         raise CaseError(f'{path}: the case set is empty')
-    seen, conversations = set(), {}
+    seen, conversations, checked = set(), {}, []
     for index, case in enumerate(cases):
         if not isinstance(case, dict):
             raise CaseError(f'{path}: case {index}: expected an object, got {type(case).__name__}')
         label = case.get('id') if isinstance(case.get('id'), str) and case.get('id') else f'at index {index}'
         where = f'{path}: case {label}'
-        check_case(where, case, conversations)
+        checked.append(check_case(where, case, conversations))
         if case['id'] in seen:
             raise CaseError(f'{where}: field id is a duplicate; every case id must be unique')
         seen.add(case['id'])
-    return share_equal_parts(cases), sha256
+    return share_equal_parts(checked), sha256
 
 
 def share_equal_parts(cases: list[dict]) -> list[dict]:
@@ -145,6 +233,9 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
 
     shared = []
     for case in cases:
+        if 'tools' in case:  # an agent case: made of new objects by agent_case already
+            shared.append(case)
+            continue
         history = tuple(map(turn_texts, case['history']))
         if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
             own = [tuple(map(one, pair)) for pair in history]

@@ -2,16 +2,19 @@
 
     from scorer import facts_in, graded_row, totals
     facts_in(case, messages)        # (required facts in the messages, stale facts in them)
+    invalid(messages)               # why a provider would refuse the request, or None
     graded_row(case, selection)     # one report row (shapes.ROW_FIELDS)
     totals(rows)                    # a rule's figures (shapes.RULE_TOTALS), or the best possible's
 
-A fact reaches a request when it appears, character for character, in one of its messages' contents, or as the
-notes block quotes it (shapes.escape). It reads the request, never a reply, and calls no model. Besides: the two
+A fact reaches a request when it appears, character for character, in one of its messages' texts
+(shapes.message_text: the content, and a call's name and arguments), or as the notes block quotes it (shapes.escape);
+an invalid request carries none. It reads the request, never a reply, and calls no model. Besides: the two
 checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
 prints and writes nothing.
 """
 from common import LabError
-from shapes import BEST_TOTALS, RULE_TOTALS, SPLITS, allowance, build_request, escape
+from shapes import (AGENT_TOTALS, BEST_TOTALS, RULE_TOTALS, SPLITS, allowance, build_request, escape,
+                    message_text)
 
 
 def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
@@ -20,17 +23,47 @@ def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
     With required ['Use PostgreSQL'] and stale ['We will use MySQL'], messages holding 'We will use MySQL now.'
     give ([], ['We will use MySQL']); a note quoting 'a < b' as 'a &lt; b' carries the fact 'a < b'.
     """
-    text = '\n'.join(message['content'] for message in messages)
+    text = '\n'.join(map(message_text, messages))
     return tuple([fact for fact in case[key] if fact in text or escape(fact) in text] for key in ('required', 'stale'))
 
 
+def invalid(messages: list[dict]) -> str | None:
+    """Why a provider would refuse this request (docs/agents.md), or None. The system message comes first and a user
+    message next, the question last; an assistant message's calls are answered by the tool messages right after it,
+    each once, and no call id repeats within a turn. [system, user, tool answering 'c1'] -> 'message 2 (tool) ...'."""
+    roles = [message['role'] for message in messages]
+    if roles[0] != 'system' or len(roles) < 2:
+        return 'the system message is not first' if roles[0] != 'system' else 'the request holds no question'
+    for index in (1, len(roles) - 1):  # the first after the system message, and the question
+        if roles[index] != 'user':
+            return f'message {index} is {roles[index]}, not a user message'
+    open_calls, seen = {}, set()  # call id -> the message that made it; the ids made since the last user message
+    for index, message in enumerate(messages):
+        if message['role'] != 'tool' and open_calls:
+            call, at = next(iter(open_calls.items()))
+            return f'message {at}: call {call!r} has no result before message {index} ({message["role"]})'
+        if message['role'] == 'user':
+            seen = set()
+        if message['role'] == 'tool' and open_calls.pop(message['tool_call_id'], None) is None:
+            return f'message {index} (tool) answers no call of the assistant message before it'
+        for call in message.get('tool_calls', ()):
+            if call['id'] in seen:
+                return f'message {index}: call id {call["id"]!r} is used twice in one turn'
+            open_calls[call['id']] = index
+            seen.add(call['id'])
+    return None
+
+
 def graded_row(case: dict, chosen: dict) -> dict:
-    """One report row: which required and stale facts reached the selection's request (shapes.ROW_FIELDS)."""
-    reached, stale = facts_in(case, chosen['messages'])
-    return {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
-            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'],
-            'within_budget': chosen['input_tokens'] <= allowance(case),
-            'required_found': len(reached), 'required_total': len(case['required']),
+    """One report row: which required and stale facts reached the selection's request (shapes.ROW_FIELDS; an agent
+    case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an invalid request reaches no fact)."""
+    why = invalid(chosen['messages']) if 'tools' in case else None
+    reached, stale = ([], []) if why else facts_in(case, chosen['messages'])
+    row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
+           'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'],
+           'within_budget': chosen['input_tokens'] <= allowance(case)}
+    return {**row, **({'invalid': why} if 'tools' in case else {}), 'required_found': len(reached),
+            'required_total': len(case['required']),
             'missing': [fact for fact in case['required'] if fact not in reached], 'stale_included': stale}
 
 
@@ -47,8 +80,10 @@ def totals(rows: list[dict]) -> dict:
                'complete_cases': sum(1 for row in searched if not row['missing']),
                'cases_with_stale_facts': sum(1 for row in searched if row['stale_included']),
                'over_budget': sum(1 for row in searched if not row.get('within_budget', True)),
+               'invalid_requests': sum(1 for row in searched if row.get('invalid')),
                'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
-    return {key: figures[key] for key in (RULE_TOTALS if 'within_budget' in rows[0] else BEST_TOTALS)}
+    kind = AGENT_TOTALS if 'invalid' in rows[0] else RULE_TOTALS if 'within_budget' in rows[0] else BEST_TOTALS
+    return {key: figures[key] for key in kind}
 
 
 def by_group(rows: list[dict], group: str) -> dict:

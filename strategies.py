@@ -89,8 +89,10 @@ def note_lines(case: dict, before: int):
     """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role:
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
     for index in reversed(range(before)):
-        for role in reversed(TURN_ROLES):  # newest first: the assistant's, then the user's
-            for sentence in reversed(cue_sentences(case['history'][index][role])):
+        turn = case['history'][index]
+        roles = [message['role'] for message in turn] if type(turn) is list else TURN_ROLES  # an agent turn's, a pair's
+        for role, text in reversed(list(zip(roles, turn_texts(turn)))):  # newest first: the assistant's, the user's
+            for sentence in reversed(cue_sentences(text)):
                 yield f'- [turn {index + 1}, {role}] {sentence}'
 
 

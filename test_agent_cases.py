@@ -1,0 +1,172 @@
+"""Agent cases: a message list read into turns, every mistake refused in one line, and requests graded only when a
+provider would accept them (case_set.agent_case, scorer.invalid, scorer.graded_row)."""
+import copy
+import json
+import unittest
+
+from case_set import CaseError, load_case_set
+from scorer import graded_row, invalid
+from shapes import build_request, selection, turn_texts
+from test_support_fixtures import TempFolderTest
+
+SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
+CALL = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': '{"path": "a.ini"}'}}
+CASE = {'id': 'one', 'split': 'dev', 'kind': 'k', 'messages': [
+    SYSTEM,
+    {'role': 'user', 'content': 'Read a.ini.'},
+    {'role': 'assistant', 'content': None, 'tool_calls': [CALL]},
+    {'role': 'tool', 'tool_call_id': 'c1', 'content': 'port = 8443'},
+    {'role': 'assistant', 'content': 'It sets the port.'},
+    {'role': 'user', 'content': 'Thanks.'},
+    {'role': 'assistant', 'content': 'You are welcome.'},
+    {'role': 'user', 'content': 'Which port?'}],
+    'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}, 'required': ['port = 8443'], 'stale': []}
+READ = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': {'path': 'a.ini'}}}
+
+
+def user(text: str) -> dict:
+    return {'role': 'user', 'content': text}
+
+
+def result(call_id: str, text: str = 'ok') -> dict:
+    return {'role': 'tool', 'tool_call_id': call_id, 'content': text}
+
+
+def calling(*ids: str) -> dict:
+    return {'role': 'assistant', 'content': '', 'tool_calls': [dict(READ, id=call_id) for call_id in ids]}
+
+
+class LoadTest(TempFolderTest):
+    def load(self, cases) -> list[dict]:
+        path = self.tmp / 'agent.json'
+        path.write_text(json.dumps(cases), encoding='utf-8')
+        return load_case_set(path)[0]
+
+    def refusal(self, change) -> str:
+        case = copy.deepcopy(CASE)
+        change(case)
+        with self.assertRaises(CaseError) as raised:
+            self.load([case])
+        return str(raised.exception).removeprefix(f'{self.tmp / "agent.json"}: case one: ')
+
+    def test_the_messages_become_instructions_turns_and_question_with_null_content_and_string_arguments_made_plain(self):
+        case, = self.load([CASE])
+        self.assertEqual((case['instructions'], case['current'], case['tools']),
+                         ('Answer from the conversation.', 'Which port?', []))
+        self.assertEqual(case['history'], [
+            [user('Read a.ini.'), {'role': 'assistant', 'content': '', 'tool_calls': [READ]},
+             result('c1', 'port = 8443'), {'role': 'assistant', 'content': 'It sets the port.'}],
+            [user('Thanks.'), {'role': 'assistant', 'content': 'You are welcome.'}]])
+
+    def test_a_fact_in_a_calls_arguments_is_one_the_history_states(self):
+        case = copy.deepcopy(CASE)
+        case['required'] = ['"path": "a.ini"']
+        self.assertEqual(self.load([case])[0]['required'], ['"path": "a.ini"'])
+
+    def test_each_mistake_is_refused_naming_the_message_and_field(self):
+        def at(index, **change):
+            return lambda case: case['messages'][index].update(change)
+
+        table = [
+            (at(3, tool_call_id='c9'), 'field messages: message 3 (tool) answers no call of the assistant message before it'),
+            (lambda case: case['messages'].pop(3), "field messages: message 2: call 'c1' has no result before message 3 "
+             '(assistant)'),
+            (lambda case: case['messages'].insert(1, {'role': 'assistant', 'content': 'Hello.'}),
+             'field messages: message 1 is assistant, not a user message'),
+            (lambda case: case['messages'].append({'role': 'assistant', 'content': 'Late.'}),
+             'field messages: message 8 is assistant, not a user message'),
+            (at(2, tool_calls=[CALL, CALL]), "field messages: message 2: call id 'c1' is used twice in one turn"),
+            (at(2, tool_calls=[dict(CALL, function={'name': 'f', 'arguments': '{"path": '})]),
+             'field messages[2].tool_calls[0].function.arguments is a string that is not JSON: Expecting value: line 1 '
+             'column 10 (char 9)'),
+            (at(2, tool_calls=[dict(CALL, function={'name': 'f', 'arguments': '[1]'})]),
+             'field messages[2].tool_calls[0].function.arguments must be a JSON object, or a string holding one'),
+            (at(2, tool_calls=[{'id': 'c1', 'function': {'name': 'f', 'arguments': {}}}]),
+             'field messages[2].tool_calls[0] must be {"id": "...", "type": "function", "function": {"name": "...", '
+             '"arguments": {...}}}'),
+            (at(2, tool_calls=[]), 'field messages[2].tool_calls must be a non-empty list of calls'),
+            (at(3, content=None), 'field messages[3].content must be a string'),
+            (at(4, content=None), 'field messages[4].content must be a string'),
+            (at(3, tool_call_id=''), 'field messages[3].tool_call_id must be a string that is not empty'),
+            (at(1, name='x'), "field messages[1]: a user message holds role and content (tool_calls and name optional), "
+             "got ['content', 'name', 'role']"),
+            (at(5, role='system'), 'field messages[5] must be a message whose role is user or assistant or tool'),
+            (at(0, role='user'), 'field messages[0] must be a message whose role is system'),
+            (at(4, content='a <|channel>b'), "field messages[4].content contains a thinking-channel marker "
+             "['<|channel>', '<channel|>'], which the counter does not cover"),
+            (lambda case: case.update(tools={}), 'field tools must be a list of {"type": "function", "function": '
+             '{"name": ...}}'),
+            (lambda case: case.update(history=[]), "an agent case has exactly the fields ['id', 'split', 'kind', "
+             "'messages', 'tools', 'budget', 'required', 'stale'] (tools optional); missing [], unexpected ['history']"),
+            (lambda case: case.update(required=['port = 9']),
+             "field required: fact 'port = 9' does not occur in any message of the history"),
+            (lambda case: case.update(messages=[SYSTEM, user('Which port?')]),
+             'field history is empty; the required facts must be stated in its messages'),
+        ]
+        for change, message in table:
+            with self.subTest(message):
+                self.assertEqual(self.refusal(change), message)
+
+
+class ValidityTest(unittest.TestCase):
+    def test_a_request_a_provider_accepts_is_valid(self):
+        self.assertIsNone(invalid([SYSTEM, user('a'), calling('c1', 'c2'), result('c2'), result('c1'), user('q')]))
+        self.assertIsNone(invalid([SYSTEM, user('q')]))
+
+    def test_each_broken_pair_is_named_by_the_message_that_breaks_it(self):
+        table = [
+            ([user('a'), user('q')], 'the system message is not first'),
+            ([SYSTEM, result('c1'), user('q')], 'message 1 is tool, not a user message'),
+            ([SYSTEM, user('a'), result('c1'), user('q')],
+             'message 2 (tool) answers no call of the assistant message before it'),
+            ([SYSTEM, user('a'), calling('c1', 'c2'), result('c1'), user('q')],
+             "message 2: call 'c2' has no result before message 4 (user)"),
+            ([SYSTEM, user('a'), calling('c1'), {'role': 'assistant', 'content': 'x'}, result('c1'), user('q')],
+             "message 2: call 'c1' has no result before message 3 (assistant)"),
+            ([SYSTEM, user('a'), calling('c1'), result('c1'), result('c1'), user('q')],
+             'message 4 (tool) answers no call of the assistant message before it'),
+            ([SYSTEM, user('a'), calling('c1'), result('c1'), calling('c1'), result('c1'), user('q')],
+             "message 4: call id 'c1' is used twice in one turn"),
+        ]
+        for messages, reason in table:
+            with self.subTest(reason):
+                self.assertEqual(invalid(messages), reason)
+
+    def test_an_id_used_again_after_the_next_user_message_is_valid_as_real_logs_reuse_them(self):
+        self.assertIsNone(invalid([SYSTEM, user('a'), calling('c1'), result('c1'), user('b'), calling('c1'),
+                                   result('c1'), user('q')]))
+
+
+class GradedRowTest(unittest.TestCase):
+    def setUp(self):
+        self.case = {'id': 'one', 'split': 'dev', 'kind': 'k', 'instructions': 'Answer.', 'current': 'Which port?',
+                     'history': [[user('Read a.ini.'), calling('c1'), result('c1', 'port = 8443')]], 'tools': [],
+                     'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32},
+                     'required': ['port = 8443', 'a.ini'], 'stale': []}
+
+    def test_a_valid_request_finds_facts_in_results_and_in_arguments_and_says_it_is_valid(self):
+        row = graded_row(self.case, selection(build_request(self.case, [0]), [0], 0, 100))
+        self.assertEqual(list(row), ['case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget',
+                                     'invalid', 'required_found', 'required_total', 'missing', 'stale_included'])
+        self.assertEqual((row['invalid'], row['required_found'], row['missing']), (None, 2, []))
+
+    def test_a_request_that_drops_a_call_but_keeps_its_result_carries_no_facts(self):
+        request = build_request(self.case, [0])
+        del request[2]  # the call
+        row = graded_row(self.case, selection(request, [0], 0, 90))
+        self.assertEqual((row['invalid'], row['required_found'], row['missing']),
+                         ('message 2 (tool) answers no call of the assistant message before it', 0,
+                          ['port = 8443', 'a.ini']))
+
+    def test_a_pair_case_row_has_no_invalid_field(self):
+        case = dict(self.case, history=[{'user': 'port = 8443 a.ini', 'assistant': 'ok'}])
+        del case['tools']
+        self.assertNotIn('invalid', graded_row(case, selection(build_request(case, [0]), [0], 0, 50)))
+
+    def test_an_agent_turns_texts_are_its_contents_and_its_calls_names_and_arguments(self):
+        self.assertEqual(turn_texts(self.case['history'][0]),
+                         ('Read a.ini.', 'read_file {"path": "a.ini"}', 'port = 8443'))
+
+
+if __name__ == '__main__':
+    unittest.main()
