@@ -27,7 +27,8 @@ from pathlib import Path
 import re
 
 from common import LabError, run
-from shapes import TURN_ROLES, holds_thinking_marker, turn_texts
+from shapes import TURN_ROLES, holds_thinking_marker, turn_key, turn_texts
+from tool_formats import prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
     counter_folder, pins, prepare_command, read_manifest, vocab_spec
 
@@ -79,6 +80,12 @@ def checked(messages) -> list[dict]:
         raise CounterError('a request must be a non-empty list of messages')
     return [{'role': check_message(index, message, messages[index - 1]['role'] if index else None),
              'content': plain(message['content'])} for index, message in enumerate(messages)]
+
+
+def agent_request(messages) -> bool:
+    """True for a list holding a tool message, a call or a tools list: what tool_formats.py renders."""
+    return type(messages) is list and any(isinstance(message, Mapping) and (
+        message.get('role') == 'tool' or 'tool_calls' in message or 'tools' in message) for message in messages)
 
 
 def chat_format(definition: dict) -> dict:
@@ -173,6 +180,8 @@ class TokenCounter:
         if not self.fast:
             return len(self.encode(self.prompt(messages)))
         sizes = self.known_sizes(messages)
+        if sizes is None and agent_request(messages):
+            return self.agent_count(messages)
         if sizes is None or None in sizes:  # a request that may be malformed, or a message not seen before
             sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
@@ -209,11 +218,23 @@ class TokenCounter:
             size = self.lines[line] = len(self.encode(line))
         return size
 
-    def turn_costs(self, history: list[dict]) -> list[int]:
-        """Tokens each turn (its user and assistant message) adds to any request, worked out once per
-        conversation: cases of one conversation, and copies of it, share one entry."""
+    def agent_count(self, messages: list[dict]) -> int:
+        """Tokens of a request with tool calls, tool results or tools (on its system message, shapes.build_request):
+        its whole prompt as tool_formats renders it, encoded; valid or not, as the model would receive it."""
+        tools = messages[0].get('tools') if isinstance(messages[0], Mapping) else None
+        request = [dict(message) for message in messages]
+        request[0].pop('tools', None)
+        text = prompt_text(self.name, self.form, request, tools)
+        self.refuse(text)
+        return len(self.encode(text))
+
+    def turn_costs(self, history: list) -> list[int]:
+        """Tokens each turn (its user and assistant message, or an agent turn's messages) adds to any request,
+        worked out once per conversation: cases of one conversation, and copies of it, share one entry."""
         if not self.fast:
             raise CounterError('this tokenizer cannot be counted turn by turn')
+        if history and type(history[0]) is list:
+            return self.agent_turn_costs(history)
         key = tuple(map(turn_texts, history))
         if (costs := self.turns.get(key)) is None:
             for index, (_, answer) in enumerate(key):  # as check_message refuses it, so the cache never holds it
@@ -223,6 +244,18 @@ class TokenCounter:
                 del self.turns[next(iter(self.turns))]  # the oldest
             costs = self.turns[key] = [self.message_size('user', user, keep=True)
                                        + self.message_size('assistant', answer, keep=True) for user, answer in key]
+        return costs
+
+    def agent_turn_costs(self, history: list[list[dict]]) -> list[int]:
+        """turn_costs of an agent history: each turn's text as tool_formats renders it, encoded once."""
+        key = tuple(map(turn_key, history))
+        if (costs := self.turns.get(key)) is None:
+            texts = [turn_prompt_text(self.name, self.form, turn) for turn in history]
+            for text in texts:
+                self.refuse(text)
+            if len(self.turns) >= HISTORIES_KEPT:
+                del self.turns[next(iter(self.turns))]  # the oldest
+            costs = self.turns[key] = [len(self.encode(text)) for text in texts]
         return costs
 
     def forget(self) -> None:
