@@ -310,10 +310,16 @@ class RefusalTest(unittest.TestCase):
             ('no messages', [], 'a request must be a non-empty list of messages'),
             ('non-string content', [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}],
              'message 0: content must be a string, got list'),
-            ('unknown role', [{'role': 'tool', 'content': 'x'}],
-             "message 0: unknown role 'tool'; expected one of ['assistant', 'system', 'user']"),
-            ('tool calls', [{'role': 'assistant', 'content': '', 'tool_calls': []}],
-             "message 0: expected exactly the keys role and content, got ['content', 'role', 'tool_calls'] "
+            ('unknown role', [{'role': 'developer', 'content': 'x'}],
+             "message 0: unknown role 'developer'; expected one of ['assistant', 'system', 'user']"),
+            ('a tool message without its call id', [{'role': 'tool', 'content': 'x'}],
+             "message 0: a tool message holds ['content', 'tool_call_id'] and may hold ['name'], got ['content']"),
+            ('a call with string arguments', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': '',
+              'tool_calls': [{'id': 'c', 'type': 'function', 'function': {'name': 'f', 'arguments': '{}'}}]}],
+             "message 1, tool call 0: arguments must be a JSON object, got str (parse a JSON string first: Gemma 4's "
+             "template raises on one, Llama 3's and Qwen 2.5's encode it twice)"),
+            ('an image', [{'role': 'user', 'content': 'a', 'images': ['x']}],
+             "message 0: expected exactly the keys role and content, got ['content', 'images', 'role'] "
              '(tool calls, images and thinking are not counted by this lab)'),
             ('late system message', [{'role': 'user', 'content': 'a'}, {'role': 'system', 'content': 'b'}],
              'message 1: a system message may only come first'),

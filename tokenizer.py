@@ -28,7 +28,7 @@ import re
 
 from common import LabError, run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key, turn_texts
-from tool_formats import prompt_text, turn_prompt_text
+from tool_formats import ToolFormatError, prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
     counter_folder, pins, prepare_command, read_manifest, vocab_spec
 
@@ -86,6 +86,14 @@ def agent_request(messages) -> bool:
     """True for a list holding a tool message, a call or a tools list: what tool_formats.py renders."""
     return type(messages) is list and any(isinstance(message, Mapping) and (
         message.get('role') == 'tool' or 'tool_calls' in message or 'tools' in message) for message in messages)
+
+
+def rendered(render, *args) -> str:
+    """What tool_formats renders, its refusal a CounterError like every other of the counter's."""
+    try:
+        return render(*args)
+    except ToolFormatError as error:
+        raise CounterError(str(error)) from None
 
 
 def chat_format(definition: dict) -> dict:
@@ -157,6 +165,8 @@ class TokenCounter:
 
     def prompt(self, messages: list[dict]) -> str:
         """The exact text the model receives for a request."""
+        if agent_request(messages):
+            return self.agent_prompt(messages)
         turns = checked(messages)
         for turn in turns:
             self.refuse(turn['content'])
@@ -180,8 +190,8 @@ class TokenCounter:
         if not self.fast:
             return len(self.encode(self.prompt(messages)))
         sizes = self.known_sizes(messages)
-        if sizes is None and agent_request(messages):
-            return self.agent_count(messages)
+        if (sizes is None or None in sizes) and agent_request(messages):
+            return len(self.encode(self.agent_prompt(messages)))
         if sizes is None or None in sizes:  # a request that may be malformed, or a message not seen before
             sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
@@ -218,15 +228,15 @@ class TokenCounter:
             size = self.lines[line] = len(self.encode(line))
         return size
 
-    def agent_count(self, messages: list[dict]) -> int:
-        """Tokens of a request with tool calls, tool results or tools (on its system message, shapes.build_request):
-        its whole prompt as tool_formats renders it, encoded; valid or not, as the model would receive it."""
+    def agent_prompt(self, messages: list[dict]) -> str:
+        """The prompt of a request with tool calls, tool results or tools (on its system message, shapes.build_request)
+        as tool_formats renders it; valid or not, as the model would receive it. It is counted whole."""
         tools = messages[0].get('tools') if isinstance(messages[0], Mapping) else None
         request = [dict(message) for message in messages]
         request[0].pop('tools', None)
-        text = prompt_text(self.name, self.form, request, tools)
+        text = rendered(prompt_text, self.name, self.form, request, tools)
         self.refuse(text)
-        return len(self.encode(text))
+        return text
 
     def turn_costs(self, history: list) -> list[int]:
         """Tokens each turn (its user and assistant message, or an agent turn's messages) adds to any request,
@@ -250,7 +260,7 @@ class TokenCounter:
         """turn_costs of an agent history: each turn's text as tool_formats renders it, encoded once."""
         key = tuple(map(turn_key, history))
         if (costs := self.turns.get(key)) is None:
-            texts = [turn_prompt_text(self.name, self.form, turn) for turn in history]
+            texts = [rendered(turn_prompt_text, self.name, self.form, turn) for turn in history]
             for text in texts:
                 self.refuse(text)
             if len(self.turns) >= HISTORIES_KEPT:
