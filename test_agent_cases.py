@@ -4,10 +4,13 @@ import copy
 import json
 import unittest
 
-from case_set import CaseError, load_case_set
+from case_set import CaseError, load_case_set, load_cases
 from scorer import graded_row, invalid
 from shapes import build_request, selection, turn_texts
-from test_support_fixtures import TempFolderTest
+from strategies import RULES
+from test_support_fixtures import HERE, TempFolderTest
+from test_support_oracle import OFFICIAL_PATH, official_count
+from tokenizer import count_request
 
 SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
 CALL = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': '{"path": "a.ini"}'}}
@@ -135,6 +138,17 @@ class ValidityTest(unittest.TestCase):
     def test_an_id_used_again_after_the_next_user_message_is_valid_as_real_logs_reuse_them(self):
         self.assertIsNone(invalid([SYSTEM, user('a'), calling('c1'), result('c1'), user('b'), calling('c1'),
                                    result('c1'), user('q')]))
+
+
+@unittest.skipIf(OFFICIAL_PATH is None, 'no copy of the official Gemma 4 template to compare with')
+class OfficialTemplateTest(unittest.TestCase):
+    def test_every_request_the_rules_build_on_the_agent_cases_is_counted_as_the_official_template_renders_it(self):
+        for case in load_cases(HERE / 'agent-cases.json'):
+            whole = build_request(case, range(len(case['history'])))
+            requests = [whole, *(rule(case, count_request)['messages'] for rule in RULES.values())]
+            for index, request in enumerate(requests):
+                with self.subTest(case['id'], request=index):
+                    self.assertEqual(count_request(request), official_count(request))
 
 
 class GradedRowTest(unittest.TestCase):
