@@ -206,8 +206,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     say(f"{what} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and the pinned sha256 ...")
     started = time.monotonic()
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
-    # The vectors show it counts right on those strings; the pin, that it is the very file checked when the
-    # manifest was written. Other tokenizers or gguf versions may serialise it differently.
+    # The vectors show it counts right on their strings; the pin, that it is the file the manifest vouches for
     have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
     check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', mirror['built_tokenizer'],
                f'refusing it (manifest {where}.built_tokenizer). Rebuilding it byte for byte needs '
