@@ -205,7 +205,7 @@ def convert(path: Path, categories: set[int], budget: dict, split: str, golds=No
 def category_set(text: str) -> set[int]:
     """'1,2,4' -> {1, 2, 4}; anything but LoCoMo's category numbers is refused."""
     chosen = {int(part) if part.strip().isdecimal() else 0 for part in text.split(',')}  # 0 is no category
-    if not chosen or not chosen <= set(CATEGORIES):
+    if not chosen <= set(CATEGORIES):
         raise argparse.ArgumentTypeError(f'expected category numbers from {list(CATEGORIES)} separated by commas, '
                                          f'got {text!r}')
     return chosen
