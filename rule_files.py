@@ -276,7 +276,7 @@ class Child:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            return selection(messages, carried_turns(history, messages, known[2]), 0, size)
+            return selection(messages, carried_turns(messages, known[2]), 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:
@@ -302,13 +302,12 @@ def turn_places(history: list[dict]) -> dict[tuple, list[int]]:
     return where
 
 
-def carried_turns(history: list[dict], messages: list[dict], where: dict | None = None) -> list[int]:
-    """Indices of the history turns a request carries as adjacent (user, assistant) pairs of the same text.
+def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[int]:
+    """Indices of the history turns a request carries as adjacent (user, assistant) pairs of the same text, where
+    `where` is turn_places(history).
 
     With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
-    give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2].
-    `where` is turn_places(history), for a caller that has it already."""
-    where = turn_places(history) if where is None else where
+    give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2]."""
     taken = set()
     for first, second in zip(messages, messages[1:]):  # a pair's assistant message never opens another pair
         pair = (first['content'], second['content'])
