@@ -16,62 +16,23 @@ input gives the same bytes. Bad input is one line naming the file, the line or i
 written; the output is never an input. It counts no tokens and checks neither messages nor facts: the loader does.
 """
 import argparse
-import json
-import os
 from pathlib import Path
-import stat
 
 from case_set import CaseError
 from common import run  # standard library only, as are the two below
-from lab_files import (PIPE_WAIT, SPECIAL, DuplicateKey, check_outputs, file_identity, read_json, to_json,
-                       unique_keys, write_output)
+from lab_files import PIPE_WAIT, check_outputs, file_identity, parse_json, read_json, read_text, to_json, write_output
 
 LABEL_FIELDS = ('id', 'conversation', 'message', 'split', 'kind', 'budget', 'required', 'stale')
 INDEX_FIELDS = ('conversation', 'message')  # what only this step sees; the loader checks the rest of a case
-LOG_LIMIT = 10**9  # bytes, as read_json_file's limit
 JSON_SPACE = ' \t\n\r'  # the whitespace JSON allows between values; str.strip() would also take U+2028 and more
-
-
-def log_text(path: Path) -> str:
-    """The text of LOGS, read as read_json_file reads a file (which parses it whole; JSONL is not one value)."""
-    try:
-        kind = stat.S_IFMT(os.stat(path).st_mode)
-        if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
-            raise CaseError(f'{path}: the logs must be a file, not {SPECIAL.get(kind, "a device")}')
-        if (size := os.stat(path).st_size) > LOG_LIMIT:
-            raise CaseError(f'{path}: the logs are {size:,} bytes, more than the {LOG_LIMIT:,} the lab reads')
-        return path.read_bytes().decode('utf-8-sig')
-    except OSError as error:
-        raise CaseError(f'{path}: cannot read the logs: {error.strerror}') from None
-    except UnicodeDecodeError as error:
-        raise CaseError(f'{path}: the logs are not UTF-8 text (byte {error.start})') from None
-    except MemoryError:
-        raise CaseError(f'{path}: the logs do not fit in the memory this process may use') from None
-
-
-def parsed(text: str, where: str, one_line: bool):
-    """The JSON value of text (the whole file, or one_line of it), or one CaseError at `where`; an object holding
-    a key twice is refused, as read_json_file refuses it: JSON readers disagree on which value wins."""
-    try:
-        return json.loads(text, object_pairs_hook=unique_keys)
-    except json.JSONDecodeError as error:
-        at = f'column {error.colno}' if one_line else f'line {error.lineno} column {error.colno}'
-        problem = f'invalid JSON at {at}: {error.msg}'
-    except DuplicateKey as error:
-        problem = f'key {error.args[0]!r} appears twice in one object'
-    except ValueError as error:  # e.g. an integer longer than Python will convert
-        problem = f'cannot be read as JSON: {error}'
-    except RecursionError:
-        problem = 'nested too deeply to read'
-    raise CaseError(f'{where}: {problem}')
 
 
 def conversations(path: Path) -> list[tuple[str, dict]]:
     """(where, conversation) for each conversation of LOGS, in order; `where` names the file and line or index."""
-    text = log_text(path)
+    text = read_text(path, 'log file')[0]
     found = []
     if text.lstrip(JSON_SPACE).startswith('['):
-        found = [(f'{path}: index {index}', item) for index, item in enumerate(parsed(text, str(path), False))]
+        found = [(f'{path}: index {index}', item) for index, item in enumerate(parse_json(text, str(path), 'log file'))]
     else:
         lines = text.split('\n')  # not splitlines(): a JSON string may hold U+2028, where it would split too
         if not lines[-1].strip(JSON_SPACE):
@@ -80,7 +41,7 @@ def conversations(path: Path) -> list[tuple[str, dict]]:
             where = f'{path}: line {number}'
             if not line.strip(JSON_SPACE):
                 raise CaseError(f'{where}: is blank; JSONL holds one conversation a line, conversation N on line N + 1')
-            found.append((where, parsed(line, where, True)))
+            found.append((where, parse_json(line, where, 'log file', line=False)))
     if not found:
         raise CaseError(f'{path}: holds no conversation')
     for where, conversation in found:

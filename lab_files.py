@@ -48,6 +48,16 @@ def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) 
     A byte-order mark is read as none. An object holding a key twice is refused, since JSON readers disagree on
     which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a' appears twice in one object'). A file
     over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
+    try:
+        text, sha256 = read_text(path, what, limit)
+        return parse_json(text, str(path), what), sha256
+    except LabError as error:
+        raise LabError(f'{error}; {advice}' if advice else str(error)) from None
+
+
+def read_text(path: Path, what: str, limit: int = 10**9) -> tuple[str, str]:
+    """(the text of a file, the SHA-256 of its bytes), or one LabError naming the file: a pipe, a device or a file
+    over `limit` bytes is refused unread, and a byte-order mark is read as none."""
     path = Path(path)
     try:
         kind = stat.S_IFMT(os.stat(path).st_mode)
@@ -56,24 +66,31 @@ def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) 
         if (size := os.stat(path).st_size) > limit:  # parsing takes several times a file's size in memory
             raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {limit:,} the lab reads')
         data = path.read_bytes()
-        sha256, text = hashlib.sha256(data).hexdigest(), data.decode('utf-8-sig')
-        del data  # parsing takes several times the text's size; the bytes need not be held meanwhile
-        return json.loads(text, object_pairs_hook=unique_keys), sha256
+        return data.decode('utf-8-sig'), hashlib.sha256(data).hexdigest()
     except MemoryError:
         problem = f'the {what} does not fit in the memory this process may use'
     except OSError as error:
         problem = f'cannot read the {what}: {error.strerror}'
     except UnicodeDecodeError as error:
         problem = f'the {what} is not UTF-8 text (byte {error.start})'
+    raise LabError(f'{path}: {problem}')
+
+
+def parse_json(text: str, where: str, what: str, line: bool = True):
+    """The JSON value of a text, or one LabError at `where` (the error's column only, not line, if not `line`)."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except MemoryError:
+        problem = f'the {what} does not fit in the memory this process may use'
     except json.JSONDecodeError as error:
-        problem = f'invalid JSON at line {error.lineno} column {error.colno}: {error.msg}'
+        problem = f'invalid JSON at {f"line {error.lineno} " if line else ""}column {error.colno}: {error.msg}'
     except DuplicateKey as error:
         problem = f'key {error.args[0]!r} appears twice in one object; a {what} names each key once'
     except ValueError as error:  # e.g. an integer longer than Python will convert
         problem = f'the {what} cannot be read as JSON: {error}'
     except RecursionError:
         problem = f'the {what} is nested too deeply to read'
-    raise LabError(f'{path}: {problem}' + (f'; {advice}' if advice else ''))
+    raise LabError(f'{where}: {problem}')
 
 
 class DuplicateKey(ValueError):

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 import tempfile
 
+from case_set import load_cases
 import chat_cases
 from test_support_fixtures import TempFolderTest
 from test_support_runs import in_process
@@ -181,6 +182,11 @@ class ChatCasesTest(TempFolderTest):
         self.assertEqual((result.returncode, result.stdout, result.stderr), (0, '', ''))
         self.assertEqual(output.read_text(encoding='utf-8'), EXPECTED)
 
+    def test_the_cases_it_writes_are_agent_cases_the_lab_loads(self):
+        output = self.convert(jsonl(BUILD, EDIT), LABELS)[3]
+        self.assertEqual([(case['id'], len(case['history']), case['current']) for case in load_cases(output)],
+                         [('green', 1, 'Which step failed?'), ('port', 1, 'Which port?')])
+
     def test_a_json_list_of_the_same_conversations_gives_the_same_bytes(self):
         logs = '\ufeff\n ' + json.dumps([BUILD, EDIT], indent=2)  # a byte-order mark and space before the [
         result, _, _, output = self.convert(logs, LABELS, 'logs.json')
@@ -203,7 +209,7 @@ class ChatCasesTest(TempFolderTest):
                 ('[\n  {"messages": []}\n  {"messages": []}\n]\n', 'logs.json',
                  "{logs}: invalid JSON at line 3 column 3: Expecting ',' delimiter"),
                 ('{"messages": [], "messages": []}\n', 'logs.jsonl',
-                 "{logs}: line 1: key 'messages' appears twice in one object"),
+                 "{logs}: line 1: key 'messages' appears twice in one object; a log file names each key once"),
                 (jsonl(BUILD) + '\n' + jsonl(EDIT), 'logs.jsonl',
                  '{logs}: line 2: is blank; JSONL holds one conversation a line, conversation N on line N + 1'),
                 (jsonl(BUILD, [1]), 'logs.jsonl', '{logs}: line 2: expected a conversation object, got list'),
@@ -267,5 +273,5 @@ class ChatCasesTest(TempFolderTest):
         labels.write_text(json.dumps(LABELS), encoding='utf-8')
         result = in_process(chat_cases, str(pipe), '--labels', str(labels), '--output', str(self.tmp / 'cases.json'))
         self.assertEqual((result.returncode, result.stderr),
-                         (2, f'chat_cases.py: {pipe}: the logs must be a file, not a named pipe\n'))
+                         (2, f'chat_cases.py: {pipe}: the log file must be a file, not a named pipe\n'))
         self.assertFalse((self.tmp / 'cases.json').exists())

@@ -250,7 +250,13 @@ class MissingPackagesTest(TempFolderTest):
     def test_a_script_of_the_standard_library_only_runs_without_the_packages(self):
         locomo, cases = self.tmp / 'locomo10.json', self.tmp / 'cases.json'
         locomo.write_text(json.dumps(LOCOMO), encoding='utf-8')
-        arguments = {'locomo_cases.py': [str(locomo), '--output', str(cases)]}  # any other runs without any
+        logs, labels = self.tmp / 'logs.jsonl', self.tmp / 'labels.json'
+        logs.write_text('{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}\n')
+        labels.write_text(json.dumps([{'id': 'hi', 'conversation': 0, 'message': 1, 'split': 'dev', 'kind': 'greeting',
+                                       'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32},
+                                       'required': ['Hi'], 'stale': []}]))
+        arguments = {'locomo_cases.py': [str(locomo), '--output', str(cases)],  # any other runs without any
+                     'chat_cases.py': [str(logs), '--labels', str(labels), '--output', str(self.tmp / 'chat.json')]}
         for script in BARE:
             with self.subTest(script):
                 result = run([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
