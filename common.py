@@ -45,13 +45,13 @@ def requirement_pins(text: str) -> dict[str, str | None]:
             continue
         if (match := REQUIREMENT.fullmatch(line)) is None:
             raise LabError(f'{REQUIREMENTS}: line {number}: {line!r} is not a requirement; expected name==version')
-        exact = EXACT_PIN.fullmatch(match['rest'])
-        found[match['name']] = exact['version'] if exact else None
+        found[match['name']] = exact['version'] if (exact := EXACT_PIN.fullmatch(match['rest'])) else None
     return found
 
 
 def missing_packages() -> list[str]:
-    """Pins this interpreter lacks or holds at another version: ['tokenizers==0.23.3 (it has 0.22.0)']."""
+    """Pins this interpreter lacks or holds at another version, which may count differently:
+    ['tokenizers==0.23.3 (it has 0.22.0)']."""
     try:
         text = REQUIREMENTS.read_text(encoding='utf-8')
     except (OSError, UnicodeDecodeError) as error:
@@ -59,16 +59,13 @@ def missing_packages() -> list[str]:
                        'restore it with git checkout') from None
     missing = []
     for name, version in requirement_pins(text).items():
-        if name in TESTS_ONLY:
-            continue
-        wanted = f'{name}=={version}' if version else f'{name} (any version)'
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            missing.append(wanted)
-            continue
-        if version and installed != version:
-            missing.append(f'{wanted} (it has {installed})')  # another version may count differently
+            installed = None
+        if name not in TESTS_ONLY and (installed is None or version and installed != version):
+            wanted = f'{name}=={version}' if version else f'{name} (any version)'
+            missing.append(wanted + (f' (it has {installed})' if installed else ''))
     return missing
 
 
@@ -124,7 +121,6 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
 
 
 def add_input_options(parser, cases: Path | None = DEFAULT_CASES, cases_help: str = 'case set (default: cases.json)') -> None:
-    """--cases FILE and --rules FILE.py (repeatable), as every script that runs the rules spells them."""
     parser.add_argument('--cases', type=Path, default=cases, metavar='FILE', help=cases_help)
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
                         help='a rules file (RULES, a dict of name -> rule; docs/rules.md) whose rules run after '

@@ -75,9 +75,8 @@ def bm25_ranked(turns: Turns, current: str) -> list[int]:
 
 @lru_cache(maxsize=1)
 def model():
-    """WordLlama from the files in its own package, never from the network: with the package folder as cache
-    folder it finds its bundled tokenizer in tokenizers/ (it would otherwise look under a folder it does not ship
-    and download it), and with downloads disabled a missing file raises instead of fetching."""
+    """With its package folder as cache folder WordLlama finds its bundled tokenizer in tokenizers/ (it would
+    otherwise look under a folder it does not ship and download it); a missing file raises, not downloads."""
     folder = Path(wordllama.__file__).resolve().parent
     return wordllama.WordLlama.load(config=WORDLLAMA_CONFIG, dim=WORDLLAMA_DIM, cache_dir=folder, disable_download=True)
 

@@ -14,6 +14,7 @@ sample and field, exit 2, nothing written. It calls no model and counts no token
 """
 import argparse
 from collections import Counter
+from itertools import zip_longest
 import json
 from pathlib import Path
 import re
@@ -77,9 +78,8 @@ def session_turns(number: int, date_time: str, utterances: list[dict], speaker_a
         messages[0] = f'{header}\n{messages[0]}'
     else:
         messages.insert(0, header)
-    if len(messages) % 2:
-        messages.append('')  # the session ends on the user side; the next session starts a new turn
-    return list(map(make_turn, zip(messages[::2], messages[1::2])))
+    # A session that ends on the user side ends its last turn with '': the next session starts a new turn.
+    return list(map(make_turn, zip_longest(messages[::2], messages[1::2], fillvalue='')))
 
 
 class Sample:
@@ -202,15 +202,10 @@ def convert(path: Path, categories: set[int], budget: dict, split: str, golds=No
                    f'skipped: {reasons}')
 
 
-def to_text(cases: list[dict]) -> str:
-    """The case set as JSON, one case a line; ASCII keeps even the 146 MB of LoCoMo at one byte a character."""
-    return '[\n' + ',\n'.join(json.dumps(case, ensure_ascii=True) for case in cases) + '\n]\n'
-
-
 def category_set(text: str) -> set[int]:
     """'1,2,4' -> {1, 2, 4}; anything but LoCoMo's category numbers is refused."""
     chosen = {int(part) if part.strip().isdecimal() else 0 for part in text.split(',')}  # 0 is no category
-    if not chosen or not chosen <= set(CATEGORIES):
+    if not chosen <= set(CATEGORIES):
         raise argparse.ArgumentTypeError(f'expected category numbers from {list(CATEGORIES)} separated by commas, '
                                          f'got {text!r}')
     return chosen
@@ -238,7 +233,9 @@ def main(argv: list[str]) -> int:
     check_budget('the budget options', budget)
     check_outputs([('--output', args.output), ('--answers', args.answers)], [('the LoCoMo file', args.locomo)])
     cases, summary = convert(args.locomo, args.categories, budget, args.split, golds := {} if args.answers else None)
-    write_output(args.output, to_text(cases), 'case set',
+    # One case a line; ASCII keeps even the 146 MB of LoCoMo at one byte a character.
+    text = '[\n' + ',\n'.join(json.dumps(case, ensure_ascii=True) for case in cases) + '\n]\n'
+    write_output(args.output, text, 'case set',
                  *([(args.answers, to_json({'answers': golds}), 'gold answers')] if args.answers else []))
     try:
         print(f'locomo_cases.py: {summary}', file=sys.stderr)

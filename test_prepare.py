@@ -656,8 +656,8 @@ class SdistTest(TinyVocabTest):
         """Stage the sdist into dest as prepare.py does after pip; its PrepareError's message, or '' if it worked."""
         with contextlib.redirect_stderr(io.StringIO()):
             try:
-                replace_folder(self.dest, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha),
-                        prepare.say)
+                replace_folder(self.dest, lambda workdir: prepare.stage_from_sdist(
+                    sdist, workdir, manifest, manifest_sha, prepare.DEFAULT, {}), prepare.say)
             except prepare.PrepareError as error:
                 return str(error)
         return ''
@@ -815,8 +815,8 @@ class CounterSdistTest(TinyVocabTest):
         sdist, manifest, manifest_sha = self.counter_manifest(suffix='<start_of_turn>model\n<think>\n\n</think>\n\n')
         folder = counter_folder('tiny-a', self.dest)
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(prepare.PrepareError) as caught:
-            replace_folder(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, 'tiny-a'),
-                    prepare.say)
+            replace_folder(folder, lambda workdir: prepare.stage_from_sdist(
+                sdist, workdir, manifest, manifest_sha, 'tiny-a', {}), prepare.say)
         self.assertEqual(str(caught.exception), f"counter tiny-a: its chat format writes </think>, which "
                                                 f"{Path(MEMBER_PATHS['vocab']).name} holds as no special token; "
                                                 'refusing the counter rather than estimating its counts')

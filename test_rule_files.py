@@ -34,7 +34,7 @@ from scorer import graded_row
 import evaluate
 from evaluate import report
 import rule_files
-from rule_files import RuleError, carried_turns, load_rule_files
+from rule_files import RuleError, carried_turns, load_rule_files, turn_places
 from shapes import build_request
 from test_support_runs import evaluate_py, in_process
 from tokenizer import count_request
@@ -210,21 +210,21 @@ class TurnDetectionTest(unittest.TestCase):
         lone = self.messages(('user', 'c'), ('user', 'q'))
         reworded = self.messages(('user', 'c '), ('assistant', 'd'), ('user', 'q'))
         for messages in (split, swapped, lone, reworded):
-            self.assertEqual(carried_turns(self.HISTORY, messages), [])
+            self.assertEqual(carried_turns(messages, turn_places(self.HISTORY)), [])
 
     def test_a_repeated_turn_takes_the_earliest_free_copy_and_a_turn_sent_twice_counts_once(self):
         once = self.messages(('user', 'a'), ('assistant', 'b'), ('user', 'q'))
         twice = self.messages(('user', 'a'), ('assistant', 'b'), ('user', 'a'), ('assistant', 'b'), ('user', 'q'))
         thrice = [*twice[:2], *twice]
         cd_twice = self.messages(('user', 'c'), ('assistant', 'd'), ('user', 'c'), ('assistant', 'd'))
-        self.assertEqual(carried_turns(self.HISTORY, once), [0])
-        self.assertEqual(carried_turns(self.HISTORY, twice), [0, 2])
-        self.assertEqual(carried_turns(self.HISTORY, thrice), [0, 2])
-        self.assertEqual(carried_turns(self.HISTORY, cd_twice), [1])
+        self.assertEqual(carried_turns(once, turn_places(self.HISTORY)), [0])
+        self.assertEqual(carried_turns(twice, turn_places(self.HISTORY)), [0, 2])
+        self.assertEqual(carried_turns(thrice, turn_places(self.HISTORY)), [0, 2])
+        self.assertEqual(carried_turns(cd_twice, turn_places(self.HISTORY)), [1])
 
     def test_turns_are_found_in_any_order_the_rule_sends_them(self):
         newest_first = self.messages(('user', 'c'), ('assistant', 'd'), ('user', 'a'), ('assistant', 'b'))
-        self.assertEqual(carried_turns(self.HISTORY[:2], newest_first), [0, 1])
+        self.assertEqual(carried_turns(newest_first, turn_places(self.HISTORY[:2])), [0, 1])
 
 
 class RefusalTest(RulesFolder):

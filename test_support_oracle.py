@@ -38,8 +38,11 @@ def official_template():
 
 
 def official_render(messages: list[dict]) -> str:
-    """Render with the official template the way transformers' apply_chat_template does."""
-    return official_template().render(messages=messages, bos_token='<bos>', add_generation_prompt=True,
+    """Render with the official template the way transformers' apply_chat_template does; an agent request's tools,
+    which the lab carries on its system message, go in as the template's tools."""
+    tools = messages[0].get('tools') if messages else None
+    messages = [{key: value for key, value in message.items() if key != 'tools'} for message in messages]
+    return official_template().render(messages=messages, tools=tools, bos_token='<bos>', add_generation_prompt=True,
                                       enable_thinking=False)
 
 

@@ -69,7 +69,8 @@ def call(call_id: str, name: str, arguments) -> dict:
 
 SYSTEM = {'role': 'system', 'content': 'Use the tools.'}
 ASK = {'role': 'user', 'content': 'What is in notes.txt?'}
-CALL = {'role': 'assistant', 'content': '', 'tool_calls': [call('call_1', 'read_file', {'path': 'notes.txt', 'Lines': 2})]}
+CALL = {'role': 'assistant', 'content': '',
+        'tool_calls': [call('call_1', 'read_file', {'path': 'notes.txt', 'Lines': 2})]}
 RESULT = {'role': 'tool', 'tool_call_id': 'call_1', 'content': 'Ship on Friday.'}
 ANSWER = {'role': 'assistant', 'content': 'It says to ship on Friday.'}
 QUESTION = {'role': 'user', 'content': 'When do we ship?'}
@@ -78,22 +79,26 @@ PARALLEL = [SYSTEM, ASK, {'role': 'assistant', 'content': 'Reading both.', 'tool
     call('call_1', 'read_file', {'path': 'a.txt'}), call('call_2', 'search', {'query': 'ship date'})]},
     {'role': 'tool', 'tool_call_id': 'call_2', 'content': 'Friday'},
     {'role': 'tool', 'tool_call_id': 'call_1', 'content': 'A'}, QUESTION]
-TOOLS = [{'type': 'function', 'function': {'name': 'read_file', 'description': 'Read a file (UTF-8, é).', 'parameters': {
-    'type': 'object', 'properties': {'path': {'type': 'string', 'description': 'Where.'}}, 'required': ['path']}}}]
+TOOLS = [{'type': 'function', 'function': {'name': 'read_file', 'description': 'Read a file (UTF-8, é).',
+                                           'parameters': {'type': 'object', 'properties': {
+                                               'path': {'type': 'string', 'description': 'Where.'}},
+                                               'required': ['path']}}}]
 LLAMA_SYSTEM = ('<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n'
                 'Today Date: 26 Jul 2024\n\nUse the tools.<|eot_id|>')
-QWEN_TOOLS = ('\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with '
-              'function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": {"name": '
-              '"read_file", "description": "Read a file (UTF-8, é).", "parameters": {"type": "object", "properties": '
-              '{"path": {"type": "string", "description": "Where."}}, "required": ["path"]}}}\n</tools>\n\nFor each '
+QWEN_TOOLS = ('\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided '
+              'with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function", "function": '
+              '{"name": "read_file", "description": "Read a file (UTF-8, é).", "parameters": {"type": "object", '
+              '"properties": {"path": {"type": "string", "description": "Where."}}, "required": ["path"]}}}\n</tools>'
+              '\n\nFor each '
               'function call, return a json object with function name and arguments within <tool_call></tool_call> XML '
               'tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 # Each family's prompt for (messages, tools), written out by reading its official template.
 EXPECTED = {
     'gemma-4-e2b': [
-        (CHAT, None, '<bos><|turn>system\nUse the tools.<turn|>\n<|turn>user\nWhat is in notes.txt?<turn|>\n<|turn>model\n'
-         '<|tool_call>call:read_file{Lines:2,path:<|"|>notes.txt<|"|>}<tool_call|><|tool_response>response:read_file'
-         '{value:<|"|>Ship on Friday.<|"|>}<tool_response|>It says to ship on Friday.<turn|>\n'
+        (CHAT, None, '<bos><|turn>system\nUse the tools.<turn|>\n<|turn>user\nWhat is in notes.txt?<turn|>\n'
+         '<|turn>model\n<|tool_call>call:read_file{Lines:2,path:<|"|>notes.txt<|"|>}<tool_call|>'
+         '<|tool_response>response:read_file{value:<|"|>Ship on Friday.<|"|>}<tool_response|>'
+         'It says to ship on Friday.<turn|>\n'
          '<|turn>user\nWhen do we ship?<turn|>\n<|turn>model\n'),
         (PARALLEL, None, '<bos><|turn>system\nUse the tools.<turn|>\n<|turn>user\nWhat is in notes.txt?<turn|>\n'
          '<|turn>model\n<|tool_call>call:read_file{path:<|"|>a.txt<|"|>}<tool_call|><|tool_call>call:search{query:'
@@ -101,9 +106,9 @@ EXPECTED = {
          '<|tool_response>response:read_file{value:<|"|>A<|"|>}<tool_response|>Reading both.<turn|>\n'
          '<|turn>user\nWhen do we ship?<turn|>\n<|turn>model\n'),
         ([SYSTEM, QUESTION], TOOLS, '<bos><|turn>system\nUse the tools.<|tool>declaration:read_file{description:'
-         '<|"|>Read a file (UTF-8, é).<|"|>,parameters:{properties:{path:{description:<|"|>Where.<|"|>,type:<|"|>STRING'
-         '<|"|>}},required:[<|"|>path<|"|>],type:<|"|>OBJECT<|"|>}}<tool|><turn|>\n<|turn>user\nWhen do we ship?<turn|>\n'
-         '<|turn>model\n')],
+         '<|"|>Read a file (UTF-8, é).<|"|>,parameters:{properties:{path:{description:<|"|>Where.<|"|>,type:<|"|>'
+         'STRING<|"|>}},required:[<|"|>path<|"|>],type:<|"|>OBJECT<|"|>}}<tool|><turn|>\n<|turn>user\n'
+         'When do we ship?<turn|>\n<|turn>model\n')],
     'llama-3.1': [
         (CHAT, None, LLAMA_SYSTEM + '<|start_header_id|>user<|end_header_id|>\n\nWhat is in notes.txt?<|eot_id|>'
          '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "read_file", "parameters": {"path": "notes.txt", '
@@ -112,11 +117,13 @@ EXPECTED = {
          '<|start_header_id|>user<|end_header_id|>\n\nWhen do we ship?<|eot_id|><|start_header_id|>assistant'
          '<|end_header_id|>\n\n'),
         ([SYSTEM, QUESTION], TOOLS, LLAMA_SYSTEM.replace('\n\nCutting', '\n\nEnvironment: ipython\nCutting')
-         + '<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a '
-         'function call with its proper arguments that best answers the given prompt.\n\nRespond in the format {"name": '
-         'function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n{\n    "type": '
-         '"function",\n    "function": {\n        "name": "read_file",\n        "description": "Read a file (UTF-8, é).",\n'
-         '        "parameters": {\n            "type": "object",\n            "properties": {\n                "path": {\n'
+         + '<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for '
+         'a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format '
+         '{"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
+         '{\n    "type": "function",\n    "function": {\n        "name": "read_file",\n'
+         '        "description": "Read a file (UTF-8, é).",\n'
+         '        "parameters": {\n            "type": "object",\n            "properties": {\n'
+         '                "path": {\n'
          '                    "type": "string",\n                    "description": "Where."\n                }\n'
          '            },\n            "required": [\n                "path"\n            ]\n        }\n    }\n}\n\n'
          'When do we ship?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n')],
@@ -177,7 +184,7 @@ class HandWrittenTest(ToolFormatTest):
             with self.subTest(name):
                 if template_path(name) is not None:
                     self.assertIn(written, official(name, as_logged))
-                with self.assertRaisesRegex(ToolFormatError, '^message 2, tool call 0: arguments must be a JSON object'):
+                with self.assertRaisesRegex(ToolFormatError, '^message 2, tool call 0: arguments must be a JSON'):
                     prompt_text(name, FORMS[name], as_logged)
 
     def test_llama_json_quotes_a_string_result_and_drops_the_text_beside_a_call(self):
@@ -194,6 +201,13 @@ class HandWrittenTest(ToolFormatTest):
         self.assertNotIn('ipython<|end_header_id|>', text)
         self.assert_official('llama-3.1', trimmed, TOOLS, text)
         self.assertIsNone(turn_prompt_text('llama-3.1', FORMS['llama-3.1'], [ASK, CALL, RESULT], TOOLS))
+
+    def test_llama_keeps_no_call_of_the_message_the_tools_list_takes_so_two_calls_there_do_not_raise(self):
+        trimmed = [SYSTEM, PARALLEL[2], QUESTION]
+        text = prompt_text('llama-3.1', FORMS['llama-3.1'], trimmed, TOOLS)
+        self.assertIn('}\n\nReading both.<|eot_id|><|start_header_id|>user', text)
+        self.assertNotIn('search', text)
+        self.assert_official('llama-3.1', trimmed, TOOLS, text)
 
     def test_qwen_merges_consecutive_results_into_one_user_block(self):
         text = prompt_text('qwen-2.5', FORMS['qwen-2.5'], PARALLEL)
@@ -215,6 +229,13 @@ class HandWrittenTest(ToolFormatTest):
         self.assertIn('<tool_call|><|tool_response><|turn>user\nWhen do we ship?', open_call)
         self.assert_official('gemma-4-e2b', [SYSTEM, ASK, RESULT, ANSWER, QUESTION], None, orphan)
         self.assert_official('gemma-4-e2b', [SYSTEM, ASK, CALL, QUESTION], None, open_call)
+
+    def test_gemma_writes_no_generation_prompt_after_a_request_that_ends_on_results(self):
+        for messages, ending in (([ASK, CALL, RESULT], '<tool_response|>'),
+                                 ([ASK, {**CALL, 'content': 'Done.'}, RESULT], '<tool_response|>Done.<turn|>\n')):
+            text = prompt_text('gemma-4-e2b', FORMS['gemma-4-e2b'], messages)
+            self.assertTrue(text.endswith(ending), text)
+            self.assert_official('gemma-4-e2b', messages, None, text)
 
     def test_gemma_names_a_result_after_the_call_its_id_matches_not_after_its_own_name(self):
         messages = [ASK, CALL, {**RESULT, 'name': 'other'}, {**RESULT, 'tool_call_id': 'gone'}, QUESTION]
@@ -242,6 +263,11 @@ class HandWrittenTest(ToolFormatTest):
                 prompt_text('qwen-2.5', FORMS['qwen-2.5'], [ASK, message])
             self.assertTrue(str(caught.exception).startswith(says), str(caught.exception))
 
+    def test_a_turn_that_does_not_start_with_its_one_user_message_is_refused(self):
+        for turn in ([CALL, RESULT], [ASK, ANSWER, QUESTION], [SYSTEM, ASK], []):
+            with self.assertRaisesRegex(ToolFormatError, 'a turn is one user message|a system message'):
+                turn_prompt_text('gemma-4-e2b', FORMS['gemma-4-e2b'], turn)
+
 
 KEYS = st.one_of(st.sampled_from(['a', 'A', 'b', 'B', 'path', 'Path', '_', 'é', 'Z', 'z']), st.text(max_size=4))
 FRAGMENTS = [' ', '\n', '\n\n', '\t', ' x ', 'é', '日本', '🦙', '"', '\\', '{', '}', '<|"|>', '<tool_call>',
@@ -255,8 +281,9 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
 FUNCTIONS = st.sampled_from(['read_file', 'search', 'Search', 'run'])
 IDS = st.sampled_from(['call_1', 'call_2', 'call_3'])  # reused ids, as real logs reuse them
 LEAF = st.fixed_dictionaries({'type': st.sampled_from(['string', 'integer', 'boolean', 'null', ['string', 'null']])},
-                             optional={'description': TEXT, 'enum': st.lists(TEXT, max_size=2), 'nullable': st.booleans()})
-SCHEMAS = st.deferred(lambda: st.one_of(ARRAYS, LEAF, OBJECTS))
+                             optional={'description': TEXT, 'enum': st.lists(TEXT, max_size=2),
+                                       'nullable': st.booleans(), 'default': st.one_of(st.none(), SCALARS)})
+SCHEMAS = st.deferred(lambda: st.one_of(ARRAYS, OBJECTS, LEAF))
 ARRAYS = st.fixed_dictionaries({'type': st.just('array'), 'items': SCHEMAS}, optional={'description': TEXT})
 OBJECTS = st.fixed_dictionaries({'type': st.just('object')}, optional={
     'properties': st.dictionaries(KEYS, SCHEMAS, max_size=3), 'required': st.lists(KEYS, max_size=2),
@@ -279,7 +306,8 @@ def turns(draw) -> list[dict]:
             continue
         calls = [call(draw(IDS), draw(FUNCTIONS), draw(st.dictionaries(KEYS, VALUES, max_size=4)))
                  for _ in range(draw(st.integers(1, 3)))]
-        messages.append({'role': 'assistant', 'content': draw(st.one_of(st.just(''), ASSISTANT_TEXT)), 'tool_calls': calls})
+        messages.append({'role': 'assistant', 'content': draw(st.one_of(st.just(''), ASSISTANT_TEXT)),
+                         'tool_calls': calls})
         messages += draw(st.permutations([{'role': 'tool', 'tool_call_id': each['id'], 'content': draw(TEXT)}
                                           | ({'name': draw(FUNCTIONS)} if draw(st.booleans()) else {})
                                           for each in calls]))
@@ -311,7 +339,20 @@ def rendered(render, *arguments) -> str:
     return 'refused'
 
 
+ANY_TEMPLATE = unittest.skipUnless(any(map(template_path, NAMES)), 'no official template with tools is at hand')
+
+
 class GeneratedChatsTest(ToolFormatTest):
+    @ANY_TEMPLATE
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.lists(TOOL, min_size=1, max_size=3), st.booleans())
+    def test_every_generated_tools_list_renders_as_the_official_template(self, tools, system):
+        messages = [SYSTEM, QUESTION][0 if system else 1:]
+        for name in NAMES:
+            if template_path(name) is not None:
+                self.assertEqual(prompt_text(name, FORMS[name], messages, tools), official(name, messages, tools))
+
+    @ANY_TEMPLATE
     @EXAMPLES
     @given(agent_chats(), TOOL_LISTS)
     def test_every_generated_agent_chat_valid_or_trimmed_renders_as_the_official_template(self, chat, tools):

@@ -12,11 +12,9 @@ text-only subset of the model's official template, thinking off, its fixed input
 Images, tool calls and thinking are refused, not guessed. Rules read count(messages) -> int and
 count.turn_costs(history), the tokens each turn adds to any request.
 
-Special tokens are split out before BPE runs, and each message's text in the prompt (its span) starts with one,
-so a prompt's tokens are the sum of its prefix's, spans' and generation prompt's; where the tokenizer allows,
-a span's are the sum of its lines'. So each distinct message (or notes line) is encoded once per run
-(`splits_cleanly`, `lines_split_cleanly` and `byte_lines_split_cleanly` check when). It reads prepared/ (or
-$CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
+A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per
+run, where `splits_cleanly` and the line checks find the sum exact (docs/speed.md says why). It reads
+prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 import argparse
 from collections.abc import Mapping

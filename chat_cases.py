@@ -1,0 +1,167 @@
+"""Turn your own OpenAI-format chat logs into an agent case set: one case per labelled question.
+
+    .venv/bin/python chat_cases.py logs.jsonl --labels labels.json --output my-cases.json
+    .venv/bin/python evaluate.py --cases my-cases.json
+
+LOGS holds conversations, each an object with `messages` (the OpenAI chat format) and optionally `tools` (function
+schemas); other keys, such as an id, are ignored. LOGS is a JSON list of them if its first character that is not
+JSON whitespace is `[`, else JSONL: one conversation a line, so that conversation N is on line N + 1 (a blank line,
+which would shift every index after it, is refused). LABELS is a JSON list of labels, each exactly {"id",
+"conversation", "message", "split", "kind", "budget", "required", "stale"}: conversation and message are 0-based
+indexes, of the conversation in LOGS and of the user message in its `messages` that asks the question.
+Each case is {"id", "split", "kind", "messages", "tools" (if the conversation has them), "budget", "required",
+"stale"}: its messages are the conversation's up to and including the labelled one, copied exactly as they come (the
+first must be the system message). The case set is written whole, indented, in the order of the labels, so the same
+input gives the same bytes. Bad input is one line naming the file, the line or index and the field, exit 2, nothing
+written; the output is never an input. It counts no tokens and checks neither messages nor facts: the loader does.
+"""
+import argparse
+import json
+import os
+from pathlib import Path
+import stat
+
+from case_set import CaseError
+from common import run  # standard library only, as are the two below
+from lab_files import (PIPE_WAIT, SPECIAL, DuplicateKey, check_outputs, file_identity, read_json, to_json,
+                       unique_keys, write_output)
+
+LABEL_FIELDS = ('id', 'conversation', 'message', 'split', 'kind', 'budget', 'required', 'stale')
+INDEX_FIELDS = ('conversation', 'message')  # what only this step sees; the loader checks the rest of a case
+LOG_LIMIT = 10**9  # bytes, as read_json_file's limit
+JSON_SPACE = ' \t\n\r'  # the whitespace JSON allows between values; str.strip() would also take U+2028 and more
+
+
+def log_text(path: Path) -> str:
+    """The text of LOGS, read as read_json_file reads a file (which parses it whole; JSONL is not one value)."""
+    try:
+        kind = stat.S_IFMT(os.stat(path).st_mode)
+        if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
+            raise CaseError(f'{path}: the logs must be a file, not {SPECIAL.get(kind, "a device")}')
+        if (size := os.stat(path).st_size) > LOG_LIMIT:
+            raise CaseError(f'{path}: the logs are {size:,} bytes, more than the {LOG_LIMIT:,} the lab reads')
+        return path.read_bytes().decode('utf-8-sig')
+    except OSError as error:
+        raise CaseError(f'{path}: cannot read the logs: {error.strerror}') from None
+    except UnicodeDecodeError as error:
+        raise CaseError(f'{path}: the logs are not UTF-8 text (byte {error.start})') from None
+    except MemoryError:
+        raise CaseError(f'{path}: the logs do not fit in the memory this process may use') from None
+
+
+def parsed(text: str, where: str, one_line: bool):
+    """The JSON value of text (the whole file, or one_line of it), or one CaseError at `where`; an object holding
+    a key twice is refused, as read_json_file refuses it: JSON readers disagree on which value wins."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as error:
+        at = f'column {error.colno}' if one_line else f'line {error.lineno} column {error.colno}'
+        problem = f'invalid JSON at {at}: {error.msg}'
+    except DuplicateKey as error:
+        problem = f'key {error.args[0]!r} appears twice in one object'
+    except ValueError as error:  # e.g. an integer longer than Python will convert
+        problem = f'cannot be read as JSON: {error}'
+    except RecursionError:
+        problem = 'nested too deeply to read'
+    raise CaseError(f'{where}: {problem}')
+
+
+def conversations(path: Path) -> list[tuple[str, dict]]:
+    """(where, conversation) for each conversation of LOGS, in order; `where` names the file and line or index."""
+    text = log_text(path)
+    found = []
+    if text.lstrip(JSON_SPACE).startswith('['):
+        found = [(f'{path}: index {index}', item) for index, item in enumerate(parsed(text, str(path), False))]
+    else:
+        lines = text.split('\n')  # not splitlines(): a JSON string may hold U+2028, where it would split too
+        if not lines[-1].strip(JSON_SPACE):
+            lines.pop()  # what follows the last line's newline
+        for number, line in enumerate(lines, 1):
+            where = f'{path}: line {number}'
+            if not line.strip(JSON_SPACE):
+                raise CaseError(f'{where}: is blank; JSONL holds one conversation a line, conversation N on line N + 1')
+            found.append((where, parsed(line, where, True)))
+    if not found:
+        raise CaseError(f'{path}: holds no conversation')
+    for where, conversation in found:
+        if not isinstance(conversation, dict):
+            raise CaseError(f'{where}: expected a conversation object, got {type(conversation).__name__}')
+        if not isinstance(conversation.get('messages'), list):
+            missing = '' if 'messages' in conversation else ', and is missing'
+            raise CaseError(f'{where}: field messages must be a list of messages{missing}')
+    return found
+
+
+def labels_of(path: Path) -> list[tuple[str, dict]]:
+    """(where, label) for each label of LABELS, checked for what the loader will not see: the indexes."""
+    labels = read_json(path, 'labels file')
+    if not isinstance(labels, list) or not labels:
+        raise CaseError(f'{path}: expected a non-empty list of labels')
+    found, seen = [], set()
+    for index, label in enumerate(labels):
+        where = f'{path}: label at index {index}'
+        if not isinstance(label, dict):
+            raise CaseError(f'{where}: expected an object, got {type(label).__name__}')
+        if set(label) != set(LABEL_FIELDS):
+            raise CaseError(f'{where}: fields must be exactly {list(LABEL_FIELDS)}; missing '
+                            f'{[name for name in LABEL_FIELDS if name not in label]}, unexpected '
+                            f'{sorted(set(label) - set(LABEL_FIELDS))}')
+        for name in INDEX_FIELDS:
+            if type(label[name]) is not int or label[name] < 0:  # not True, not 1.0
+                raise CaseError(f'{where}: field {name} must be a 0-based index, got {label[name]!r}')
+        if isinstance(label['id'], str) and label['id'] in seen:  # any other id is the loader's to refuse
+            raise CaseError(f'{where}: field id {label["id"]!r} repeats an earlier label; every case id is unique')
+        seen.add(label['id'] if isinstance(label['id'], str) else None)
+        found.append((where, label))
+    return found
+
+
+def role(message) -> object:
+    return message.get('role') if isinstance(message, dict) else None
+
+
+def case_of(where: str, label: dict, logs: Path, found: list[tuple[str, dict]]) -> dict:
+    """The case one label asks for, its fields in the loader's order."""
+    if label['conversation'] >= len(found):
+        raise CaseError(f'{where}: field conversation is {label["conversation"]}, but {logs} holds '
+                        f'{len(found)} conversations (indexes from 0)')
+    at, conversation = found[label['conversation']]
+    messages, index = conversation['messages'], label['message']
+    if index >= len(messages):
+        raise CaseError(f'{where}: field message is {index}, but conversation {label["conversation"]} holds '
+                        f'{len(messages)} messages (indexes from 0)')
+    if role(messages[0]) != 'system':
+        raise CaseError(f'{at}: field messages[0] must be a system message, which a case starts with; its role is '
+                        f'{role(messages[0])!r}')
+    if role(messages[index]) != 'user':
+        raise CaseError(f'{where}: field message: messages[{index}] of conversation {label["conversation"]} must be '
+                        f'a user message, since it asks the question; its role is {role(messages[index])!r}')
+    tools = {'tools': conversation['tools']} if 'tools' in conversation else {}
+    return {'id': label['id'], 'split': label['split'], 'kind': label['kind'], 'messages': messages[:index + 1],
+            **tools, 'budget': label['budget'], 'required': label['required'], 'stale': label['stale']}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description='Convert OpenAI-format chat logs and their labels into a case set.')
+    parser.add_argument('logs', type=Path, help='the logs: a JSON list of conversations, or JSONL, one a line')
+    parser.add_argument('--labels', type=Path, required=True, help='a JSON list of labels, one per question')
+    parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
+                        'followed, a pipe or device written into, a named pipe once a reader opens it '
+                        f'within {PIPE_WAIT} s; never the logs or the labels)')
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    check_outputs([('--output', args.output)], [('the logs', args.logs), ('--labels', args.labels)])
+    if len(identity := file_identity(args.logs) or ()) == 2 and identity == file_identity(args.labels):
+        raise CaseError(f'--labels {args.labels}: the same file as the logs {args.logs}; the labels are a file '
+                        'of their own')
+    found = conversations(args.logs)
+    cases = [case_of(where, label, args.logs, found) for where, label in labels_of(args.labels)]
+    write_output(args.output, to_json(cases), 'case set')
+    return 0
+
+
+if __name__ == '__main__':
+    run(main, 'nothing was written', packages=False)
