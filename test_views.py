@@ -266,11 +266,18 @@ class LayoutTest(unittest.TestCase):
                                  [f"message {n}, {message['role']}" for n, message in enumerate(messages, 1)])
 
     def test_short_content_is_not_folded_and_long_content_keeps_its_first_and_last_lines(self):
-        self.assertEqual(display_lines(' one\ntwo ', full=False), ['one', 'two'])
+        self.assertEqual(display_lines(' one\ntwo ', full=False), ['    one', '    two'])
         lines = '\n'.join(f'line {n}' for n in range(1, 21))
-        self.assertEqual(display_lines(lines, full=False),
-                         ['line 1', 'line 2', 'line 3', '… 15 more lines …', 'line 19', 'line 20'])
+        self.assertEqual(display_lines(lines, full=False), [f'    {line}' for line in (
+            'line 1', 'line 2', 'line 3', '… 15 more lines …', 'line 19', 'line 20')])
         self.assertEqual(len(display_lines(lines, full=True)), 20)
+
+    def test_in_colour_a_message_line_that_reads_like_the_fold_is_not_dimmed_as_one(self):
+        case = dict(shipped_cases()['dev-correction'], current='Which database?\n… 2 more lines …')
+        selected = RULES['recent'](case, count_request)
+        coloured = request_text(case, 'title', selected, graded_row(case, selected), full=False, colour=True)
+        self.assertIn('\n    Which database?\n    … 2 more lines …\n', coloured)
+        self.assertNotIn('\x1b[2m', coloured)
 
     def test_a_count_the_message_sizes_do_not_reach_is_refused_as_every_run_refuses_it(self):
         case = shipped_cases()['dev-correction']

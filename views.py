@@ -126,13 +126,14 @@ def message_labels(case: dict, chosen: dict) -> list[str]:
     return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
 
 
-def display_lines(content: str, full: bool) -> list[str]:
-    """Content wrapped for reading and, unless full, folded: first and last lines around '… N more lines …'."""
-    lines = [wrapped for line in content.strip().split('\n')
+def display_lines(content: str, full: bool, colour: bool = False) -> list[str]:
+    """Content indented, wrapped and, unless full, folded: first and last lines around '… N more lines …'."""
+    lines = [(INDENT + wrapped).rstrip() for line in content.strip().split('\n')
              for wrapped in (textwrap.wrap(line, WRAP, break_on_hyphens=False) or [''])]
     if full or len(lines) <= FOLD_ABOVE:
         return lines
-    return [*lines[:FOLD_HEAD], f'… {len(lines) - FOLD_HEAD - FOLD_TAIL} more lines …', *lines[-FOLD_TAIL:]]
+    fold = paint(f'{INDENT}… {len(lines) - FOLD_HEAD - FOLD_TAIL} more lines …', 'fold', colour)
+    return [*lines[:FOLD_HEAD], fold, *lines[-FOLD_TAIL:]]
 
 
 def quoted(facts: list[str]) -> str:
@@ -150,9 +151,7 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
         out += ['', f'[{label}] {tokens} tokens']
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
         out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
-        for line in display_lines(message['content'], full):
-            folded = line.startswith('… ') and line.endswith(' more lines …') and not full
-            out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
+        out += display_lines(message['content'], full, colour)
     out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
                 f'{count.fixed} tokens', '']
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
