@@ -95,7 +95,7 @@ held-spread (held-out, facts spread across turns), 4 turns
 
 def show_case(case: dict, rules: dict, full: bool = False) -> str:
     """What --show prints for these rules on one case, without colour and without the best possible selection."""
-    return views.show_requests(case, *case_selections(case, rules, count_request, False), False, full, False)
+    return views.show_requests(case, *case_selections(case, rules, count_request), False, full, False)
 
 
 @lru_cache(maxsize=None)
