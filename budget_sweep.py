@@ -89,9 +89,9 @@ def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_r
 
     A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170.
     """
-    bare = {case['id']: count(build_request(case, [])) for case in cases}
-    needed = {case['id']: bare[case['id']] + case['budget']['context_limit'] - allowance(case) for case in cases}
-    case = next(case for case in cases if needed[case['id']] == max(needed.values()))  # the first most demanding
+    needed = {case['id']: count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case)
+              for case in cases}
+    case = max(cases, key=lambda case: needed[case['id']])  # the first most demanding
     check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {needed[case["id"]]}')
 
 
