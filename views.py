@@ -223,14 +223,10 @@ def row_changes(old: dict, new: dict) -> list[str]:
 def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[str]:
     """One line per change between two lists of rows of one rule (or of the best possible), by case."""
     old_rows, new_rows = {row['case']: row for row in old_rows}, {row['case']: row for row in new_rows}
-    lines = []
-    for case_id in dict.fromkeys([*old_rows, *new_rows]):
-        if case_id in old_rows and case_id in new_rows:
-            changes = row_changes(old_rows[case_id], new_rows[case_id])
-        else:
-            changes = ['case added' if case_id in new_rows else 'case removed']
-        lines += [f'{name} {case_id}: {change}' for change in changes]
-    return lines
+    both = old_rows.keys() & new_rows.keys()
+    return [f'{name} {case_id}: {change}' for case_id in dict.fromkeys([*old_rows, *new_rows])
+            for change in (row_changes(old_rows[case_id], new_rows[case_id]) if case_id in both
+                           else ['case added' if case_id in new_rows else 'case removed'])]
 
 
 def dict_changes(prefix: str, before: dict, after: dict, between: str = ': ') -> list[str]:
@@ -242,7 +238,7 @@ def dict_changes(prefix: str, before: dict, after: dict, between: str = ': ') ->
 def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     """Every difference between two reports except the environment, one line each; [] when equal. With rows=False
     (--summary-only) the changes case by case are counted in one last line instead."""
-    lines, hidden = [], 0
+    lines, hidden = [], []  # hidden: the changes case by case that --summary-only counts
     names = [c.get('name', c.get('model')) if isinstance(c := report.get('counter'), dict) else c
              for report in (old, new)]
     if names[0] != names[1]:  # a default counter's profile has no name; every token figure differs for this alone
@@ -262,14 +258,12 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
         if old_rows is None or new_rows is None:  # a rules file's rule run in one report only: one line
             lines.append(f"{name}: rule {'added' if old_rows is None else 'removed'}")
             continue
-        changed = rows_changes(name, old_rows, new_rows)
-        lines += changed if rows else []
-        hidden += 0 if rows else len(changed)
+        (lines if rows else hidden).extend(rows_changes(name, old_rows, new_rows))
         for split in dict.fromkeys([*old_summary, *new_summary]):
             lines += dict_changes(f'{name} {split} summary: ', old_summary.get(split, {}), new_summary.get(split, {}),
                                   ' ')
     if hidden:
-        lines.append(f'and {hidden} changes case by case, not shown: run without --summary-only to see them')
+        lines.append(f'and {len(hidden)} changes case by case, not shown: run without --summary-only to see them')
     return [clipped(printable(line), MAX_LINE) for line in lines]  # U+202E or a newline in a name: escaped
 
 
