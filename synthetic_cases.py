@@ -41,8 +41,8 @@ def log_turn(rng: random.Random, index: int, length: int = 60) -> dict:
 
 def short_turn(rng: random.Random) -> dict:
     """20 to 80 tokens: one or two short chat sentences and a short reply."""
-    user = ' '.join(sentence(rng, rng.randint(5, 14), CHAT) for _ in range(rng.randint(1, 2)))
-    return {'user': user, 'assistant': sentence(rng, rng.randint(5, 18), CHAT)}
+    return {'user': ' '.join(sentence(rng, rng.randint(5, 14), CHAT) for _ in range(rng.randint(1, 2))),
+            'assistant': sentence(rng, rng.randint(5, 18), CHAT)}
 
 
 def plant_facts(rng: random.Random, number: int, topic: str, history: list[dict], budget: dict, kind: str) -> dict:
