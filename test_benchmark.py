@@ -16,6 +16,7 @@ import tempfile
 import unittest
 
 import benchmark
+from budget_sweep import at_limit
 import synthetic_cases
 from case_set import check_case, load_cases
 from strategies import RULES
@@ -62,7 +63,7 @@ class ChatWorkloadTest(unittest.TestCase):
 
     def test_settings_share_histories_and_differ_only_in_budget(self):
         cases = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 300, benchmark.SWEEP_SEED)
-        small, large = benchmark.with_budget(cases, 4096), benchmark.with_budget(cases, 65536)
+        small, large = at_limit(cases, 4096), at_limit(cases, 65536)
         self.assertIs(small[0]['history'], large[0]['history'])
         self.assertEqual((small[0]['budget'], large[0]['budget']['context_limit']),
                          ({'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}, 65536))
@@ -75,7 +76,7 @@ class ChatWorkloadTest(unittest.TestCase):
                 check_case(f"case {case['id']}", case)
             chat = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 3, seed)
             for context_limit, _ in benchmark.SWEEP:
-                for case in benchmark.with_budget(chat, context_limit):
+                for case in at_limit(chat, context_limit):
                     check_case(f"case {case['id']}", case)
 
 
