@@ -507,6 +507,16 @@ class ForgedCompareTest(unittest.TestCase):
         self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report (best_possible.summary must map '
                                                 'each split to its figures)')
 
+    def test_a_best_possible_without_its_cases_or_summary_is_refused_naming_the_part_that_is_missing(self):
+        for part, expected in (('cases', 'best_possible.cases must be a list of rows'),
+                               ('summary', 'best_possible.summary must map each split to its figures')):
+            with self.subTest(part):
+                old = copy.deepcopy(RECORDED_REPORT)
+                del old['best_possible'][part]
+                with self.assertRaises(views.ReportError) as raised:
+                    views.check_report(Path('old.json'), old)
+                self.assertEqual(str(raised.exception), f'old.json: not an evaluate.py report ({expected})')
+
 
 if __name__ == '__main__':
     unittest.main()
