@@ -77,9 +77,9 @@ def check_reserved(path: Path, cases: list[dict]) -> None:
     """Refuse cases that keep different numbers of tokens for the answer and the margin."""
     kept = [case['budget']['max_new_tokens'] + case['budget']['margin'] for case in cases]
     if other := next((index for index, tokens in enumerate(kept) if tokens != kept[0]), 0):  # 0: none differs
-        raise SweepError(f"{path}: cases {cases[0]['id']} and {cases[other]['id']} keep {kept[0]} and {kept[other]} "
-                         'tokens for the answer and margin; a sweep gives every case one context limit, so they must '
-                         'keep the same')
+        raise SweepError(f"{path}: cases {cases[0]['id']} and {cases[other]['id']} keep {kept[0]} and "
+                         f'{kept[other]} tokens for the answer and margin; a sweep gives every case one '
+                         'context limit, so they must keep the same')
 
 
 def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:

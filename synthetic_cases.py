@@ -10,7 +10,7 @@ import random
 
 # The shape of the generated histories.
 FIRST_PART_BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}  # what an application gives
-CHAT_BUDGET = dict(FIRST_PART_BUDGET, context_limit=4096)  # the sweep gives each setting its own context limit
+CHAT_BUDGET = dict(FIRST_PART_BUDGET, context_limit=4096)  # each sweep setting sets its context limit
 LOG_EVERY = 9  # about one turn in nine of a synthetic case is a long log
 PASTE_EVERY = 100  # about one turn in a hundred of a chat case is a pasted log
 PASTE_LINES = (39, 71)  # lines of a pasted log: 1,000 to 2,000 tokens

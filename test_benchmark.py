@@ -69,7 +69,7 @@ class ChatWorkloadTest(unittest.TestCase):
                          ({'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}, 65536))
 
 
-    def test_no_case_of_either_part_fails_the_case_check_at_any_seed_the_shortest_history_or_any_setting(self):
+    def test_no_case_of_either_part_fails_the_case_check_at_any_seed_shortest_history_or_setting(self):
         # benchmark.py does not check the cases it generates: every field is made from constants and the seed.
         for seed in range(20):
             for case in synthetic_cases.generated_cases(synthetic_cases.synthetic_case, 2, 3, seed):

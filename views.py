@@ -263,7 +263,8 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
             lines += dict_changes(f'{name} {split} summary: ', old_summary.get(split, {}), new_summary.get(split, {}),
                                   ' ')
     if hidden:
-        lines.append(f'and {len(hidden)} changes case by case, not shown: run without --summary-only to see them')
+        lines.append(f'and {len(hidden)} changes case by case, not shown: run without --summary-only to see '
+                     'them')
     return [clipped(printable(line), MAX_LINE) for line in lines]  # U+202E or a newline in a name: escaped
 
 
@@ -280,7 +281,7 @@ def check_report(path: Path, report) -> None:
         raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
     for name, rows in report['cases'].items():
         check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
-    if not isinstance(best := report.get('best_possible'), dict):  # its cases and summary are checked as the rules'
+    if not isinstance(best := report.get('best_possible'), dict):  # its parts are checked as the rules' are
         raise wrong('best_possible must be an object with cases and summary')
     check_rows(wrong, 'best_possible.cases', best.get('cases'), BEST_ROW_FIELDS)
     for where, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
