@@ -157,11 +157,10 @@ def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
 
 def summary_table(figures: dict, rows: dict[str, dict]) -> str:
     """The first part's selections, the sweep's settings, then every figure by name (docs/speed.md explains each)."""
-    parts = []
-    if rows:
-        parts.append(markdown_table(['Strategy', 'Facts found', 'Cases with stale facts', 'Mean input tokens'],
-                                    [[name, f"{t['facts_found']} of {t['facts_total']}", str(t['cases_with_stale_facts']),
-                                      f"{t['mean_input_tokens']:g}"] for name, t in rows.items()]))
+    parts = [] if not rows else [markdown_table(  # no first part with --sweep
+        ['Strategy', 'Facts found', 'Cases with stale facts', 'Mean input tokens'],
+        [[name, f"{t['facts_found']} of {t['facts_total']}", str(t['cases_with_stale_facts']),
+          f"{t['mean_input_tokens']:g}"] for name, t in rows.items()])]
     if 'sweep' in figures:
         parts.append(markdown_table(list(SWEEP_HEADER), [[str(s[key]) for key in (
             'context_limit', 'turns', 'cases', 'seconds', 'bound_seconds', 'over_bound')] for s in figures['sweep']]))
@@ -239,9 +238,7 @@ def main(argv: list[str]) -> int:
     if args.cases:
         print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0
-    figures, rows = {}, {}
-    if not args.sweep:
-        figures, rows = benchmark(args.generated, args.turns, args.seed)
+    figures, rows = ({}, {}) if args.sweep else benchmark(args.generated, args.turns, args.seed)
     if not args.no_sweep:
         figures.update(speed_sweep(args.sweep_cases))
     figures['peak_rss_mb'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # whole run, KiB
