@@ -80,10 +80,9 @@ def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
     columns = [(index, REQUIRED_MARK * (index in best['fact_turns']) + STALE_MARK * (index in best['stale_turns']),
                 [UNKNOWN if kept is None else KEPT if index in kept else LEFT_OUT for kept in kept_sets])
                for index in range(best['history_turns'])]  # a kept set None: the row was not worked out
-    if best['history_turns'] <= MAP_FULL_UP_TO:
-        return [(f'{index + 1}{marks}', cells) for index, marks, cells in columns]
-    # A turn holding a fact keeps its column; a run of turns holding none, alike in every row, shares one.
-    runs = [[*run] for _, run in groupby(columns, lambda column: column[0] if column[1] else column[2])]
+    # A column per turn, but in a long history one per run of turns that hold no fact and are alike in every row.
+    alone = best['history_turns'] <= MAP_FULL_UP_TO
+    runs = [[*run] for _, run in groupby(columns, lambda column: column[0] if column[1] or alone else column[2])]
     return [(turn_runs(index for index, _, _ in run)[0] + run[0][1], run[0][2]) for run in runs]
 
 
