@@ -21,7 +21,8 @@ import resource
 import sys
 import time
 
-from case_set import check_case, load_cases
+from budget_sweep import at_limit
+from case_set import load_cases
 from common import LabError, add_input_options, progress, run
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from runner import run_rules
@@ -42,7 +43,6 @@ SWEEP_SEED = 20261201  # its own seed: the sweep's cases share nothing with the 
 SWEEP_CASES = 100  # cases per setting; every setting of one history length uses the same cases
 MAX_SWEEP_CASES = 2_000  # --sweep-cases: 1,200 turns each, about 0.5 GB of text
 SWEEP = ((4096, 300), (16384, 300), (65536, 300), (4096, 1200))  # (context_limit, turns per case)
-SWEEP_ANSWER, SWEEP_MARGIN = 512, 64  # the budget's max_new_tokens and margin in every setting
 PASSES = ('first pass', 'second pass')  # --cases: a rule's calls over every case, twice
 # What the issue asks of a run on the 2-core machine: (figure, 'min' or 'max', threshold).
 TARGETS = (('speedup', 'min', 10), ('fast_over_bound', 'max', 2), ('worst_over_bound', 'max', 2),
@@ -67,15 +67,6 @@ MEASURES = {
     'turns_growth': 'evaluation seconds, 1,200 over 300 turns at 4,096 context',
     'peak_rss_mb': 'peak resident memory of the whole run, MB',
 }
-
-
-def with_budget(cases: list[dict], context_limit: int) -> list[dict]:
-    """The same cases under one sweep setting's budget (histories are shared, not copied), each checked."""
-    budget = {'context_limit': context_limit, 'max_new_tokens': SWEEP_ANSWER, 'margin': SWEEP_MARGIN}
-    out = [{**case, 'budget': dict(budget)} for case in cases]
-    for case in out:
-        check_case(f'generated case {case["id"]}', case)
-    return out
 
 
 def timed_run(cases: list[dict], count, what: str) -> tuple[float, list]:
@@ -126,8 +117,6 @@ def bound_seconds() -> float:
 def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, dict]]:
     """The first part: full against cached counting on the synthetic case set."""
     cases = generated_cases(synthetic_case, cases_count, turns, seed)
-    for case in cases:
-        check_case(f'synthetic case {case["id"]}', case)
     exact = cold_start()
     naive, slow = timed_run(cases, count_whole, 'full count')
     cold_start()  # the fast path starts cold, like a fresh process
@@ -149,7 +138,7 @@ def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
     for context_limit, turns in SWEEP:
         if turns not in histories:  # one history length in memory at a time
             histories = {turns: generated_cases(chat_case, cases_count, turns, seed)}
-        cases = with_budget(histories[turns], context_limit)
+        cases = at_limit(histories[turns], context_limit)
         exact = cold_start()  # the cache then never holds more than one setting's distinct messages
         start = time.process_time()
         run_rules(cases, RULES, exact, f'benchmark.py: sweep {context_limit} context, {turns} turns')
@@ -168,11 +157,10 @@ def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
 
 def summary_table(figures: dict, rows: dict[str, dict]) -> str:
     """The first part's selections, the sweep's settings, then every figure by name (docs/speed.md explains each)."""
-    parts = []
-    if rows:
-        parts.append(markdown_table(['Strategy', 'Facts found', 'Cases with stale facts', 'Mean input tokens'],
-                                    [[name, f"{t['facts_found']} of {t['facts_total']}", str(t['cases_with_stale_facts']),
-                                      f"{t['mean_input_tokens']:g}"] for name, t in rows.items()]))
+    parts = [] if not rows else [markdown_table(  # no first part with --sweep
+        ['Strategy', 'Facts found', 'Cases with stale facts', 'Mean input tokens'],
+        [[name, f"{t['facts_found']} of {t['facts_total']}", str(t['cases_with_stale_facts']),
+          f"{t['mean_input_tokens']:g}"] for name, t in rows.items()])]
     if 'sweep' in figures:
         parts.append(markdown_table(list(SWEEP_HEADER), [[str(s[key]) for key in (
             'context_limit', 'turns', 'cases', 'seconds', 'bound_seconds', 'over_bound')] for s in figures['sweep']]))
@@ -208,9 +196,8 @@ def timing_table(seconds: dict) -> str:
 
 def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     """--cases: each rule's two passes over a case set, after loading the cases, the counter and the rules."""
-    cases = load_cases(path)
-    check_fits(path, cases, counter())
-    exact = counter()
+    cases, exact = load_cases(path), counter()
+    check_fits(path, cases, exact)
     exact.lines_apart  # reads the whole vocabulary on first use: no rule's first pass pays for it
     rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
     print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
@@ -251,9 +238,7 @@ def main(argv: list[str]) -> int:
     if args.cases:
         print(rule_timing(args.cases, args.rules, args.rule_timeout), end='')
         return 0
-    figures, rows = {}, {}
-    if not args.sweep:
-        figures, rows = benchmark(args.generated, args.turns, args.seed)
+    figures, rows = ({}, {}) if args.sweep else benchmark(args.generated, args.turns, args.seed)
     if not args.no_sweep:
         figures.update(speed_sweep(args.sweep_cases))
     figures['peak_rss_mb'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # whole run, KiB

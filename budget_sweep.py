@@ -75,13 +75,11 @@ def parse_limits(text: str) -> list[int]:
 
 def check_reserved(path: Path, cases: list[dict]) -> None:
     """Refuse cases that keep different numbers of tokens for the answer and the margin."""
-    kept = {}  # tokens kept -> the first case keeping them
-    for case in cases:
-        kept.setdefault(case['budget']['max_new_tokens'] + case['budget']['margin'], case['id'])
-    if len(kept) > 1:
-        (first, one), (second, other) = list(kept.items())[:2]
-        raise SweepError(f'{path}: cases {one} and {other} keep {first} and {second} tokens for the answer and '
-                         'margin; a sweep gives every case one context limit, so they must keep the same')
+    kept = [case['budget']['max_new_tokens'] + case['budget']['margin'] for case in cases]
+    if other := next((index for index, tokens in enumerate(kept) if tokens != kept[0]), 0):  # 0: none differs
+        raise SweepError(f"{path}: cases {cases[0]['id']} and {cases[other]['id']} keep {kept[0]} and "
+                         f'{kept[other]} tokens for the answer and margin; a sweep gives every case one '
+                         'context limit, so they must keep the same')
 
 
 def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:
@@ -89,9 +87,9 @@ def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_r
 
     A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170.
     """
-    bare = {case['id']: count(build_request(case, [])) for case in cases}
-    needed = {case['id']: bare[case['id']] + case['budget']['context_limit'] - allowance(case) for case in cases}
-    case = next(case for case in cases if needed[case['id']] == max(needed.values()))  # the first most demanding
+    needed = {case['id']: count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case)
+              for case in cases}
+    case = max(cases, key=lambda case: needed[case['id']])  # the first most demanding
     check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {needed[case["id"]]}')
 
 

@@ -27,6 +27,7 @@ from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, report_header, run_rules
 from scorer import by_group, check_fits
+from shapes import build_request, selection
 from strategies import RULES
 from tokenizer import add_counter_option, choose_counter, count_request
 import views
@@ -104,7 +105,11 @@ def show(args: argparse.Namespace) -> str:
     case = cases[args.show]
     rules = rules if args.strategy is None else {args.strategy: rules[args.strategy]}
     check_fits(args.cases, [case], count_request)
-    chosen, rows = case_selections(case, rules, count_request, with_best=args.strategy is None)
+    chosen, rows = case_selections(case, rules, count_request)
+    if args.strategy is None:  # then the best possible selection, None where the case was not searched
+        best = rows[best_possible.LABEL] = best_possible.best_row(case, count_request)
+        chosen[best_possible.LABEL] = None if best['turns'] is None else \
+            selection(build_request(case, best['turns']), best['turns'], 0, best['input_tokens'])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
     return views.show_requests(case, chosen, rows, args.prompt, args.full, colour)
 

@@ -11,11 +11,9 @@ that were parsed, the code that can change a row, the counter and the Python tha
 """
 import platform
 
-import best_possible
 from common import HERE, progress
 from lab_files import path_text, sha256_file
 from scorer import graded_row
-from shapes import build_request, selection
 from tokenizer import counter
 
 # Every module whose change can change a row; and, in a report with --rules, the module that runs rules files.
@@ -35,18 +33,10 @@ def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[s
     return rows
 
 
-def case_selections(case: dict, rules: dict, count, with_best: bool = False) -> tuple[dict, dict]:
-    """(rule -> selection, rule -> graded row) on one case; with_best adds the best possible selection under
-    best_possible.LABEL (its selection None when the case was not searched), as --show lays them out."""
-    chosen, rows = {}, {}
-    for name, rule in rules.items():
-        chosen[name] = rule(case, count)
-        rows[name] = graded_row(case, chosen[name])
-    if with_best:
-        best = rows[best_possible.LABEL] = best_possible.best_row(case, count)
-        chosen[best_possible.LABEL] = None if best['turns'] is None else \
-            selection(build_request(case, best['turns']), best['turns'], 0, best['input_tokens'])
-    return chosen, rows
+def case_selections(case: dict, rules: dict, count) -> tuple[dict, dict]:
+    """(rule -> selection, rule -> graded row) on one case."""
+    chosen = {name: rule(case, count) for name, rule in rules.items()}
+    return chosen, {name: graded_row(case, selected) for name, selected in chosen.items()}
 
 
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:

@@ -10,6 +10,7 @@ import random
 
 # The shape of the generated histories.
 FIRST_PART_BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}  # what an application gives
+CHAT_BUDGET = dict(FIRST_PART_BUDGET, context_limit=4096)  # each sweep setting sets its context limit
 LOG_EVERY = 9  # about one turn in nine of a synthetic case is a long log
 PASTE_EVERY = 100  # about one turn in a hundred of a chat case is a pasted log
 PASTE_LINES = (39, 71)  # lines of a pasted log: 1,000 to 2,000 tokens
@@ -41,8 +42,8 @@ def log_turn(rng: random.Random, index: int, length: int = 60) -> dict:
 
 def short_turn(rng: random.Random) -> dict:
     """20 to 80 tokens: one or two short chat sentences and a short reply."""
-    user = ' '.join(sentence(rng, rng.randint(5, 14), CHAT) for _ in range(rng.randint(1, 2)))
-    return {'user': user, 'assistant': sentence(rng, rng.randint(5, 18), CHAT)}
+    return {'user': ' '.join(sentence(rng, rng.randint(5, 14), CHAT) for _ in range(rng.randint(1, 2))),
+            'assistant': sentence(rng, rng.randint(5, 18), CHAT)}
 
 
 def plant_facts(rng: random.Random, number: int, topic: str, history: list[dict], budget: dict, kind: str) -> dict:
@@ -68,11 +69,11 @@ def synthetic_case(rng: random.Random, number: int, turns: int) -> dict:
 
 
 def chat_case(rng: random.Random, number: int, turns: int) -> dict:
-    """Many short turns with a few pasted logs among them; the budget is set per sweep setting."""
+    """Many short turns with a few pasted logs among them."""
     topic = rng.choice(TOPICS)
     history = [log_turn(rng, i, rng.randint(*PASTE_LINES)) if rng.randrange(PASTE_EVERY) == 0 else short_turn(rng)
                for i in range(turns)]
-    return plant_facts(rng, number, topic, history, {'context_limit': 0, 'max_new_tokens': 0, 'margin': 0}, 'chat')
+    return plant_facts(rng, number, topic, history, CHAT_BUDGET, 'chat')
 
 
 def generated_cases(make, count: int, turns: int, seed: int) -> list[dict]:

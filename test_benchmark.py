@@ -16,8 +16,9 @@ import tempfile
 import unittest
 
 import benchmark
+from budget_sweep import at_limit
 import synthetic_cases
-from case_set import load_cases
+from case_set import check_case, load_cases
 from strategies import RULES
 from tokenizer import counter
 
@@ -62,10 +63,21 @@ class ChatWorkloadTest(unittest.TestCase):
 
     def test_settings_share_histories_and_differ_only_in_budget(self):
         cases = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 300, benchmark.SWEEP_SEED)
-        small, large = benchmark.with_budget(cases, 4096), benchmark.with_budget(cases, 65536)
+        small, large = at_limit(cases, 4096), at_limit(cases, 65536)
         self.assertIs(small[0]['history'], large[0]['history'])
         self.assertEqual((small[0]['budget'], large[0]['budget']['context_limit']),
                          ({'context_limit': 4096, 'max_new_tokens': 512, 'margin': 64}, 65536))
+
+
+    def test_no_case_of_either_part_fails_the_case_check_at_any_seed_shortest_history_or_setting(self):
+        # benchmark.py does not check the cases it generates: every field is made from constants and the seed.
+        for seed in range(20):
+            for case in synthetic_cases.generated_cases(synthetic_cases.synthetic_case, 2, 3, seed):
+                check_case(f"case {case['id']}", case)
+            chat = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 3, seed)
+            for context_limit, _ in benchmark.SWEEP:
+                for case in at_limit(chat, context_limit):
+                    check_case(f"case {case['id']}", case)
 
 
 class OutputTest(unittest.TestCase):

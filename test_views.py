@@ -95,7 +95,7 @@ held-spread (held-out, facts spread across turns), 4 turns
 
 def show_case(case: dict, rules: dict, full: bool = False) -> str:
     """What --show prints for these rules on one case, without colour and without the best possible selection."""
-    return views.show_requests(case, *case_selections(case, rules, count_request, False), False, full, False)
+    return views.show_requests(case, *case_selections(case, rules, count_request), False, full, False)
 
 
 @lru_cache(maxsize=None)
@@ -266,11 +266,18 @@ class LayoutTest(unittest.TestCase):
                                  [f"message {n}, {message['role']}" for n, message in enumerate(messages, 1)])
 
     def test_short_content_is_not_folded_and_long_content_keeps_its_first_and_last_lines(self):
-        self.assertEqual(display_lines(' one\ntwo ', full=False), ['one', 'two'])
+        self.assertEqual(display_lines(' one\ntwo ', full=False), ['    one', '    two'])
         lines = '\n'.join(f'line {n}' for n in range(1, 21))
-        self.assertEqual(display_lines(lines, full=False),
-                         ['line 1', 'line 2', 'line 3', '… 15 more lines …', 'line 19', 'line 20'])
+        self.assertEqual(display_lines(lines, full=False), [f'    {line}' for line in (
+            'line 1', 'line 2', 'line 3', '… 15 more lines …', 'line 19', 'line 20')])
         self.assertEqual(len(display_lines(lines, full=True)), 20)
+
+    def test_in_colour_a_message_line_that_reads_like_the_fold_is_not_dimmed_as_one(self):
+        case = dict(shipped_cases()['dev-correction'], current='Which database?\n… 2 more lines …')
+        selected = RULES['recent'](case, count_request)
+        coloured = request_text(case, 'title', selected, graded_row(case, selected), full=False, colour=True)
+        self.assertIn('\n    Which database?\n    … 2 more lines …\n', coloured)
+        self.assertNotIn('\x1b[2m', coloured)
 
     def test_a_count_the_message_sizes_do_not_reach_is_refused_as_every_run_refuses_it(self):
         case = shipped_cases()['dev-correction']
@@ -499,6 +506,16 @@ class ForgedCompareTest(unittest.TestCase):
             views.check_report(Path('old.json'), old)
         self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report (best_possible.summary must map '
                                                 'each split to its figures)')
+
+    def test_a_best_possible_without_its_cases_or_summary_is_refused_naming_the_part_that_is_missing(self):
+        for part, expected in (('cases', 'best_possible.cases must be a list of rows'),
+                               ('summary', 'best_possible.summary must map each split to its figures')):
+            with self.subTest(part):
+                old = copy.deepcopy(RECORDED_REPORT)
+                del old['best_possible'][part]
+                with self.assertRaises(views.ReportError) as raised:
+                    views.check_report(Path('old.json'), old)
+                self.assertEqual(str(raised.exception), f'old.json: not an evaluate.py report ({expected})')
 
 
 if __name__ == '__main__':

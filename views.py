@@ -80,10 +80,9 @@ def turn_columns(best: dict, kept_sets: list) -> list[tuple[str, list]]:
     columns = [(index, REQUIRED_MARK * (index in best['fact_turns']) + STALE_MARK * (index in best['stale_turns']),
                 [UNKNOWN if kept is None else KEPT if index in kept else LEFT_OUT for kept in kept_sets])
                for index in range(best['history_turns'])]  # a kept set None: the row was not worked out
-    if best['history_turns'] <= MAP_FULL_UP_TO:
-        return [(f'{index + 1}{marks}', cells) for index, marks, cells in columns]
-    # A turn holding a fact keeps its column; a run of turns holding none, alike in every row, shares one.
-    runs = [[*run] for _, run in groupby(columns, lambda column: column[0] if column[1] else column[2])]
+    # A column per turn, but in a long history one per run of turns that hold no fact and are alike in every row.
+    alone = best['history_turns'] <= MAP_FULL_UP_TO
+    runs = [[*run] for _, run in groupby(columns, lambda column: column[0] if column[1] or alone else column[2])]
     return [(turn_runs(index for index, _, _ in run)[0] + run[0][1], run[0][2]) for run in runs]
 
 
@@ -126,13 +125,14 @@ def message_labels(case: dict, chosen: dict) -> list[str]:
     return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
 
 
-def display_lines(content: str, full: bool) -> list[str]:
-    """Content wrapped for reading and, unless full, folded: first and last lines around '… N more lines …'."""
-    lines = [wrapped for line in content.strip().split('\n')
+def display_lines(content: str, full: bool, colour: bool = False) -> list[str]:
+    """Content indented, wrapped and, unless full, folded: first and last lines around '… N more lines …'."""
+    lines = [(INDENT + wrapped).rstrip() for line in content.strip().split('\n')
              for wrapped in (textwrap.wrap(line, WRAP, break_on_hyphens=False) or [''])]
     if full or len(lines) <= FOLD_ABOVE:
         return lines
-    return [*lines[:FOLD_HEAD], f'… {len(lines) - FOLD_HEAD - FOLD_TAIL} more lines …', *lines[-FOLD_TAIL:]]
+    fold = paint(f'{INDENT}… {len(lines) - FOLD_HEAD - FOLD_TAIL} more lines …', 'fold', colour)
+    return [*lines[:FOLD_HEAD], fold, *lines[-FOLD_TAIL:]]
 
 
 def quoted(facts: list[str]) -> str:
@@ -150,9 +150,7 @@ def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, co
         out += ['', f'[{label}] {tokens} tokens']
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
         out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
-        for line in display_lines(message['content'], full):
-            folded = line.startswith('… ') and line.endswith(' more lines …') and not full
-            out.append(paint(INDENT + line, 'fold', colour) if folded else (INDENT + line).rstrip())
+        out += display_lines(message['content'], full, colour)
     out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
                 f'{count.fixed} tokens', '']
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
@@ -224,14 +222,10 @@ def row_changes(old: dict, new: dict) -> list[str]:
 def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[str]:
     """One line per change between two lists of rows of one rule (or of the best possible), by case."""
     old_rows, new_rows = {row['case']: row for row in old_rows}, {row['case']: row for row in new_rows}
-    lines = []
-    for case_id in dict.fromkeys([*old_rows, *new_rows]):
-        if case_id in old_rows and case_id in new_rows:
-            changes = row_changes(old_rows[case_id], new_rows[case_id])
-        else:
-            changes = ['case added' if case_id in new_rows else 'case removed']
-        lines += [f'{name} {case_id}: {change}' for change in changes]
-    return lines
+    both = old_rows.keys() & new_rows.keys()
+    return [f'{name} {case_id}: {change}' for case_id in dict.fromkeys([*old_rows, *new_rows])
+            for change in (row_changes(old_rows[case_id], new_rows[case_id]) if case_id in both
+                           else ['case added' if case_id in new_rows else 'case removed'])]
 
 
 def dict_changes(prefix: str, before: dict, after: dict, between: str = ': ') -> list[str]:
@@ -243,7 +237,7 @@ def dict_changes(prefix: str, before: dict, after: dict, between: str = ': ') ->
 def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     """Every difference between two reports except the environment, one line each; [] when equal. With rows=False
     (--summary-only) the changes case by case are counted in one last line instead."""
-    lines, hidden = [], 0
+    lines, hidden = [], []  # hidden: the changes case by case that --summary-only counts
     names = [c.get('name', c.get('model')) if isinstance(c := report.get('counter'), dict) else c
              for report in (old, new)]
     if names[0] != names[1]:  # a default counter's profile has no name; every token figure differs for this alone
@@ -263,14 +257,13 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
         if old_rows is None or new_rows is None:  # a rules file's rule run in one report only: one line
             lines.append(f"{name}: rule {'added' if old_rows is None else 'removed'}")
             continue
-        changed = rows_changes(name, old_rows, new_rows)
-        lines += changed if rows else []
-        hidden += 0 if rows else len(changed)
+        (lines if rows else hidden).extend(rows_changes(name, old_rows, new_rows))
         for split in dict.fromkeys([*old_summary, *new_summary]):
             lines += dict_changes(f'{name} {split} summary: ', old_summary.get(split, {}), new_summary.get(split, {}),
                                   ' ')
     if hidden:
-        lines.append(f'and {hidden} changes case by case, not shown: run without --summary-only to see them')
+        lines.append(f'and {len(hidden)} changes case by case, not shown: run without --summary-only to see '
+                     'them')
     return [clipped(printable(line), MAX_LINE) for line in lines]  # U+202E or a newline in a name: escaped
 
 
@@ -287,13 +280,11 @@ def check_report(path: Path, report) -> None:
         raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
     for name, rows in report['cases'].items():
         check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
-    best = report.get('best_possible')
-    if not isinstance(best, dict) or not isinstance(best.get('cases'), list) \
-            or not isinstance(best.get('summary'), dict):
+    if not isinstance(best := report.get('best_possible'), dict):  # its parts are checked as the rules' are
         raise wrong('best_possible must be an object with cases and summary')
-    check_rows(wrong, 'best_possible.cases', best['cases'], BEST_ROW_FIELDS)
+    check_rows(wrong, 'best_possible.cases', best.get('cases'), BEST_ROW_FIELDS)
     for where, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
-                          ('best_possible.summary', best['summary'])]:
+                          ('best_possible.summary', best.get('summary'))]:
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
             raise wrong(f'{where} must map each split to its figures')
 
