@@ -15,7 +15,7 @@ from common import LabError
 from lab_files import DuplicateKey, read_json_file, unique_keys
 from scorer import invalid
 from shapes import (AGENT_ROLES, BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance,
-                    holds_thinking_marker, make_turn, message_text, turn_texts)
+                    holds_thinking_marker, make_turn, turn_texts)
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')

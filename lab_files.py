@@ -31,8 +31,8 @@ TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXX
 SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 # The lab's own files, which no output may replace (the recorded outputs a script writes are not among them).
-LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 'cases.json', 'answer-keys.json',
-             'tokenizer-manifest.json')
+LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 'cases.json', 'agent-cases.json',
+             'answer-keys.json', 'tokenizer-manifest.json')
 PREPARED_JSON = 'prepared.json'  # written last into a prepared counter folder: its presence means "complete"
 PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the write is refused
 

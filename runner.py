@@ -18,7 +18,7 @@ from tokenizer import counter
 
 # Every module whose change can change a row; and, in a report with --rules, the module that runs rules files.
 CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py', 'strategies.py', 'tokenizer.py',
-              'best_possible.py', 'evaluate.py')
+              'tool_formats.py', 'best_possible.py', 'evaluate.py')
 RULES_CODE_FILE = 'rule_files.py'
 
 

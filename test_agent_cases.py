@@ -8,7 +8,8 @@ from case_set import CaseError, load_case_set, load_cases
 from scorer import graded_row, invalid
 from shapes import build_request, selection, turn_texts
 from strategies import RULES
-from test_support_fixtures import HERE, TempFolderTest
+from lab_files import to_json
+from test_support_fixtures import HERE, TempFolderTest, with_recorded_environment
 from test_support_runs import evaluate_py
 from test_support_oracle import OFFICIAL_PATH, official_count
 from tokenizer import count_request
@@ -151,6 +152,22 @@ def drop_calls(case, count):
 
 RULES = {'drop calls': drop_calls}
 """
+
+
+class RecordedReportTest(unittest.TestCase):
+    def test_a_fresh_run_on_the_agent_cases_equals_agent_evaluation_result_json_apart_from_the_environment(self):
+        done = evaluate_py('--cases', 'agent-cases.json')
+        self.assertEqual(done.returncode, 0, done.stderr)
+        recorded = (HERE / 'agent-evaluation-result.json').read_text(encoding='utf-8')
+        fresh = with_recorded_environment(json.loads(done.stdout), json.loads(recorded))
+        self.assertEqual(to_json(fresh), recorded)
+
+    def test_the_table_counts_invalid_requests_per_rule(self):
+        done = evaluate_py('--cases', 'agent-cases.json', '--format', 'table')
+        self.assertEqual(done.stdout.splitlines()[:3], [
+            '| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Invalid requests | '
+            'Mean input tokens |', '|---|---|---|---|---|---|---|',
+            '| recent | dev | 1 of 7 | 1 of 6 | 0 | 0 | 78.7 |'])
 
 
 class RulesFileTest(TempFolderTest):

@@ -19,9 +19,9 @@ import best_possible
 from common import LabError
 from runner import counter_note
 from scorer import by_group, check_additive, facts_in
-from shapes import BEST_ROW_FIELDS, ROW_FIELDS, TURN_ROLES, allowance, build_request
+from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
 from text import clipped, markdown_table, plain_number, printable, turn_runs
-from tokenizer import counter
+from tokenizer import agent_request, counter
 
 # What the views look like.
 WRAP = 96  # display width of message content; the exact text is what --prompt prints
@@ -61,13 +61,15 @@ def report_table(report: dict, group: str = 'split') -> str:
     else:
         rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
         best = by_group(report['best_possible']['cases'], group)
+    agent = any('invalid_requests' in s for groups in rules.values() for s in groups.values())  # agent cases
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
              f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # the best possible's only
              + (f" ({s['not_searched']} not searched)" if s.get('not_searched') else ''),
-             str(s['cases_with_stale_facts']),
+             str(s['cases_with_stale_facts']), *[str(s.get('invalid_requests', '-'))][:agent],
              '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])]
             for name, groups in [*rules.items(), (best_possible.LABEL, best)] for value, s in groups.items()]
-    text = markdown_table([cell.format(group=group.capitalize()) for cell in TABLE_HEADER], rows)
+    header = [*TABLE_HEADER[:5], *['Invalid requests'][:agent], TABLE_HEADER[5]]
+    text = markdown_table([cell.format(group=group.capitalize()) for cell in header], rows)
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
     over = [f"{name} {value.replace('_', '-')}: {s['over_budget']} of {s['cases']}"
             for name, groups in rules.items() for value, s in groups.items() if s.get('over_budget')]
@@ -120,7 +122,8 @@ def message_labels(case: dict, chosen: dict) -> list[str]:
     history = build_request(case, turns)[1:-1]  # the turns' messages, as the four lay them out
     if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
             and messages[1:-1] == history:
-        return ['system', *(f'turn {index + 1}, {role}' for index in turns for role in TURN_ROLES),
+        return ['system', *(f"turn {index + 1}, {message['role']}" for index in turns
+                            for message in turn_messages(case['history'][index])),
                 'notes and question, user' if chosen['notes'] else 'question, user']
     return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
 
@@ -142,20 +145,33 @@ def quoted(facts: list[str]) -> str:
 
 def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
     """One request, message by message with each one's share of the count and its facts, then the figures."""
-    count, out = counter(), [paint(title, 'title', colour)]
-    sizes = [count.message_size(message['role'], message['content']) for message in chosen['messages']]
-    check_additive(case, row['input_tokens'], count.fixed + sum(sizes))  # the shares shown must add up to it
-    for label, message, tokens in zip(message_labels(case, chosen), chosen['messages'], sizes):
+    count, out, messages = counter(), [paint(title, 'title', colour)], chosen['messages']
+    agent = agent_request(messages)  # a template writes calls and results into the model's turn: no share each
+    sizes = [None if agent else count.message_size(message['role'], message['content']) for message in messages]
+    if not agent:
+        check_additive(case, row['input_tokens'], count.fixed + sum(sizes))  # the shares shown must add up to it
+    for label, message, tokens in zip(message_labels(case, chosen), messages, sizes):
         reached, sent = facts_in(case, [message])
-        out += ['', f'[{label}] {tokens} tokens']
+        out += ['', f'[{label}]' + ('' if agent else f' {tokens} tokens') + tool_parts(message)]
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
         out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
         out += display_lines(message['content'], full, colour)
-    out += ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the generation prompt] "
-                f'{count.fixed} tokens', '']
+    out += [''] if agent else ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the "
+                                     f'generation prompt] {count.fixed} tokens', '']
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
-               f"stale sent: {quoted(row['stale_included'])} · {row['input_tokens']} of {allowance(case)} input tokens")
+               f"stale sent: {quoted(row['stale_included'])} · {row['input_tokens']} of {allowance(case)} input tokens"
+               + (f" · invalid: {row['invalid']}" if row.get('invalid') else ''))
     return '\n'.join(out) + '\n'
+
+
+def tool_parts(message: dict) -> str:
+    """What a message says besides its content, on its label's line: its calls, the call it answers, the tools.
+    A call of read_file with {'path': 'a'} -> ' · calls c1 read_file {"path": "a"}'."""
+    calls = [f"{call['id']} {call['function']['name']} {json.dumps(call['function']['arguments'], ensure_ascii=False)}"
+             for call in message.get('tool_calls', ())]
+    return printable(''.join([*(f' · calls {call}' for call in calls),
+                              *[f" · answers {message.get('tool_call_id')}"][:message['role'] == 'tool'],
+                              *[f" · declares {len(message.get('tools', ()))} tools"][:'tools' in message]]))
 
 
 def show_requests(case: dict, chosen: dict, rows: dict, prompt: bool, full: bool, colour: bool) -> str:
@@ -215,7 +231,7 @@ def row_changes(old: dict, new: dict) -> list[str]:
         if old.get(field) != new.get(field):
             out.append(f'{label} {turn_numbers(old.get(field))} -> {turn_numbers(new.get(field))}')
     return out + [f'{field} {old.get(field)} -> {new.get(field)}' for field in (
-        'notes', 'input_tokens', 'within_budget', 'required_total', 'history_turns', 'not_searched', 'split', 'kind')
+        'notes', 'input_tokens', 'within_budget', 'invalid', 'required_total', 'history_turns', 'not_searched', 'split', 'kind')
         if old.get(field) != new.get(field)]
 
 
