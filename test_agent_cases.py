@@ -167,7 +167,7 @@ class RecordedReportTest(unittest.TestCase):
         self.assertEqual(done.stdout.splitlines()[:3], [
             '| Strategy | Split | Facts found | Complete cases | Cases with stale facts | Invalid requests | '
             'Mean input tokens |', '|---|---|---|---|---|---|---|',
-            '| recent | dev | 1 of 7 | 1 of 6 | 0 | 0 | 78.7 |'])
+            '| recent | dev | 1 of 7 | 1 of 6 | 0 | 0 | 100.2 |'])
 
 
 class RulesFileTest(TempFolderTest):
