@@ -11,10 +11,10 @@ only the files it is given and writes only out_path; prepare.py pins and swaps i
 from pathlib import Path, PurePosixPath
 
 from common import LabError
+from prepared_folder import ADDED_FLAGS
 from tokenizer import chat_format, markers
 
 SHOWN_CHARS = 60  # how much of a test string or id list an error shows
-ADDED_FLAGS = ('special', 'normalized', 'lstrip', 'rstrip', 'single_word')  # as a tokenizer.json lists them
 
 
 class PrepareError(LabError):
