@@ -45,7 +45,8 @@ HERE = Path(__file__).resolve().parent
 MANIFEST = read_manifest()[0]
 NAMES = [name for name in MANIFEST['counters'] if name != DEFAULT]
 EXAMPLES = settings(max_examples=40, deadline=None, database=None)
-# tokenizer-manifest.json's sha256 before it gave Qwen 2.5's tool-call tags their ids: every folder prepared then records it
+# tokenizer-manifest.json's sha256 before it gave Qwen 2.5's tool-call tags their ids, as every folder prepared
+# then records it
 MANIFEST_BEFORE_TAGS = '1c05e4d6f73401f985490e7f8a096168cf809f47f3c2eabb8148de20d722aa49'
 
 
