@@ -11,6 +11,7 @@ only the files it is given and writes only out_path; prepare.py pins and swaps i
 from pathlib import Path, PurePosixPath
 
 from common import LabError
+from prepared_folder import ADDED_FLAGS
 from tokenizer import chat_format, markers
 
 SHOWN_CHARS = 60  # how much of a test string or id list an error shows
@@ -27,11 +28,13 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     but is part of the pinned bytes), an unknown piece falls back to <0x..> bytes, Phi-3's merges come from its
     scores and `prepend_space` starts each text between special tokens with '\u2581', as llama.cpp does. With a
     `split` pattern it is byte-level BPE (Llama 3, Qwen 2), `ignore_merges` looking a whole piece up first and `nfc`
-    normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them.
+    normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them;
+    `added_tokens`, the model's own that the GGUF lacks, take their ids with their published flags (place_added).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     tokens, types, merges, unknown = read_vocab(gguf_path, mirror)
+    added = place_added(tokens, mirror, gguf_path.name)
     vocab, pairs = {token: i for i, token in enumerate(tokens)}, [tuple(merge.split(' ', 1)) for merge in merges]
     if mirror.get('split'):
         tokenizer = Tokenizer(models.BPE(vocab, pairs, ignore_merges=mirror['ignore_merges']))
@@ -52,7 +55,25 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     special, rstrip = set(mirror['special_token_types']), set(mirror.get('rstrip', ()))
     tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True, rstrip=token in rstrip)
                                   for token, kind in zip(tokens, types) if kind in special])
+    tokenizer.add_tokens([AddedToken(token['content'], **{flag: token[flag] for flag in ADDED_FLAGS})
+                          for token in added])
     tokenizer.save(str(out_path))
+
+
+def place_added(tokens: list[str], mirror: dict, name: str) -> list[dict]:
+    """Write each of the manifest's added_tokens over its id's placeholder in `tokens` (llama.cpp's converter
+    writes [PAD151657] where the model's tokenizer.json lists an added token), so that it keeps the model's id and
+    shadows no learned token; refuse one whose id holds anything else or whose text the vocab already holds."""
+    for token in (added := mirror.get('added_tokens', [])):
+        at, text = token['id'], token['content']
+        held = tokens[at] if 0 <= at < len(tokens) else 'no token'
+        if held != f'[PAD{at}]' or text in tokens:
+            why = f'id {at} holds {held!r}, not the placeholder [PAD{at}]' if held != f'[PAD{at}]' \
+                else f'it already holds {text!r} at id {tokens.index(text)}'
+            raise PrepareError(f"{name}: cannot give {text!r} id {at} (manifest {mirror['at']}.added_tokens): "
+                               f'{why}; refusing it')
+        tokens[at] = text
+    return added
 
 
 def read_vocab(gguf_path: Path, mirror: dict) -> tuple[list[str], list[int], list[str], int]:

@@ -52,11 +52,14 @@ MANIFEST_KEYS |= {('counters', DEFAULT, *keys): kind for keys, kind in FORMAT_KE
 COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict, ('not_counted',):
                               tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
 VOCAB_KEYS = VOCAB_PINS | {('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool,
-                           ('rstrip',): tuple}
+                           ('rstrip',): tuple, ('added_tokens',): 'objects'}
+ADDED_FLAGS = ('special', 'normalized', 'lstrip', 'rstrip', 'single_word')  # an added token's, as tokenizer.json has
+ADDED_KEYS = {('id',): int, ('content',): str, **{(flag,): bool for flag in ADDED_FLAGS}}
 # A kind in the tables above -> (what a message calls it, the type a value must be, the type of each list item).
 VALUE_KINDS = {str: ('a string', str, object), int: ('an integer', int, object), bool: ('true or false', bool, object),
                list: ('a list of integers', list, int), tuple: ('a list of strings', list, str),
-               dict: ('an object', dict, object), None: ('a string or null', (str, type(None)), object)}
+               dict: ('an object', dict, object), None: ('a string or null', (str, type(None)), object),
+               'objects': ('a list of objects', list, dict)}
 RESTORE = 'restore the manifest with git checkout'
 MISSING = object()  # what read_manifest finds where a manifest has no such key
 
@@ -83,6 +86,8 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
             raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
         check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
+        for index, token in enumerate(vocab['added_tokens']):
+            check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
     built = manifest['pypi_mirror']['built_tokenizer']['file']
     if built != TOKENIZER_JSON:
         raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '

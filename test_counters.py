@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,9 @@ HERE = Path(__file__).resolve().parent
 MANIFEST = read_manifest()[0]
 NAMES = [name for name in MANIFEST['counters'] if name != DEFAULT]
 EXAMPLES = settings(max_examples=40, deadline=None, database=None)
+# tokenizer-manifest.json's sha256 before it gave Qwen 2.5's tool-call tags their ids, as every folder prepared
+# then records it
+MANIFEST_BEFORE_TAGS = '1c05e4d6f73401f985490e7f8a096168cf809f47f3c2eabb8148de20d722aa49'
 
 
 setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
@@ -221,9 +225,36 @@ class OfficialTemplateTest(CounterTest):
                     self.assertEqual(count.encode(text), [int(token) for token in ids.split()], text[:30])
 
 
+class QwenToolCallTest(CounterTest):
+    # Qwen 2.5's tokenizer.json lists <tool_call> and </tool_call> as added tokens 151657 and 151658; its template
+    # writes them around each call, and '\n' is the vocab's 'Ċ', id 198.
+    CALL = [{'role': 'user', 'content': 'Weather in Paris?'},
+            {'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {
+                'name': 'get_weather', 'arguments': {'city': 'Paris'}}}]},
+            {'role': 'tool', 'content': '18 C'}, {'role': 'user', 'content': 'And tomorrow?'}]
+    # The same request as the counter takes it: the call and its result as the template writes them.
+    WRITTEN = [CALL[0], {'role': 'assistant', 'content': '<tool_call>\n{"name": "get_weather", "arguments": '
+                                                          '{"city": "Paris"}}\n</tool_call>'},
+               {'role': 'user', 'content': '<tool_response>\n18 C\n</tool_response>'}, CALL[3]]
+
+    def test_the_tool_call_tags_are_each_one_token_at_qwen_2_5s_published_ids(self):
+        count = counter_or_skip(self, 'qwen-2.5')
+        self.assertEqual(count.tokenizer.token_to_id('\u010a'), 198)
+        self.assertEqual([count.encode(text) for text in ('<tool_call>', '</tool_call>', '<tool_call>\n',
+                                                          '<tool_call></tool_call>')],
+                         [[151657], [151658], [151657, 198], [151657, 151658]])
+
+    def test_a_qwen_tool_call_request_counts_as_the_official_template_renders_and_qwen_encodes_it(self):
+        count = counter_or_skip(self, 'qwen-2.5')
+        self.assertEqual(count.prompt(self.WRITTEN), official_render('qwen-2.5', self.CALL))
+        ids = count.tokenizer.encode(official_render('qwen-2.5', self.CALL), add_special_tokens=False).ids
+        self.assertEqual((ids.count(151657), ids.count(151658)), (1, 1))
+        self.assertEqual([counted(count, path, self.WRITTEN) for path in PATHS], [len(ids)] * len(PATHS))
+
+
 class RefusalTest(CounterTest):
     def test_text_the_model_tokenizer_reads_otherwise_is_refused_not_estimated(self):
-        for name, text in (('llama-3.1', 'call <|python_tag|> now'), ('qwen-2.5', 'a <tool_call> b')):
+        for name, text in (('llama-3.1', 'call <|python_tag|> now'), ('qwen-2.5', 'a <|fim_prefix|> b')):
             with self.subTest(name):
                 count = counter_or_skip(self, name)
                 marker = next(marker for marker in MANIFEST['counters'][name]['not_counted'] if marker in text)
@@ -233,6 +264,20 @@ class RefusalTest(CounterTest):
                     self.assertEqual(str(caught.exception), f"{name} does not count a message holding {marker!r}: "
                                      "the model's own tokenizer reads it otherwise than the vocab of the archive "
                                      f'(tokenizer-manifest.json, counters.{name}.not_counted)')
+
+    def test_a_qwen_counter_prepared_before_it_held_the_tool_call_tags_is_refused_with_the_prepare_advice(self):
+        counter_or_skip(self, 'qwen-2.5')
+        with tempfile.TemporaryDirectory() as name:
+            folder = Path(name) / 'prepared-qwen-2.5'
+            shutil.copytree(counter_folder('qwen-2.5'), folder)
+            record = json.loads((folder / 'prepared.json').read_text(encoding='utf-8'))
+            (folder / 'prepared.json').write_text(json.dumps(record | {'manifest_sha256': MANIFEST_BEFORE_TAGS}),
+                                                  encoding='utf-8')
+            with self.assertRaises(CounterError) as caught:
+                TokenCounter(folder, 'qwen-2.5')
+            self.assertEqual(str(caught.exception), f'{folder} is not a valid prepared counter: the manifest changed '
+                                                    'since it was prepared; refusing to count: run '
+                                                    f"`{python_command()} prepare.py --counter qwen-2.5`")
 
     def test_an_unknown_counter_lists_the_known_ones_in_one_line_and_exits_2(self):
         for main, script in ((evaluate.main, 'evaluate.py'), (budget_sweep.main, 'budget_sweep.py')):

@@ -25,6 +25,10 @@ SPM_SCORES = [0.0, 0.0, 0.0, -10.0, -11.0, -2.0, -12.0, -1.0, -3.0]
 BPE_TOKENS = ['a', 'b', 'ab', 'ba', '\u0120', '\u0120ab', '\u010a', '<|x|>']
 BPE_TYPES = [NORMAL] * 7 + [CONTROL]
 BPE_MERGES = ['a b', '\u0120 ab']
+USER_DEFINED = 4  # the type llama.cpp's converter gives the placeholders it writes for a model's added tokens
+PADDED_TOKENS, PADDED_TYPES = [*BPE_TOKENS, '[PAD8]', '[PAD9]'], [*BPE_TYPES, USER_DEFINED, USER_DEFINED]
+TAG = {'id': 8, 'content': '<t>', 'special': False, 'normalized': False, 'lstrip': False, 'rstrip': False,
+       'single_word': False}  # as Qwen 2.5's tokenizer.json lists <tool_call> (id 151657)
 
 
 def gguf(path: Path, model: str, tokens: list[str], types: list[int], scores=None, merges=None) -> Path:
@@ -82,6 +86,25 @@ class BuildTest(unittest.TestCase):
         self.assertEqual(self.ids(merged, 'ba ab\n<|x|>ab'), [1, 0, 5, 6, 7, 2])
         whole = self.built(path, spec(8, 2, split=SPLIT % '{1,3}', ignore_merges=True))
         self.assertEqual(self.ids(whole, 'ba ab\n<|x|>ab'), [3, 5, 6, 7, 2])
+
+    def test_an_added_token_the_gguf_holds_only_as_a_placeholder_is_one_token_at_its_published_id(self):
+        path = gguf(self.tmp / 'bpe.gguf', 'gpt2', PADDED_TOKENS, PADDED_TYPES, merges=BPE_MERGES)
+        tokenizer = self.built(path, spec(10, 2, split=SPLIT % '', added_tokens=[TAG]))
+        # '<t>' is id 8, where the GGUF has '[PAD8]'; the text around it is split and merged as before: ab (2).
+        self.assertEqual((self.ids(tokenizer, '<t>'), self.ids(tokenizer, 'ab<t>ab')), ([8], [2, 8, 2]))
+        added = tokenizer.get_added_tokens_decoder()
+        self.assertEqual((added[8].content, added[8].special, added[8].normalized), ('<t>', False, False))
+        self.assertEqual((sorted(added), tokenizer.get_vocab_size()), ([7, 8], 10))  # <|x|> and <t>; no new id
+
+    def test_an_added_token_that_would_take_a_learned_tokens_id_or_repeat_one_is_refused(self):
+        path = gguf(self.tmp / 'bpe.gguf', 'gpt2', PADDED_TOKENS, PADDED_TYPES, merges=BPE_MERGES)
+        for token, why in [(TAG | {'id': 2}, "id 2 holds 'ab', not the placeholder [PAD2]"),
+                           (TAG | {'id': 10}, "id 10 holds 'no token', not the placeholder [PAD10]"),
+                           (TAG | {'content': 'ba'}, "it already holds 'ba' at id 3")]:
+            with self.subTest(why), self.assertRaises(PrepareError) as caught:
+                self.built(path, spec(10, 2, split=SPLIT % '', added_tokens=[token]))
+            self.assertEqual(str(caught.exception), f"bpe.gguf: cannot give {token['content']!r} id {token['id']} "
+                                                    f'(manifest vocabs.tiny.added_tokens): {why}; refusing it')
 
     def test_vocab_with_other_counts_than_the_manifest_is_refused_naming_where_they_are_pinned(self):
         path = gguf(self.tmp / 'bpe.gguf', 'gpt2', BPE_TOKENS, BPE_TYPES, merges=BPE_MERGES)

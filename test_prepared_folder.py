@@ -84,6 +84,11 @@ class ReadManifestTest(TempFolderTest):
             (('counters', 'gemma-4-e2b'), delete, 'missing key counters.gemma-4-e2b.format.prefix'),
             (('vocabs', 'qwen2', 'split'), None, None),  # null: not a byte-level vocab, still a manifest
             (('vocabs', 'qwen2', 'nfc'), delete, 'missing key vocabs.qwen2.nfc'),
+            (('vocabs', 'phi-3', 'added_tokens'), [[151657]], 'vocabs.phi-3.added_tokens is not a list of objects'),
+            (('vocabs', 'qwen2', 'added_tokens', 1, 'id'), '151658',
+             'vocabs.qwen2.added_tokens.1.id is not an integer'),
+            (('vocabs', 'qwen2', 'added_tokens', 0, 'special'), delete,
+             'missing key vocabs.qwen2.added_tokens.0.special'),
         ]
         for keys, value, message in damages:
             with self.subTest(message):
