@@ -11,6 +11,7 @@ from strategies import RULES
 from lab_files import to_json
 from test_support_fixtures import HERE, TempFolderTest, with_recorded_environment
 from test_support_runs import evaluate_py
+from test_counters import counter_or_skip, official_template
 from test_support_oracle import OFFICIAL_PATH, official_count
 from tokenizer import count_request
 
@@ -196,6 +197,18 @@ class OfficialTemplateTest(unittest.TestCase):
             for index, request in enumerate(requests):
                 with self.subTest(case['id'], request=index):
                     self.assertEqual(count_request(request), official_count(request))
+
+
+class QwenTemplateTest(unittest.TestCase):
+    def test_qwen_counts_every_request_the_rules_build_on_the_agent_cases_as_its_official_template_renders_it(self):
+        count, template = counter_or_skip(self, 'qwen-2.5'), official_template('qwen-2.5')
+        for case in load_cases(HERE / 'agent-cases.json'):
+            whole = build_request(case, range(len(case['history'])))
+            for index, request in enumerate([whole, *(rule(case, count)['messages'] for rule in RULES.values())]):
+                messages = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
+                text = template.render(messages=messages, tools=request[0].get('tools'), add_generation_prompt=True)
+                with self.subTest(case['id'], request=index):  # its own tokenizer.json holds the tool-call tags
+                    self.assertEqual(count(request), len(count.tokenizer.encode(text, add_special_tokens=False).ids))
 
 
 class GradedRowTest(unittest.TestCase):
