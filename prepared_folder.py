@@ -10,6 +10,7 @@ that record was made for this very manifest and every file still has its recorde
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
 import argparse
+import json
 import os
 from pathlib import Path
 import re
@@ -205,6 +206,22 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
         if actual != size_and_sha(pin):
             return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
     return record['source'], ''
+
+
+def counter_list(manifest: dict, manifest_sha256: str) -> str:
+    """Each counter: its model, whether it is prepared (else the command that prepares it) and what it pins."""
+    out = []
+    for name, definition in manifest['counters'].items():
+        folder, spec = counter_folder(name), vocab_spec(manifest, name)
+        state = f'prepared in {folder}' if check_prepared(folder, manifest, manifest_sha256, name=name)[0] \
+            else f'not prepared: run `{prepare_command(name)}`'
+        fixed = definition.get('fixed_inputs', {'enable_thinking': manifest['chat_format']['enable_thinking']})
+        out += [f"{name}: {definition.get('publisher_model', manifest['publisher_model'])}; {state}",
+                *(f"  {key}: {member['path']} in {spec['sdist']}, sha256 {member['sha256']}"
+                  for key, member in spec['members'].items() if key in ('vocab', 'template')),
+                *(f"  {file}: sha256 {pin['sha256']} ({at})" for file, (at, pin) in pins(manifest, 'pypi', name).items()
+                  if file != TEMPLATE_FILE), f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']
+    return '\n'.join(out) + '\n'
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ from common import LabError, run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key, turn_texts
 from tool_formats import ToolFormatError, prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
-    counter_folder, pins, prepare_command, read_manifest, vocab_spec
+    counter_folder, counter_list, pins, prepare_command, read_manifest, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
@@ -362,22 +362,6 @@ def add_counter_option(parser) -> None:
     parser.add_argument('--counter', metavar='NAME', type=counter_choice, default=DEFAULT,
                         help=f'count with this model\'s counter (default: {DEFAULT}); list names every counter, what '
                              'it pins and whether it is prepared (docs/counters.md)')
-
-
-def counter_list(manifest: dict, manifest_sha256: str) -> str:
-    """Each counter: its model, whether it is prepared (else the command that prepares it) and what it pins."""
-    out = []
-    for name, definition in manifest['counters'].items():
-        folder, spec = counter_folder(name), vocab_spec(manifest, name)
-        state = f'prepared in {folder}' if check_prepared(folder, manifest, manifest_sha256, name=name)[0] \
-            else f'not prepared: run `{prepare_command(name)}`'
-        fixed = definition.get('fixed_inputs', {'enable_thinking': manifest['chat_format']['enable_thinking']})
-        out += [f"{name}: {definition.get('publisher_model', manifest['publisher_model'])}; {state}",
-                *(f"  {key}: {member['path']} in {spec['sdist']}, sha256 {member['sha256']}"
-                  for key, member in spec['members'].items() if key in ('vocab', 'template')),
-                *(f"  {file}: sha256 {pin['sha256']} ({at})" for file, (at, pin) in pins(manifest, 'pypi', name).items()
-                  if file != TEMPLATE_FILE), f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']
-    return '\n'.join(out) + '\n'
 
 
 class LazyCount:
