@@ -11,9 +11,10 @@ from strategies import RULES
 from lab_files import to_json
 from test_support_fixtures import HERE, TempFolderTest, with_recorded_environment
 from test_support_runs import evaluate_py
-from test_counters import counter_or_skip, official_template
+from test_counters import counter_or_skip
+from test_tool_formats import official
 from test_support_oracle import OFFICIAL_PATH, official_count
-from tokenizer import count_request
+from tokenizer import CounterError, count_request
 
 SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
 CALL = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': '{"path": "a.ini"}'}}
@@ -199,15 +200,26 @@ class OfficialTemplateTest(unittest.TestCase):
                     self.assertEqual(count_request(request), official_count(request))
 
 
-class QwenTemplateTest(unittest.TestCase):
-    def test_qwen_counts_every_request_the_rules_build_on_the_agent_cases_as_its_official_template_renders_it(self):
-        count, template = counter_or_skip(self, 'qwen-2.5'), official_template('qwen-2.5')
+class OtherCountersTest(unittest.TestCase):
+    def test_qwen_and_llama_count_every_request_the_rules_build_as_their_official_templates_render_it(self):
+        for name in ('qwen-2.5', 'llama-3.1', 'llama-3.2', 'llama-3.3'):
+            with self.subTest(name):
+                self.check_counter(name, counter_or_skip(self, name))
+
+    def check_counter(self, name: str, count) -> None:
+        """Each request rendered by the official template with transformers' tojson, encoded by the counter's
+        tokenizer (Qwen's holds its tool-call tags); Llama's template refuses parallel calls, and so does its count."""
         for case in load_cases(HERE / 'agent-cases.json'):
             whole = build_request(case, range(len(case['history'])))
+            if name.startswith('llama') and any(len(message.get('tool_calls', ())) > 1 for message in whole):
+                with self.assertRaises(CounterError) as raised:
+                    count(whole)
+                self.assertIn('raises "This model only supports single tool-calls at once!"', str(raised.exception))
+                continue
             for index, request in enumerate([whole, *(rule(case, count)['messages'] for rule in RULES.values())]):
                 messages = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
-                text = template.render(messages=messages, tools=request[0].get('tools'), add_generation_prompt=True)
-                with self.subTest(case['id'], request=index):  # its own tokenizer.json holds the tool-call tags
+                text = official(name, messages, request[0].get('tools'))
+                with self.subTest(case['id'], request=index):
                     self.assertEqual(count(request), len(count.tokenizer.encode(text, add_special_tokens=False).ids))
 
 
