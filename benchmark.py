@@ -28,7 +28,7 @@ from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from runner import run_rules
 from scorer import check_fits, graded_row, totals
 from strategies import RULES
-from synthetic_cases import chat_case, generated_cases, synthetic_case
+from synthetic_cases import as_agent, chat_case, generated_cases, synthetic_case
 from text import markdown_table
 from tokenizer import add_counter_option, choose_counter, counter
 
@@ -61,6 +61,8 @@ MEASURES = {
     'bound_seconds': 'encode-once bound, seconds',
     'fast_over_bound': 'cached count over its encode-once bound',
     'identical_selections': 'identical selections and counts',
+    'agent_seconds': 'cached count, the same cases as agent turns, seconds',
+    'agent_over_pair': 'agent turns over pair turns, cached count',
     'sweep_seed': "the sweep's seed",
     'worst_over_bound': 'worst sweep setting over its encode-once bound',
     'budget_growth': 'evaluation seconds, 65,536 over 4,096 context at 300 turns',
@@ -126,6 +128,9 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, 
                'naive_seconds': round(naive, 3), 'fast_seconds': round(fast, 3), 'speedup': round(naive / fast, 1),
                'bound_seconds': round(bound, 3), 'fast_over_bound': round(fast / bound, 2),
                'identical_selections': slow == quick}
+    cold_start()  # the same texts, each reply a tool result (docs/agents.md): what tool rendering costs
+    figures['agent_seconds'] = round(agent := timed_run(list(map(as_agent, cases)), exact, 'agent turns')[0], 3)
+    figures['agent_over_pair'] = round(agent / fast, 1)
     exact.forget()  # nothing after this needs these sizes
     rows = {name: totals([graded_row(case, quick[i][position]) for i, case in enumerate(cases)])
             for position, name in enumerate(RULES)}

@@ -1,7 +1,8 @@
 """Seeded synthetic case sets for benchmark.py: long chat and log histories with a replaced limit planted in them.
 
-    from synthetic_cases import chat_case, generated_cases, synthetic_case
+    from synthetic_cases import as_agent, chat_case, generated_cases, synthetic_case
     generated_cases(synthetic_case, 100, 60, seed=20261130)   # the first part's 100 cases of 60 turns
+    as_agent(case)   # the same texts as agent turns: each reply a tool result
 
 Each case holds a stale limit, its correction and an owner at random depths, so the rules have something to find;
 the same seed gives the same cases on every machine. It reads, prints and writes nothing.
@@ -79,3 +80,15 @@ def chat_case(rng: random.Random, number: int, turns: int) -> dict:
 def generated_cases(make, count: int, turns: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     return [make(rng, n, turns) for n in range(count)]
+
+
+def as_agent(case: dict) -> dict:
+    """The case with each turn an agent turn of the same texts (docs/agents.md), the reply a call's result:
+    {'user': 'Hi', 'assistant': 'Yes'} -> [user 'Hi', an assistant message calling recall, the tool's 'Yes']."""
+    turns = []
+    for index, pair in enumerate(case['history']):
+        call = {'id': f'call_{index}', 'type': 'function', 'function': {'name': 'recall', 'arguments': {}}}
+        turns.append([{'role': 'user', 'content': pair['user']},
+                      {'role': 'assistant', 'content': '', 'tool_calls': [call]},
+                      {'role': 'tool', 'tool_call_id': call['id'], 'content': pair['assistant']}])
+    return dict(case, history=turns, tools=[])
