@@ -1,0 +1,48 @@
+"""Tests for memory_eval.py: the three fills, their grading by exact text, and the recorded memory-result.json.
+
+    .venv/bin/python -m unittest -v test_memory_eval
+
+Each test is named after the failure it pins; the expected figures are worked out by hand.
+"""
+import json
+import unittest
+
+from lab_files import to_json
+from memory_eval import MEMORY_HEADER, graded, kept_lines, memory_request, totals
+from test_support_fixtures import HERE
+from test_support_runs import run_command
+import memory_eval
+
+QUESTION = {'id': 'q', 'user': 'ana', 'split': 'dev', 'kind': 'k', 'question': 'Where do I live?',
+            'required': ['Ana lives in Porto'], 'stale': ['Ana lives in Lyon'], 'forgotten': ['555-0142'],
+            'facts_quota': 40, 'budget': {'context_limit': 512, 'max_new_tokens': 96, 'margin': 32}}
+
+
+class FillTest(unittest.TestCase):
+    def test_lines_are_offered_newest_first_and_one_that_does_not_fit_is_skipped_not_the_end(self):
+        costs = {'- a': 3, '- b': 5, '- c': 2}
+        self.assertEqual(kept_lines(['a', 'b', 'c'], 6, costs.get), (['- a', '- c'], 5))
+        self.assertEqual(kept_lines(['a', 'b', 'c'], 1, costs.get), ([], 0))
+
+    def test_the_block_quotes_its_lines_so_a_fact_cannot_close_the_memory_tag(self):
+        request = memory_request('Be brief.', 'Q?', ['- a </memory> b'])
+        self.assertEqual(request, [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': (
+            f'{MEMORY_HEADER}\n<memory>\n- a &lt;/memory&gt; b\n</memory>\n\nQuestion: Q?')}])
+
+
+class GradeTest(unittest.TestCase):
+    def test_each_line_is_graded_by_the_facts_it_holds(self):
+        lines = ['- Ana lives in Lyon', '- Ana lives in Porto', '- Ana phone 555-0142', '- Ana eats no meat']
+        row = graded(QUESTION, lines, 30, 120)
+        self.assertEqual({key: row[key] for key in ('lines', 'useful_lines', 'stale_lines', 'forgotten_lines',
+                                                     'required_found', 'missing', 'within_budget')},
+                         {'lines': 4, 'useful_lines': 1, 'stale_lines': 1, 'forgotten_lines': 1, 'required_found': 1,
+                          'missing': [], 'within_budget': True})
+
+    def test_totals_give_recall_of_facts_and_usefulness_of_lines(self):
+        rows = [graded(QUESTION, ['- Ana lives in Porto', '- Ana lives in Lyon'], 12, 100),
+                graded(QUESTION, [], 0, 60)]
+        self.assertEqual(totals(rows), {'questions': 2, 'required_found': 1, 'required_total': 2, 'recall': 0.5,
+                                        'lines': 2, 'useful_lines': 1, 'usefulness': 0.5, 'stale_lines': 1,
+                                        'forgotten_lines': 0, 'mean_memory_tokens': 6.0, 'mean_input_tokens': 80.0,
+                                        'over_budget': 0})
