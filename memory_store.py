@@ -14,7 +14,8 @@ replaced it, as history; a forget deletes every row holding the text, current or
 record of only the user, the time and how many rows went: no text and no hash of it (a phone number's hash is
 brute-forced in seconds). The append-only store is one table that triggers keep from being updated or deleted:
 a replace appends the new text, a forget changes nothing, so every row stays one a block may hold (current =
-stored). Standard library only; it writes nothing but the database file at `path`.
+stored). Standard library only; it writes nothing but the database file at `path`, and chooses no facts for
+a block (memory_eval.py does).
 
 What SQLite does with deleted content, and what the store chooses so that a forgotten fact's text cannot be
 read from its file afterwards (test_memory_store reads the bytes):
@@ -27,7 +28,8 @@ read from its file afterwards (test_memory_store reads the bytes):
   which also takes a file out of WAL mode.
 - VACUUM rebuilds the file from the live rows and gives the freelist back to the file system; with secure_delete
   the free pages already hold zeros, so it would only shrink the file, and the store does not run it.
-Not covered: a deleted journal's disk blocks, copies the file system or a backup made, and the process's memory.
+Not covered: the disk blocks a deleted journal leaves, copies made by the file system or a backup, and the
+process's memory.
 """
 from pathlib import Path
 import sqlite3
@@ -35,7 +37,6 @@ import sqlite3
 from common import LabError
 from text import printable
 
-ACTIONS = ('remember', 'replace', 'forget')
 # Set on every connection and read back; a test changes them to show that its byte check can fail.
 PRAGMAS = {'journal_mode': 'delete', 'secure_delete': '1', 'foreign_keys': '1'}
 MANAGED_SCHEMA = """
@@ -48,7 +49,7 @@ CREATE TABLE facts (id INTEGER PRIMARY KEY, user TEXT NOT NULL, time INTEGER NOT
 CREATE TRIGGER never_updated BEFORE UPDATE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 CREATE TRIGGER never_deleted BEFORE DELETE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 """
-KINDS = {1: 'managed', 2: 'append-only'}  # PRAGMA user_version of a store's file, so no file is opened as the other
+STORE_KINDS = {1: 'managed', 2: 'append-only'}  # PRAGMA user_version of a store's file, so no file is opened as the other
 
 
 class StoreError(LabError):
@@ -81,8 +82,8 @@ class MemoryStore:
             self._db.executescript(f'BEGIN; {MANAGED_SCHEMA if self.managed else APPEND_SCHEMA}'
                                    f'PRAGMA user_version={kind}; COMMIT;')
         elif found != kind:
-            raise StoreError(f'{self.path}: holds a {KINDS.get(found, "foreign")} store, '
-                             f'not the {KINDS[kind]} store asked for')
+            raise StoreError(f'{self.path}: holds a {STORE_KINDS.get(found, "foreign")} store, '
+                             f'not the {STORE_KINDS[kind]} store asked for')
 
     def __enter__(self):
         return self
@@ -132,8 +133,8 @@ class MemoryStore:
         if not isinstance(user, str) or type(time) is not int:
             raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
         action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
-        if action not in ACTIONS or not isinstance(fact, str) or not fact:
-            raise StoreError(f'{where}: expected "action" one of {", ".join(ACTIONS)} and a non-empty "fact"')
+        if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
+            raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
         if (action == 'replace') != isinstance(replaces, str):
             raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
         return time, action, fact, replaces

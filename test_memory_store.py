@@ -1,5 +1,6 @@
 """Tests of memory_store.py: row counts and lines worked out by hand, the history a replace keeps, what a forget
 leaves, and the database file's bytes after a forget (with runs that show the byte check can fail)."""
+from contextlib import closing
 import hashlib
 import os
 from pathlib import Path
@@ -57,10 +58,8 @@ class StoreTest(TempFolderTest):
         return path, steps
 
     def rows(self, path: Path, query: str) -> list[tuple]:
-        with sqlite3.connect(path) as db:
-            found = db.execute(query).fetchall()
-        db.close()
-        return found
+        with closing(sqlite3.connect(path)) as db, db:  # closed even when the statement is refused
+            return db.execute(query).fetchall()
 
 
 class CountsAndLines(StoreTest):
@@ -88,7 +87,7 @@ class CountsAndLines(StoreTest):
 
     def test_append_only_file_refuses_an_update_or_delete_made_around_the_store(self):
         path, _ = self.filled(managed=False)
-        for statement in ('UPDATE facts SET fact = "x"', 'DELETE FROM facts'):
+        for statement in ("UPDATE facts SET fact = 'x'", 'DELETE FROM facts'):
             with self.subTest(statement), self.assertRaises(sqlite3.IntegrityError):
                 self.rows(path, statement)
         self.assertEqual(len(self.rows(path, 'SELECT * FROM facts')), 8)
