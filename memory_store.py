@@ -1,0 +1,162 @@
+"""The memory lab's two stores of facts about a user, each in its own SQLite file (docs/memory.md).
+
+    from memory_store import MemoryStore
+    with MemoryStore(path, managed=True) as store:    # managed=False: the append-only store
+        store.apply('ana', {'time': 1, 'action': 'remember', 'fact': "Ana's phone number is 555-0142"})
+        store.lines('ana')     # the facts a memory block may hold, oldest first
+        store.counts()         # rows: {'stored': .., 'current': .., 'superseded': .., 'deletions': ..}
+
+An event is {"time" (or "turn"), "action": "remember" | "replace" | "forget", "fact", and for a replace
+"replaces"}, as memory_cases.py checks it; an event the store cannot apply is one StoreError line.
+
+The managed store keeps current facts; a replace marks the old row superseded, with the time and the row that
+replaced it, as history; a forget deletes every row holding the text, current or history, and leaves a deletion
+record of only the user, the time and how many rows went: no text and no hash of it (a phone number's hash is
+brute-forced in seconds). The append-only store is one table that triggers keep from being updated or deleted:
+a replace appends the new text, a forget changes nothing, so every row stays one a block may hold (current =
+stored). Standard library only; it writes nothing but the database file at `path`, and chooses no facts for
+a block (memory_eval.py does).
+
+What SQLite does with deleted content, and what the store chooses so that a forgotten fact's text cannot be
+read from its file afterwards (test_memory_store reads the bytes):
+- A deleted row's bytes stay in its page as free space, and a page left empty goes to the freelist with its old
+  content, unless PRAGMA secure_delete is on, which overwrites both with zeros. Its default is a compile-time
+  choice of each SQLite build, so the store sets it ON and checks that it took.
+- A rollback journal holds the original content of every page a transaction changes, the forgotten text
+  included, until the commit; journal_mode=DELETE then deletes it. PERSIST would leave that content in the
+  -journal file and WAL would keep old page images in the -wal file until a checkpoint; the store sets DELETE,
+  which also takes a file out of WAL mode.
+- VACUUM rebuilds the file from the live rows and gives the freelist back to the file system; with secure_delete
+  the free pages already hold zeros, so it would only shrink the file, and the store does not run it.
+Not covered: the disk blocks a deleted journal leaves, copies made by the file system or a backup, and the
+process's memory.
+"""
+from pathlib import Path
+import sqlite3
+
+from common import LabError
+from text import printable
+
+# Set on every connection and read back; a test changes them to show that its byte check can fail.
+PRAGMAS = {'journal_mode': 'delete', 'secure_delete': '1', 'foreign_keys': '1'}
+MANAGED_SCHEMA = """
+CREATE TABLE facts (id INTEGER PRIMARY KEY, user TEXT NOT NULL, time INTEGER NOT NULL, fact TEXT NOT NULL,
+                    superseded_at INTEGER, replaced_by INTEGER REFERENCES facts(id) ON DELETE SET NULL);
+CREATE TABLE deletions (id INTEGER PRIMARY KEY, user TEXT NOT NULL, time INTEGER NOT NULL, rows INTEGER NOT NULL);
+"""
+APPEND_SCHEMA = """
+CREATE TABLE facts (id INTEGER PRIMARY KEY, user TEXT NOT NULL, time INTEGER NOT NULL, fact TEXT NOT NULL);
+CREATE TRIGGER never_updated BEFORE UPDATE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+CREATE TRIGGER never_deleted BEFORE DELETE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+"""
+STORE_KINDS = {1: 'managed', 2: 'append-only'}  # PRAGMA user_version of a store's file, so no file is opened as the other
+
+
+class StoreError(LabError):
+    """A memory store cannot open its file or apply an event; the message names the file, user, time and fact."""
+
+
+class MemoryStore:
+    """A managed or an append-only store of facts in one SQLite file; see the module docstring."""
+
+    def __init__(self, path, managed: bool):
+        self.path, self.managed = Path(path), managed
+        self._db = None
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are begun explicitly
+            self._set_up()
+        except (sqlite3.DatabaseError, StoreError) as error:
+            self.close()  # a store that failed to open leaves no connection behind
+            if isinstance(error, StoreError):
+                raise
+            raise StoreError(f'{self.path}: cannot be opened as a memory store ({error})') from None
+
+    def _set_up(self) -> None:
+        for name, value in PRAGMAS.items():
+            self._db.execute(f'PRAGMA {name}={value}').fetchall()
+            if str(got := self._db.execute(f'PRAGMA {name}').fetchone()[0]) != value:
+                raise StoreError(f'{self.path}: SQLite keeps PRAGMA {name} at {got}, not {value}')
+        kind = 1 if self.managed else 2
+        found = self._db.execute('PRAGMA user_version').fetchone()[0]
+        if found == 0:
+            self._db.executescript(f'BEGIN; {MANAGED_SCHEMA if self.managed else APPEND_SCHEMA}'
+                                   f'PRAGMA user_version={kind}; COMMIT;')
+        elif found != kind:
+            raise StoreError(f'{self.path}: holds a {STORE_KINDS.get(found, "foreign")} store, '
+                             f'not the {STORE_KINDS[kind]} store asked for')
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def apply(self, user: str, event: dict) -> None:
+        """Applies one event at its time, in one transaction: all of it, or none if it cannot be applied."""
+        time, action, fact, replaces = self._parse(user, event)
+        where = f'{self.path}: user {printable(repr(user))}, event at time {time}'
+        if replaces is not None and not self._holds(user, replaces):
+            raise StoreError(f'{where}: cannot replace {printable(repr(replaces))}: '
+                             f'the store holds no such current fact')
+        if action == 'forget' and not self._holds(user, fact):
+            raise StoreError(f'{where}: cannot forget {printable(repr(fact))}: the store holds no such current fact')
+        if action != 'forget' and self.managed and self._holds(user, fact):
+            raise StoreError(f'{where}: cannot {action} {printable(repr(fact))}: it is already a current fact')
+        self._db.execute('BEGIN IMMEDIATE')
+        try:
+            self._write(user, time, action, fact, replaces)
+            self._db.execute('COMMIT')
+        except BaseException:
+            self._db.execute('ROLLBACK')
+            raise
+
+    def _write(self, user: str, time: int, action: str, fact: str, replaces: str | None) -> None:
+        if action == 'forget':
+            if self.managed:
+                gone = self._db.execute('DELETE FROM facts WHERE user = ? AND fact = ?', (user, fact)).rowcount
+                self._db.execute('INSERT INTO deletions (user, time, rows) VALUES (?, ?, ?)', (user, time, gone))
+            return
+        new = self._db.execute('INSERT INTO facts (user, time, fact) VALUES (?, ?, ?)', (user, time, fact)).lastrowid
+        if replaces is not None and self.managed:
+            self._db.execute('UPDATE facts SET superseded_at = ?, replaced_by = ? WHERE user = ? AND fact = ? '
+                             'AND superseded_at IS NULL', (time, new, user, replaces))
+
+    def _parse(self, user: str, event: dict) -> tuple[int, str, str, str | None]:
+        """(time, action, fact, replaces) of an event, or a StoreError naming what is wrong with it."""
+        time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
+        where = f'{self.path}: user {printable(repr(user))}, event {printable(repr(event))[:200]}'
+        if not isinstance(user, str) or type(time) is not int:
+            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
+        action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
+        if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
+            raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
+        if (action == 'replace') != isinstance(replaces, str):
+            raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
+        return time, action, fact, replaces
+
+    def _holds(self, user: str, fact: str) -> bool:
+        """Whether `fact` is current for `user`: in the append-only store every row stays current."""
+        live = ' AND superseded_at IS NULL' if self.managed else ''
+        return self._db.execute(f'SELECT 1 FROM facts WHERE user = ? AND fact = ?{live}', (user, fact)).fetchone() \
+            is not None
+
+    def lines(self, user: str) -> list[str]:
+        """The facts a memory block may hold for `user`, oldest first: managed, the current ones; append-only,
+        every text ever stored."""
+        live = ' AND superseded_at IS NULL' if self.managed else ''
+        rows = self._db.execute(f'SELECT fact FROM facts WHERE user = ?{live} ORDER BY time, id', (user,))
+        return [fact for fact, in rows]
+
+    def counts(self, user: str | None = None) -> dict[str, int]:
+        """Rows for one user, or for all: stored (current + superseded), current, superseded, deletion records."""
+        where, args = ('WHERE user = ?', (user,)) if user is not None else ('', ())
+        stored, superseded = self._db.execute(
+            f'SELECT count(*), {"count(superseded_at)" if self.managed else "0"} FROM facts {where}', args).fetchone()
+        deletions = self._db.execute(f'SELECT count(*) FROM deletions {where}', args).fetchone()[0] \
+            if self.managed else 0
+        return {'stored': stored, 'current': stored - superseded, 'superseded': superseded, 'deletions': deletions}
