@@ -10,8 +10,8 @@ An event is {"time" (or "turn"), "action": "remember" | "replace" | "forget", "f
 "replaces"}, as memory_cases.py checks it; an event the store cannot apply is one StoreError line.
 
 The managed store keeps current facts; a replace marks the old row superseded, with the time and the row that
-replaced it, as history; a forget deletes every row holding the text, current or history, and leaves a deletion
-record of only the user, the time and how many rows went: no text and no hash of it (a phone number's hash is
+replaced it, as history; a forget deletes the fact with the history it replaced and any row holding its text, and
+leaves a deletion record of only the user, the time and how many rows went: no text and no hash of it (a phone number's hash is
 brute-forced in seconds). The append-only store is one table that triggers keep from being updated or deleted:
 a replace appends the new text, a forget changes nothing, so every row stays one a block may hold (current =
 stored). Standard library only; it writes nothing but the database file at `path`, and chooses no facts for
@@ -48,6 +48,13 @@ APPEND_SCHEMA = """
 CREATE TABLE facts (id INTEGER PRIMARY KEY, user TEXT NOT NULL, time INTEGER NOT NULL, fact TEXT NOT NULL);
 CREATE TRIGGER never_updated BEFORE UPDATE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 CREATE TRIGGER never_deleted BEFORE DELETE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
+"""
+# A forget deletes the fact, every fact it replaced before it (its history: an old phone number is as private as
+# the new one), and any other row holding its text.
+FORGET = """
+WITH RECURSIVE chain(id) AS (SELECT id FROM facts WHERE user = ? AND fact = ? AND superseded_at IS NULL
+                             UNION SELECT facts.id FROM facts JOIN chain ON facts.replaced_by = chain.id)
+DELETE FROM facts WHERE id IN chain OR (user = ? AND fact = ?)
 """
 STORE_KINDS = {1: 'managed', 2: 'append-only'}  # PRAGMA user_version of a store's file, so no file is opened as the other
 
@@ -118,7 +125,8 @@ class MemoryStore:
     def _write(self, user: str, time: int, action: str, fact: str, replaces: str | None) -> None:
         if action == 'forget':
             if self.managed:
-                gone = self._db.execute('DELETE FROM facts WHERE user = ? AND fact = ?', (user, fact)).rowcount
+                self._db.execute(FORGET, (user, fact, user, fact))
+                gone = self._db.execute('SELECT changes()').fetchone()[0]  # rowcount is -1 after a WITH
                 self._db.execute('INSERT INTO deletions (user, time, rows) VALUES (?, ?, ?)', (user, time, gone))
             return
         new = self._db.execute('INSERT INTO facts (user, time, fact) VALUES (?, ?, ?)', (user, time, fact)).lastrowid
