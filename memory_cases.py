@@ -29,9 +29,9 @@ PAST = {'replace': 'replaced', 'forget': 'forgotten'}  # a fact's status after e
 LABELS = {'required': 'current', 'stale': 'replaced', 'forgotten': 'forgotten'}  # what each list's facts must be
 
 # What is measured. Changing any of these changes memory-cases.json and every figure of memory-result.json.
-INSTRUCTIONS = ('You are an assistant with a memory of facts about the user. Answer from the memory block only; '
-                'if it does not hold what the question needs, say that you do not know it.')
-BUDGET = {'context_limit': 512, 'max_new_tokens': 96, 'margin': 32}
+MEMORY_INSTRUCTIONS = ('You are an assistant with a memory of facts about the user. Answer from the memory block '
+                       'only; if it does not hold what the question needs, say that you do not know it.')
+MEMORY_BUDGET = {'context_limit': 512, 'max_new_tokens': 96, 'margin': 32}
 FACTS_QUOTA = 64  # tokens of memory lines a block may hold: less than every fact append-only stores for ana
 ANA_PHONE, ANA_PORTO, ANA_LISBON = ("Ana's phone number is 555-0142", "Ana's home city is Porto",
                                    "Ana's home city is Lisbon")
@@ -97,10 +97,10 @@ def replay_events() -> list[dict]:
 
 def memory_cases() -> dict:
     """The case set memory_cases.py writes, in the order of its keys."""
-    return {'instructions': INSTRUCTIONS,
+    return {'instructions': MEMORY_INSTRUCTIONS,
             'users': {user: [dict(zip(('time', *EVENT_FIELDS), event)) for event in events]
                       for user, events in EVENTS.items()},
-            'questions': [dict(zip(QUESTION_FIELDS, question), facts_quota=FACTS_QUOTA, budget=dict(BUDGET))
+            'questions': [dict(zip(QUESTION_FIELDS, question), facts_quota=FACTS_QUOTA, budget=dict(MEMORY_BUDGET))
                           for question in QUESTIONS],
             'replay': {'user': REPLAY_USER, 'turns': REPLAY_TURNS, 'events': replay_events()}}
 
@@ -124,7 +124,7 @@ def check_count(where: str, name: str, value) -> int:
     return value
 
 
-def check_fields(where: str, what: str, value, fields) -> dict:
+def exact_fields(where: str, what: str, value, fields) -> dict:
     keys = list(value) if isinstance(value, dict) else []
     if not isinstance(value, dict) or set(keys) != set(fields):
         raise CaseError(f'{where}: {what} must be an object with exactly the fields {list(fields)}; missing '
@@ -149,7 +149,7 @@ def check_events(where: str, events, clock: str) -> dict[str, list]:
         action = event.get('action') if isinstance(event, dict) else None
         if isinstance(event, dict) and action not in ACTIONS:
             raise CaseError(f'{at}: field action must be one of {list(ACTIONS)}, got {action!r}')
-        check_fields(at, f'a {action or "memory"} event', event, (clock, *EVENT_FIELDS[:2 + (action == 'replace')]))
+        exact_fields(at, f'a {action or "memory"} event', event, (clock, *EVENT_FIELDS[:2 + (action == 'replace')]))
         if check_count(at, clock, event[clock]) <= last:
             raise CaseError(f"{at}: field {clock} is {event[clock]}, not after the previous event's {last}")
         last = event[clock]
@@ -174,7 +174,7 @@ def change(at: str, history: dict[str, list], event: dict, clock: str) -> None:
 
 
 def check_question(where: str, question, histories: dict[str, dict]) -> None:
-    check_fields(where, 'a question', question, QUESTION_FIELDS)
+    exact_fields(where, 'a question', question, QUESTION_FIELDS)
     for name in ('id', 'user', 'split', 'kind', 'question'):
         check_text(where, name, question[name])
     if question['split'] not in SPLITS:
@@ -201,7 +201,7 @@ def check_question(where: str, question, histories: dict[str, dict]) -> None:
 
 def check_memory_cases(where: str, data) -> dict:
     """The case set, once every check passes; else CaseError for the first mistake, `where` naming the file."""
-    check_fields(where, 'the top level', data, TOP_FIELDS)
+    exact_fields(where, 'the top level', data, TOP_FIELDS)
     check_text(where, 'instructions', data['instructions'])
     if not isinstance(data['users'], dict) or not data['users']:
         raise CaseError(f'{where}: field users must be a non-empty object of user names and their events')
@@ -216,7 +216,7 @@ def check_memory_cases(where: str, data) -> dict:
         if question['id'] in seen:
             raise CaseError(f'{at}: field id is a duplicate; every question id must be unique')
         seen.add(question['id'])
-    replay = check_fields(f'{where}: replay', 'the replay', data['replay'], REPLAY_FIELDS)
+    replay = exact_fields(f'{where}: replay', 'the replay', data['replay'], REPLAY_FIELDS)
     check_text(f'{where}: replay', 'user', replay['user'])
     turns = check_count(f'{where}: replay', 'turns', replay['turns'])
     check_events(f'{where}: replay', replay['events'], 'turn')
