@@ -256,7 +256,8 @@ class MissingPackagesTest(TempFolderTest):
                                        'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32},
                                        'required': ['Hi'], 'stale': []}]))
         arguments = {'locomo_cases.py': [str(locomo), '--output', str(cases)],  # any other runs without any
-                     'chat_cases.py': [str(logs), '--labels', str(labels), '--output', str(self.tmp / 'chat.json')]}
+                     'chat_cases.py': [str(logs), '--labels', str(labels), '--output', str(self.tmp / 'chat.json')],
+                     'memory_cases.py': ['--output', str(self.tmp / 'memory-cases.json')]}  # not the committed one
         for script in BARE:
             with self.subTest(script):
                 result = run([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
