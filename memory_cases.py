@@ -226,9 +226,11 @@ def check_memory_cases(where: str, data) -> dict:
     return data
 
 
-def load_memory_cases(path: Path) -> dict:
-    """The checked case set in a file, or one CaseError (a LabError) naming file, user, question or event and field."""
-    return check_memory_cases(str(path), read_json_file(Path(path), 'memory case set')[0])
+def load_memory_cases(path: Path) -> tuple[dict, str]:
+    """(the checked case set in a file, the SHA-256 of the bytes parsed), or one CaseError (a LabError) naming file,
+    user, question or event and field."""
+    data, sha256 = read_json_file(Path(path), 'memory case set')
+    return check_memory_cases(str(path), data), sha256
 
 
 def main(argv: list[str]) -> int:

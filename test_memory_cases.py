@@ -29,7 +29,7 @@ class GeneratorTest(unittest.TestCase):
             self.assertEqual(output.read_bytes(), SHIPPED.read_bytes())
 
     def test_the_committed_set_loads_and_holds_what_the_issue_asks_for(self):
-        cases = load_memory_cases(SHIPPED)
+        cases = load_memory_cases(SHIPPED)[0]
         self.assertEqual(list(cases), ['instructions', 'users', 'questions', 'replay'])
         self.assertEqual(list(cases['users']), ['ana', 'bob', 'cleo'])
         questions = cases['questions']
@@ -44,7 +44,7 @@ class GeneratorTest(unittest.TestCase):
 
     def test_no_fact_grants_bob_desk_approval_so_the_question_requires_only_stated_facts(self):
         # The seed's key expected Priya because she is Bob's manager; nothing stored says she approves desks.
-        cases = load_memory_cases(SHIPPED)
+        cases = load_memory_cases(SHIPPED)[0]
         question = next(question for question in cases['questions'] if question['id'] == 'bob-desk-approval')
         self.assertFalse([event for event in cases['users']['bob'] if 'approv' in event['fact'].lower()])
         self.assertEqual(question['required'], ["Bob's desk is 3-114, by the north window",
@@ -256,7 +256,7 @@ class RefusalTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'memory-cases.json'
             path.write_text(json.dumps(data), encoding='utf-8')
-            self.assertEqual(load_memory_cases(path)['questions'][0]['time'], 8)
+            self.assertEqual(load_memory_cases(path)[0]['questions'][0]['time'], 8)
 
     def test_a_file_that_is_not_utf8_is_refused(self):
         with tempfile.TemporaryDirectory() as folder:

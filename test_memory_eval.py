@@ -8,7 +8,7 @@ import json
 import unittest
 
 from lab_files import to_json
-from memory_eval import MEMORY_HEADER, graded, kept_lines, memory_request, totals
+from memory_eval import MEMORY_HEADER, graded, kept_lines, memory_request, memory_totals
 from test_support_fixtures import HERE
 from test_support_runs import run_command
 import memory_eval
@@ -42,7 +42,37 @@ class GradeTest(unittest.TestCase):
     def test_totals_give_recall_of_facts_and_usefulness_of_lines(self):
         rows = [graded(QUESTION, ['- Ana lives in Porto', '- Ana lives in Lyon'], 12, 100),
                 graded(QUESTION, [], 0, 60)]
-        self.assertEqual(totals(rows), {'questions': 2, 'required_found': 1, 'required_total': 2, 'recall': 0.5,
+        self.assertEqual(memory_totals(rows), {'questions': 2, 'required_found': 1, 'required_total': 2, 'recall': 0.5,
                                         'lines': 2, 'useful_lines': 1, 'usefulness': 0.5, 'stale_lines': 1,
                                         'forgotten_lines': 0, 'mean_memory_tokens': 6.0, 'mean_input_tokens': 80.0,
                                         'over_budget': 0})
+
+
+class RecordedReportTest(unittest.TestCase):
+    def test_a_fresh_run_equals_memory_result_json_apart_from_the_environment(self):
+        status, out, err = run_command(memory_eval.main, ['--format', 'json'], 'memory_eval.py')
+        self.assertEqual((status, err), (0, ''))
+        recorded = (HERE / 'memory-result.json').read_text(encoding='utf-8')
+        fresh = json.loads(out)
+        self.assertEqual(set(fresh['environment']), {'python', 'implementation', 'sqlite', 'replay_file_bytes'})
+        self.assertEqual(to_json({**fresh, 'environment': json.loads(recorded)['environment']}), recorded)
+
+    def test_only_append_all_sends_what_the_user_asked_to_forget_and_managed_all_finds_what_append_all_finds(self):
+        summary = json.loads((HERE / 'memory-result.json').read_text(encoding='utf-8'))['summary']
+        for split in ('dev', 'held_out'):
+            self.assertEqual([summary[fill][split]['forgotten_lines'] for fill in memory_eval.FILLS], [0, 0, 1])
+            self.assertEqual(summary['managed-all'][split]['required_found'],
+                             summary['append-all'][split]['required_found'])
+
+    def test_the_replay_is_sampled_every_20_turns_and_only_the_managed_store_keeps_deletion_records(self):
+        growth = json.loads((HERE / 'memory-result.json').read_text(encoding='utf-8'))['storage_growth']
+        self.assertEqual([sample['turn'] for sample in growth], list(range(20, 201, 20)))
+        self.assertEqual(growth[-1], {'turn': 200, 'managed': {'stored': 24, 'current': 12, 'superseded': 12,
+                                                                'deletions': 12},
+                                      'append_only': {'stored': 48, 'current': 48, 'superseded': 0, 'deletions': 0}})
+
+    def test_a_memory_case_set_the_loader_refuses_is_one_line_and_exit_2(self):
+        status, out, err = run_command(memory_eval.main, ['--cases', str(HERE / 'cases.json')], 'memory_eval.py')
+        self.assertEqual((status, out), (2, ''))
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertTrue(err.startswith(f'memory_eval.py: {HERE / "cases.json"}: '), err)
