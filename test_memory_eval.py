@@ -76,3 +76,8 @@ class RecordedReportTest(unittest.TestCase):
         self.assertEqual((status, out), (2, ''))
         self.assertEqual(len(err.splitlines()), 1, err)
         self.assertTrue(err.startswith(f'memory_eval.py: {HERE / "cases.json"}: '), err)
+
+    def test_docs_memory_gives_the_table_the_recording_makes(self):
+        recorded = json.loads((HERE / 'memory-result.json').read_text(encoding='utf-8'))
+        docs = (HERE / 'docs' / 'memory.md').read_text(encoding='utf-8')
+        self.assertIn(memory_eval.memory_table(recorded), docs)
