@@ -172,6 +172,29 @@ class RecordedReportTest(unittest.TestCase):
             '| recent | dev | 1 of 7 | 1 of 6 | 0 | 0 | 100.2 |'])
 
 
+class CommandLineTest(TempFolderTest):
+    def test_show_lays_out_each_call_the_result_that_answers_it_and_the_declared_tools(self):
+        done = evaluate_py('--cases', 'agent-cases.json', '--show', 'dev-agent-parallel', '--strategy', 'relevant')
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = done.stdout.splitlines()
+        self.assertIn('[turn 1, assistant] · calls call_a read_file {"path": ".python-version"} · calls call_b '
+                      'read_file {"path": ".nvmrc"}', lines)
+        self.assertEqual([line for line in lines if line.startswith('[turn 1, tool]')],
+                         ['[turn 1, tool] · answers call_a', '[turn 1, tool] · answers call_b'])
+        self.assertEqual(lines[-1], 'found 2 of 2 · missing: none · stale sent: none · 148 of 384 input tokens')
+        tools = evaluate_py('--cases', 'agent-cases.json', '--show', 'dev-agent-tools', '--strategy', 'recent')
+        self.assertIn('[system] · declares 2 tools', tools.stdout.splitlines())
+
+    def test_a_broken_agent_case_stops_evaluate_with_one_line_and_exit_2(self):
+        case = copy.deepcopy(CASE)
+        del case['messages'][3]  # the result of the call
+        path = self.tmp / 'agent.json'
+        path.write_text(json.dumps([case]), encoding='utf-8')
+        done = evaluate_py('--cases', str(path))
+        self.assertEqual((done.returncode, done.stdout, done.stderr), (2, '', f"evaluate.py: {path}: case one: field "
+                         "messages: message 2: call 'c1' has no result before message 3 (assistant)\n"))
+
+
 class RulesFileTest(TempFolderTest):
     def test_a_rules_files_request_that_drops_a_call_but_keeps_its_result_is_invalid_and_carries_no_facts(self):
         rules = self.tmp / 'drop_rules.py'
