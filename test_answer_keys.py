@@ -292,22 +292,26 @@ class KeysValidationTest(Rejecting):
         self.assertEqual((code, fake.requests), (2, []))
         self.assertIn('keys.held-latest.must must be a non-empty list of strings', err)
 
-
-    def test_a_pattern_that_matches_none_of_its_facts_is_warned_about_in_one_line(self):
+    def test_a_stale_pattern_that_matches_none_of_its_stale_facts_is_warned_about_in_one_line(self):
         keys = shipped_keys()
-        keys['keys']['held-latest']['must'] = ['mateo', 'mateos']  # a typo: the fact says Mateo
-        keys['keys']['held-correction']['stale'] = ['rabbit mq']
+        keys['keys']['held-correction']['stale'] = ['rabbit mq']  # a typo: the fact says RabbitMQ
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'answer-keys.json'
             path.write_text(json.dumps(keys))
             with contextlib.redirect_stderr(io.StringIO()) as err:
                 loaded = load_answer_keys(path, held_out_cases(), EVERY)
-        self.assertEqual(loaded['held-latest']['must'], ['mateo', 'mateos'])
-        self.assertEqual(err.getvalue(), (
-            f"{path}: keys.held-latest.must[1] 'mateos': warning: matches none of the case's required facts; check it "
-            f"for a typo\n{path}: keys.held-correction.stale[0] 'rabbit mq': warning: matches none of the case's stale "
-            'facts; check it for a typo\n'))
+        self.assertEqual(loaded['held-correction']['stale'], ['rabbit mq'])
+        self.assertEqual(err.getvalue(), f"{path}: keys.held-correction.stale[0] 'rabbit mq': warning: matches none "
+                                         "of the case's stale facts; check it for a typo\n")
 
+    def test_a_must_pattern_expecting_what_no_required_fact_states_is_refused_in_one_line(self):
+        # The memory lab's seed keyed its desk-approval question to an approver no stored fact names (issue 31).
+        keys = shipped_keys()
+        keys['keys']['held-latest']['must'] = ['mateo', 'approved by']
+        message = self.load(keys)
+        self.assertTrue(message.endswith(": keys.held-latest.must[1] 'approved by' matches none of the case's "
+                                         'required facts, so no request could earn it; a key expects only what a '
+                                         'required fact states'), message)
 
 if __name__ == '__main__':
     unittest.main()
