@@ -27,7 +27,7 @@ from runner import counter_note, report_header
 from shapes import SPLITS, allowance, escape
 from strategies import words
 from text import markdown_table, plain_number
-from tokenizer import add_counter_option, choose_counter, count_request, counter
+from tokenizer import add_counter_option, choose_counter, counter
 
 # What is measured. Changing any of these changes the recorded report.
 FILLS = ('managed-all', 'managed-relevant', 'append-all')
@@ -79,7 +79,8 @@ def graded(question: dict, lines: list[str], memory_tokens: int, input_tokens: i
             'input_tokens': input_tokens, 'within_budget': input_tokens <= allowance(question),
             'required_found': len(found), 'required_total': len(question['required']),
             'missing': [fact for fact in question['required'] if fact not in found], 'useful_lines': len(useful),
-            'stale_lines': len(holding(question['stale'])), 'forgotten_lines': len(holding(question['forgotten']))}
+            'stale_lines': len(holding(question['stale'])), 'forgotten_lines': len(holding(question['forgotten'])),
+            'stale_included': [fact for fact in question['stale'] if any(fact in line for line in lines)]}
 
 
 def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tuple[MemoryStore, MemoryStore]:
@@ -91,19 +92,20 @@ def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tup
     return stores
 
 
-def question_rows(cases: dict, count, folder: Path) -> dict[str, list[dict]]:
-    """fill -> one graded row per question, in file order."""
-    rows = {fill: [] for fill in FILLS}
-    cost = lambda line: len(counter().encode(line))  # a line's own tokens: no template, no delimiter
-    for question in cases['questions']:
-        events = [event for event in cases['users'][question['user']] if event['time'] <= question['time']]
-        managed, append_only = filled_stores(folder, question['id'], events, question['user'])
-        for fill in FILLS:
-            lines, tokens = kept_lines(offered(fill, question, managed, append_only), question['facts_quota'], cost)
-            size = count(memory_request(cases['instructions'], question['question'], lines))
-            rows[fill].append(graded(question, lines, tokens, size))
-        managed.close(), append_only.close()
-    return rows
+def filled_requests(cases: dict, counting) -> list[tuple[str, dict, list[dict], dict]]:
+    """(fill, question, the request it sends, its graded row), question by question in file order, then fill by fill,
+    from fresh stores in a temporary folder; counting is a counter (tokenizer.loaded), for lines and requests alike."""
+    filled, cost = [], lambda line: len(counting.encode(line))  # a line's own tokens: no template, no delimiter
+    with tempfile.TemporaryDirectory(prefix='memory-eval-') as folder:
+        for question in cases['questions']:
+            events = [event for event in cases['users'][question['user']] if event['time'] <= question['time']]
+            managed, append_only = filled_stores(Path(folder), question['id'], events, question['user'])
+            for fill in FILLS:
+                lines, tokens = kept_lines(offered(fill, question, managed, append_only), question['facts_quota'], cost)
+                request = memory_request(cases['instructions'], question['question'], lines)
+                filled.append((fill, question, request, graded(question, lines, tokens, counting(request))))
+            managed.close(), append_only.close()
+    return filled
 
 
 def memory_totals(rows: list[dict]) -> dict:
@@ -136,8 +138,10 @@ def replay_growth(replay: dict, folder: Path) -> tuple[list[dict], dict]:
 def memory_report(path: Path) -> dict:
     """The report: the lab's header, the totals per fill and split, the rows, the replay's storage growth."""
     cases, sha256 = load_memory_cases(path)
+    rows = {fill: [] for fill in FILLS}
+    for fill, _, _, row in filled_requests(cases, counter()):
+        rows[fill].append(row)
     with tempfile.TemporaryDirectory(prefix='memory-eval-') as name:
-        rows = question_rows(cases, count_request, Path(name))
         growth, sizes = replay_growth(cases['replay'], Path(name))
     header = report_header(path, sha256, [], 'memory_eval.py', 'memory_store.py', 'memory_cases.py')
     header['environment'] |= {'sqlite': sqlite3.sqlite_version, 'replay_file_bytes': sizes}  # not a result

@@ -39,6 +39,12 @@ class GradeTest(unittest.TestCase):
                          {'lines': 4, 'useful_lines': 1, 'stale_lines': 1, 'forgotten_lines': 1, 'required_found': 1,
                           'missing': [], 'within_budget': True})
 
+    def test_a_row_names_the_missing_and_stale_facts_the_answer_check_joins_its_answers_with(self):
+        # answer_keys.key_grades reads both to say whether a failure was the fill's or the model's.
+        row = graded(QUESTION, ['- Ana lives in Lyon'], 6, 90)
+        self.assertEqual((row['missing'], row['stale_included']), (['Ana lives in Porto'], ['Ana lives in Lyon']))
+        self.assertEqual(graded(QUESTION, ['- Ana lives in Porto'], 6, 90)['stale_included'], [])
+
     def test_totals_give_recall_of_facts_and_usefulness_of_lines(self):
         rows = [graded(QUESTION, ['- Ana lives in Porto', '- Ana lives in Lyon'], 12, 100),
                 graded(QUESTION, [], 0, 60)]
