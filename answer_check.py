@@ -13,6 +13,7 @@ call, and reuses or grades no answer of another build, nor a recording missing a
 """
 import argparse
 from collections import Counter, deque
+import contextlib
 import json
 from pathlib import Path
 import random
@@ -20,7 +21,7 @@ import time
 
 import answer_f1
 import answer_keys
-from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
+from answer_model import (CLOSEST, FRESH, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
                           check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
                           recording, request_sha256, save, tell, undercounts_cached_prompt)
 import case_set
@@ -72,7 +73,8 @@ def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
     return plan
 
 
-def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool) -> tuple[dict, dict, int | None]:
+def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool,
+                 discard: str = FRESH) -> tuple[dict, dict, int | None]:
     """(this server's model block, the answers partial keeps for the plan, the loaded context), the server checked."""
     if partial.exists() and not partial.is_file():
         raise LabError(f'{partial}: not a file, so it cannot keep the answers so far; move it away, then run again')
@@ -86,7 +88,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
         tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
              'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
     model = {**client.model, 'ollama_version': version}
-    kept = kept_answers(partial, model, plan)
+    kept = kept_answers(partial, model, plan, discard)
     if kept is None:
         lab_files.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
     return model, *(kept or ({}, None))
@@ -106,10 +108,12 @@ def note_loaded_context(client: OllamaClient, partial: Path, num_ctx: int) -> in
     return length
 
 
-def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool, chosen: dict) -> None:
-    """Ask for every planned answer not kept; write result_path, carrying chosen, once all are in."""
+def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool, chosen: dict,
+                   discard: str = FRESH) -> None:
+    """Ask for every planned answer not kept; write result_path, carrying chosen, once all are in; discard says how
+    to discard a partial file that is none (another script's --fresh)."""
     partial = result_path.with_suffix(PARTIAL_SUFFIX)
-    model, answers, context_length = open_partial(partial, client, plan, fresh)
+    model, answers, context_length = open_partial(partial, client, plan, fresh, discard)
     asking, recent, last = len(plan) - len(answers), deque(maxlen=RECENT_CALLS), time.monotonic()
     tell(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
          else f'asking for {asking} answers; the first call may also load the model')
@@ -138,18 +142,21 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
     partial.unlink(missing_ok=True)
 
 
-def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str) -> None:
+def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str,
+                   redo: str = REDO) -> None:
     """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
-    them and the options to give: --cases where the recording names other cases by their sha256."""
+    them and the options to give: --cases where the recording names other cases by their sha256; redo, the advice of
+    a script with no --rules, replaces the rest."""
     held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
     planned = dict.fromkeys((item['strategy'], item['case'], item['seed']) for item in plan)  # ordered, and a set
     chosen = recorded.get('chosen')
     hint = (f'it was recorded from a case file with sha256 {chosen["cases_sha256"][:12]}, not {cases_path}: give that '
-            'one with --cases' if chosen and chosen['cases_sha256'] != cases_sha256 else 'give the '
-            '--rules' + ('' if chosen else ', --cases, --split and --sample') + f' it was recorded with, or {REDO}')
+            'one with --cases' if chosen and chosen['cases_sha256'] != cases_sha256 else redo if redo != REDO else
+            'give the --rules' + ('' if chosen else ', --cases, --split and --sample') + f' it was recorded with, or '
+            + REDO)
     for problem, found, advice in (('missing', [key for key in planned if key not in held], hint),
                                    ('that this run does not plan', [key for key in held if key not in planned], hint),
-                                   ('recorded more than once', [key for key, n in held.items() if n > 1], REDO)):
+                                   ('recorded more than once', [key for key, n in held.items() if n > 1], redo)):
         if found:
             named = ', '.join(f'{s} {c} seed {seed}' + (f' ({held[s, c, seed]} times)' if held[s, c, seed] > 1 else '')
                               for s, c, seed in found[:answer_keys.NAMED])
@@ -307,10 +314,26 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, resu
     return grades
 
 
+@contextlib.contextmanager
+def stops_told(result_path: Path, command: str | None):
+    """Inside it, every stop says what it leaves on disk; the caller sets state['recorded'] once it wrote the
+    recording whole, after which a failure (of grading) says so."""
+    state = {'recorded': False}
+    try:
+        yield state
+    except (KeyboardInterrupt, LabError) as stop:
+        whole = f'{result_path.name} holds every answer: grade it with the same command without `record`'
+        if isinstance(stop, LabError):
+            raise LabError(f'{stop}; {whole}') if state['recorded'] else stop
+        partial = result_path.with_suffix(PARTIAL_SUFFIX)
+        kept = f'; the answers so far are kept in {partial.name} for the next `record`' if partial.exists() else ''
+        raise KeyboardInterrupt(whole if state['recorded'] else f'{result_path.name} ' + (
+            f'is replaced only once every answer has arrived{kept}' if command else 'is unchanged')) from None
+
+
 def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client) -> tuple:
     """(grades, inputs): record first if args say so, then grade; every stop says what it leaves on disk."""
-    partial, recorded = result_path.with_suffix(PARTIAL_SUFFIX), False  # whether this run wrote the recording whole
-    try:
+    with stops_told(result_path, args.command) as state:
         previous = None if args.command == 'record' else load_recording(result_path, REDO)
         model, rules, cases, keys = inputs = load_inputs(args, keys_path, previous, result_path)
         if args.command == 'record':
@@ -320,16 +343,9 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
                                f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
             chosen = {'split': args.split, 'sample': args.sample, 'cases_sha256': args.cases_sha256}
             record_answers(plan, client or OllamaClient(model), result_path, args.fresh, chosen)
-            recorded = True
+            state['recorded'] = True
         return grade_files(args.cases, keys_path, args.model, result_path, grades_path, args, (
-            previous or load_recording(result_path, REDO), inputs, plan if recorded else None)), inputs
-    except (KeyboardInterrupt, LabError) as stop:
-        whole = f'{result_path.name} holds every answer: grade it with the same command without `record`'
-        if isinstance(stop, LabError):
-            raise LabError(f'{stop}; {whole}') if recorded else stop
-        kept = f'; the answers so far are kept in {partial.name} for the next `record`' if partial.exists() else ''
-        raise KeyboardInterrupt(whole if recorded else f'{result_path.name} ' + (
-            f'is replaced only once every answer has arrived{kept}' if args.command else 'is unchanged')) from None
+            previous or load_recording(result_path, REDO), inputs, plan if state['recorded'] else None)), inputs
 
 
 def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path: Path = KEYS_PATH,

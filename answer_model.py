@@ -156,17 +156,18 @@ def tell(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def kept_answers(path: Path, model: dict, plan: list[dict]) -> tuple[dict, int | None] | None:
+def kept_answers(path: Path, model: dict, plan: list[dict], discard: str = FRESH) -> tuple[dict, int | None] | None:
     """({key: answer} kept in path from this digest and server for the plan, the loaded context), or None if path
-    holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line."""
+    holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line; a file
+    that is no partial recording is refused, with discard saying how to discard it."""
     if not path.exists():
         return None
     try:
         lines = path.read_bytes().decode('utf-8').split('\n')
         header = json.loads(lines[0])
     except (OSError, ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError: ValueErrors
-        raise LabError(f'{path}: cannot be read as a partial recording ({error}); {FRESH}') from None
-    check_fields(f'{path}: line 1', header, {'model': OBJECT}, FRESH)  # the model block
+        raise LabError(f'{path}: cannot be read as a partial recording ({error}); {discard}') from None
+    check_fields(f'{path}: line 1', header, {'model': OBJECT}, discard)  # the model block
     if any(header['model'].get(field) != model[field] for field in ('ollama_digest', 'ollama_version')):  # the server
         tell(f'{path.name} holds answers from digest {str(header["model"].get("ollama_digest"))[:12]} on Ollama '
              f'{header["model"].get("ollama_version")}, not from this server; none is reused')
