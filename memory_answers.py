@@ -1,0 +1,116 @@
+"""The answer check for memory blocks: record the pinned model's answers to every memory question as each fill sends
+it, through Ollama, and grade them offline with fixed keys (docs/memory.md).
+
+    .venv/bin/python memory_answers.py record           # needs Ollama with the pinned build, and prepare.py run
+    .venv/bin/python memory_answers.py record --fresh   # the same, discarding the answers a stopped run kept
+    .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
+
+record sends each question of memory-cases.json with each of memory_eval's three fills, built by memory_eval's
+own functions and sized by the pin's counter, to the build answer-model.json pins (digest checked, its options and
+seeds): 10 x 3 x 5 = 150 calls, kept one by one in memory-answer-result.partial.json to resume from, and writes
+memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with memory-answer-keys.json's
+patterns and prints its tables. Recording, resuming and grading are answer_check.py's; it retries no call, and
+grades no recording missing an answer or holding one twice.
+"""
+import argparse
+from pathlib import Path
+
+from answer_check import (PARTIAL_SUFFIX, check_complete, grade_recording, grades_report, record_answers,
+                          stops_told)
+from answer_keys import load_answer_keys
+from answer_model import MODEL_PATH, chat_body, load_model, load_recording, pin_counter, request_sha256, save
+import common
+from common import HERE
+import lab_files
+from memory_cases import load_memory_cases
+from memory_eval import FILLS, MEMORY_CASES, filled_requests
+from ollama_client import OllamaClient
+import tokenizer
+
+KEYS_PATH = HERE / 'memory-answer-keys.json'
+RESULT_PATH = HERE / 'memory-answer-result.json'
+GRADES_PATH = HERE / 'memory-answer-grades.json'
+PYTHON = common.python_command()
+RECORD = f'{PYTHON} memory_answers.py record'
+REDO = f'record again with `{RECORD}`'
+DISCARD = f'discard it with `{RECORD} --fresh`'
+
+
+def planned_answers(cases: dict, model: dict) -> list[dict]:
+    """Every request record sends, in order: fill, question, seed, as answer_check.planned_requests shapes them, each
+    with its question's graded row from memory_eval (required facts missing, stale facts sent)."""
+    filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
+    plan = []
+    for fill, question, messages, row in sorted(filled, key=lambda each: FILLS.index(each[0])):  # stable: file order
+        budget = question['budget']
+        for seed in model['seeds']:
+            body = chat_body(model, messages, budget['context_limit'], budget['max_new_tokens'], seed)
+            sha256 = request_sha256(body)
+            plan.append({'strategy': fill, 'case': question['id'], 'seed': seed, 'body': body,
+                         'request_sha256': sha256, 'key': (fill, question['id'], sha256),
+                         'input_tokens': row['input_tokens'], 'row': row})
+    return plan
+
+
+def grade(recorded: dict, cases: tuple[dict, str], keys: dict, paths: dict) -> dict:
+    """The grades of a whole recording under its own pin, written to the grades file."""
+    plan = planned_answers(cases[0], recorded['model'])
+    check_complete(recorded, plan, paths['result'], paths['cases'], cases[1], REDO)
+    grades = grade_recording(recorded, keys, {(item['strategy'], item['case'], item['seed']): item for item in plan})
+    save(paths['grades'], grades, 'memory answer grades')
+    return grades
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog='memory_answers.py', description='Grade recorded answers to the memory '
+                                     'questions offline, or record them from the pinned model through Ollama first.')
+    parser.add_argument('command', nargs='?', choices=['record'], help='record, then grade')
+    parser.add_argument('--cases', type=Path, help='memory case set (default: memory-cases.json)')
+    parser.add_argument('--keys', type=Path, help='their keys (default: memory-answer-keys.json)')
+    parser.add_argument('--format', choices=['table', 'json'], default='table', help='json: the grades on stdout')
+    parser.add_argument('--fresh', action='store_true', help='with record: discard the partial file first')
+    args = parser.parse_args(argv)  # a usage error exits 2
+    if args.fresh and args.command != 'record':
+        parser.error('--fresh goes with record')
+    return args
+
+
+def run_answers(args: argparse.Namespace, paths: dict, client) -> dict | None:
+    """The grades, after recording if args say so; None when there is no recording to grade."""
+    with stops_told(paths['result'], args.command) as state:
+        cases = load_memory_cases(paths['cases'])
+        keys = load_answer_keys(paths['keys'], cases[0]['questions'], cases[0]['questions'])
+        if args.command == 'record':
+            model = load_model(paths['model'])
+            chosen = {'split': 'all', 'sample': None, 'cases_sha256': cases[1]}
+            record_answers(planned_answers(cases[0], model), client or OllamaClient(model), paths['result'],
+                           args.fresh, chosen, DISCARD)
+            state['recorded'] = True
+        elif not paths['result'].exists():
+            return None
+        return grade(load_recording(paths['result'], REDO), cases, keys, paths)
+
+
+def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = KEYS_PATH,
+         model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
+         client: OllamaClient | None = None) -> int:
+    args = parse_args(argv)
+    paths = {'cases': args.cases or cases_path, 'keys': args.keys or keys_path, 'model': model_path,
+             'result': result_path, 'grades': grades_path}
+    recording = [('the recording', result_path), ('its partial file', result_path.with_suffix(PARTIAL_SUFFIX))]
+    lab_files.check_outputs([('the grades', grades_path), *(recording if args.command else [])],
+                            [('--cases', paths['cases']), ('--keys', paths['keys']), ('the pin', model_path),
+                             *([] if args.command else recording[:1])])
+    grades = run_answers(args, paths, client)
+    if grades is None:
+        model = load_model(model_path)
+        print(f'Nothing is recorded: there is no {result_path.name}. To record, start Ollama with '
+              f'{model["ollama_tag"]} at digest {model["ollama_digest"][:12]} and run `{RECORD}` '
+              f'({len(FILLS) * len(load_memory_cases(paths["cases"])[0]["questions"]) * len(model["seeds"])} calls).')
+    else:
+        print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json' else grades_report(grades))
+    return 0
+
+
+if __name__ == '__main__':
+    common.run(main)
