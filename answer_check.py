@@ -110,8 +110,7 @@ def note_loaded_context(client: OllamaClient, partial: Path, num_ctx: int) -> in
 
 def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool, chosen: dict,
                    discard: str = FRESH) -> None:
-    """Ask for every planned answer not kept; write result_path, carrying chosen, once all are in; discard says how
-    to discard a partial file that is none (another script's --fresh)."""
+    """Ask for every planned answer not kept; write result_path, carrying chosen, once all are in."""
     partial = result_path.with_suffix(PARTIAL_SUFFIX)
     model, answers, context_length = open_partial(partial, client, plan, fresh, discard)
     asking, recent, last = len(plan) - len(answers), deque(maxlen=RECENT_CALLS), time.monotonic()
@@ -145,8 +144,7 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
 def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str,
                    redo: str = REDO) -> None:
     """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
-    them and the options to give: --cases where the recording names other cases by their sha256; redo, the advice of
-    a script with no --rules, replaces the rest."""
+    them and the options to give: --cases where it names other cases by their sha256, else a script's own redo."""
     held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
     planned = dict.fromkeys((item['strategy'], item['case'], item['seed']) for item in plan)  # ordered, and a set
     chosen = recorded.get('chosen')
@@ -316,8 +314,7 @@ def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, resu
 
 @contextlib.contextmanager
 def stops_told(result_path: Path, command: str | None):
-    """Inside it, every stop says what it leaves on disk; the caller sets state['recorded'] once it wrote the
-    recording whole, after which a failure (of grading) says so."""
+    """Every stop inside says what it leaves on disk; the caller sets state['recorded'] once the recording is whole."""
     state = {'recorded': False}
     try:
         yield state

@@ -158,8 +158,7 @@ def tell(line: str) -> None:
 
 def kept_answers(path: Path, model: dict, plan: list[dict], discard: str = FRESH) -> tuple[dict, int | None] | None:
     """({key: answer} kept in path from this digest and server for the plan, the loaded context), or None if path
-    holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line; a file
-    that is no partial recording is refused, with discard saying how to discard it."""
+    holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line."""
     if not path.exists():
         return None
     try:
