@@ -27,9 +27,9 @@ from memory_eval import FILLS, MEMORY_CASES, filled_requests
 from ollama_client import OllamaClient
 import tokenizer
 
-KEYS_PATH = HERE / 'memory-answer-keys.json'
-RESULT_PATH = HERE / 'memory-answer-result.json'
-GRADES_PATH = HERE / 'memory-answer-grades.json'
+MEMORY_KEYS = HERE / 'memory-answer-keys.json'
+MEMORY_RESULT = HERE / 'memory-answer-result.json'
+MEMORY_GRADES = HERE / 'memory-answer-grades.json'
 PYTHON = common.python_command()
 RECORD = f'{PYTHON} memory_answers.py record'
 REDO = f'record again with `{RECORD}`'
@@ -91,8 +91,8 @@ def run_answers(args: argparse.Namespace, paths: dict, client) -> dict | None:
         return grade(load_recording(paths['result'], REDO), cases, keys, paths)
 
 
-def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = KEYS_PATH,
-         model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
+def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = MEMORY_KEYS,
+         model_path: Path = MODEL_PATH, result_path: Path = MEMORY_RESULT, grades_path: Path = MEMORY_GRADES,
          client: OllamaClient | None = None) -> int:
     args = parse_args(argv)
     paths = {'cases': args.cases or cases_path, 'keys': args.keys or keys_path, 'model': model_path,
