@@ -14,15 +14,14 @@ from pathlib import Path
 from common import LabError
 from lab_files import DuplicateKey, read_json_file, unique_keys
 from scorer import invalid
-from shapes import (AGENT_ROLES, BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance,
-                    holds_thinking_marker, make_turn, turn_texts)
+from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, \
+    make_turn, turn_texts
+from tool_formats import ToolFormatError, checked_message, checked_tools
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
 # An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
 AGENT_FIELDS = ('id', 'split', 'kind', 'messages', 'tools', 'budget', 'required', 'stale')
-MESSAGE_FIELDS = {'system': ('content',), 'user': ('content',), 'assistant': ('content', 'tool_calls'),
-                  'tool': ('tool_call_id', 'name', 'content')}  # beside role; tool_calls and name may be left out
 
 
 class CaseError(LabError):
@@ -76,49 +75,23 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     return pairs, checked[pairs]
 
 
-def check_agent_call(where: str, call) -> dict:
-    """One call of an assistant message, its arguments an object: a JSON string of one is parsed, as Ollama's
-    OpenAI-compatible endpoint parses it. {..., 'arguments': '{"a": 1}'} -> {..., 'arguments': {'a': 1}}"""
-    function = call.get('function') if isinstance(call, dict) else None
-    if not isinstance(function, dict) or set(call) != {'id', 'type', 'function'} or call['type'] != 'function' \
-            or set(function) != {'name', 'arguments'} \
-            or not all(isinstance(text, str) and text for text in (call['id'], function['name'])):
-        raise CaseError(f'{where} must be {{"id": "...", "type": "function", "function": {{"name": "...", '
-                        '"arguments": {...}}}')
-    arguments = function['arguments']
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments, object_pairs_hook=unique_keys)
-        except (ValueError, DuplicateKey) as error:
-            raise CaseError(f'{where}.function.arguments is a string that is not JSON: {error}') from None
-    if not isinstance(arguments, dict):
-        raise CaseError(f'{where}.function.arguments must be a JSON object, or a string holding one')
-    return {'id': call['id'], 'type': 'function', 'function': {'name': function['name'], 'arguments': arguments}}
-
-
-def check_agent_message(where: str, message, first: bool) -> dict:
-    """One message of an agent case, as the lab holds it: an assistant's content null beside calls becomes ''."""
-    roles = ('system',) if first else AGENT_ROLES
-    if not isinstance(message, dict) or message.get('role') not in roles:
-        raise CaseError(f'{where} must be a message whose role is {" or ".join(roles)}')
-    role, fields = message['role'], MESSAGE_FIELDS[message['role']]
-    if not set(fields) - {'tool_calls', 'name'} <= set(message) - {'role'} <= set(fields):
-        raise CaseError(f'{where}: a {role} message holds role and {", ".join(fields)} (tool_calls and name optional)'
-                        f', got {sorted(message)}')
-    plain = {'role': role, **{name: message[name] for name in fields if name in message}}
-    if 'tool_calls' in plain:
-        if not isinstance(plain['tool_calls'], list) or not plain['tool_calls']:
-            raise CaseError(f'{where}.tool_calls must be a non-empty list of calls')
-        plain['tool_calls'] = [check_agent_call(f'{where}.tool_calls[{i}]', call) for i, call in enumerate(plain['tool_calls'])]
-        plain['content'] = '' if plain['content'] is None else plain['content']  # as OpenAI logs every call message
-    for name in ('content', 'tool_call_id', 'name'):
-        if name in plain and not isinstance(plain[name], str) or name == 'tool_call_id' and not plain.get(name, 1):
-            raise CaseError(f'{where}.{name} must be a string' + ' that is not empty' * (name == 'tool_call_id'))
-    if role == 'assistant' and holds_thinking_marker(plain['content']):
-        raise CaseError(f'{where}.content contains a thinking-channel marker {list(THINKING_MARKERS)}, which the '
-                        'counter does not cover')
-    check_encodable(where, [('', json.dumps(plain, ensure_ascii=False))])
-    return plain
+def as_counted(where: str, message):
+    """A message as the counter reads it (tool_formats.checked_message): OpenAI's null content beside calls becomes
+    '', and a call's arguments held as a JSON string are parsed, as Ollama's OpenAI-compatible endpoint parses them:
+    {'role': 'assistant', 'content': None, 'tool_calls': [{..., 'arguments': '{"a": 1}'}]} -> content '', {'a': 1}."""
+    if not isinstance(message, dict) or not isinstance(message.get('tool_calls'), list):
+        return message
+    calls = []
+    for index, call in enumerate(message['tool_calls']):
+        arguments = call.get('function', {}).get('arguments') if isinstance(call, dict) else None
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments, object_pairs_hook=unique_keys)
+            except (ValueError, DuplicateKey) as error:
+                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: {error}') from None
+            call = {**call, 'function': {**call['function'], 'arguments': arguments}}
+        calls.append(call)
+    return {**message, 'content': '' if message.get('content') is None else message['content'], 'tool_calls': calls}
 
 
 def agent_case(where: str, case: dict) -> dict:
@@ -128,15 +101,18 @@ def agent_case(where: str, case: dict) -> dict:
     if missing or extra:
         raise CaseError(f'{where}: an agent case has exactly the fields {list(AGENT_FIELDS)} (tools optional); '
                         f'missing {missing}, unexpected {sorted(extra)}')
-    messages, tools = case['messages'], case.get('tools', [])
+    messages = case['messages']
     if not isinstance(messages, list) or len(messages) < 2:
         raise CaseError(f'{where}: field messages must be a list: the system message, the turns, the question')
-    plain = [check_agent_message(f'{where}: field messages[{i}]', message, i == 0) for i, message in enumerate(messages)]
+    try:  # what the counter cannot read, the loader refuses: one check of a message's shape
+        plain = [checked_message(index, as_counted(f'{where}: field messages: message {index}', message))
+                 for index, message in enumerate(messages)]
+        tools = checked_tools(case.get('tools')) or []
+    except ToolFormatError as error:
+        raise CaseError(f'{where}: field {"tools" if str(error).startswith("tools") else "messages"}: {error}') from None
     if why := invalid(plain):
         raise CaseError(f'{where}: field messages: {why}')
-    if not isinstance(tools, list) or not all(isinstance(tool, dict) and tool.get('type') == 'function'
-                                              and isinstance(tool.get('function', {}).get('name'), str) for tool in tools):
-        raise CaseError(f'{where}: field tools must be a list of {{"type": "function", "function": {{"name": ...}}}}')
+    check_encodable(where, [('messages', json.dumps(plain, ensure_ascii=False))])
     turns = []
     for message in plain[1:-1]:
         turns += [[]] * (message['role'] == 'user')

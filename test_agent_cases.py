@@ -84,25 +84,29 @@ class LoadTest(TempFolderTest):
              'field messages: message 8 is assistant, not a user message'),
             (at(2, tool_calls=[CALL, CALL]), "field messages: message 2: call id 'c1' is used twice in one turn"),
             (at(2, tool_calls=[dict(CALL, function={'name': 'f', 'arguments': '{"path": '})]),
-             'field messages[2].tool_calls[0].function.arguments is a string that is not JSON: Expecting value: line 1 '
+             'field messages: message 2, tool call 0: arguments is a string that is not JSON: Expecting value: line 1 '
              'column 10 (char 9)'),
             (at(2, tool_calls=[dict(CALL, function={'name': 'f', 'arguments': '[1]'})]),
-             'field messages[2].tool_calls[0].function.arguments must be a JSON object, or a string holding one'),
+             "field messages: message 2, tool call 0: arguments must be a JSON object, got list (parse a JSON string "
+             "first: Gemma 4's template raises on one, Llama 3's and Qwen 2.5's encode it twice)"),
             (at(2, tool_calls=[{'id': 'c1', 'function': {'name': 'f', 'arguments': {}}}]),
-             'field messages[2].tool_calls[0] must be {"id": "...", "type": "function", "function": {"name": "...", '
-             '"arguments": {...}}}'),
-            (at(2, tool_calls=[]), 'field messages[2].tool_calls must be a non-empty list of calls'),
-            (at(3, content=None), 'field messages[3].content must be a string'),
-            (at(4, content=None), 'field messages[4].content must be a string'),
-            (at(3, tool_call_id=''), 'field messages[3].tool_call_id must be a string that is not empty'),
-            (at(1, name='x'), "field messages[1]: a user message holds role and content (tool_calls and name optional), "
-             "got ['content', 'name', 'role']"),
-            (at(5, role='system'), 'field messages[5] must be a message whose role is user or assistant or tool'),
-            (at(0, role='user'), 'field messages[0] must be a message whose role is system'),
-            (at(4, content='a <|channel>b'), "field messages[4].content contains a thinking-channel marker "
-             "['<|channel>', '<channel|>'], which the counter does not cover"),
-            (lambda case: case.update(tools={}), 'field tools must be a list of {"type": "function", "function": '
-             '{"name": ...}}'),
+             'field messages: message 2, tool call 0: expected {"id", "type": "function", "function": {"name", '
+             '"arguments"}}, id and name non-empty strings'),
+            (at(2, tool_calls=[]), 'field messages: message 2: tool_calls must be a non-empty list of calls'),
+            (at(3, content=None), 'field messages: message 3: content must be a string, tool_call_id and name '
+             'non-empty strings'),
+            (at(4, content=None), 'field messages: message 4: content must be a string, tool_call_id and name '
+             'non-empty strings'),
+            (at(3, tool_call_id=''), 'field messages: message 3: content must be a string, tool_call_id and name '
+             'non-empty strings'),
+            (at(1, name='x'), "field messages: message 1: a user message holds ['content'] and may hold [], got "
+             "['content', 'name']"),
+            (at(5, role='system'), 'field messages: message 5: a system message may only come first'),
+            (at(0, role='user'), 'field messages: the system message is not first'),
+            (at(4, content='a <|channel>b'), 'field messages: message 4: assistant content with a thinking channel is '
+             'not counted'),
+            (lambda case: case.update(tools={}), 'field tools: tools[0]: expected {"type": "function", "function": '
+             '{"name": str, "description": str, "parameters": object}} (tools must be a list of them)'),
             (lambda case: case.update(history=[]), "an agent case has exactly the fields ['id', 'split', 'kind', "
              "'messages', 'tools', 'budget', 'required', 'stale'] (tools optional); missing [], unexpected ['history']"),
             (lambda case: case.update(required=['port = 9']),

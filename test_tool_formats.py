@@ -255,7 +255,10 @@ class HandWrittenTest(ToolFormatTest):
 
     def test_a_message_outside_the_format_is_refused_in_one_line_naming_its_index(self):
         for message, says in (({'role': 'tool', 'content': 'x'}, 'message 1: a tool message holds'),
-                              ({'role': 'assistant', 'content': None}, 'message 1: content, tool_call_id and name'),
+                              ({'role': 'assistant', 'content': None}, 'message 1: content must be a string'),
+                              ({'role': 'tool', 'tool_call_id': '', 'content': 'x'},
+                               'message 1: content must be a string, tool_call_id and name non-empty strings'),
+                              ({**CALL, 'tool_calls': []}, 'message 1: tool_calls must be a non-empty list of calls'),
                               ({**CALL, 'tool_calls': [{'id': 'c', 'function': {}}]}, 'message 1, tool call 0: '),
                               ({'role': 'user', 'content': 'x', 'extra': 1}, 'message 1: a user message holds'),
                               (SYSTEM, 'message 1: a system message may only come first')):

@@ -58,19 +58,22 @@ def checked_message(index: int, message) -> dict:
     if not needed <= keys <= needed | optional:
         raise ToolFormatError(f'{where}: a {role} message holds {sorted(needed)} and may hold {sorted(optional)}, '
                               f'got {sorted(keys)}')
-    if not all(isinstance(message[key], str) for key in ('content', 'tool_call_id', 'name') if key in message):
-        raise ToolFormatError(f'{where}: content, tool_call_id and name must be strings')
-    if role == 'system' and index or not isinstance(message.get('tool_calls', []), list):
-        raise ToolFormatError(f'{where}: a system message may only come first, and tool_calls must be a list')
+    if not all(isinstance(message[key], str) and (message[key] or key == 'content')
+               for key in ('content', 'tool_call_id', 'name') if key in message):
+        raise ToolFormatError(f'{where}: content must be a string, tool_call_id and name non-empty strings')
+    if role == 'system' and index:
+        raise ToolFormatError(f'{where}: a system message may only come first')
+    if not isinstance(message.get('tool_calls', [None]), list) or message.get('tool_calls') == []:
+        raise ToolFormatError(f'{where}: tool_calls must be a non-empty list of calls')
     if role == 'assistant' and holds_thinking_marker(message['content']):
         raise ToolFormatError(f'{where}: assistant content with a thinking channel is not counted')
     for number, call in enumerate(message.get('tool_calls', ())):
         function = call.get('function') if isinstance(call, dict) else None
         if not (isinstance(function, dict) and set(call) == {'id', 'type', 'function'} and call['type'] == 'function'
                 and isinstance(call['id'], str) and set(function) == {'name', 'arguments'}
-                and isinstance(function['name'], str)):
+                and isinstance(function['name'], str) and call['id'] and function['name']):
             raise ToolFormatError(f'{where}, tool call {number}: expected {{"id", "type": "function", "function": '
-                                  f'{{"name", "arguments"}}}}')
+                                  f'{{"name", "arguments"}}}}, id and name non-empty strings')
         if not isinstance(function['arguments'], dict):
             raise ToolFormatError(f'{where}, tool call {number}: arguments must be a JSON object, got '
                                   f"{type(function['arguments']).__name__} (parse a JSON string first: Gemma 4's "
@@ -92,7 +95,8 @@ def checked_tools(tools) -> list[dict] | None:
 
 
 def frame_span(form: dict, role: str, content: str) -> str:
-    """One text message in the counter's chat format, as tokenizer.TokenCounter.span writes a non-empty one."""
+    """One text message in the counter's chat format: its role's opening, the content (stripped where the template
+    trims it), the closing. The counter's spans are these (tokenizer.TokenCounter.span)."""
     return form['open'][role] + (content.strip() if form['trim'] else content) + form['close']
 
 
