@@ -26,7 +26,7 @@ import re
 
 from common import LabError, run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key, turn_texts
-from tool_formats import ToolFormatError, prompt_text, turn_prompt_text
+from tool_formats import ToolFormatError, frame_span, prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
     counter_folder, counter_list, pins, prepare_command, read_manifest, vocab_spec
 
@@ -159,7 +159,7 @@ class TokenCounter:
         """One message as the prompt holds it: span('user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n' for Gemma."""
         if role == 'system' and not content and self.form['drop_empty_system']:
             return ''  # Phi-3.5's template writes no system block for an empty system message
-        return self.form['open'][role] + (content.strip() if self.form['trim'] else content) + self.form['close']
+        return frame_span(self.form, role, content)
 
     def prompt(self, messages: list[dict]) -> str:
         """The exact text the model receives for a request."""
