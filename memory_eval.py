@@ -24,6 +24,7 @@ from lab_files import check_outputs, to_json, write_output
 from memory_cases import load_memory_cases
 from memory_store import MemoryStore
 from runner import counter_note, report_header
+from scorer import facts_in
 from shapes import SPLITS, allowance, escape
 from strategies import words
 from text import markdown_table, plain_number
@@ -72,7 +73,7 @@ def graded(question: dict, lines: list[str], memory_tokens: int, input_tokens: i
     def holding(facts: list[str]) -> list[str]:
         return [line for line in lines if any(fact in line for fact in facts)]
 
-    found = [fact for fact in question['required'] if any(fact in line for line in lines)]
+    found, stale = facts_in(question, [{'role': 'user', 'content': line} for line in lines])  # as a request is graded
     useful = holding(question['required'])
     return {'question': question['id'], 'user': question['user'], 'split': question['split'],
             'kind': question['kind'], 'lines': len(lines), 'memory_tokens': memory_tokens,
@@ -80,7 +81,7 @@ def graded(question: dict, lines: list[str], memory_tokens: int, input_tokens: i
             'required_found': len(found), 'required_total': len(question['required']),
             'missing': [fact for fact in question['required'] if fact not in found], 'useful_lines': len(useful),
             'stale_lines': len(holding(question['stale'])), 'forgotten_lines': len(holding(question['forgotten'])),
-            'stale_included': [fact for fact in question['stale'] if any(fact in line for line in lines)]}
+            'stale_included': stale}
 
 
 def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tuple[MemoryStore, MemoryStore]:
