@@ -25,7 +25,7 @@ from pathlib import Path
 import re
 
 from common import LabError, run
-from shapes import TURN_ROLES, holds_thinking_marker, turn_key, turn_texts
+from shapes import TURN_ROLES, holds_thinking_marker, turn_key
 from tool_formats import ToolFormatError, frame_span, prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
     counter_folder, counter_list, pins, prepare_command, read_manifest, vocab_spec
@@ -241,30 +241,28 @@ class TokenCounter:
         worked out once per conversation: cases of one conversation, and copies of it, share one entry."""
         if not self.fast:
             raise CounterError('this tokenizer cannot be counted turn by turn')
-        if history and type(history[0]) is list:
-            return self.agent_turn_costs(history)
-        key = tuple(map(turn_texts, history))
-        if (costs := self.turns.get(key)) is None:
-            for index, (_, answer) in enumerate(key):  # as check_message refuses it, so the cache never holds it
-                if holds_thinking_marker(answer):
-                    raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
-            if len(self.turns) >= HISTORIES_KEPT:
-                del self.turns[next(iter(self.turns))]  # the oldest
-            costs = self.turns[key] = [self.message_size('user', user, keep=True)
-                                       + self.message_size('assistant', answer, keep=True) for user, answer in key]
-        return costs
-
-    def agent_turn_costs(self, history: list[list[dict]]) -> list[int]:
-        """turn_costs of an agent history: each turn's text as tool_formats renders it, encoded once."""
         key = tuple(map(turn_key, history))
         if (costs := self.turns.get(key)) is None:
-            texts = [rendered(turn_prompt_text, self.name, self.form, turn) for turn in history]
-            for text in texts:
-                self.refuse(text)
+            costs = self.agent_costs(history) if history and type(history[0]) is list else self.pair_costs(key)
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
-            costs = self.turns[key] = [len(self.encode(text)) for text in texts]
+            self.turns[key] = costs
         return costs
+
+    def pair_costs(self, pairs: tuple[tuple[str, str], ...]) -> list[int]:
+        """Each (user, assistant) pair's two messages, counted once and kept."""
+        for index, (_, answer) in enumerate(pairs):  # as check_message refuses it, so the cache never holds it
+            if holds_thinking_marker(answer):
+                raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
+        return [self.message_size('user', user, keep=True) + self.message_size('assistant', answer, keep=True)
+                for user, answer in pairs]
+
+    def agent_costs(self, history: list[list[dict]]) -> list[int]:
+        """Each agent turn's text as tool_formats renders it, encoded once."""
+        texts = [rendered(turn_prompt_text, self.name, self.form, turn) for turn in history]
+        for text in texts:
+            self.refuse(text)
+        return [len(self.encode(text)) for text in texts]
 
     def forget(self) -> None:
         """Empty every cache, as in a fresh process (benchmark.py times from here)."""
