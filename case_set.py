@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from common import LabError
-from lab_files import DuplicateKey, read_json_file, unique_keys
+from lab_files import read_json_file, unique_keys
 from scorer import invalid
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, \
     make_turn, turn_texts
@@ -87,7 +87,7 @@ def as_counted(where: str, message):
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments, object_pairs_hook=unique_keys)
-            except (ValueError, DuplicateKey) as error:
+            except ValueError as error:  # a repeated key too (DuplicateKey)
                 raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: {error}') from None
             call = {**call, 'function': {**call['function'], 'arguments': arguments}}
         calls.append(call)
