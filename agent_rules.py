@@ -44,7 +44,8 @@ def trimmed(case: dict, count, **options) -> dict:
 
 
 def cleared(case: dict) -> dict:
-    """A copy of the case whose tool results, all but the newest KEPT_RESULTS of the history, hold CLEARED."""
+    """A copy of the case whose tool results, all but the newest KEPT_RESULTS of the history, hold CLEARED: what
+    clear-tool-results' request sends, and so what `recent` counts."""
     results = [(index, place) for index, turn in enumerate(case['history']) if type(turn) is list
                for place, message in enumerate(turn) if message['role'] == 'tool']
     old = set(results[:max(0, len(results) - KEPT_RESULTS)])
@@ -54,11 +55,6 @@ def cleared(case: dict) -> dict:
     return {**case, 'history': history}
 
 
-def clear_tool_results(case: dict, count) -> dict:
-    """`recent` on the cleared history, counted with the placeholders in place: what the request sends."""
-    return recent(cleared(case), count)
-
-
 RULES = {'trim-last': trimmed,
          'trim-last-human': lambda case, count: trimmed(case, count, start_on='human', include_system=True),
-         'clear-tool-results': clear_tool_results}
+         'clear-tool-results': lambda case, count: recent(cleared(case), count)}
