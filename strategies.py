@@ -130,8 +130,7 @@ def notes(case: dict, count) -> dict:
 
 def hybrid(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    newest = [len(cost) - 1] if cost else []
-    kept, room = fit(newest, cost, allowance(case) - bare)
+    kept, room = fit(range(len(cost))[-1:], cost, allowance(case) - bare)  # the newest turn, if there is one
     more, _ = fit(by_overlap(case, len(cost) - 1), cost, room)
     return chosen(case, count, kept + more)
 
