@@ -19,7 +19,7 @@ import numpy
 import Stemmer
 
 from shapes import allowance, turn_texts
-from strategies import chosen, costs, fit
+from strategies import chosen, costs, fit, ranked
 
 # wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr; while
 # the root logger has a handler, that call does nothing.
@@ -42,11 +42,6 @@ QUESTIONS_KEPT = 2048
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
 STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
-
-
-def ranked(scores: dict[int, float]) -> list[int]:
-    """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
-    return sorted(scores, key=lambda index: (-scores[index], -index))
 
 
 def bm25_words(texts: list[str]) -> list[list[str]]:
