@@ -39,9 +39,8 @@ def case_selections(case: dict, rules: dict, count) -> tuple[dict, dict]:
 
 
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:
-    """The opening keys of every report: the case file (its name as UTF-8-safe text, the hash of the bytes read),
-    the code (CODE_FILES, rule_files.py with rules files, and `more_code`, the script's own), the rules files if any,
-    the manifest, Python and the counter."""
+    """The opening keys of every report, in this order; the code hashed is CODE_FILES, rule_files.py with rules
+    files, and `more_code`, the script's own (the case file's name is kept as UTF-8-safe text)."""
     code = (*CODE_FILES, *['rule_files.py'] * bool(rule_files), *more_code)
     return {'case_set': path_text(path.name), 'case_set_sha256': case_set_sha256,
             'code_sha256': {name: sha256_file(HERE / name) for name in code},
