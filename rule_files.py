@@ -181,7 +181,9 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     helpers.enter(folder)
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-    case = dict(request['case'], history=list(map(own_copy, histories[request['history']])))  # its own copy
+    turns = histories[request['history']]  # each call gets a copy no rule can change the original through
+    case = dict(request['case'], history=[turn.copy() if type(turn) is dict else json.loads(json.dumps(turn))
+                                          for turn in turns])
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -294,11 +296,6 @@ class Child:
             return {'answer': count.turn_costs(turns)}
         except LabError as error:
             return {'error': str(error)}
-
-
-def own_copy(turn: dict | list) -> dict | list:
-    """A copy of a turn no rule can change the original through."""
-    return turn.copy() if type(turn) is dict else json.loads(json.dumps(turn))
 
 
 def turn_places(history: list) -> dict[tuple, list[int]]:
