@@ -19,7 +19,7 @@ import numpy
 import Stemmer
 
 from shapes import allowance, turn_texts
-from strategies import chosen, costs, fit
+from strategies import chosen, costs, fit, ranked
 
 # wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr; while
 # the root logger has a handler, that call does nothing.
@@ -35,18 +35,12 @@ BM25_STOP_WORDS = 'en'  # bm25s's English stop-word list
 WORDLLAMA_CONFIG = 'l2_supercat'  # the model the wordllama wheel bundles ...
 WORDLLAMA_DIM = 256  # ... at the one dimension whose weights it ships
 RRF_K = 60  # reciprocal-rank fusion constant, the usual value
-# Not measured, only how much is kept: conversations whose indexes stay cached, per retriever ...
+# Not measured, only how much each retriever keeps cached: conversations' indexes, and rankings of questions
 CONVERSATIONS_KEPT = 32
-# ... and rankings of questions, reused by `fused` and across a sweep's budgets (LoCoMo's 1,534 fit, in about 40 MB).
-QUESTIONS_KEPT = 2048
+QUESTIONS_KEPT = 2048  # reused by `fused` and across a sweep's budgets (LoCoMo's 1,534 fit, in about 40 MB)
 
 Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
 STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
-
-
-def ranked(scores: dict[int, float]) -> list[int]:
-    """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
-    return sorted(scores, key=lambda index: (-scores[index], -index))
 
 
 def bm25_words(texts: list[str]) -> list[list[str]]:
@@ -88,8 +82,6 @@ def turn_vectors(turns: Turns) -> numpy.ndarray:
 
 @lru_cache(maxsize=QUESTIONS_KEPT)
 def dense_ranked(turns: Turns, current: str) -> list[int]:
-    if not turns:
-        return []
     similarity = turn_vectors(turns) @ model().embed([current], norm=True)[0]
     return ranked(dict(enumerate(similarity.tolist())))
 

@@ -27,7 +27,7 @@ import weakref
 from best_possible import LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import make_turn, selection, turn_key, turn_texts
+from shapes import TURN_ROLES, selection, turn_key, turn_messages
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -110,7 +110,7 @@ class RemoteCount:
 
     def turn_costs(self, history: list) -> list[int]:
         if (key := tuple(map(turn_key, history))) not in self.turns:
-            self.turns = {key: self.ask('turn_costs', json.dumps(list(map(sent_turn, history))))}
+            self.turns = {key: self.ask('turn_costs', json.dumps(history))}
         return list(self.turns[key])
 
 
@@ -175,13 +175,15 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         rules += [(path, folder, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
-        histories[request['history']] = list(map(received_turn, request['turns']))
+        histories[request['history']] = request['turns']
     out.path, folder, name, function = rules[request['rule']]
     out.label, count.last = f'{out.path}: rule {name}: ', None
     helpers.enter(folder)
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-    case = dict(request['case'], history=list(map(own_copy, histories[request['history']])))  # its own copy
+    turns = histories[request['history']]  # each call gets a copy no rule can change the original through
+    case = dict(request['case'], history=[turn.copy() if type(turn) is dict else json.loads(json.dumps(turn))
+                                          for turn in turns])
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -264,9 +266,9 @@ class Child:
             history = case['history']
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE if key in case}}, None
             if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
-                request['turns'] = list(map(sent_turn, history))
+                request['turns'] = history
                 known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
-                                                       len(json.dumps(request['turns'])))
+                                                       len(json.dumps(history)))
             request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
             if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
                 messages, size = self.last  # the request the lab counted for the rule, and the one it returned
@@ -276,7 +278,7 @@ class Child:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            return selection(messages, carried_turns(messages, known[2], type(history[0]) is list), 0, size)
+            return selection(messages, carried_turns(messages, known[2]), 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:
@@ -285,55 +287,36 @@ class Child:
             if 'count' in asked:
                 self.last = asked['count'], count(asked['count'])
                 return {'answer': self.last[1]}
-            turns = asked['turn_costs']
-            if not isinstance(turns, list) or not all(isinstance(turn, list) and (
-                    len(turn) == 2 and all(type(text) is str for text in turn) or turn and all(
-                        isinstance(message, dict) for message in turn)) for turn in turns):
-                raise CounterError('turn_costs: expected a list of turns, each {"user": text, "assistant": text} '
-                                   'or a list of messages')
-            return {'answer': count.turn_costs(list(map(received_turn, turns)))}
+            turns = asked['turn_costs']  # all pairs, or all agent turns: their messages are the counter's to check
+            if not isinstance(turns, list) or not (all(type(turn) is list for turn in turns) or all(
+                    type(turn) is dict and turn.keys() == set(TURN_ROLES)
+                    and all(type(text) is str for text in turn.values()) for turn in turns)):
+                raise CounterError('turn_costs: expected a list of turns, all {"user": text, "assistant": text} '
+                                   'or all lists of messages')
+            return {'answer': count.turn_costs(turns)}
         except LabError as error:
             return {'error': str(error)}
 
 
-def sent_turn(turn: dict | list) -> list:
-    """A turn as it travels between the processes: a pair's two texts; an agent turn's messages."""
-    return turn if type(turn) is list else list(turn_texts(turn))
-
-
-def received_turn(sent: list) -> dict | list:
-    """The turn sent_turn sent: ['Hi', 'Yes'] -> {'user': 'Hi', 'assistant': 'Yes'}; a list of messages as it is."""
-    return sent if sent and isinstance(sent[0], dict) else make_turn(sent)
-
-
-def own_copy(turn: dict | list) -> dict | list:
-    """A copy of a turn no rule can change the original through."""
-    return turn.copy() if type(turn) is dict else json.loads(json.dumps(turn))
-
-
 def turn_places(history: list) -> dict[tuple, list[int]]:
-    """Where each turn stands in a history, by shapes.turn_key: [A, B, A] -> {A: [0, 2], B: [1]}."""
+    """Where each turn stands in a history, by the shapes.turn_key of its messages: [A, B, A] -> {A: [0, 2], B: [1]}."""
     where: dict[tuple, list[int]] = {}
-    for index, key in enumerate(map(turn_key, history)):
+    for index, key in enumerate(turn_key(turn_messages(turn)) for turn in history):
         where.setdefault(key, []).append(index)
     return where
 
 
-def carried_turns(messages: list[dict], where: dict[tuple, list[int]], agent: bool = False) -> list[int]:
-    """Indices of the history turns a request carries as adjacent (user, assistant) pairs of the same text, or for
-    an agent history as all of a turn's messages in a row, equal to the last id; `where` is turn_places(history).
+def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[int]:
+    """Indices of the history turns a request carries as all of a turn's messages in a row, equal to the last id and
+    call (a pair's user then assistant message, of the same text); `where` is turn_places(history).
 
     With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
     give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2]."""
     taken = set()
-    lengths = sorted({len(key) for key in where}) if agent else [2]  # an agent turn has as many messages as it has
+    lengths = sorted({len(key) for key in where})
     for start in (index for index, message in enumerate(messages) if message['role'] == 'user'):
         for part in (messages[start:start + length] for length in lengths):
-            if agent:
-                key = turn_key(part)  # all its messages, ids and calls alike
-            else:
-                key = tuple(message['content'] for message in part) if part[-1]['role'] == 'assistant' else None
-            taken.update([index for index in where.get(key, ()) if index not in taken][:1])
+            taken.update([index for index in where.get(turn_key(part), ()) if index not in taken][:1])
     return sorted(taken)
 
 

@@ -16,10 +16,9 @@ from lab_files import path_text, sha256_file
 from scorer import graded_row
 from tokenizer import counter
 
-# Every module whose change can change a row; and, in a report with --rules, the module that runs rules files.
+# Every module whose change can change a row (a report with --rules adds rule_files.py, which runs rules files).
 CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py', 'strategies.py', 'tokenizer.py',
               'tool_formats.py', 'best_possible.py', 'evaluate.py')
-RULES_CODE_FILE = 'rule_files.py'
 
 
 def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:
@@ -40,10 +39,9 @@ def case_selections(case: dict, rules: dict, count) -> tuple[dict, dict]:
 
 
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:
-    """The opening keys of every report: the case file (its name as UTF-8-safe text, the hash of the bytes read),
-    the code (CODE_FILES, rule_files.py with rules files, and `more_code`, the script's own), the rules files if any,
-    the manifest, Python and the counter."""
-    code = (*CODE_FILES, *[RULES_CODE_FILE][:bool(rule_files)], *more_code)
+    """The opening keys of every report, in this order; the code hashed is CODE_FILES, rule_files.py with rules
+    files, and `more_code`, the script's own (the case file's name is kept as UTF-8-safe text)."""
+    code = (*CODE_FILES, *['rule_files.py'] * bool(rule_files), *more_code)
     return {'case_set': path_text(path.name), 'case_set_sha256': case_set_sha256,
             'code_sha256': {name: sha256_file(HERE / name) for name in code},
             **({'rule_files': rule_files} if rule_files else {}),  # no key at all without --rules

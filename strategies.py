@@ -72,11 +72,16 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
     return kept, room
 
 
+def ranked(scores: dict[int, float]) -> list[int]:
+    """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
+    return sorted(scores, key=lambda index: (-scores[index], -index))
+
+
 def by_overlap(case: dict, before: int) -> list[int]:
     """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
     asked = words(case['current'])
-    shared = [len(asked & turn_words(*turn_texts(turn))) for turn in case['history'][:before]]
-    return sorted((i for i, n in enumerate(shared) if n), key=lambda i: (-shared[i], -i))
+    return ranked({index: shared for index, turn in enumerate(case['history'][:before])
+                   if (shared := len(asked & turn_words(*turn_texts(turn))))})
 
 
 @lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
@@ -130,8 +135,7 @@ def notes(case: dict, count) -> dict:
 
 def hybrid(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    newest = [len(cost) - 1] if cost else []
-    kept, room = fit(newest, cost, allowance(case) - bare)
+    kept, room = fit(range(len(cost))[-1:], cost, allowance(case) - bare)  # the newest turn, if there is one
     more, _ = fit(by_overlap(case, len(cost) - 1), cost, room)
     return chosen(case, count, kept + more)
 

@@ -15,7 +15,7 @@ import langchain_core
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage, trim_messages
 
 import agent_rules
-from agent_rules import CLEARED, RULES, to_lab, to_langchain
+from agent_rules import CLEARED, RULES
 from case_set import agent_case, load_cases
 from evaluate import report
 from scorer import graded_row, invalid
@@ -100,9 +100,12 @@ class TrimLastTest(unittest.TestCase):
 
     def test_every_message_comes_back_from_langchain_as_the_lab_built_it(self):
         tools = [{'type': 'function', 'function': {'name': 'read_file'}}]
-        request = [dict(SYSTEM, tools=tools), *TURNS[2], {'role': 'tool', 'tool_call_id': 'c9', 'name': 'read_file', 'content': 'x'}, QUESTION]
-        back = [to_lab(to_langchain(place, message), tools) for place, message in enumerate(request)]
-        self.assertEqual(json.dumps(back), json.dumps(request))  # key order too
+        named = [user('Read c.log.'), calling(read('c9', 'c.log')), dict(result('c9', 'x'), name='read_file')]
+        case = agent_case('test', {'id': 'named', 'split': 'dev', 'kind': 'k', 'messages': [SYSTEM, *named, QUESTION],
+                                   'tools': tools, 'budget': CASE['budget'], 'required': ['x'], 'stale': []})
+        for name in ('trim-last', 'trim-last-human'):
+            chosen = run(name, case)
+            self.assertEqual(json.dumps(chosen['messages']), json.dumps(build_request(case, [0])), name)  # key order too
 
 
 class ClearToolResultsTest(unittest.TestCase):

@@ -394,6 +394,12 @@ class AnythingGoesWrongTest(RulesFolder):
         self.assertTrue(self.refusal('return [{"role": "user", "content": {1, 2}}]').endswith(
             "returned what JSON cannot carry: TypeError: Object of type set is not JSON serializable"))
 
+    def test_turn_costs_of_pairs_and_agent_turns_mixed_is_one_line_not_a_traceback(self):
+        # The counter checks an agent history's messages; a pair before one once reached the pair counter, which raised.
+        said = self.refusal('count.turn_costs([case["history"][0], [{"role": "user", "content": "a"}]])\nreturn []')
+        self.assertIn('turn_costs: expected a list of turns, all {"user": text, "assistant": text} or all lists of '
+                      'messages', said)
+
     def test_a_rule_that_ends_its_process_is_one_line_with_the_exit_status(self):
         self.assertTrue(self.refusal('import os\nos._exit(7)').endswith(
             'rule mine: case dev-latest: the rules process ended (exit status 7) without answering'))
