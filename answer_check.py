@@ -57,19 +57,25 @@ PYTHON = common.python_command()  # advice pasteable into a new terminal: the ve
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 
 
+def seeded_requests(model: dict, strategy: str, case: dict, messages: list[dict], row: dict) -> list[dict]:
+    """The request for each of the pin's seeds, with its fact-recall row (scorer.graded_row's shape). A key joins rule
+    and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
+    budget, requests = case['budget'], []
+    for seed in model['seeds']:
+        body = chat_body(model, messages, budget['context_limit'], budget['max_new_tokens'], seed)
+        sha256 = request_sha256(body)
+        requests.append({'strategy': strategy, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
+                         'key': (strategy, case['id'], sha256), 'input_tokens': row['input_tokens'], 'row': row})
+    return requests
+
+
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
-    """Every request record sends, sized by the pin's counter, in order: rule, case, seed, with its fact-recall row.
-    A key joins rule and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
+    """Every request record sends, sized by the pin's counter, in order: rule, case, seed."""
     plan, count = [], tokenizer.loaded(pin_counter(model)[0])
     for name, rule in rules.items():
         for case in cases:
-            selected, budget = rule(case, count), case['budget']
-            row = graded_row(case, selected)
-            for seed in model['seeds']:
-                body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
-                sha256 = request_sha256(body)
-                plan.append({'strategy': name, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
-                             'key': (name, case['id'], sha256), 'input_tokens': selected['input_tokens'], 'row': row})
+            selected = rule(case, count)
+            plan += seeded_requests(model, name, case, selected['messages'], graded_row(case, selected))
     return plan
 
 

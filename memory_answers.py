@@ -16,9 +16,9 @@ import argparse
 from pathlib import Path
 
 from answer_check import (PARTIAL_SUFFIX, check_complete, grade_recording, grades_report, record_answers,
-                          stops_told)
+                          seeded_requests, stops_told)
 from answer_keys import load_answer_keys
-from answer_model import MODEL_PATH, chat_body, load_model, load_recording, pin_counter, request_sha256, save
+from answer_model import MODEL_PATH, load_model, load_recording, pin_counter, save
 import common
 from common import HERE
 import lab_files
@@ -37,19 +37,10 @@ DISCARD = f'discard it with `{RECORD} --fresh`'
 
 
 def planned_answers(cases: dict, model: dict) -> list[dict]:
-    """Every request record sends, in order: fill, question, seed, as answer_check.planned_requests shapes them, each
-    with its question's graded row from memory_eval (required facts missing, stale facts sent)."""
+    """Every request record sends, in order: fill, question, seed, each with memory_eval's graded row."""
     filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
-    plan = []
-    for fill, question, messages, row in sorted(filled, key=lambda each: FILLS.index(each[0])):  # stable: file order
-        budget = question['budget']
-        for seed in model['seeds']:
-            body = chat_body(model, messages, budget['context_limit'], budget['max_new_tokens'], seed)
-            sha256 = request_sha256(body)
-            plan.append({'strategy': fill, 'case': question['id'], 'seed': seed, 'body': body,
-                         'request_sha256': sha256, 'key': (fill, question['id'], sha256),
-                         'input_tokens': row['input_tokens'], 'row': row})
-    return plan
+    return [item for fill, question, messages, row in sorted(filled, key=lambda each: FILLS.index(each[0]))  # stable: file order
+            for item in seeded_requests(model, fill, question, messages, row)]
 
 
 def grade(recorded: dict, cases: tuple[dict, str], keys: dict, paths: dict) -> dict:
