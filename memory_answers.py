@@ -39,7 +39,8 @@ DISCARD = f'discard it with `{RECORD} --fresh`'
 def planned_answers(cases: dict, model: dict) -> list[dict]:
     """Every request record sends, in order: fill, question, seed, each with memory_eval's graded row."""
     filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
-    return [item for fill, question, messages, row in sorted(filled, key=lambda each: FILLS.index(each[0]))  # stable: file order
+    filled.sort(key=lambda each: FILLS.index(each[0]))  # stable: questions stay in file order
+    return [item for fill, question, messages, row in filled
             for item in seeded_requests(model, fill, question, messages, row)]
 
 
