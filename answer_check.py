@@ -292,11 +292,9 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     return model, rules, cases, load_keys(keys_path, cases, every)
 
 
-def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, result_path: Path,
-                grades_path: Path) -> dict:
-    """Grade result_path into grades_path as `answer_check.py` does, under model_path's pin (None: the recording's)."""
-    return run_check(parse_args(['--model', str(model_path)] if model_path else [], cases_path), keys_path,
-                     result_path, grades_path)[0]
+def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path) -> dict:
+    """Grade result_path into grades_path under model_path's pin, as `answer_check.py --model MODEL_PATH` does."""
+    return run_check(parse_args(['--model', str(model_path)], cases_path), keys_path, result_path, grades_path)[0]
 
 
 @contextlib.contextmanager

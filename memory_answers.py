@@ -5,12 +5,11 @@ it, through Ollama, and grade them offline with fixed keys (docs/memory.md).
     .venv/bin/python memory_answers.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
 
-record sends each question of memory-cases.json with each of memory_eval's three fills, built by memory_eval's
-own functions and sized by the pin's counter, to the build answer-model.json pins (digest checked, its options and
-seeds): 10 x 3 x 5 = 150 calls, kept one by one in memory-answer-result.partial.json to resume from, and writes
-memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with memory-answer-keys.json's
-patterns and prints its tables. Recording, resuming and grading are answer_check.py's; it retries no call, and
-grades no recording missing an answer or holding one twice.
+record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
+counter, to the build answer-model.json pins (digest checked), keeping each answer in memory-answer-result.partial.json
+to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
+memory-answer-keys.json's patterns and prints its tables. Recording, resuming and grading are answer_check.py's: it
+retries no call, and grades no recording missing an answer or holding one twice.
 """
 import argparse
 from pathlib import Path
