@@ -53,23 +53,27 @@ MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grad
     NO_REQUEST: "the original's format names no request; the server read another text than today's, as "
     "the original's 120 answered its own cases.json (sha256 30d77344...) of other histories (docs/counter.md)",
     'unexplained': 'unexplained: the server read another prompt than the lab counted for the very request sent'}
-PYTHON = common.python_command()  # advice pasteable into a new terminal: the venv's python when that runs
-REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
+
+
+def seeded_requests(model: dict, strategy: str, case: dict, messages: list[dict], row: dict) -> list[dict]:
+    """The request for each of the pin's seeds, with its fact-recall row (scorer.graded_row's shape). A key joins rule
+    and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
+    budget, requests = case['budget'], []
+    for seed in model['seeds']:
+        body = chat_body(model, messages, budget['context_limit'], budget['max_new_tokens'], seed)
+        sha256 = request_sha256(body)
+        requests.append({'strategy': strategy, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
+                         'key': (strategy, case['id'], sha256), 'input_tokens': row['input_tokens'], 'row': row})
+    return requests
 
 
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
-    """Every request record sends, sized by the pin's counter, in order: rule, case, seed, with its fact-recall row.
-    A key joins rule and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
+    """Every request record sends, sized by the pin's counter, in order: rule, case, seed."""
     plan, count = [], tokenizer.loaded(pin_counter(model)[0])
     for name, rule in rules.items():
         for case in cases:
-            selected, budget = rule(case, count), case['budget']
-            row = graded_row(case, selected)
-            for seed in model['seeds']:
-                body = chat_body(model, selected['messages'], budget['context_limit'], budget['max_new_tokens'], seed)
-                sha256 = request_sha256(body)
-                plan.append({'strategy': name, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
-                             'key': (name, case['id'], sha256), 'input_tokens': selected['input_tokens'], 'row': row})
+            selected = rule(case, count)
+            plan += seeded_requests(model, name, case, selected['messages'], graded_row(case, selected))
     return plan
 
 
@@ -141,17 +145,15 @@ def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fr
     partial.unlink(missing_ok=True)
 
 
-def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str,
-                   redo: str = REDO) -> None:
+def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str, hint: str,
+                   redo: str) -> None:
     """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
-    them and the options to give: --cases where it names other cases by their sha256, else a script's own redo."""
+    them and the advice: redo for one held twice; else --cases where it names other cases by their sha256, or hint."""
     held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
     planned = dict.fromkeys((item['strategy'], item['case'], item['seed']) for item in plan)  # ordered, and a set
-    chosen = recorded.get('chosen')
-    hint = (f'it was recorded from a case file with sha256 {chosen["cases_sha256"][:12]}, not {cases_path}: give that '
-            'one with --cases' if chosen and chosen['cases_sha256'] != cases_sha256 else redo if redo != REDO else
-            'give the --rules' + ('' if chosen else ', --cases, --split and --sample') + f' it was recorded with, or '
-            + REDO)
+    if (chosen := recorded.get('chosen')) and chosen['cases_sha256'] != cases_sha256:
+        hint = (f'it was recorded from a case file with sha256 {chosen["cases_sha256"][:12]}, not {cases_path}: give '
+                'that one with --cases')
     for problem, found, advice in (('missing', [key for key in planned if key not in held], hint),
                                    ('that this run does not plan', [key for key in held if key not in planned], hint),
                                    ('recorded more than once', [key for key, n in held.items() if n > 1], redo)):
@@ -161,10 +163,10 @@ def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Pat
             raise LabError(f'{path}: {counted(len(found), "answer")} {problem}, such as {named}; {advice}')
 
 
-def grade_recording(recorded: dict, keys: dict, current: dict, f1: tuple[dict, float] | None = None) -> dict:
-    """The grades file's content; current maps (strategy, case, seed) to today's request, whose fact-recall row joins
-    an answer given that very request. With f1 ({case_id: kind}, threshold), keys are gold answers scored by F1."""
-    model = recorded['model']
+def grade_recording(recorded: dict, keys: dict, plan: list[dict], f1: tuple[dict, float] | None = None) -> dict:
+    """The grades file's content; a planned request's fact-recall row joins an answer given that very request. With f1
+    ({case_id: kind}, threshold), keys are gold answers scored by F1."""
+    model, current = recorded['model'], {(item['strategy'], item['case'], item['seed']): item for item in plan}
     undercounts, compared = undercounts_cached_prompt(model['ollama_version']), pin_counter(model)[1]
     mismatches, cut_off, outdated, joined = [], [], [], []
     for strategy, case_id, answer in each_answer(recorded):
@@ -290,26 +292,9 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     return model, rules, cases, load_keys(keys_path, cases, every)
 
 
-def grade_files(cases_path: Path, keys_path: Path, model_path: Path | None, result_path: Path, grades_path: Path,
-                args: argparse.Namespace | None = None, loaded: tuple | None = None) -> dict:
-    """Grade result_path into grades_path as `answer_check.py` does, under model_path's pin (None: the recording's),
-    or as args say with the (recording, inputs, plan) in hand."""
-    args = args or parse_args(['--model', str(model_path)] if model_path else [], cases_path)
-    recorded, inputs, plan = loaded or (load_recording(result_path, REDO), None, None)
-    model, rules, cases, keys = inputs or load_inputs(args, keys_path, recorded, result_path)
-    if args.model is not None:
-        check_pinned(recorded, model, result_path, args.model)
-    if recorded['answers']:  # today's requests need the prepared counter; an empty recording needs nothing
-        plan = plan or planned_requests(cases, rules, model)
-        check_complete(recorded, plan, result_path, args.cases, args.cases_sha256)
-    f1 = ({case['id']: case['kind'] for case in cases}, args.f1_threshold) if args.grader == 'f1' else None
-    grades = grade_recording(recorded, keys, {(p['strategy'], p['case'], p['seed']): p for p in plan or []}, f1)
-    original = f1 is None and any('request_sha256' not in answer for *_, answer in each_answer(recorded))
-    # The original's recording gets the original's grades file: summary and verdicts, indented by two as it printed.
-    save(grades_path, {'summary': grades['summary'], 'graded': {s: {c: [g['verdict'] for g in listed] for c, listed in
-         by_case.items()} for s, by_case in grades['graded'].items()}} if original else grades, 'answer grades',
-         2 if original else JSON_INDENT)
-    return grades
+def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path) -> dict:
+    """Grade result_path into grades_path under model_path's pin, as `answer_check.py --model MODEL_PATH` does."""
+    return run_check(parse_args(['--model', str(model_path)], cases_path), keys_path, result_path, grades_path)[0]
 
 
 @contextlib.contextmanager
@@ -328,11 +313,13 @@ def stops_told(result_path: Path, command: str | None):
             f'is replaced only once every answer has arrived{kept}' if command else 'is unchanged')) from None
 
 
-def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client) -> tuple:
+def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client=None) -> tuple:
     """(grades, inputs): record first if args say so, then grade; every stop says what it leaves on disk."""
+    redo = f'record again with `{common.python_command()} answer_check.py record`, or restore it from version control'
     with stops_told(result_path, args.command) as state:
-        previous = None if args.command == 'record' else load_recording(result_path, REDO)
-        model, rules, cases, keys = inputs = load_inputs(args, keys_path, previous, result_path)
+        recorded = None if args.command == 'record' else load_recording(result_path, redo)
+        model, rules, cases, keys = inputs = load_inputs(args, keys_path, recorded, result_path)
+        plan = []
         if args.command == 'record':
             plan = planned_requests(cases, rules, model)
             if len(plan) > ASK_ABOVE and not args.yes:
@@ -341,8 +328,22 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
             chosen = {'split': args.split, 'sample': args.sample, 'cases_sha256': args.cases_sha256}
             record_answers(plan, client or OllamaClient(model), result_path, args.fresh, chosen)
             state['recorded'] = True
-        return grade_files(args.cases, keys_path, args.model, result_path, grades_path, args, (
-            previous or load_recording(result_path, REDO), inputs, plan if state['recorded'] else None)), inputs
+            recorded = load_recording(result_path, redo)
+        if args.model is not None:
+            check_pinned(recorded, model, result_path, args.model)
+        if recorded['answers']:  # today's requests need the prepared counter; an empty recording needs nothing
+            plan = plan or planned_requests(cases, rules, model)
+            options = 'the --rules' + ('' if recorded.get('chosen') else ', --cases, --split and --sample')
+            check_complete(recorded, plan, result_path, args.cases, args.cases_sha256,
+                           f'give {options} it was recorded with, or {redo}', redo)
+        f1 = ({case['id']: case['kind'] for case in cases}, args.f1_threshold) if args.grader == 'f1' else None
+        grades = grade_recording(recorded, keys, plan, f1)
+        original = f1 is None and any('request_sha256' not in answer for *_, answer in each_answer(recorded))
+        # The original's recording gets the original's grades file: summary and verdicts, indented by two as it printed.
+        save(grades_path, {'summary': grades['summary'], 'graded': {s: {c: [g['verdict'] for g in listed] for c, listed
+             in by_case.items()} for s, by_case in grades['graded'].items()}} if original else grades, 'answer grades',
+             2 if original else JSON_INDENT)
+    return grades, inputs
 
 
 def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path: Path = KEYS_PATH,
@@ -363,7 +364,7 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
           else grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\nTo record, start '
           f'Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of `ollama list` starts with '
-          f'{model["ollama_digest"][:12]}, then run `{PYTHON} answer_check.py record` '
+          f'{model["ollama_digest"][:12]}, then run `{common.python_command()} answer_check.py record` '
           f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
     return 0
 

@@ -38,9 +38,8 @@ PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; one that
 
 
 def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
-    """{case_id: {'must': [...], 'stale': [...]}} for each of cases, and for no id but those of every (the case set);
-    every pattern compiles; a must pattern matching none of its case's required facts is refused, as it expects what
-    no fact supports, and a stale one matching none of its stale facts, usually a typo, is warned of."""
+    """{case_id: {'must': [...], 'stale': [...]}} for each of cases and no other id of every (the case set), each
+    pattern compiled; one matching none of its case's required (must) or stale facts is refused (must) or warned of."""
     document = read_json(path, 'answer keys', 'restore it from version control')
     keys = document.get('keys') if isinstance(document, dict) else None
     if not isinstance(keys, dict):
@@ -60,7 +59,7 @@ def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
                     matched = any(found(pattern, fact) for fact in case[facts])
                 except re.error as error:
                     raise LabError(f'{where}[{index}] {pattern!r} is not a regular expression ({error})') from None
-                if not matched and kind == 'must':  # a key may expect only what a required fact states
+                if not matched and kind == 'must':
                     raise LabError(f'{where}[{index}] {pattern!r} matches none of the case\'s required facts, so '
                                    'no request could earn it; a key expects only what a required fact states')
                 if not matched:

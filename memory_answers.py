@@ -5,20 +5,19 @@ it, through Ollama, and grade them offline with fixed keys (docs/memory.md).
     .venv/bin/python memory_answers.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
 
-record sends each question of memory-cases.json with each of memory_eval's three fills, built by memory_eval's
-own functions and sized by the pin's counter, to the build answer-model.json pins (digest checked, its options and
-seeds): 10 x 3 x 5 = 150 calls, kept one by one in memory-answer-result.partial.json to resume from, and writes
-memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with memory-answer-keys.json's
-patterns and prints its tables. Recording, resuming and grading are answer_check.py's; it retries no call, and
-grades no recording missing an answer or holding one twice.
+record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
+counter, to the build answer-model.json pins (digest checked), keeping each answer in memory-answer-result.partial.json
+to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
+memory-answer-keys.json's patterns and prints its tables. Recording, resuming and grading are answer_check.py's: it
+retries no call, and grades no recording missing an answer or holding one twice.
 """
 import argparse
 from pathlib import Path
 
 from answer_check import (PARTIAL_SUFFIX, check_complete, grade_recording, grades_report, record_answers,
-                          stops_told)
+                          seeded_requests, stops_told)
 from answer_keys import load_answer_keys
-from answer_model import MODEL_PATH, chat_body, load_model, load_recording, pin_counter, request_sha256, save
+from answer_model import MODEL_PATH, load_model, load_recording, pin_counter, save
 import common
 from common import HERE
 import lab_files
@@ -30,35 +29,14 @@ import tokenizer
 MEMORY_KEYS = HERE / 'memory-answer-keys.json'
 MEMORY_RESULT = HERE / 'memory-answer-result.json'
 MEMORY_GRADES = HERE / 'memory-answer-grades.json'
-PYTHON = common.python_command()
-RECORD = f'{PYTHON} memory_answers.py record'
-REDO = f'record again with `{RECORD}`'
-DISCARD = f'discard it with `{RECORD} --fresh`'
 
 
 def planned_answers(cases: dict, model: dict) -> list[dict]:
-    """Every request record sends, in order: fill, question, seed, as answer_check.planned_requests shapes them, each
-    with its question's graded row from memory_eval (required facts missing, stale facts sent)."""
+    """Every request record sends, in order: fill, question, seed, each with memory_eval's graded row."""
     filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
-    plan = []
-    for fill, question, messages, row in sorted(filled, key=lambda each: FILLS.index(each[0])):  # stable: file order
-        budget = question['budget']
-        for seed in model['seeds']:
-            body = chat_body(model, messages, budget['context_limit'], budget['max_new_tokens'], seed)
-            sha256 = request_sha256(body)
-            plan.append({'strategy': fill, 'case': question['id'], 'seed': seed, 'body': body,
-                         'request_sha256': sha256, 'key': (fill, question['id'], sha256),
-                         'input_tokens': row['input_tokens'], 'row': row})
-    return plan
-
-
-def grade(recorded: dict, cases: tuple[dict, str], keys: dict, paths: dict) -> dict:
-    """The grades of a whole recording under its own pin, written to the grades file."""
-    plan = planned_answers(cases[0], recorded['model'])
-    check_complete(recorded, plan, paths['result'], paths['cases'], cases[1], REDO)
-    grades = grade_recording(recorded, keys, {(item['strategy'], item['case'], item['seed']): item for item in plan})
-    save(paths['grades'], grades, 'memory answer grades')
-    return grades
+    filled.sort(key=lambda each: FILLS.index(each[0]))  # stable: questions stay in file order
+    return [item for fill, question, messages, row in filled
+            for item in seeded_requests(model, fill, question, messages, row)]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -75,20 +53,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_answers(args: argparse.Namespace, paths: dict, client) -> dict | None:
-    """The grades, after recording if args say so; None when there is no recording to grade."""
+def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | None) -> str:
+    """What to print: the grades, after recording if args say so, or how to record when nothing is recorded."""
+    record = f'{common.python_command()} memory_answers.py record'
+    redo = f'record again with `{record}`'
     with stops_told(paths['result'], args.command) as state:
-        cases = load_memory_cases(paths['cases'])
-        keys = load_answer_keys(paths['keys'], cases[0]['questions'], cases[0]['questions'])
+        cases, cases_sha256 = load_memory_cases(paths['cases'])
+        keys = load_answer_keys(paths['keys'], cases['questions'], cases['questions'])
         if args.command == 'record':
             model = load_model(paths['model'])
-            chosen = {'split': 'all', 'sample': None, 'cases_sha256': cases[1]}
-            record_answers(planned_answers(cases[0], model), client or OllamaClient(model), paths['result'],
-                           args.fresh, chosen, DISCARD)
+            chosen = {'split': 'all', 'sample': None, 'cases_sha256': cases_sha256}
+            record_answers(planned_answers(cases, model), client or OllamaClient(model), paths['result'], args.fresh,
+                           chosen, f'discard it with `{record} --fresh`')
             state['recorded'] = True
         elif not paths['result'].exists():
-            return None
-        return grade(load_recording(paths['result'], REDO), cases, keys, paths)
+            model = load_model(paths['model'])
+            return (f'Nothing is recorded: there is no {paths["result"].name}. To record, start Ollama with '
+                    f'{model["ollama_tag"]} at digest {model["ollama_digest"][:12]} and run `{record}` '
+                    f'({len(FILLS) * len(cases["questions"]) * len(model["seeds"])} calls).')
+        recorded = load_recording(paths['result'], redo)
+        plan = planned_answers(cases, recorded['model'])  # the recording's own pin
+        check_complete(recorded, plan, paths['result'], paths['cases'], cases_sha256, redo, redo)
+        grades = grade_recording(recorded, keys, plan)
+        save(paths['grades'], grades, 'memory answer grades')
+    return paths['grades'].read_text(encoding='utf-8').rstrip('\n') if args.format == 'json' else grades_report(grades)
 
 
 def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = MEMORY_KEYS,
@@ -101,14 +89,7 @@ def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = 
     lab_files.check_outputs([('the grades', grades_path), *(recording if args.command else [])],
                             [('--cases', paths['cases']), ('--keys', paths['keys']), ('the pin', model_path),
                              *([] if args.command else recording[:1])])
-    grades = run_answers(args, paths, client)
-    if grades is None:
-        model = load_model(model_path)
-        print(f'Nothing is recorded: there is no {result_path.name}. To record, start Ollama with '
-              f'{model["ollama_tag"]} at digest {model["ollama_digest"][:12]} and run `{RECORD}` '
-              f'({len(FILLS) * len(load_memory_cases(paths["cases"])[0]["questions"]) * len(model["seeds"])} calls).')
-    else:
-        print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json' else grades_report(grades))
+    print(run_answers(args, paths, client))
     return 0
 
 

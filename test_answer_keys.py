@@ -126,7 +126,7 @@ class GradeTest(unittest.TestCase):
                               ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
             with self.subTest(case=case_id, text=text):
                 recorded = {'model': load_model(), 'answers': {'recent': {case_id: [answer(text)]}}}
-                self.assertEqual(answer_check.grade_recording(recorded, KEYS, current={})['answers_to_read'], [])
+                self.assertEqual(answer_check.grade_recording(recorded, KEYS, plan=[])['answers_to_read'], [])
 
     def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
         # The original rule reads 'not ' as a correction: seed 1 passes although it keeps the replaced decision.
@@ -135,7 +135,7 @@ class GradeTest(unittest.TestCase):
                                            answer('We use RabbitMQ.', 2),
                                            answer('Redis replaced RabbitMQ. So: Redis, not RabbitMQ.', 3)],
                        'held-latest': [answer('Mateo.', 1)]}}}
-        grades = answer_check.grade_recording(recorded, KEYS, current={})
+        grades = answer_check.grade_recording(recorded, KEYS, plan=[])
         self.assertEqual(grades['answers_to_read'], [
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 1,
              'sentence': 'The job queue uses RabbitMQ, not Redis streams.'},
@@ -193,7 +193,7 @@ class GradeTest(unittest.TestCase):
             'recent': {'held-latest': [answer('Mateo.', 1), answer('', 2)],
                        'held-buried': [answer("The conversation doesn't mention it.", 1),
                                        answer('The gateway allows 200.', 2)]}}}
-        grades = answer_check.grade_recording(recorded, KEYS, current={})
+        grades = answer_check.grade_recording(recorded, KEYS, plan=[])
         self.assertEqual(grades['summary'], {
             'notes': {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 0, 'stale_as_current': 2,
                       'cases_passed_every_trial': 1},
@@ -210,7 +210,7 @@ class GradeTest(unittest.TestCase):
             'guess, or what the model knew) | Failed, every required fact in the request (the model) | Failed, a '
             'required fact not in the request (the rule) | Gave a stale fact the request carried |',
             '|---|---|---|---|---|---|',
-            '| notes | 0 | 0 | 0 | 0 | 0 |',  # current={}: no answer's request is today's, so none is joined
+            '| notes | 0 | 0 | 0 | 0 | 0 |',  # plan=[]: no answer's request is today's, so none is joined
             '| recent | 0 | 0 | 0 | 0 | 0 |',
             'Incomplete (empty answers): recent 1',
             'Cut off at num_predict (graded as they stand): notes 0, recent 0',
@@ -237,7 +237,9 @@ class GradeTest(unittest.TestCase):
                        'held-latest': [answer('Mateo.', 1)]},
             'notes': {'held-correction': [answer('We use RabbitMQ.', 1), answer('Redis streams.', 2)],
                       'held-latest': [answer('Ana.', 1), answer('', 2)]}}}
-        grades = answer_check.grade_recording(recorded, KEYS, current)
+        plan = [{'strategy': strategy, 'case': case, 'seed': seed, **request}
+                for (strategy, case, seed), request in current.items()]
+        grades = answer_check.grade_recording(recorded, KEYS, plan)
         self.assertEqual(grades['failure_causes'], {
             'recent': {'passed': 0, 'passed_fact_missing': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0},
             'notes': {'passed': 1, 'passed_fact_missing': 0, 'model_failed': 2, 'rule_failed': 1, 'stale_carried': 1}})

@@ -15,6 +15,7 @@ import tempfile
 import unittest
 
 from answer_model import load_model
+from common import python_command
 import memory_answers
 from test_support import (FakeOllama, LOADED_CONTEXT, SERVER_VERSION, client_for, only_loopback, reply,
                           server_count)
@@ -26,7 +27,7 @@ FILLS = ['managed-all', 'managed-relevant', 'append-all']
 CASES = json.loads((HERE / 'memory-cases.json').read_text(encoding='utf-8'))
 ROWS = json.loads((HERE / 'memory-result.json').read_text(encoding='utf-8'))['questions']  # memory_eval's rows
 QUESTION_IDS = {question['question']: question['id'] for question in CASES['questions']}
-PYTHON_RECORD = f'{memory_answers.PYTHON} memory_answers.py record'
+PYTHON_RECORD = f'{python_command()} memory_answers.py record'
 
 
 def setUpModule():
