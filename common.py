@@ -22,10 +22,9 @@ HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / 'requirements.txt'  # the direct pins; requirements.lock holds them with every hash
 INSTALL = 'python3 -m venv .venv && .venv/bin/python -m pip install --require-hashes -r requirements.lock'
 TESTS_ONLY = frozenset({'hypothesis'})  # pinned for the test suite; no script imports it, so none asks for it
-# A line of requirements.txt: a distribution name, optional extras, then what it asks of the version.
+# A line of requirements.txt: a distribution name, optional extras, what it asks of the version (==1.2.3 pins it).
 REQUIREMENT = re.compile(r'(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?'
-                         r'\s*(?P<rest>(?:[=<>!~;].*)?)')
-EXACT_PIN = re.compile(r'==\s*(?P<version>[^\s,;*]+)\s*')  # ==1.2.3, and nothing else, pins one version
+                         r'\s*(?:==\s*(?P<version>[^\s,;*]+)\s*|[=<>!~;].*|)')
 MESSAGE_CHARS = 8000  # an error line is cut to this length: a file's or a rule's text can be megabytes
 DEFAULT_CASES = HERE / 'cases.json'  # the lab's twelve cases, every script's default
 
@@ -35,17 +34,15 @@ class LabError(Exception):
 
 
 def requirement_pins(text: str) -> dict[str, str | None]:
-    """The distributions a requirements file names, with the version each pins (None: any version will do).
-
-    requirement_pins('# comment\\ntokenizers==0.23.3   # counts tokens\\nnumpy>=2\\n') -> {'tokenizers': '0.23.3', 'numpy': None}
-    """
+    """The distributions a requirements file names, with the version each pins (None: any version will do):
+    requirement_pins('tokenizers==0.23.3  # counts tokens\\nnumpy>=2\\n') -> {'tokenizers': '0.23.3', 'numpy': None}"""
     found = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not (line := line.split('#', 1)[0].strip()):
             continue
         if (match := REQUIREMENT.fullmatch(line)) is None:
             raise LabError(f'{REQUIREMENTS}: line {number}: {line!r} is not a requirement; expected name==version')
-        found[match['name']] = exact['version'] if (exact := EXACT_PIN.fullmatch(match['rest'])) else None
+        found[match['name']] = match['version']
     return found
 
 
@@ -75,11 +72,6 @@ def python_command() -> str:
     return str(executable.relative_to(HERE)) if executable.is_relative_to(HERE) else shlex.quote(sys.executable)
 
 
-def package_advice(missing: list[str]) -> str:
-    what = f"the locked package{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
-    return f'{sys.executable} lacks {what}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python'
-
-
 def cut(line: str, most: int = MESSAGE_CHARS) -> str:
     """A line of at most about `most` characters that says what it left out: cut('x' * 8500) -> 7,970 x's, then
     '… (530 more characters)'."""
@@ -94,13 +86,14 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill is handled like Ctrl-C
     script = Path(sys.argv[0]).name or 'python'
     try:
-        missing = missing_packages() if packages else []
-        if missing and {'-h', '--help'} & set(sys.argv[1:]):
-            print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script}: "
-                  f'{package_advice(missing)}; then --help lists every option')
-            sys.exit(0)
-        if missing:
-            raise LabError(package_advice(missing))
+        if packages and (missing := missing_packages()):
+            advice = (f"{sys.executable} lacks the locked package{'s' if len(missing) > 1 else ''} "
+                      f'{", ".join(missing)}; in {HERE} run `{INSTALL}` and start the scripts with .venv/bin/python')
+            if {'-h', '--help'} & set(sys.argv[1:]):
+                print(f"{(sys.modules['__main__'].__doc__ or '').strip()}\n\n{script}: {advice}; "
+                      'then --help lists every option')
+                sys.exit(0)
+            raise LabError(advice)
         status = main(sys.argv[1:])
         sys.stdout.flush()  # a reader that left shows up here at the latest, while it can still be handled
     except (LabError, UnicodeEncodeError) as error:  # the latter: e.g. PYTHONIOENCODING=ascii and text that is not
@@ -120,7 +113,8 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
     sys.exit(status)
 
 
-def add_input_options(parser, cases: Path | None = DEFAULT_CASES, cases_help: str = 'case set (default: cases.json)') -> None:
+def add_input_options(parser, cases: Path | None = DEFAULT_CASES,
+                      cases_help: str = 'case set (default: cases.json)') -> None:
     parser.add_argument('--cases', type=Path, default=cases, metavar='FILE', help=cases_help)
     parser.add_argument('--rules', type=Path, action='append', default=[], metavar='FILE.py',
                         help='a rules file (RULES, a dict of name -> rule; docs/rules.md) whose rules run after '

@@ -100,9 +100,8 @@ def show(args: argparse.Namespace) -> str:
     if args.strategy is not None and args.strategy not in rules:
         raise LabError(f'--strategy {args.strategy}: no such rule; the rules are: {", ".join(rules)}')
     cases = {case['id']: case for case in load_cases(args.cases)}
-    if args.show not in cases:
+    if (case := cases.get(args.show)) is None:
         raise LabError(f'{args.cases}: no case {args.show!r}; the case ids are: {", ".join(cases)}')
-    case = cases[args.show]
     rules = rules if args.strategy is None else {args.strategy: rules[args.strategy]}
     check_fits(args.cases, [case], count_request)
     chosen, rows = case_selections(case, rules, count_request)
@@ -122,9 +121,8 @@ def main(argv: list[str]) -> int:
         return 0
     check_outputs([('--output', args.output)],
                   [('--cases', args.cases), ('--compare', args.compare), *(('--rules', path) for path in args.rules)])
-    old = read_json(args.compare, 'report to compare with') if args.compare else None
-    if args.compare:  # refused before the run, which may take minutes
-        views.check_report(args.compare, old)
+    if args.compare:  # a report that is not one is refused before the run, which may take minutes
+        views.check_report(args.compare, old := read_json(args.compare, 'report to compare with'))
     result = report(args.cases, args.rules, args.rule_timeout)
     if args.output:
         write_output(args.output, to_json(result), 'report')

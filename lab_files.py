@@ -1,6 +1,5 @@
 """The lab's files: JSON read from regular files only, outputs written whole, folders replaced whole.
 
-    from lab_files import check_outputs, read_json, write_output
     check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input or the lab's own
     write_output(Path('report.json'), to_json(report), 'report')           # whole, or not at all
     replace_folder(Path('prepared'), stage, say)                           # prepare.py's last step
@@ -28,13 +27,14 @@ from common import HERE, LabError
 
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
-SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
+SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
 # The lab's own files, which no output may replace (the recorded outputs a script writes are not among them).
 LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 'cases.json', 'agent-cases.json',
              'answer-keys.json', 'tokenizer-manifest.json')
 PREPARED_JSON = 'prepared.json'  # written last into a prepared counter folder: its presence means "complete"
 PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the write is refused
+READ_MOST = 10**9  # bytes: LoCoMo's case set is 146 MB, and parsing takes several times a file's size in memory
 
 
 def read_json(path: Path, what: str, advice: str = ''):
@@ -42,29 +42,28 @@ def read_json(path: Path, what: str, advice: str = ''):
     return read_json_file(path, what, advice)[0]
 
 
-def read_json_file(path: Path, what: str, advice: str = '', limit: int = 10**9) -> tuple[object, str]:
-    """(the JSON in a file, the SHA-256 of the very bytes parsed), or one LabError naming the file and what it
-    was meant to be: in x.json '[1,' raises LabError('x.json: invalid JSON at line 1 column 4: Expecting value').
-    A byte-order mark is read as none. An object holding a key twice is refused, since JSON readers disagree on
-    which value wins: '{"a": 1, "a": 2}' raises LabError('x.json: key 'a' appears twice in one object'). A file
-    over `limit` bytes is refused unread (LoCoMo's case set is 146 MB)."""
+def read_json_file(path: Path, what: str, advice: str = '') -> tuple[object, str]:
+    """(the JSON in a file read as read_text reads it, the SHA-256 of the very bytes parsed), or one LabError naming
+    the file and what it was meant to be: in x.json '[1,' raises LabError('x.json: invalid JSON at line 1 column 4:
+    Expecting value'). An object holding a key twice is refused, since JSON readers disagree on which value wins:
+    '{"a": 1, "a": 2}' raises LabError('x.json: key 'a' appears twice in one object')."""
     try:
-        text, sha256 = read_text(path, what, limit)
+        text, sha256 = read_text(path, what)
         return parse_json(text, str(path), what), sha256
     except LabError as error:
         raise LabError(f'{error}; {advice}' if advice else str(error)) from None
 
 
-def read_text(path: Path, what: str, limit: int = 10**9) -> tuple[str, str]:
+def read_text(path: Path, what: str) -> tuple[str, str]:
     """(the text of a file, the SHA-256 of its bytes), or one LabError naming the file: a pipe, a device or a file
-    over `limit` bytes is refused unread, and a byte-order mark is read as none."""
+    over READ_MOST bytes is refused unread, and a byte-order mark is read as none."""
     path = Path(path)
     try:
         kind = stat.S_IFMT(os.stat(path).st_mode)
         if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
             raise LabError(f'{path}: the {what} must be a file, not {SPECIAL.get(kind, "a device")}')
-        if (size := os.stat(path).st_size) > limit:  # parsing takes several times a file's size in memory
-            raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {limit:,} the lab reads')
+        if (size := os.stat(path).st_size) > READ_MOST:
+            raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {READ_MOST:,} the lab reads')
         data = path.read_bytes()
         return data.decode('utf-8-sig'), hashlib.sha256(data).hexdigest()
     except MemoryError:
@@ -136,7 +135,7 @@ def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str
     another output, or that lies in a prepared counter folder: check_outputs([('--output', Path('my.json'))],
     [('--cases', Path('./my.json'))]) raises LabError('--output my.json: the same file as --cases my.json, which
     this run reads; write the output elsewhere')."""
-    lab = [(f"the lab's {path.relative_to(HERE)}", path) for pattern in LAB_FILES for path in sorted(HERE.glob(pattern))]
+    lab = [(f"the lab's {path.relative_to(HERE)}", path) for pattern in LAB_FILES for path in HERE.glob(pattern)]
     seen = {}
     for option, path in [*inputs, *lab]:
         if path is not None and len(identity := file_identity(path) or ()) == 2:
@@ -150,14 +149,6 @@ def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str
             raise LabError(f'{option} {path}: inside a prepared counter folder, which only prepare.py writes; '
                            'write the output elsewhere')
         seen[identity] = f'{option} {path}, which this run also writes'
-
-
-def remove_leftovers(target: Path) -> None:
-    """Delete the temporary files of earlier writes to target whose writer (the pid in their name) is gone."""
-    leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
-    for name in os.listdir(target.parent):
-        if (match := leftover.fullmatch(name)) and not process_alive(match[1]):
-            (target.parent / name).unlink(missing_ok=True)
 
 
 def open_writer(path: Path, status: os.stat_result) -> int:
@@ -190,7 +181,10 @@ def stage(path: Path, data: bytes) -> tuple[int | str, Path | None]:
     if status is not None and not stat.S_ISREG(status.st_mode):
         return open_writer(path, status), None
     target = Path(os.path.realpath(path))
-    remove_leftovers(target)
+    leftover = re.compile(re.escape(f'.{target.name}{TEMPORARY}') + r'(\d{1,9})-[a-z0-9_]{8}\.tmp')
+    for name in os.listdir(target.parent):  # an earlier write's temporary file whose writer (the pid) is gone
+        if (match := leftover.fullmatch(name)) and not process_alive(match[1]):
+            (target.parent / name).unlink(missing_ok=True)
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f'.{target.name}{TEMPORARY}{os.getpid()}-',
                                          suffix='.tmp')
     try:
@@ -239,7 +233,6 @@ def folder_identity(path: Path) -> tuple[int, int] | None:
     with contextlib.suppress(OSError):
         found = os.stat(path)
         return found.st_dev, found.st_ino
-    return None
 
 
 def swap_folders(target: Path, pid: int | str = '') -> list[Path]:

@@ -6,6 +6,7 @@
 Reports keep 0-based turn indices and raw text; only what a person reads passes through here. It reads, prints
 and writes nothing.
 """
+import itertools
 
 
 def plain_number(value: float) -> str:
@@ -41,10 +42,6 @@ def markdown_table(header: list[str], rows: list[list[str]], pad: bool = False) 
 
 def turn_runs(indices) -> list[str]:
     """0-based turn indices as people count them, consecutive ones as one run: [2, 3, 4, 6] -> ['3-5', '7']."""
-    runs: list[list[int]] = []
-    for index in sorted(indices):
-        if runs and index == runs[-1][1] + 1:
-            runs[-1][1] = index
-        else:
-            runs.append([index, index])
-    return [f'{first + 1}' if first == last else f'{first + 1}-{last + 1}' for first, last in runs]
+    runs = [[index for _, index in run] for _, run in  # along a run, index minus place in the list stays the same
+            itertools.groupby(enumerate(sorted(indices)), lambda pair: pair[1] - pair[0])]
+    return [f'{run[0] + 1}' if len(run) == 1 else f'{run[0] + 1}-{run[-1] + 1}' for run in runs]
