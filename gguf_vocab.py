@@ -22,14 +22,12 @@ class PrepareError(LabError):
 
 
 def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
-    """Rebuild a BPE tokenizer from the GGUF's tokens, token types and merges, as `mirror` (vocab_spec) says.
-
-    Ids are positions, merges apply in order. Gemma's and Phi-3's: spaces become '\u2581' (Split then finds none,
-    but is part of the pinned bytes), an unknown piece falls back to <0x..> bytes, Phi-3's merges come from its
-    scores and `prepend_space` starts each text between special tokens with '\u2581', as llama.cpp does. With a
-    `split` pattern it is byte-level BPE (Llama 3, Qwen 2), `ignore_merges` looking a whole piece up first and `nfc`
-    normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them;
-    `added_tokens`, the model's own that the GGUF lacks, take their ids with their published flags (place_added).
+    """Rebuild a BPE tokenizer (ids are positions, merges apply in order) as `mirror` (vocab_spec) says. Without a
+    `split` pattern (Gemma, Phi-3) spaces become '\u2581' (Split then finds none, but is part of the pinned bytes),
+    an unknown piece falls back to <0x..> bytes and `prepend_space` starts each text between special tokens with
+    '\u2581', as llama.cpp does; with one it is byte-level (Llama 3, Qwen 2), `ignore_merges` looking a whole piece
+    up first and `nfc` normalising first. special_token_types are matched whole, `rstrip` ones taking the whitespace
+    after them; `added_tokens`, the model's own that the GGUF lacks, take their ids and published flags (place_added).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
