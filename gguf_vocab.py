@@ -22,14 +22,12 @@ class PrepareError(LabError):
 
 
 def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
-    """Rebuild a BPE tokenizer from the GGUF's tokens, token types and merges, as `mirror` (vocab_spec) says.
-
-    Ids are positions, merges apply in order. Gemma's and Phi-3's: spaces become '\u2581' (Split then finds none,
-    but is part of the pinned bytes), an unknown piece falls back to <0x..> bytes, Phi-3's merges come from its
-    scores and `prepend_space` starts each text between special tokens with '\u2581', as llama.cpp does. With a
-    `split` pattern it is byte-level BPE (Llama 3, Qwen 2), `ignore_merges` looking a whole piece up first and `nfc`
-    normalising first. special_token_types are matched whole; `rstrip` ones take the whitespace after them;
-    `added_tokens`, the model's own that the GGUF lacks, take their ids with their published flags (place_added).
+    """Rebuild a BPE tokenizer (ids are positions, merges apply in order) as `mirror` (vocab_spec) says. Without a
+    `split` pattern (Gemma, Phi-3) spaces become '\u2581' (Split then finds none, but is part of the pinned bytes),
+    an unknown piece falls back to <0x..> bytes and `prepend_space` starts each text between special tokens with
+    '\u2581', as llama.cpp does; with one it is byte-level (Llama 3, Qwen 2), `ignore_merges` looking a whole piece
+    up first and `nfc` normalising first. special_token_types are matched whole, `rstrip` ones taking the whitespace
+    after them; `added_tokens`, the model's own that the GGUF lacks, take their ids and published flags (place_added).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -81,31 +79,26 @@ def read_vocab(gguf_path: Path, mirror: dict) -> tuple[list[str], list[int], lis
     from gguf import GGUFReader
 
     fields = GGUFReader(gguf_path).fields
-
-    def values(key: str) -> list:
-        return [fields[key].parts[i] for i in fields[key].data]
-
     try:
-        tokens = [bytes(token).decode('utf-8') for token in values('tokenizer.ggml.tokens')]
-        types = [int(kind[0]) for kind in values('tokenizer.ggml.token_type')]
-        merges = [bytes(merge).decode('utf-8') for merge in values('tokenizer.ggml.merges')] \
-            if 'tokenizer.ggml.merges' in fields else merges_by_score(tokens, types, values('tokenizer.ggml.scores'))
+        tokens, types = fields['tokenizer.ggml.tokens'].contents(), fields['tokenizer.ggml.token_type'].contents()
+        merges = fields['tokenizer.ggml.merges'].contents() if 'tokenizer.ggml.merges' in fields \
+            else merges_by_score(tokens, types, fields['tokenizer.ggml.scores'].contents())
     except KeyError as error:
         raise PrepareError(f'{gguf_path.name}: GGUF has no {error.args[0]} field; it is not a vocab file') from None
     if (len(tokens), len(merges)) != (mirror['vocab_tokens'], mirror['bpe_merges']):
         raise PrepareError(f'{gguf_path.name}: {len(tokens)} tokens and {len(merges)} merges, expected '
                            f"{mirror['vocab_tokens']} and {mirror['bpe_merges']} (manifest {mirror['at']})")
     unknown = fields.get('tokenizer.ggml.unknown_token_id')
-    return tokens, types, merges, 3 if unknown is None else int(unknown.parts[-1][0])
+    return tokens, types, merges, 3 if unknown is None else unknown.contents()
 
 
-def merges_by_score(tokens: list[str], types: list[int], scores: list) -> list[str]:
+def merges_by_score(tokens: list[str], types: list[int], scores: list[float]) -> list[str]:
     """A SentencePiece vocab's merges: every split of a normal token (type 1) into two tokens, the token with the
     higher score first, then by the token's id and the two halves' ids."""
     ids, found = {token: i for i, token in enumerate(tokens)}, []
     for token, kind, score in zip(tokens, types, scores):
         if kind == 1:
-            found += [(-float(score[0]), ids[token], ids[token[:cut]], ids[token[cut:]])
+            found += [(-score, ids[token], ids[token[:cut]], ids[token[cut:]])
                       for cut in range(1, len(token)) if token[:cut] in ids and token[cut:] in ids]
     return [f'{tokens[left]} {tokens[right]}' for _, _, left, right in sorted(found)]
 

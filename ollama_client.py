@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from answer_model import ANSWER_CHECKS, MODEL_CHECKS, encode, excerpt, new_pin_counter
 from common import LabError
+from text import clipped
 
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
               'prompt_tokens': 'prompt_eval_count', 'answer_tokens': 'eval_count'}  # each field in an /api/chat reply
@@ -21,8 +22,6 @@ DEFAULT_HOST = 'http://127.0.0.1:11434'  # the address ollama serve listens on b
 DEFAULT_PORT = 11434
 SCHEME_PORTS = {'http': 80, 'https': 443}  # an OLLAMA_HOST with a scheme and no port means the scheme's port
 LOOPBACK = {4: '127.0.0.1', 6: '::1'}  # what an unspecified bind address (0.0.0.0, ::) means to a client
-VERSION_PATH = '/api/version'  # every Ollama server answers it with {"version": "..."}; others are not Ollama
-CHAT_PATH = '/api/chat'  # its 404 with an error means the tag is not pulled
 # Each is a deadline for the whole reply, not for each read, so a server that trickles is stopped too.
 CHECK_TIMEOUT = 10.0  # seconds; /api/version, /api/tags, /api/show and /api/ps answer at once on a live server
 CHAT_TIMEOUT = 600.0  # seconds; the first chat loads the weights, which can take minutes on a CPU
@@ -72,9 +71,8 @@ def reply_detail(body: str, payload: dict | None) -> str:
     """What a reply said, for a message: its error, else its body quoted and cut short, or 'an empty body'."""
     if payload is not None and isinstance(payload.get('error'), str):
         return payload['error']
-    text = ' '.join(body.split())
-    shortened = text if len(text) <= BODY_QUOTED else text[:BODY_QUOTED] + '...'
-    return f'the body "{shortened}"' if text else 'an empty body'
+    text = clipped(' '.join(body.split()), BODY_QUOTED)
+    return f'the body "{text}"' if text else 'an empty body'
 
 
 def find_tag(listed, tag: str) -> dict | None:
@@ -102,10 +100,10 @@ class OllamaClient:
         return self.version
 
     def server_version(self) -> str:
-        status, body, payload = self._send('GET', VERSION_PATH, None, CHECK_TIMEOUT)
+        status, body, payload = self._send('GET', '/api/version', None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
         if status != 200 or not isinstance(version, str) or not version:
-            raise OllamaError(f'the server at {self.host} is not Ollama: it answered {VERSION_PATH} with HTTP {status} '
+            raise OllamaError(f'the server at {self.host} is not Ollama: it answered /api/version with HTTP {status} '
                               f'({reply_detail(body, payload)}), where Ollama gives its version; set OLLAMA_HOST to '
                               f'the address `ollama serve` listens on (by default {DEFAULT_HOST})')
         return version
@@ -127,7 +125,7 @@ class OllamaClient:
     def answer(self, body: dict) -> dict:
         """The pinned build's answer to a chat_body (message.content, not thinking), checked; the digest read again."""
         self.verify()
-        payload = self._call('POST', CHAT_PATH, encode(body), CHAT_TIMEOUT)
+        payload = self._call('POST', '/api/chat', encode(body), CHAT_TIMEOUT)
         if payload.get('done') is not True:
             # Even with stream false the server answers 200 with what it has when generation ends
             # without a final response (it does so after one token repeats many times): no counts.
@@ -145,7 +143,7 @@ class OllamaClient:
                  'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
         for field, wire in WIRE_NAMES.items():
             if not ANSWER_CHECKS[field][0](reply[field]):
-                raise OllamaError(f'Ollama at {self.host} answered {CHAT_PATH} with {wire} {excerpt(reply[field])}, '
+                raise OllamaError(f'Ollama at {self.host} answered /api/chat with {wire} {excerpt(reply[field])}, '
                                   f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
                                   'upgrade Ollama or read its log')
         # Read after every answer, so that each lies between two reads of the pinned digest.
@@ -232,7 +230,7 @@ class OllamaClient:
         status, body, payload = self._send(method, path, data, timeout)
         error = payload.get('error') if payload is not None else None
         detail = reply_detail(body, payload)
-        if status == 404 and path == CHAT_PATH and error is not None:
+        if status == 404 and path == '/api/chat' and error is not None:
             raise OllamaError(f'Ollama at {self.host} answered 404 to {path} ({error}): run `ollama pull '
                               f'{self.model["ollama_tag"]}` and check that the ID column of `ollama list` '
                               f'starts with {self.model["ollama_digest"][:12]}')

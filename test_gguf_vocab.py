@@ -68,7 +68,7 @@ class BuildTest(unittest.TestCase):
 
     def test_sentencepiece_merges_come_from_the_scores_higher_first_as_the_hugging_face_converter_makes_them(self):
         # 'ab' (-2) splits as a+b, '\u2581ab' (-1) as \u2581+ab, 'ba' (-3) as b+a; a control token is never a merge.
-        self.assertEqual(merges_by_score(SPM_TOKENS, SPM_TYPES, [[score] for score in SPM_SCORES]),
+        self.assertEqual(merges_by_score(SPM_TOKENS, SPM_TYPES, SPM_SCORES),
                          ['\u2581 ab', 'a b', 'b a'])
 
     def test_phi_style_vocab_puts_a_space_before_each_text_and_its_special_tokens_take_the_whitespace_after_them(self):
