@@ -76,7 +76,7 @@ def timed_run(cases: list[dict], count, what: str) -> tuple[float, list]:
     start = time.process_time()
     results = []
     for case in cases:
-        results.append([rule(case, count) for rule in RULES.values()])
+        results.append({name: rule(case, count) for name, rule in RULES.items()})
         progress(f'benchmark.py: {what}', len(results), len(cases), steps=5)
     return time.process_time() - start, results
 
@@ -98,11 +98,7 @@ def cold_start():
 def clear_tokenizer_cache() -> None:
     """Forget the short texts the BPE model caches: a warm cache encodes them about twice as fast and would
     make the bound look lower than any fresh count could be."""
-    clear = getattr(counter().tokenizer.model, '_clear_cache', None)
-    if clear is None:
-        raise LabError('this tokenizers version has no BPE _clear_cache, so timings cannot start cold; '
-                       'install the locked versions (requirements.lock)')
-    clear()
+    counter().tokenizer.model._clear_cache()  # every counter's model is a BPE of the tokenizers run() checks
 
 
 def bound_seconds() -> float:
@@ -131,22 +127,20 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, 
     cold_start()  # the same texts, each reply a tool result (docs/agents.md): what tool rendering costs
     try:
         agent = timed_run(list(map(as_agent, cases)), exact, 'agent turns')[0]
+        figures |= {'agent_seconds': round(agent, 3), 'agent_over_pair': round(agent / fast, 1)}
     except CounterError:  # phi-3.5 counts no tool message: its template drops them
-        agent = None
-    figures['agent_seconds'], figures['agent_over_pair'] = (None, None) if agent is None else \
-        (round(agent, 3), round(agent / fast, 1))
+        figures |= {'agent_seconds': None, 'agent_over_pair': None}
     exact.forget()  # nothing after this needs these sizes
-    rows = {name: totals([graded_row(case, quick[i][position]) for i, case in enumerate(cases)])
-            for position, name in enumerate(RULES)}
+    rows = {name: totals([graded_row(case, chosen[name]) for case, chosen in zip(cases, quick)]) for name in RULES}
     return figures, rows
 
 
-def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
+def speed_sweep(cases_count: int) -> dict:
     """The whole evaluation's seconds at each setting, against the encode-once bound for the same cases."""
     histories, settings, at = {}, [], {}
     for context_limit, turns in SWEEP:
         if turns not in histories:  # one history length in memory at a time
-            histories = {turns: generated_cases(chat_case, cases_count, turns, seed)}
+            histories = {turns: generated_cases(chat_case, cases_count, turns, SWEEP_SEED)}
         cases = at_limit(histories[turns], context_limit)
         exact = cold_start()  # the cache then never holds more than one setting's distinct messages
         start = time.process_time()
@@ -158,7 +152,7 @@ def speed_sweep(cases_count: int, seed: int = SWEEP_SEED) -> dict:
                          'over_bound': round(seconds / bound, 2)})
         at[context_limit, turns] = seconds
     exact.forget()
-    return {'sweep': settings, 'sweep_seed': seed,
+    return {'sweep': settings, 'sweep_seed': SWEEP_SEED,
             'worst_over_bound': max(s['over_bound'] for s in settings),
             'budget_growth': round(at[65536, 300] / at[4096, 300], 2),
             'turns_growth': round(at[4096, 1200] / at[4096, 300], 2)}

@@ -4,16 +4,15 @@
     .venv/bin/python evaluate.py --cases my-cases.json
 
 LOGS holds conversations, each an object with `messages` (the OpenAI chat format) and optionally `tools` (function
-schemas); other keys, such as an id, are ignored. LOGS is a JSON list of them if its first character that is not
-JSON whitespace is `[`, else JSONL: one conversation a line, so that conversation N is on line N + 1 (a blank line,
-which would shift every index after it, is refused). LABELS is a JSON list of labels, each exactly {"id",
-"conversation", "message", "split", "kind", "budget", "required", "stale"}: conversation and message are 0-based
-indexes, of the conversation in LOGS and of the user message in its `messages` that asks the question.
-Each case is {"id", "split", "kind", "messages", "tools" (if the conversation has them), "budget", "required",
-"stale"}: its messages are the conversation's up to and including the labelled one, copied exactly as they come (the
-first must be the system message). The case set is written whole, indented, in the order of the labels, so the same
-input gives the same bytes. Bad input is one line naming the file, the line or index and the field, exit 2, nothing
-written; the output is never an input. It counts no tokens and checks neither messages nor facts: the loader does.
+schemas); other keys, such as an id, are ignored. It is a JSON list of them if its first character past JSON
+whitespace is `[`, else JSONL: conversation N on line N + 1 (so a blank line, which would shift every index after it,
+is refused). LABELS is a JSON list of labels, each exactly {"id", "conversation", "message", "split", "kind",
+"budget", "required", "stale"}: conversation and message are the 0-based indexes of a conversation in LOGS and of the
+user message in it that asks the question. A label's case has, in place of the two indexes, "messages": the
+conversation's up to and including that one, copied exactly (the first must be the system message), and its "tools"
+if it has them. The cases are written whole, indented, in label order: the same input gives the same bytes. Bad input
+is one line naming the file, the line or index and the field, exit 2, nothing written; the output is never an input.
+It counts no tokens and checks neither messages nor facts: the loader does.
 """
 import argparse
 from pathlib import Path

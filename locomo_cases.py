@@ -53,14 +53,9 @@ def evidence_ids(entries: list[str]) -> list[tuple[int, int]] | None:
     evidence_ids(['D8:6; D9:17', 'D', 'D:11:26', 'D30:05']) -> [(8, 6), (9, 17), (11, 26), (30, 5)]
     evidence_ids(['page 3']) -> None
     """
-    ids = []
-    for entry in entries:
-        for token in EVIDENCE_SEPARATOR.split(entry.strip()):
-            if match := EVIDENCE_ID.fullmatch(token):
-                ids.append((int(match[1]), int(match[2])))
-            elif token not in ('', 'D'):  # a lone 'D' is a stray with no id in it
-                return None
-    return ids
+    matches = [EVIDENCE_ID.fullmatch(token) for token in EVIDENCE_SEPARATOR.split(' '.join(entries))
+               if token not in ('', 'D')]  # a lone 'D' is a stray with no id in it
+    return [(int(match[1]), int(match[2])) for match in matches] if all(matches) else None
 
 
 def session_turns(number: int, date_time: str, utterances: list[dict], speaker_a: str) -> list[dict]:

@@ -10,8 +10,7 @@ the same seed gives the same cases on every machine. It reads, prints and writes
 import random
 
 # The shape of the generated histories.
-FIRST_PART_BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}  # what an application gives
-CHAT_BUDGET = dict(FIRST_PART_BUDGET, context_limit=4096)  # each sweep setting sets its context limit
+SYNTHETIC_BUDGET = {'context_limit': 8192, 'max_new_tokens': 512, 'margin': 64}  # the sweep sets its own context limits
 LOG_EVERY = 9  # about one turn in nine of a synthetic case is a long log
 PASTE_EVERY = 100  # about one turn in a hundred of a chat case is a pasted log
 PASTE_LINES = (39, 71)  # lines of a pasted log: 1,000 to 2,000 tokens
@@ -47,7 +46,7 @@ def short_turn(rng: random.Random) -> dict:
             'assistant': sentence(rng, rng.randint(5, 18), CHAT)}
 
 
-def plant_facts(rng: random.Random, number: int, topic: str, history: list[dict], budget: dict, kind: str) -> dict:
+def plant_facts(rng: random.Random, number: int, topic: str, history: list[dict], kind: str) -> dict:
     """A case around a history: a replaced limit, its correction and an owner, planted at varied depths."""
     value = rng.randint(2, 500)
     required = f'{topic} limit is {value} per minute'
@@ -59,14 +58,14 @@ def plant_facts(rng: random.Random, number: int, topic: str, history: list[dict]
     history[third]['assistant'] += f' Noted: {owner}.'
     return {'id': f'{kind}-{number:04d}', 'split': 'dev' if number % 2 else 'held_out', 'kind': kind,
             'instructions': SYNTHETIC_INSTRUCTIONS, 'current': f'What is the {topic} limit, and who owns {topic}?',
-            'history': history, 'budget': dict(budget), 'required': [required, owner], 'stale': [stale]}
+            'history': history, 'budget': dict(SYNTHETIC_BUDGET), 'required': [required, owner], 'stale': [stale]}
 
 
 def synthetic_case(rng: random.Random, number: int, turns: int) -> dict:
     topic = rng.choice(TOPICS)
     history = [log_turn(rng, i) if i % LOG_EVERY == LOG_EVERY - 1 else chat_turn(rng, rng.choice(TOPICS))
                for i in range(turns)]
-    return plant_facts(rng, number, topic, history, FIRST_PART_BUDGET, 'synthetic')
+    return plant_facts(rng, number, topic, history, 'synthetic')
 
 
 def chat_case(rng: random.Random, number: int, turns: int) -> dict:
@@ -74,7 +73,7 @@ def chat_case(rng: random.Random, number: int, turns: int) -> dict:
     topic = rng.choice(TOPICS)
     history = [log_turn(rng, i, rng.randint(*PASTE_LINES)) if rng.randrange(PASTE_EVERY) == 0 else short_turn(rng)
                for i in range(turns)]
-    return plant_facts(rng, number, topic, history, CHAT_BUDGET, 'chat')
+    return plant_facts(rng, number, topic, history, 'chat')
 
 
 def generated_cases(make, count: int, turns: int, seed: int) -> list[dict]:
@@ -85,10 +84,9 @@ def generated_cases(make, count: int, turns: int, seed: int) -> list[dict]:
 def as_agent(case: dict) -> dict:
     """The case with each turn an agent turn of the same texts (docs/agents.md), the reply a call's result:
     {'user': 'Hi', 'assistant': 'Yes'} -> [user 'Hi', an assistant message calling recall, the tool's 'Yes']."""
-    turns = []
-    for index, pair in enumerate(case['history']):
-        call = {'id': f'call_{index}', 'type': 'function', 'function': {'name': 'recall', 'arguments': {}}}
-        turns.append([{'role': 'user', 'content': pair['user']},
-                      {'role': 'assistant', 'content': '', 'tool_calls': [call]},
-                      {'role': 'tool', 'tool_call_id': call['id'], 'content': pair['assistant']}])
-    return dict(case, history=turns, tools=[])
+    calls = [{'id': f'call_{index}', 'type': 'function', 'function': {'name': 'recall', 'arguments': {}}}
+             for index in range(len(case['history']))]
+    return dict(case, tools=[], history=[
+        [{'role': 'user', 'content': pair['user']}, {'role': 'assistant', 'content': '', 'tool_calls': [call]},
+         {'role': 'tool', 'tool_call_id': call['id'], 'content': pair['assistant']}]
+        for pair, call in zip(case['history'], calls)])
