@@ -86,10 +86,8 @@ def check_fields(where: str, value, checks: dict, advice: str, optional: dict | 
     if not isinstance(value, dict):
         raise LabError(f'{where}: must be an object with fields {list(checks)}, got {excerpt(value)}; {advice}')
     checks = {**checks, **{field: check for field, check in (optional or {}).items() if field in value}}
-    missing, extra = [field for field in checks if field not in value], sorted(set(value) - set(checks))
-    if missing or extra:
-        raise LabError(f'{where}: fields must be exactly {list(checks)}; missing {missing}, unexpected {extra}; '
-                       f'{advice}')
+    if gaps := lab_files.field_gaps(value, checks):
+        raise LabError(f'{where}: fields must be exactly {list(checks)}; {gaps}; {advice}')
     for field, (valid, wanted) in checks.items():
         if not valid(value[field]):
             raise LabError(f'{where}.{field}: must be {wanted}, got {excerpt(value[field])}; {advice}')

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from common import LabError
-from lab_files import read_json_file, unique_keys
+from lab_files import field_gaps, read_json_file, unique_keys
 from scorer import invalid
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, \
     make_turn, turn_texts
@@ -29,11 +29,8 @@ class CaseError(LabError):
 
 
 def check_budget(where: str, budget) -> None:
-    if not isinstance(budget, dict) or set(budget) != set(BUDGET_FIELDS):
-        keys = list(budget) if isinstance(budget, dict) else []
-        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}; missing '
-                        f'{[name for name in BUDGET_FIELDS if name not in keys]}, unexpected '
-                        f'{sorted(set(keys) - set(BUDGET_FIELDS))}')
+    if gaps := field_gaps(budget, BUDGET_FIELDS):
+        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}; {gaps}')
     for name in BUDGET_FIELDS:
         value = budget[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -97,10 +94,8 @@ def as_counted(where: str, message):
 def agent_case(where: str, case: dict) -> dict:
     """An agent case as the lab holds it: its messages' first the instructions, its last the question, and the
     turns between, each a user message and the assistant and tool messages after it (shapes.turn_messages)."""
-    missing, extra = [name for name in AGENT_FIELDS if name not in case and name != 'tools'], set(case) - set(AGENT_FIELDS)
-    if missing or extra:
-        raise CaseError(f'{where}: an agent case has exactly the fields {list(AGENT_FIELDS)} (tools optional); '
-                        f'missing {missing}, unexpected {sorted(extra)}')
+    if gaps := field_gaps(case, [name for name in AGENT_FIELDS if name != 'tools' or name in case]):
+        raise CaseError(f'{where}: an agent case has exactly the fields {list(AGENT_FIELDS)} (tools optional); {gaps}')
     messages = case['messages']
     if not isinstance(messages, list) or len(messages) < 2:
         raise CaseError(f'{where}: field messages must be a list: the system message, the turns, the question')
@@ -127,10 +122,8 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
     case. `conversations` is check_history's record of the conversations checked so far."""
     if 'messages' in case:
         return check_case_fields(where, agent_case(where, case), conversations)
-    missing = [name for name in CASE_FIELDS if name not in case]
-    extra = sorted(set(case) - set(CASE_FIELDS))
-    if missing or extra:
-        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; missing {missing}, unexpected {extra}')
+    if gaps := field_gaps(case, CASE_FIELDS):
+        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; {gaps}')
     return check_case_fields(where, case, conversations)
 
 

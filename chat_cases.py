@@ -19,7 +19,7 @@ from pathlib import Path
 
 from case_set import CaseError
 from common import run  # standard library only, as are the two below
-from lab_files import PIPE_WAIT, check_outputs, file_identity, parse_json, read_json, read_text, to_json, write_output
+from lab_files import PIPE_WAIT, check_outputs, field_gaps, file_identity, parse_json, read_json, read_text, to_json, write_output
 
 LABEL_FIELDS = ('id', 'conversation', 'message', 'split', 'kind', 'budget', 'required', 'stale')
 INDEX_FIELDS = ('conversation', 'message')  # what only this step sees; the loader checks the rest of a case
@@ -62,10 +62,8 @@ def labels_of(path: Path) -> list[tuple[str, dict]]:
         where = f'{path}: label at index {index}'
         if not isinstance(label, dict):
             raise CaseError(f'{where}: expected an object, got {type(label).__name__}')
-        if set(label) != set(LABEL_FIELDS):
-            raise CaseError(f'{where}: fields must be exactly {list(LABEL_FIELDS)}; missing '
-                            f'{[name for name in LABEL_FIELDS if name not in label]}, unexpected '
-                            f'{sorted(set(label) - set(LABEL_FIELDS))}')
+        if gaps := field_gaps(label, LABEL_FIELDS):
+            raise CaseError(f'{where}: fields must be exactly {list(LABEL_FIELDS)}; {gaps}')
         for name in INDEX_FIELDS:
             if type(label[name]) is not int or label[name] < 0:  # not True, not 1.0
                 raise CaseError(f'{where}: field {name} must be a 0-based index, got {label[name]!r}')

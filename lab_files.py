@@ -104,6 +104,15 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return found
 
 
+def field_gaps(value, fields) -> str | None:
+    """How an object's keys differ from exactly `fields`, else None (a value that is no object lacks them all):
+    field_gaps({'a': 1, 'c': 2}, ('a', 'b')) -> "missing ['b'], unexpected ['c']"."""
+    keys = list(value) if isinstance(value, dict) else []
+    if set(keys) == set(fields):
+        return None
+    return f'missing {[name for name in fields if name not in keys]}, unexpected {sorted(set(keys) - set(fields))}'
+
+
 def to_json(value, indent: int = 2) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False) + '\n'
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from case_set import CaseError, check_budget, check_encodable
 from common import HERE, run  # standard library only, as are the two below
-from lab_files import check_outputs, read_json_file, to_json, write_output
+from lab_files import check_outputs, field_gaps, read_json_file, to_json, write_output
 from shapes import SPLITS, THINKING_MARKERS, holds_thinking_marker
 
 # What a memory case set is. Changing any of these changes which files are accepted.
@@ -125,10 +125,8 @@ def check_count(where: str, name: str, value) -> int:
 
 
 def exact_fields(where: str, what: str, value, fields) -> dict:
-    keys = list(value) if isinstance(value, dict) else []
-    if not isinstance(value, dict) or set(keys) != set(fields):
-        raise CaseError(f'{where}: {what} must be an object with exactly the fields {list(fields)}; missing '
-                        f'{[key for key in fields if key not in keys]}, unexpected {sorted(set(keys) - set(fields))}')
+    if gaps := field_gaps(value, fields):
+        raise CaseError(f'{where}: {what} must be an object with exactly the fields {list(fields)}; {gaps}')
     return value
 
 
