@@ -156,13 +156,6 @@ def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[st
         file: (f"{spec['at']}.members.{key}", spec['members'][key]) for key, file in VECTOR_FILES.items()}
 
 
-def size_and_sha(entry) -> tuple[int, str] | None:
-    """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
-    if isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str):
-        return entry['size'], entry['sha256']
-    return None
-
-
 def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: str | None = None,
                    name: str = DEFAULT) -> tuple[str | None, str]:
     """(source, '') when folder is complete and valid for counter `name` (and from `source`, if given), else (None,
@@ -189,18 +182,19 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
     wanted, files = pins(manifest, record['source'], name), record.get('files')
     if not isinstance(files, dict) or sorted(files) != sorted(wanted):
         return None, f"its record does not list exactly {', '.join(wanted)}"
-    for name, (pinned_at, pin) in wanted.items():
-        if (recorded := size_and_sha(files[name])) is None:
-            return None, f'its record gives no size and sha256 for {name}'
-        if not (path := Path(folder) / name).is_file():
+    for file, (pinned_at, pin) in wanted.items():
+        entry = files[file] if isinstance(files[file], dict) else {}
+        if not all(isinstance(entry.get(key), kind) for key, kind in PIN.items()):
+            return None, f'its record gives no size and sha256 for {file}'
+        if not (path := Path(folder) / file).is_file():
             return None, f'{path} is missing'
         try:
             actual = path.stat().st_size, sha256_file(path)
         except OSError as error:
             return None, f'{path} is unreadable ({error.strerror})'
-        if actual != recorded:
+        if actual != (entry['size'], entry['sha256']):
             return None, f'{path} no longer matches its recorded size and sha256'
-        if actual != size_and_sha(pin):
+        if actual != (pin['size'], pin['sha256']):  # read_manifest checked their kinds
             return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
     return record['source'], ''
 
