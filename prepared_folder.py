@@ -158,8 +158,7 @@ def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[st
 
 def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: str | None = None,
                    name: str = DEFAULT) -> tuple[str | None, str]:
-    """(source, '') when folder is complete and valid for counter `name` (and from `source`, if given), else (None,
-    why not). Only the default counter can come from the Hub."""
+    """(source, '') if folder is complete and valid for counter `name` (from `source`, if given), else (None, why)."""
     record_path = Path(folder) / PREPARED_JSON
     if not os.path.lexists(record_path):
         return None, f'{record_path} does not exist'
@@ -169,7 +168,7 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
         return None, str(error)
     if not isinstance(record, dict):
         return None, f'{record_path} is not a JSON object'
-    if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):
+    if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):  # only the default is on the Hub
         return None, f'{record_path} names no known source'
     if source is not None and record['source'] != source:
         return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
