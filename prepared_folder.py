@@ -58,41 +58,34 @@ RESTORE = 'restore the manifest with git checkout'
 MISSING = object()  # what read_manifest finds where a manifest has no such key
 
 
-class ManifestError(LabError):
-    """tokenizer-manifest.json is unreadable or damaged; the message names the file and what is off."""
-
-
 def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
-    """The manifest and the sha256 of its bytes (prepared.json records it), or one ManifestError."""
-    try:
-        manifest, sha256 = read_json_file(path, 'manifest', RESTORE)
-    except LabError as error:
-        raise ManifestError(str(error)) from None
+    """The manifest and the sha256 of its bytes (prepared.json records it), or one LabError saying what is off."""
+    manifest, sha256 = read_json_file(path, 'manifest', RESTORE)
     if not isinstance(manifest, dict):
-        raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
+        raise LabError(f'{path}: not a JSON object; {RESTORE}')
     check_keys(path, manifest, MANIFEST_KEYS)
     check_keys(path, manifest['counters'], {DEFAULT: FORMAT_KEYS}, ('counters',))
     for name, counter in manifest['counters'].items():
         if not re.fullmatch(r'[a-z0-9][a-z0-9.-]*', name):  # it names a folder (counter_folder)
-            raise ManifestError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
+            raise LabError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
                                 f'{RESTORE}')
         if name != DEFAULT:
             check_keys(path, counter, COUNTER_KEYS, ('counters', name))
             if counter['vocab'] not in manifest['vocabs']:
-                raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
+                raise LabError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
         check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
         for index, token in enumerate(vocab['added_tokens']):
             check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
     built = manifest['pypi_mirror']['built_tokenizer']['file']
     if built != TOKENIZER_JSON:
-        raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
+        raise LabError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
                             f'{TOKENIZER_JSON}; {RESTORE}')
     return manifest, sha256
 
 
 def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
-    """ManifestError naming the first key of `keys` that tree lacks or holds with the wrong kind of value; a key
+    """LabError naming the first key of `keys` that tree lacks or holds with the wrong kind of value; a key
     under one that is no object is missing."""
     for key, kind in keys.items():
         value = tree.get(key, MISSING) if isinstance(tree, dict) else MISSING
@@ -101,10 +94,10 @@ def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
             check_keys(path, value, kind, (*where, key))
             continue
         if value is MISSING:
-            raise ManifestError(f'{path}: missing key {name}; {RESTORE}')
+            raise LabError(f'{path}: missing key {name}; {RESTORE}')
         described, outer, inner = VALUE_KINDS[kind]
         if not isinstance(value, outer) or isinstance(value, list) and not all(isinstance(v, inner) for v in value):
-            raise ManifestError(f'{path}: {name} is not {described}; {RESTORE}')
+            raise LabError(f'{path}: {name} is not {described}; {RESTORE}')
 
 
 def prepare_command(name: str = DEFAULT) -> str:
