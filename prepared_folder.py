@@ -4,8 +4,7 @@
 
 A folder holds the pinned files of one source and, written last, prepared.json, their record. It is valid only if
 that record was made for this very manifest and every file still has its recorded and its pinned size and sha256
-(check_prepared, which the counter and prepare.py both ask). It is only ever replaced whole
-(lab_files.replace_folder).
+(check_prepared, which the counter and prepare.py both ask), and only ever replaced whole (lab_files.replace_folder).
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
@@ -77,8 +76,7 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
         check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
         for index, token in enumerate(vocab['added_tokens']):
             check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
-    built = manifest['pypi_mirror']['built_tokenizer']['file']
-    if built != TOKENIZER_JSON:
+    if (built := manifest['pypi_mirror']['built_tokenizer']['file']) != TOKENIZER_JSON:
         raise LabError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
                             f'{TOKENIZER_JSON}; {RESTORE}')
     return manifest, sha256
