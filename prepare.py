@@ -17,6 +17,7 @@ import errno
 import importlib.metadata
 import os
 from pathlib import Path, PurePosixPath
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,7 +223,7 @@ class Archive:
         elif self.sdist is None:
             sdist = download_sdist(workdir, mirror)
             kept.parent.mkdir(exist_ok=True)
-            os.replace(sdist, kept)  # on the same disk: a rename
+            shutil.move(sdist, kept)  # a rename, unless this counter's folder is on another disk
             say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
         self.sdist = kept
         return kept
