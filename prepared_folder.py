@@ -131,9 +131,8 @@ def recorded_identity(manifest: dict, name: str) -> dict:
 def make_record(source: str, manifest: dict, manifest_sha256: str, files: dict[str, Path], vectors: int,
                 name: str = DEFAULT) -> dict:
     """prepared.json for these files, as check_prepared reads it (vectors: how many test vectors were checked)."""
-    return {'source': source, **recorded_identity(manifest, name), 'manifest_sha256': manifest_sha256,
-            'files': {name: {'size': path.stat().st_size, 'sha256': sha256_file(path)}
-                      for name, path in sorted(files.items())},
+    files = {file: {'size': path.stat().st_size, 'sha256': sha256_file(path)} for file, path in sorted(files.items())}
+    return {'source': source, **recorded_identity(manifest, name), 'manifest_sha256': manifest_sha256, 'files': files,
             'vectors_checked': vectors}
 
 
