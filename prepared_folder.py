@@ -67,7 +67,7 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     for name, counter in manifest['counters'].items():
         if not re.fullmatch(r'[a-z0-9][a-z0-9.-]*', name):  # it names a folder (counter_folder)
             raise LabError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
-                                f'{RESTORE}')
+                           f'{RESTORE}')
         if name != DEFAULT:
             check_keys(path, counter, COUNTER_KEYS, ('counters', name))
             if counter['vocab'] not in manifest['vocabs']:
@@ -78,7 +78,7 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
             check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
     if (built := manifest['pypi_mirror']['built_tokenizer']['file']) != TOKENIZER_JSON:
         raise LabError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
-                            f'{TOKENIZER_JSON}; {RESTORE}')
+                       f'{TOKENIZER_JSON}; {RESTORE}')
     return manifest, sha256
 
 
