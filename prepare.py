@@ -155,9 +155,7 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     found = {}
     try:
         with tarfile.open(sdist, 'r:gz') as tar:
-            for member in tar:
-                if member.name not in wanted:
-                    continue
+            for member in (member for member in tar if member.name in wanted):
                 if wanted[member.name] in found:
                     raise PrepareError(f'{sdist.name}: member {member.name} occurs twice; refusing the archive')
                 if not member.isreg():
