@@ -481,6 +481,18 @@ class NameNotUtf8Test(unittest.TestCase):
         self.assertEqual(result.stderr.count(b'\n'), 1)
 
 
+class FieldGapsTest(unittest.TestCase):
+    def test_a_missing_and_an_extra_key_are_named_in_the_fields_order_and_sorted(self):
+        self.assertEqual(lab_files.field_gaps({'z': 1, 'a': 1, 'c': 2}, ('c', 'b', 'a')),
+                         "missing ['b'], unexpected ['z']")
+
+    def test_exactly_the_fields_in_another_order_is_no_gap(self):
+        self.assertIsNone(lab_files.field_gaps({'b': 1, 'a': 2}, ('a', 'b')))
+
+    def test_a_value_that_is_no_object_lacks_every_field(self):
+        self.assertEqual(lab_files.field_gaps([1, 2], ('a', 'b')), "missing ['a', 'b'], unexpected []")
+
+
 class ReadJsonTest(TempFolderTest):
     def test_a_key_given_twice_is_refused_naming_it_instead_of_the_last_value_winning(self):
         # With the last value winning, this case's stale fact would silently stop being graded.
