@@ -19,7 +19,8 @@ from pathlib import Path
 
 from case_set import CaseError
 from common import run  # standard library only, as are the two below
-from lab_files import PIPE_WAIT, check_outputs, field_gaps, file_identity, parse_json, read_json, read_text, to_json, write_output
+from lab_files import (check_outputs, field_gaps, file_identity, output_help, parse_json, read_json, read_text, to_json,
+                       write_output)
 
 LABEL_FIELDS = ('id', 'conversation', 'message', 'split', 'kind', 'budget', 'required', 'stale')
 INDEX_FIELDS = ('conversation', 'message')  # what only this step sees; the loader checks the rest of a case
@@ -103,9 +104,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Convert OpenAI-format chat logs and their labels into a case set.')
     parser.add_argument('logs', type=Path, help='the logs: a JSON list of conversations, or JSONL, one a line')
     parser.add_argument('--labels', type=Path, required=True, help='a JSON list of labels, one per question')
-    parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
-                        'followed, a pipe or device written into, a named pipe once a reader opens it '
-                        f'within {PIPE_WAIT} s; never the logs or the labels)')
+    parser.add_argument('--output', type=Path, required=True,
+                        help=output_help('case set to write', 'the logs or the labels'))
     return parser.parse_args(argv)
 
 

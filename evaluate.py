@@ -23,7 +23,7 @@ import sys
 import best_possible
 from case_set import load_case_set, load_cases
 from common import DEFAULT_CASES, LabError, add_input_options, run
-from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
+from lab_files import check_outputs, output_help, read_json, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, report_header, run_rules
 from scorer import by_group, check_fits
@@ -57,9 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              'turns: per case, which turns each rule and the best possible selection kept')
     parser.add_argument('--group', choices=('split', 'kind'), default='split', help='rows of the table: one per '
                         'split (default) or one per kind of case, e.g. per LoCoMo category')
-    parser.add_argument('--output', type=Path, help='also write the JSON report to this file (replaced whole; '
-                        'a symlink is followed, a pipe or device written into, a named pipe once a reader opens it '
-                        f'within {PIPE_WAIT} s; never one of the inputs)')
+    parser.add_argument('--output', type=Path,
+                        help=output_help('also write the JSON report to this file', 'one of the inputs'))
     parser.add_argument('--compare', type=Path, metavar='OLD.json',
                         help='print what changed against an older report; exit 0 if nothing did, 1 if something did')
     parser.add_argument('--summary-only', action='store_true',

@@ -139,6 +139,12 @@ def file_identity(path: Path) -> tuple | None:
         return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
 
 
+def output_help(what: str, never: str) -> str:
+    """An --output option's help: what write_output does with what is at the path, and which file it never is."""
+    return (f'{what} (replaced whole; a symlink is followed, a pipe or device written into, a named pipe once a reader '
+            f'opens it within {PIPE_WAIT} s; never {never})')
+
+
 def check_outputs(outputs: list[tuple[str, Path | None]], inputs: list[tuple[str, Path | None]]) -> None:
     """Refuse, before anything is run, an output that is the same file as an input, one of the lab's own files or
     another output, or that lies in a prepared counter folder: check_outputs([('--output', Path('my.json'))],

@@ -22,7 +22,7 @@ import sys
 
 from case_set import CaseError, check_budget, check_case
 from common import run  # standard library only, as are the two below
-from lab_files import PIPE_WAIT, check_outputs, read_json, to_json, write_output
+from lab_files import check_outputs, output_help, read_json, to_json, write_output
 from shapes import SPLITS, make_turn
 
 # What a case looks like. Changing any of these changes every case written.
@@ -209,9 +209,7 @@ def category_set(text: str) -> set[int]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description='Convert LoCoMo (locomo10.json) into a case set for evaluate.py.')
     parser.add_argument('locomo', type=Path, help="LoCoMo's data/locomo10.json, downloaded by you")
-    parser.add_argument('--output', type=Path, required=True, help='case set to write (replaced whole; a symlink is '
-                        'followed, a pipe or device written into, a named pipe once a reader opens it '
-                        f'within {PIPE_WAIT} s; never the LoCoMo file)')
+    parser.add_argument('--output', type=Path, required=True, help=output_help('case set to write', 'the LoCoMo file'))
     for name, value in BUDGET.items():
         parser.add_argument(f'--{name.replace("_", "-")}', type=int, default=value,
                             help=f'budget.{name} of every case (default {value})')
