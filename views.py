@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 import textwrap
 
-import best_possible
 from common import LabError
 from runner import counter_note
 from scorer import by_group, check_additive, facts_in
@@ -67,7 +66,7 @@ def report_table(report: dict, group: str = 'split') -> str:
              + (f" ({s['not_searched']} not searched)" if s.get('not_searched') else ''),
              str(s['cases_with_stale_facts']), *[str(s.get('invalid_requests', '-'))][:agent],
              '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])]
-            for name, groups in [*rules.items(), (best_possible.LABEL, best)] for value, s in groups.items()]
+            for name, groups in [*rules.items(), (report['best_possible']['label'], best)] for value, s in groups.items()]
     header = [*TABLE_HEADER[:5], *['Invalid requests'][:agent], TABLE_HEADER[5]]
     text = markdown_table([cell.format(group=group.capitalize()) for cell in header], rows)
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
