@@ -15,6 +15,7 @@ exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io
+from operator import itemgetter
 from pathlib import Path
 import sys
 import time
@@ -56,13 +57,10 @@ class SweepError(LabError):
 
 
 def parse_limits(text: str) -> list[int]:
-    """The context limits of --context-limits, smallest first.
-
-    parse_limits('1024,256') -> [256, 1024]; parse_limits('256,0') and parse_limits('256,256') raise SweepError.
-    """
+    """The context limits of --context-limits, smallest first: parse_limits('1024,256') -> [256, 1024];
+    parse_limits('256,0') and parse_limits('256,256') raise SweepError."""
     limits = []
-    for part in text.split(','):
-        part = part.strip()
+    for part in map(str.strip, text.split(',')):
         if not part.isascii() or not part.isdigit() or len(part) > MAX_DIGITS or int(part) <= 0:
             shown = part if len(part) <= MAX_DIGITS else part[:MAX_DIGITS] + '...'
             raise SweepError(f'--context-limits: {shown!r} is not a positive integer of at most {MAX_DIGITS} digits '
@@ -84,13 +82,10 @@ def check_reserved(path: Path, cases: list[dict]) -> None:
 
 def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:
     """Refuse a smallest limit some case cannot fit, naming the case that needs most and the limit that works.
-
-    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170.
-    """
-    needed = {case['id']: count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case)
-              for case in cases}
-    case = max(cases, key=lambda case: needed[case['id']])  # the first most demanding
-    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {needed[case["id"]]}')
+    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170."""
+    need, case = max(((count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case), case)
+                      for case in cases), key=itemgetter(0))  # the first most demanding
+    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {need}')
 
 
 def at_limit(cases: list[dict], limit: int) -> list[dict]:
@@ -182,18 +177,17 @@ def draw_panel(axes, report: dict, title: str, pick) -> None:
     from matplotlib.ticker import NullLocator, PercentFormatter
 
     allowances = sorted({entry['allowance'] for entry in report['points']})
-    drawn, same = {}, {}  # rule -> (colour, percentages); percentages -> the rules drawn with them
+    colours, same = {}, {}  # rule -> its line's colour; percentages -> the rules drawn with them, in turn
     for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
-        entries = [entry for entry in report['points'] if entry['rule'] == rule]
-        at = [entry['allowance'] for entry in entries]
+        entries = [entry for entry in report['points'] if entry['rule'] == rule]  # one at each allowance
         found = [100 * pick(entry)['facts_found'] / pick(entry)['facts_total'] for entry in entries]  # percent
         style = dict(color='black', linestyle='--', marker='') if rule == BEST else dict(marker='o', markersize=3)
-        line, = axes.plot(at, found, label=rule, linewidth=1.4, clip_on=False, **style)
-        under = [other for other, (_, seen) in drawn.items() if seen == found]  # the best possible comes last
+        line, = axes.plot(allowances, found, label=rule, linewidth=1.4, clip_on=False, **style)
+        under = same.get(tuple(found), [])  # the best possible comes last
         for index, other in enumerate([] if rule == BEST else under):  # a slot of 1 + len(under) each, this last
-            axes.plot(at, found, color=drawn[other][0], linewidth=1.4, linestyle=(4 * index, (4, 4 * len(under))),
-                      label='_same', clip_on=False)
-        drawn[rule], same[tuple(found)] = (line.get_color(), found), [*under, rule]
+            axes.plot(allowances, found, color=colours[other], linewidth=1.4,
+                      linestyle=(4 * index, (4, 4 * len(under))), label='_same', clip_on=False)
+        colours[rule], same[tuple(found)] = line.get_color(), [*under, rule]
         for key, mark in MARKS.items():  # over the line, so a rule that overflows or sends stale facts shows it
             if points := [(entry['allowance'], y) for entry, y in zip(entries, found) if pick(entry).get(key)]:
                 axes.plot(*zip(*points), **{'color': line.get_color(), **mark, 'label': f'_{key}'}, linestyle='',
@@ -251,14 +245,6 @@ def picture(report: dict, kind: str) -> bytes:
     return buffer.getvalue()
 
 
-def picture_kind(path: Path) -> str:
-    """'png' or 'svg' from a --plot file name: Path('a.SVG') -> 'svg'."""
-    kind = path.suffix.lower().removeprefix('.')
-    if kind not in NO_DATES:
-        raise SweepError(f'--plot {path}: the picture must be a .png or .svg file')
-    return kind
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Run every rule on a case set at several context limits and report, per limit and rule, '
@@ -285,7 +271,9 @@ def main(argv: list[str]) -> int:
     record = not argv  # no options at all: the committed recording
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)
-    kind = picture_kind(plot) if plot else None
+    kind = plot.suffix.lower().removeprefix('.') if plot else None  # Path('a.SVG') -> 'svg'
+    if plot and kind not in NO_DATES:
+        raise SweepError(f'--plot {plot}: the picture must be a .png or .svg file')
     check_outputs([('--output', output), ('--plot', plot)],
                   [('--cases', args.cases), *(('--rules', path) for path in args.rules)])
     rules, files = load_rule_files(args.rules, args.rule_timeout)
