@@ -106,8 +106,15 @@ def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None)
     return entry
 
 
-def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str | None, progress) -> list[dict]:
-    """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
+def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
+                 progress=lambda done, started, cpu: None) -> dict:
+    """The sweep's report for a case set: where the figures come from, and the points of every rule (the four, then
+    `rules`, then the best possible) at every limit, limit by limit."""
+    started, cpu = time.perf_counter(), time.process_time()
+    cases, case_set_sha256 = load_case_set(path)
+    check_reserved(path, cases)
+    check_limits(path, cases, limits)
+    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
     started, cpu = time.perf_counter(), time.process_time()
     facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
     progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
@@ -121,25 +128,14 @@ def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str |
         points += [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
         progress(f'context limit {limit} ({room} input tokens): {len(rows)} rules on {len(cases)} cases',
                  started, cpu)
-    return points
+    return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
+            'group': group, 'points': points}
 
 
 def report_progress(done: str, started: float, cpu: float) -> None:
     """One progress line: what was done, since when (time.perf_counter) and from what CPU (time.process_time)."""
     print(f'budget_sweep.py: {done} in {time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)',
           file=sys.stderr, flush=True)
-
-
-def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
-                 progress=lambda done, started, cpu: None) -> dict:
-    """The sweep's report for a case set: where the figures come from, and the points."""
-    started, cpu = time.perf_counter(), time.process_time()
-    cases, case_set_sha256 = load_case_set(path)
-    check_reserved(path, cases)
-    check_limits(path, cases, limits)
-    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
-            'group': group, 'points': sweep_points(cases, limits, rules, group, progress)}
 
 
 def sweep_table(report: dict) -> str:
