@@ -21,12 +21,10 @@ LABEL = 'best possible (reads the labels)'  # its name in the table, the turn ma
 
 
 def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:
-    """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left.
-
-    A set costs the sum of its turns. Most facts first, then fewest tokens, then earliest turns:
-    search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2]
-    search({0: (50, frozenset({'a'}))}, 40) -> []
-    """
+    """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left; a set
+    costs the sum of its turns. Most facts first, then fewest tokens, then earliest turns:
+    search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2];
+    search({0: (50, frozenset({'a'}))}, 40) -> []"""
     if len(candidates) > MAX_CANDIDATES:
         raise ValueError(f'{len(candidates)} candidate turns; the exact search stops at {MAX_CANDIDATES}')
     order = sorted(candidates)
@@ -55,10 +53,8 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
 
 def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     """For each turn holding facts: index -> the required facts it holds, and index -> the stale facts it holds.
-
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
-    ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
-    """
+    ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})"""
     turns = list(map(turn_messages, case['history']))  # as build_request lays them out, oldest first
     messages, starts = [message for turn in turns for message in turn], list(accumulate(map(len, turns), initial=0))
     held = {}  # index -> (required facts, stale facts) of each turn holding either

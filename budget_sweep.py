@@ -29,7 +29,7 @@ from runner import counter_note, report_header, run_rules
 from scorer import by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
-from text import counted, markdown_table, printable
+from text import clipped, counted, markdown_table, printable
 from tokenizer import add_counter_option, choose_counter, count_request
 
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
@@ -62,9 +62,8 @@ def parse_limits(text: str) -> list[int]:
     limits = []
     for part in map(str.strip, text.split(',')):
         if not part.isascii() or not part.isdigit() or len(part) > MAX_DIGITS or int(part) <= 0:
-            shown = part if len(part) <= MAX_DIGITS else part[:MAX_DIGITS] + '...'
-            raise SweepError(f'--context-limits: {shown!r} is not a positive integer of at most {MAX_DIGITS} digits '
-                             '(give e.g. 256,512,1024)')
+            raise SweepError(f'--context-limits: {clipped(part, MAX_DIGITS + 3)!r} is not a positive integer of at '
+                             f'most {MAX_DIGITS} digits (give e.g. 256,512,1024)')
         if int(part) in limits:
             raise SweepError(f'--context-limits: {int(part)} is given twice')
         limits.append(int(part))
@@ -139,12 +138,10 @@ def report_progress(done: str, started: float, cpu: float) -> None:
 
 
 def sweep_table(report: dict) -> str:
-    """The required facts each rule found at each limit, as a Markdown table (--format table).
-
-    Points of 'recent' at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give
-    '| Rule | 128 | 256 |', '|---|---|---|', '| recent | 4 | 6 |', then a line saying what the figures are. A point
-    where 2 cases sent a stale fact and 3 requests went over the allowance reads '6 (2 stale, 3 over)'.
-    """
+    """The required facts each rule found at each limit, as a Markdown table (--format table): points of 'recent'
+    at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give '| Rule | 128 | 256 |', '|---|---|---|',
+    '| recent | 4 | 6 |', then a line saying what the figures are. A point where 2 cases sent a stale fact and 3
+    requests went over the allowance reads '6 (2 stale, 3 over)'."""
     limits = report['context_limits']
     found = {(entry['rule'], entry['context_limit']): f"{entry['facts_found']:,}" + marked(entry)
              for entry in report['points']}
