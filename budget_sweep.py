@@ -164,9 +164,9 @@ def marked(entry: dict) -> str:
     return f" ({', '.join(marks)})" if marks else ''
 
 
-def draw_panel(axes, report: dict, title: str, pick) -> None:
-    """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures. Rules
-    drawn on one line are named under the title, and the lines beneath show through the top one, dashed in turn."""
+def draw_panel(axes, report: dict, name: str, pick) -> None:
+    """One panel, titled with its name and size: a line per rule over the allowances (pick(point): its figures), the
+    best possible dashed; rules drawn on one line are named under the title and show through it, dashed in turn."""
     from matplotlib.ticker import NullLocator, PercentFormatter
 
     allowances = sorted({entry['allowance'] for entry in report['points']})
@@ -191,8 +191,9 @@ def draw_panel(axes, report: dict, title: str, pick) -> None:
     axes.set_ylim(0, 100)
     axes.yaxis.set_major_formatter(PercentFormatter(decimals=0))
     axes.grid(True, color='#dddddd', linewidth=0.6)
-    axes.set_title(''.join([title, *(f"\n{' = '.join(rules)}" for rules in same.values() if len(rules) > 1)]),
-                   fontsize=9)
+    size = pick(report['points'][0])
+    axes.set_title(''.join([f"{name} ({counted(size['cases'], 'case')}, {counted(size['facts_total'], 'fact')})",
+                            *(f"\n{' = '.join(rules)}" for rules in same.values() if len(rules) > 1)]), fontsize=9)
 
 
 def draw(report: dict):
@@ -209,9 +210,7 @@ def draw(report: dict):
                     layout='constrained')
     grid = figure.subplots(rows, columns, squeeze=False)
     for axes, (name, pick) in zip(grid.flat, panels):
-        sizes = pick(first)
-        draw_panel(axes, report, f"{name} ({counted(sizes['cases'], 'case')}, {counted(sizes['facts_total'], 'fact')})",
-                   pick)
+        draw_panel(axes, report, name, pick)
     for axes in grid.flat[len(panels):]:
         axes.set_axis_off()
     for axes in grid[:, 0]:
