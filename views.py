@@ -285,11 +285,9 @@ def check_report(path: Path, report) -> None:
     def wrong(what: str) -> ReportError:
         return ReportError(f'{path}: not an evaluate.py report ({what})')
 
-    if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
-            or not isinstance(report.get('summary'), dict):
-        # what the parsed JSON is, in JSON's words: null, a list, a number ...
+    if not isinstance(report, dict) or not all(isinstance(report.get(part), dict) for part in ('cases', 'summary')):
         kind = json.dumps(report) if report is None or isinstance(report, bool) else \
-            {list: 'a list', str: 'a string'}.get(type(report), 'a number')
+            {list: 'a list', str: 'a string'}.get(type(report), 'a number')  # what the JSON is, in JSON's words
         raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
     for name, rows in report['cases'].items():
         check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
