@@ -54,12 +54,10 @@ class ReportError(LabError):
 
 
 def report_table(report: dict, group: str = 'split') -> str:
-    """The summary as the Markdown table the README shows, a row per rule and split (or kind)."""
-    if group == 'split':
-        rules, best = report['summary'], report['best_possible']['summary']
-    else:
-        rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
-        best = by_group(report['best_possible']['cases'], group)
+    """The Markdown table the README shows, a row per rule and split (or kind), each the totals of the rule's rows
+    in that group (scorer.by_group, as the report's summary is made)."""
+    rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
+    best = by_group(report['best_possible']['cases'], group)
     agent = any('invalid_requests' in s for groups in rules.values() for s in groups.values())  # agent cases
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
              f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # the best possible's only
