@@ -15,7 +15,6 @@ exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io
-from operator import itemgetter
 from pathlib import Path
 import sys
 import time
@@ -83,7 +82,7 @@ def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_r
     """Refuse a smallest limit some case cannot fit, naming the case that needs most and the limit that works.
     A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170."""
     need, case = max(((count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case), case)
-                      for case in cases), key=itemgetter(0))  # the first most demanding
+                      for case in cases), key=lambda pair: pair[0])  # the first most demanding
     check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {need}')
 
 
