@@ -4,14 +4,13 @@
     .venv/bin/python budget_sweep.py --cases locomo-cases.json --context-limits 1024,2048,4096,8192,16384 \\
         --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png --format table
 
-At each limit, every case's budget.context_limit is replaced by it (answer and margin tokens are kept) and
-every rule runs on every case: the four, each --rules file's, and the best possible selection. Each (limit,
-rule) point holds the figures evaluate.py reports for that rule (with --group, per split or kind too);
---plot draws them, the same figures giving the same bytes. Everything is loaded once; progress goes to stderr.
-With no options it re-records budget-sweep.json and budget-sweep.png; otherwise the JSON goes to stdout or
---output; --output and --plot are written both or neither, and never over an input. A cell or point where a
-request sent a stale fact or went over the allowance is marked. A limit or case set it cannot sweep is one line,
-exit 2, and nothing written. It calls no model.
+At each limit every case's budget.context_limit is replaced by it (its answer and margin tokens kept) and every
+rule runs on every case: the four, each --rules file's and the best possible selection, all loaded once. Each
+(limit, rule) point holds the figures evaluate.py reports for that rule (per split or kind too with --group), and
+--plot draws them, the same figures giving the same bytes; a cell or point where a request sent a stale fact or
+went over the allowance is marked. The JSON goes to stdout or --output (with no options, to the two files above),
+both or neither with --plot, never over an input; progress goes to stderr. A limit or case set it cannot sweep is
+one line, exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io
