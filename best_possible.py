@@ -21,12 +21,10 @@ LABEL = 'best possible (reads the labels)'  # its name in the table, the turn ma
 
 
 def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:
-    """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left.
-
-    A set costs the sum of its turns. Most facts first, then fewest tokens, then earliest turns:
-    search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2]
-    search({0: (50, frozenset({'a'}))}, 40) -> []
-    """
+    """The best set of turn indices, given each candidate turn's (token cost, facts it adds) and the room left; a set
+    costs the sum of its turns. Most facts first, then fewest tokens, then earliest turns:
+    search({0: (14, frozenset({'a'})), 1: (30, frozenset({'b'})), 2: (9, frozenset({'a'}))}, 40) -> [1, 2];
+    search({0: (50, frozenset({'a'}))}, 40) -> []"""
     if len(candidates) > MAX_CANDIDATES:
         raise ValueError(f'{len(candidates)} candidate turns; the exact search stops at {MAX_CANDIDATES}')
     order = sorted(candidates)
@@ -37,11 +35,9 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
 
     # Depth first, taking a turn before leaving it out, visits the sets in increasing order of their
     # sorted turns, so a set visited later never wins a full tie: a branch that cannot carry more facts
-    # than the best so far, and already costs as much, is cut.
+    # than the best so far, and already costs as much, is cut (past the last turn, every branch is).
     def visit(position: int, chosen: tuple, cost: int, facts: frozenset) -> None:
         best[0] = min(best[0], (-len(facts), cost, chosen))
-        if position == len(order):
-            return
         bound, most = len(facts | reachable[position]), -best[0][0]
         if bound < most or (bound == most and cost >= best[0][1]):
             return
@@ -57,32 +53,25 @@ def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]
 
 def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     """For each turn holding facts: index -> the required facts it holds, and index -> the stale facts it holds.
-
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
-    ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})
-    """
+    ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})"""
     turns = list(map(turn_messages, case['history']))  # as build_request lays them out, oldest first
     messages, starts = [message for turn in turns for message in turn], list(accumulate(map(len, turns), initial=0))
-    required, stale = {}, {}
+    held = {}  # index -> (required facts, stale facts) of each turn holding either
 
     # Grade a run of turns at once and split only runs that hold a fact: a long history with a few
     # fact-holding turns costs a few dozen gradings, not one per turn. A fact is a turn's only if
     # the grader finds it in that turn alone.
     def visit(first: int, end: int) -> None:
         reached, sent = facts_in(case, messages[starts[first]:starts[end]])
-        if not reached and not sent:
-            return
-        if end - first > 1:
+        if (reached or sent) and end - first == 1:
+            held[first] = reached, sent
+        elif reached or sent:
             visit(first, (first + end) // 2)
             visit((first + end) // 2, end)
-            return
-        if reached:
-            required[first] = frozenset(reached)
-        if sent:
-            stale[first] = frozenset(sent)
 
     visit(0, len(turns))
-    return required, stale
+    return tuple({index: frozenset(facts[kind]) for index, facts in held.items() if facts[kind]} for kind in (0, 1))
 
 
 def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dict:

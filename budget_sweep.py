@@ -4,14 +4,13 @@
     .venv/bin/python budget_sweep.py --cases locomo-cases.json --context-limits 1024,2048,4096,8192,16384 \\
         --rules field_rules.py --group kind --output locomo-sweep.json --plot locomo-sweep.png --format table
 
-At each limit, every case's budget.context_limit is replaced by it (answer and margin tokens are kept) and
-every rule runs on every case: the four, each --rules file's, and the best possible selection. Each (limit,
-rule) point holds the figures evaluate.py reports for that rule (with --group, per split or kind too);
---plot draws them, the same figures giving the same bytes. Everything is loaded once; progress goes to stderr.
-With no options it re-records budget-sweep.json and budget-sweep.png; otherwise the JSON goes to stdout or
---output; --output and --plot are written both or neither, and never over an input. A cell or point where a
-request sent a stale fact or went over the allowance is marked. A limit or case set it cannot sweep is one line,
-exit 2, and nothing written. It calls no model.
+At each limit every case's budget.context_limit is replaced by it (its answer and margin tokens kept) and every
+rule runs on every case: the four, each --rules file's and the best possible selection, all loaded once. Each
+(limit, rule) point holds the figures evaluate.py reports for that rule (per split or kind too with --group), and
+--plot draws them, the same figures giving the same bytes; a cell or point where a request sent a stale fact or
+went over the allowance is marked. The JSON goes to stdout or --output (with no options, to the two files above),
+both or neither with --plot, never over an input; progress goes to stderr. A limit or case set it cannot sweep is
+one line, exit 2, and nothing written. It calls no model.
 """
 import argparse
 import io
@@ -28,7 +27,7 @@ from runner import counter_note, report_header, run_rules
 from scorer import by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
-from text import counted, markdown_table, printable
+from text import clipped, counted, markdown_table, printable
 from tokenizer import add_counter_option, choose_counter, count_request
 
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
@@ -56,17 +55,13 @@ class SweepError(LabError):
 
 
 def parse_limits(text: str) -> list[int]:
-    """The context limits of --context-limits, smallest first.
-
-    parse_limits('1024,256') -> [256, 1024]; parse_limits('256,0') and parse_limits('256,256') raise SweepError.
-    """
+    """The context limits of --context-limits, smallest first: parse_limits('1024,256') -> [256, 1024];
+    parse_limits('256,0') and parse_limits('256,256') raise SweepError."""
     limits = []
-    for part in text.split(','):
-        part = part.strip()
+    for part in map(str.strip, text.split(',')):
         if not part.isascii() or not part.isdigit() or len(part) > MAX_DIGITS or int(part) <= 0:
-            shown = part if len(part) <= MAX_DIGITS else part[:MAX_DIGITS] + '...'
-            raise SweepError(f'--context-limits: {shown!r} is not a positive integer of at most {MAX_DIGITS} digits '
-                             '(give e.g. 256,512,1024)')
+            raise SweepError(f'--context-limits: {clipped(part, MAX_DIGITS + 3)!r} is not a positive integer of at '
+                             f'most {MAX_DIGITS} digits (give e.g. 256,512,1024)')
         if int(part) in limits:
             raise SweepError(f'--context-limits: {int(part)} is given twice')
         limits.append(int(part))
@@ -84,13 +79,10 @@ def check_reserved(path: Path, cases: list[dict]) -> None:
 
 def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:
     """Refuse a smallest limit some case cannot fit, naming the case that needs most and the limit that works.
-
-    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170.
-    """
-    needed = {case['id']: count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case)
-              for case in cases}
-    case = max(cases, key=lambda case: needed[case['id']])  # the first most demanding
-    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {needed[case["id"]]}')
+    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170."""
+    need, case = max(((count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case), case)
+                      for case in cases), key=lambda pair: pair[0])  # the first most demanding
+    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {need}')
 
 
 def at_limit(cases: list[dict], limit: int) -> list[dict]:
@@ -111,8 +103,15 @@ def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None)
     return entry
 
 
-def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str | None, progress) -> list[dict]:
-    """The points of every rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
+def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
+                 progress=lambda done, started, cpu: None) -> dict:
+    """The sweep's report for a case set: where the figures come from, and the points of every rule (the four, then
+    `rules`, then the best possible) at every limit, limit by limit."""
+    started, cpu = time.perf_counter(), time.process_time()
+    cases, case_set_sha256 = load_case_set(path)
+    check_reserved(path, cases)
+    check_limits(path, cases, limits)
+    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
     started, cpu = time.perf_counter(), time.process_time()
     facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
     progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
@@ -126,7 +125,8 @@ def sweep_points(cases: list[dict], limits: list[int], rules: dict, group: str |
         points += [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
         progress(f'context limit {limit} ({room} input tokens): {len(rows)} rules on {len(cases)} cases',
                  started, cpu)
-    return points
+    return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
+            'group': group, 'points': points}
 
 
 def report_progress(done: str, started: float, cpu: float) -> None:
@@ -135,25 +135,11 @@ def report_progress(done: str, started: float, cpu: float) -> None:
           file=sys.stderr, flush=True)
 
 
-def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
-                 progress=lambda done, started, cpu: None) -> dict:
-    """The sweep's report for a case set: where the figures come from, and the points."""
-    started, cpu = time.perf_counter(), time.process_time()
-    cases, case_set_sha256 = load_case_set(path)
-    check_reserved(path, cases)
-    check_limits(path, cases, limits)
-    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
-            'group': group, 'points': sweep_points(cases, limits, rules, group, progress)}
-
-
 def sweep_table(report: dict) -> str:
-    """The required facts each rule found at each limit, as a Markdown table (--format table).
-
-    Points of 'recent' at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give
-    '| Rule | 128 | 256 |', '|---|---|---|', '| recent | 4 | 6 |', then a line saying what the figures are. A point
-    where 2 cases sent a stale fact and 3 requests went over the allowance reads '6 (2 stale, 3 over)'.
-    """
+    """The required facts each rule found at each limit, as a Markdown table (--format table): points of 'recent'
+    at limits 256 and 384 (allowances 128 and 256) finding 4 and 6 of 14 give '| Rule | 128 | 256 |', '|---|---|---|',
+    '| recent | 4 | 6 |', then a line saying what the figures are. A point where 2 cases sent a stale fact and 3
+    requests went over the allowance reads '6 (2 stale, 3 over)'."""
     limits = report['context_limits']
     found = {(entry['rule'], entry['context_limit']): f"{entry['facts_found']:,}" + marked(entry)
              for entry in report['points']}
@@ -176,24 +162,23 @@ def marked(entry: dict) -> str:
     return f" ({', '.join(marks)})" if marks else ''
 
 
-def draw_panel(axes, report: dict, title: str, pick) -> None:
-    """One panel: a line per rule over the allowances, the best possible dashed. pick(point) -> its figures. Rules
-    drawn on one line are named under the title, and the lines beneath show through the top one, dashed in turn."""
+def draw_panel(axes, report: dict, name: str, pick) -> None:
+    """One panel, titled with its name and size: a line per rule over the allowances (pick(point): its figures), the
+    best possible dashed; rules drawn on one line are named under the title and show through it, dashed in turn."""
     from matplotlib.ticker import NullLocator, PercentFormatter
 
     allowances = sorted({entry['allowance'] for entry in report['points']})
-    drawn, same = {}, {}  # rule -> (colour, percentages); percentages -> the rules drawn with them
+    colours, same = {}, {}  # rule -> its line's colour; percentages -> the rules drawn with them, in turn
     for rule in dict.fromkeys(entry['rule'] for entry in report['points']):
-        entries = [entry for entry in report['points'] if entry['rule'] == rule]
-        at = [entry['allowance'] for entry in entries]
+        entries = [entry for entry in report['points'] if entry['rule'] == rule]  # one at each allowance
         found = [100 * pick(entry)['facts_found'] / pick(entry)['facts_total'] for entry in entries]  # percent
         style = dict(color='black', linestyle='--', marker='') if rule == BEST else dict(marker='o', markersize=3)
-        line, = axes.plot(at, found, label=rule, linewidth=1.4, clip_on=False, **style)
-        under = [other for other, (_, seen) in drawn.items() if seen == found]  # the best possible comes last
+        line, = axes.plot(allowances, found, label=rule, linewidth=1.4, clip_on=False, **style)
+        under = same.get(tuple(found), [])  # the best possible comes last
         for index, other in enumerate([] if rule == BEST else under):  # a slot of 1 + len(under) each, this last
-            axes.plot(at, found, color=drawn[other][0], linewidth=1.4, linestyle=(4 * index, (4, 4 * len(under))),
-                      label='_same', clip_on=False)
-        drawn[rule], same[tuple(found)] = (line.get_color(), found), [*under, rule]
+            axes.plot(allowances, found, color=colours[other], linewidth=1.4,
+                      linestyle=(4 * index, (4, 4 * len(under))), label='_same', clip_on=False)
+        colours[rule], same[tuple(found)] = line.get_color(), [*under, rule]
         for key, mark in MARKS.items():  # over the line, so a rule that overflows or sends stale facts shows it
             if points := [(entry['allowance'], y) for entry, y in zip(entries, found) if pick(entry).get(key)]:
                 axes.plot(*zip(*points), **{'color': line.get_color(), **mark, 'label': f'_{key}'}, linestyle='',
@@ -204,8 +189,9 @@ def draw_panel(axes, report: dict, title: str, pick) -> None:
     axes.set_ylim(0, 100)
     axes.yaxis.set_major_formatter(PercentFormatter(decimals=0))
     axes.grid(True, color='#dddddd', linewidth=0.6)
-    axes.set_title(''.join([title, *(f"\n{' = '.join(rules)}" for rules in same.values() if len(rules) > 1)]),
-                   fontsize=9)
+    size = pick(report['points'][0])
+    axes.set_title(''.join([f"{name} ({counted(size['cases'], 'case')}, {counted(size['facts_total'], 'fact')})",
+                            *(f"\n{' = '.join(rules)}" for rules in same.values() if len(rules) > 1)]), fontsize=9)
 
 
 def draw(report: dict):
@@ -222,9 +208,7 @@ def draw(report: dict):
                     layout='constrained')
     grid = figure.subplots(rows, columns, squeeze=False)
     for axes, (name, pick) in zip(grid.flat, panels):
-        sizes = pick(first)
-        draw_panel(axes, report, f"{name} ({counted(sizes['cases'], 'case')}, {counted(sizes['facts_total'], 'fact')})",
-                   pick)
+        draw_panel(axes, report, name, pick)
     for axes in grid.flat[len(panels):]:
         axes.set_axis_off()
     for axes in grid[:, 0]:
@@ -249,14 +233,6 @@ def picture(report: dict, kind: str) -> bytes:
         buffer = io.BytesIO()
         draw(report).savefig(buffer, format=kind, metadata=NO_DATES[kind])
     return buffer.getvalue()
-
-
-def picture_kind(path: Path) -> str:
-    """'png' or 'svg' from a --plot file name: Path('a.SVG') -> 'svg'."""
-    kind = path.suffix.lower().removeprefix('.')
-    if kind not in NO_DATES:
-        raise SweepError(f'--plot {path}: the picture must be a .png or .svg file')
-    return kind
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -285,7 +261,9 @@ def main(argv: list[str]) -> int:
     record = not argv  # no options at all: the committed recording
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)
-    kind = picture_kind(plot) if plot else None
+    kind = plot.suffix.lower().removeprefix('.') if plot else None  # Path('a.SVG') -> 'svg'
+    if plot and kind not in NO_DATES:
+        raise SweepError(f'--plot {plot}: the picture must be a .png or .svg file')
     check_outputs([('--output', output), ('--plot', plot)],
                   [('--cases', args.cases), *(('--rules', path) for path in args.rules)])
     rules, files = load_rule_files(args.rules, args.rule_timeout)

@@ -29,6 +29,7 @@ from unittest import mock
 
 from case_set import load_cases
 from scorer import graded_row
+from shapes import BEST_ROW_FIELDS
 import evaluate
 from strategies import RULES, build_request, notes
 from test_support_fixtures import DEV_CORRECTION_NOTES, shipped_cases, whole_count
@@ -292,9 +293,12 @@ class LayoutTest(unittest.TestCase):
 class TableTest(unittest.TestCase):
     def test_the_table_says_how_many_cases_were_not_searched(self):
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
-        recorded['best_possible']['summary']['dev'].update(not_searched=2, complete_cases=3, mean_input_tokens=None)
-        self.assertIn('| best possible (reads the labels) | dev | 7 of 7 | 3 of 4 (2 not searched) | 0 | - |\n',
-                      report_table(recorded))
+        for unsearched, figures in ((2, '5 of 7 | 4 of 4 (2 not searched) | 0 | 67.5'),
+                                    (6, '0 of 7 | 0 of 0 (6 not searched) | 0 | -')):
+            for row in recorded['best_possible']['cases'][:unsearched]:  # dev cases, as best_row leaves them
+                row.update(dict.fromkeys(BEST_ROW_FIELDS[6:-1]), required_total=row['required_total'],
+                           not_searched='21 fact-holding turns without a stale fact; the exact search stops at 20')
+            self.assertIn(f'| best possible (reads the labels) | dev | {figures} |\n', report_table(recorded))
 
 
 class TurnMapTest(unittest.TestCase):

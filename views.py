@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 import textwrap
 
-import best_possible
 from common import LabError
 from runner import counter_note
 from scorer import by_group, check_additive, facts_in
@@ -55,19 +54,18 @@ class ReportError(LabError):
 
 
 def report_table(report: dict, group: str = 'split') -> str:
-    """The summary as the Markdown table the README shows, a row per rule and split (or kind)."""
-    if group == 'split':
-        rules, best = report['summary'], report['best_possible']['summary']
-    else:
-        rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
-        best = by_group(report['best_possible']['cases'], group)
+    """The Markdown table the README shows, a row per rule and split (or kind), each the totals of the rule's rows
+    in that group (scorer.by_group, as the report's summary is made)."""
+    rules = {name: by_group(rows, group) for name, rows in report['cases'].items()}
+    best = by_group(report['best_possible']['cases'], group)
     agent = any('invalid_requests' in s for groups in rules.values() for s in groups.values())  # agent cases
     rows = [[name, value.replace('_', '-'), f"{s['facts_found']} of {s['facts_total']}",
              f"{s['complete_cases']} of {s['cases'] - s.get('not_searched', 0)}"  # the best possible's only
              + (f" ({s['not_searched']} not searched)" if s.get('not_searched') else ''),
              str(s['cases_with_stale_facts']), *[str(s.get('invalid_requests', '-'))][:agent],
              '-' if s['mean_input_tokens'] is None else plain_number(s['mean_input_tokens'])]
-            for name, groups in [*rules.items(), (best_possible.LABEL, best)] for value, s in groups.items()]
+            for name, groups in [*rules.items(), (report['best_possible']['label'], best)]
+            for value, s in groups.items()]
     header = [*TABLE_HEADER[:5], *['Invalid requests'][:agent], TABLE_HEADER[5]]
     text = markdown_table([cell.format(group=group.capitalize()) for cell in header], rows)
     # Only a rules file's rule can exceed the allowance; the four never do, so their table has no such line.
@@ -227,12 +225,12 @@ def row_changes(old: dict, new: dict) -> list[str]:
         ('facts gained', [fact for fact in old_missing if fact not in new_missing]),
         ('stale facts gone', [fact for fact in old_stale if fact not in new_stale]),
         ('stale facts appeared', [fact for fact in new_stale if fact not in old_stale])) if facts]
-    for field, label in (('turns', 'kept'), ('fact_turns', 'required facts in'), ('stale_turns', 'stale facts in')):
-        if old.get(field) != new.get(field):
-            out.append(f'{label} {turn_numbers(old.get(field))} -> {turn_numbers(new.get(field))}')
-    return out + [f'{field} {old.get(field)} -> {new.get(field)}' for field in (
-        'notes', 'input_tokens', 'within_budget', 'invalid', 'required_total', 'history_turns', 'not_searched', 'split', 'kind')
-        if old.get(field) != new.get(field)]
+    turn_fields = {'turns': 'kept', 'fact_turns': 'required facts in', 'stale_turns': 'stale facts in'}
+    return out + [f'{turn_fields[field]} {turn_numbers(before)} -> {turn_numbers(after)}' if field in turn_fields
+                  else f'{field} {before} -> {after}'
+                  for field in (*turn_fields, 'notes', 'input_tokens', 'within_budget', 'invalid', 'required_total',
+                                'history_turns', 'not_searched', 'split', 'kind')
+                  if (before := old.get(field)) != (after := new.get(field))]
 
 
 def rows_changes(name: str, old_rows: list[dict], new_rows: list[dict]) -> list[str]:
@@ -261,10 +259,8 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
     for key in ('case_set', 'case_set_sha256', 'code_sha256', 'tokenizer_manifest_sha256', 'rule_files', 'counter',
                 'trials', 'grader'):
         before, after = old.get(key), new.get(key)
-        if isinstance(before, dict) and isinstance(after, dict):  # one line per key of an object
-            lines += dict_changes(f'{key} ', before, after)
-        elif before != after:
-            lines.append(f'{key}: {before} -> {after}')
+        objects = isinstance(before, dict) and isinstance(after, dict)  # then one line per key of the object
+        lines += dict_changes(f'{key} ', before, after) if objects else dict_changes('', {key: before}, {key: after})
     parts = [(name, old['cases'].get(name), new['cases'].get(name), old['summary'].get(name, {}),
               new['summary'].get(name, {})) for name in dict.fromkeys([*old['cases'], *new['cases']])]
     parts.append(('best possible', old['best_possible']['cases'], new['best_possible']['cases'],
@@ -278,8 +274,7 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
             lines += dict_changes(f'{name} {split} summary: ', old_summary.get(split, {}), new_summary.get(split, {}),
                                   ' ')
     if hidden:
-        lines.append(f'and {len(hidden)} changes case by case, not shown: run without --summary-only to see '
-                     'them')
+        lines.append(f'and {len(hidden)} changes case by case, not shown: run without --summary-only to see them')
     return [clipped(printable(line), MAX_LINE) for line in lines]  # U+202E or a newline in a name: escaped
 
 
@@ -288,11 +283,9 @@ def check_report(path: Path, report) -> None:
     def wrong(what: str) -> ReportError:
         return ReportError(f'{path}: not an evaluate.py report ({what})')
 
-    if not isinstance(report, dict) or not isinstance(report.get('cases'), dict) \
-            or not isinstance(report.get('summary'), dict):
-        # what the parsed JSON is, in JSON's words: null, a list, a number ...
+    if not isinstance(report, dict) or not all(isinstance(report.get(part), dict) for part in ('cases', 'summary')):
         kind = json.dumps(report) if report is None or isinstance(report, bool) else \
-            {list: 'a list', str: 'a string'}.get(type(report), 'a number')
+            {list: 'a list', str: 'a string'}.get(type(report), 'a number')  # what the JSON is, in JSON's words
         raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
     for name, rows in report['cases'].items():
         check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
