@@ -31,8 +31,8 @@ from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE,
     counter_folder, counter_list, pins, prepare_command, read_manifest, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
-LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
-LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see byte_lines_split_cleanly
+LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
+LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see line_cuts
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
 SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s"
          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -86,14 +86,6 @@ def agent_request(messages) -> bool:
         message.get('role') == 'tool' or 'tool_calls' in message or 'tools' in message) for message in messages)
 
 
-def rendered(render, *args) -> str:
-    """What tool_formats renders, its refusal a CounterError like every other of the counter's."""
-    try:
-        return render(*args)
-    except ToolFormatError as error:
-        raise CounterError(str(error)) from None
-
-
 def chat_format(definition: dict) -> dict:
     """A counter's chat format with its template's fixed inputs filled in, e.g. Llama 3's {date_string}."""
     fixed = definition.get('fixed_inputs', {})
@@ -138,9 +130,7 @@ class TokenCounter:
     @cached_property
     def lines_apart(self) -> re.Pattern | None:
         """Where a span may be cut into lines counted apart, None if nowhere (reads the vocabulary: when needed)."""
-        if self.fast and lines_split_cleanly(self.tokenizer):
-            return LINE_START
-        return LINE_BEFORE_TEXT if self.fast and byte_lines_split_cleanly(self.tokenizer) else None
+        return line_cuts(self.tokenizer) if self.fast else None
 
     def profile(self) -> dict:
         manifest, chat = self.manifest, self.manifest['chat_format']
@@ -185,12 +175,10 @@ class TokenCounter:
 
     def __call__(self, messages: list[dict]) -> int:
         """Tokens the model receives for this request, generation prompt included."""
-        if not self.fast:
-            return len(self.encode(self.prompt(messages)))
-        sizes = self.known_sizes(messages)
-        if (sizes is None or None in sizes) and agent_request(messages):
-            return len(self.encode(self.agent_prompt(messages)))
+        sizes = self.known_sizes(messages) if self.fast else None
         if sizes is None or None in sizes:  # a request that may be malformed, or a message not seen before
+            if not self.fast or agent_request(messages):
+                return len(self.encode(self.prompt(messages)))
             sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
@@ -232,7 +220,14 @@ class TokenCounter:
         tools = messages[0].get('tools') if isinstance(messages[0], Mapping) else None
         request = [dict(message) for message in messages]
         request[0].pop('tools', None)
-        text = rendered(prompt_text, self.name, self.form, request, tools)
+        return self.rendered(prompt_text, request, tools)
+
+    def rendered(self, render, *args) -> str:
+        """What tool_formats renders in this counter's format, its refusals CounterErrors like all the counter's."""
+        try:
+            text = render(self.name, self.form, *args)
+        except ToolFormatError as error:
+            raise CounterError(str(error)) from None
         self.refuse(text)
         return text
 
@@ -259,10 +254,7 @@ class TokenCounter:
 
     def agent_costs(self, history: list[list[dict]]) -> list[int]:
         """Each agent turn's text as tool_formats renders it, encoded once."""
-        texts = [rendered(turn_prompt_text, self.name, self.form, turn) for turn in history]
-        for text in texts:
-            self.refuse(text)
-        return [len(self.encode(text)) for text in texts]
+        return [len(self.encode(self.rendered(turn_prompt_text, turn))) for turn in history]
 
     def forget(self) -> None:
         """Empty every cache, as in a fresh process (benchmark.py times from here)."""
@@ -288,12 +280,14 @@ def state(part) -> dict | None:
     return None if part is None else json.loads(part.__getstate__())
 
 
-def lines_split_cleanly(tokenizer) -> bool:
-    """True when a text's tokens are the tokens of its parts cut at every newline followed by other text: for a BPE
-    model, when no token, learned or added, holds a newline next to another character (so no merge can join the two
+def line_cuts(tokenizer) -> re.Pattern | None:
+    """Where a text's tokens are those of its lines, None if nowhere. Only for a BPE without dropout whose added
+    tokens take no whitespace after them (one would take a cut-off line's leading spaces). LINE_START, after any
+    newline, when no token, learned or added, holds a newline next to another character (so no merge joins the two
     sides of a cut), the normalizer at most replaces and the pre-tokenizer at most splits at a string without
-    newlines, nothing marks word starts or ends or looks whole words up before merging, and no added token takes the
-    whitespace after it. Gemma 4's vocabulary keeps runs of newlines in tokens of their own: this holds for it."""
+    newlines, and nothing marks word starts or ends or looks whole words up: so for Gemma 4, whose vocabulary keeps
+    newline runs in tokens of their own. LINE_BEFORE_TEXT, before a non-space, for a byte-level BPE (Llama 3's,
+    Qwen 2's) whose split is one of LINE_SAFE_SPLITS, after at most NFC (which composes nothing with a newline)."""
     from tokenizers.models import BPE
 
     def newline_free(part: dict | None, kind: str) -> bool:  # absent, or a `kind` whose strings hold no newline
@@ -302,32 +296,23 @@ def lines_split_cleanly(tokenizer) -> bool:
             and '\n' not in part.get('content', '')
 
     model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
-    if any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
-        return False  # a token that takes the whitespace after it would take a cut-off line's leading spaces
-    if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix \
-            or model.ignore_merges:  # a whole-word look-up would see the line's neighbours
-        return False
-    if not (newline_free(normalizer, 'Replace') and newline_free(splitter, 'Split')):
-        return False
-    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
-    return '\n' in vocabulary and not any('\n' in token and token.strip('\n') for token in vocabulary)
-
-
-def byte_lines_split_cleanly(tokenizer) -> bool:
-    """True when a text's tokens are the tokens of its parts cut after every newline followed by a non-space: for a
-    byte-level BPE (Llama 3's, Qwen 2's) whose split is one of LINE_SAFE_SPLITS, after at most NFC (which composes
-    nothing with a newline), with no dropout and no added token that takes the whitespace after it."""
-    from tokenizers.models import BPE
-
-    parts = (state(tokenizer.pre_tokenizer) or {}).get('pretokenizers') or []
-    if len(parts) != 2 or not isinstance(tokenizer.model, BPE) or tokenizer.model.dropout:
-        return False
+    if not isinstance(model, BPE) or model.dropout \
+            or any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
+        return None
+    if not (model.continuing_subword_prefix or model.end_of_word_suffix or model.ignore_merges) \
+            and newline_free(normalizer, 'Replace') and newline_free(splitter, 'Split') \
+            and '\n' in (vocabulary := tokenizer.get_vocab(with_added_tokens=True)) \
+            and not any('\n' in token and token.strip('\n') for token in vocabulary):
+        return LINE_START
+    parts = (splitter or {}).get('pretokenizers') or []
+    if len(parts) != 2 or normalizer not in (None, {'type': 'NFC'}):
+        return None
     split, byte_level = parts
-    return state(tokenizer.normalizer) in (None, {'type': 'NFC'}) and split.get('type') == 'Split' \
-        and split.get('pattern', {}).get('Regex') in LINE_SAFE_SPLITS and split.get('behavior') == 'Isolated' \
-        and split.get('invert') is False and byte_level.get('type') == 'ByteLevel' \
-        and byte_level.get('add_prefix_space') is False and byte_level.get('use_regex') is False \
-        and not any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values())
+    safe = split.get('pattern', {}).get('Regex') in LINE_SAFE_SPLITS \
+        and (split.get('type'), split.get('behavior'), split.get('invert')) == ('Split', 'Isolated', False) \
+        and (byte_level.get('type'), byte_level.get('add_prefix_space'), byte_level.get('use_regex')) \
+        == ('ByteLevel', False, False)
+    return LINE_BEFORE_TEXT if safe else None
 
 
 @lru_cache(maxsize=None)
