@@ -314,6 +314,8 @@ class RefusalTest(unittest.TestCase):
              "message 0: unknown role 'developer'; expected one of ['assistant', 'system', 'user']"),
             ('a tool message without its call id', [{'role': 'tool', 'content': 'x'}],
              "message 0: a tool message holds ['content', 'tool_call_id'] and may hold ['name'], got ['content']"),
+            ('a tool message beside a non-message', [{'role': 'tool', 'tool_call_id': 'c', 'content': 'x'}, 'x'],
+             'message 1: expected an object whose role is one of system, user, assistant, tool'),
             ('a call with string arguments', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': '',
               'tool_calls': [{'id': 'c', 'type': 'function', 'function': {'name': 'f', 'arguments': '{}'}}]}],
              "message 1, tool call 0: arguments must be a JSON object, got str (parse a JSON string first: Gemma 4's "

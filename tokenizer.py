@@ -152,15 +152,14 @@ class TokenCounter:
         return frame_span(self.form, role, content)
 
     def prompt(self, messages: list[dict]) -> str:
-        """The exact text the model receives for a request."""
-        if agent_request(messages):
-            return self.agent_prompt(messages)
-        turns = checked(messages)
-        for turn in turns:
-            self.refuse(turn['content'])
-        if turns[0]['role'] != 'system' and self.form['no_system'] is not None:
-            turns.insert(0, {'role': 'system', 'content': self.form['no_system']})
-        return self.form['prefix'] + ''.join(self.span(*ROLE_AND_CONTENT(turn)) for turn in turns) + self.form['suffix']
+        """The exact text the model receives for a request, as tool_formats renders it. An agent request (tool calls,
+        tool results, or tools on its system message: shapes.build_request) is rendered valid or not, as the model
+        would receive it, and counted whole."""
+        if not agent_request(messages):
+            return self.rendered(prompt_text, checked(messages))
+        request = [dict(message) if isinstance(message, Mapping) else message for message in messages]
+        tools = request[0].pop('tools', None) if type(request[0]) is dict else None
+        return self.rendered(prompt_text, request, tools)
 
     def refuse(self, content: str) -> None:
         """CounterError for text this counter's vocab reads otherwise than the model's own tokenizer does."""
@@ -213,14 +212,6 @@ class TokenCounter:
         if (size := self.lines.get(line)) is None:
             size = self.lines[line] = len(self.encode(line))
         return size
-
-    def agent_prompt(self, messages: list[dict]) -> str:
-        """The prompt of a request with tool calls, tool results or tools (on its system message, shapes.build_request)
-        as tool_formats renders it; valid or not, as the model would receive it. It is counted whole."""
-        tools = messages[0].get('tools') if isinstance(messages[0], Mapping) else None
-        request = [dict(message) for message in messages]
-        request[0].pop('tools', None)
-        return self.rendered(prompt_text, request, tools)
 
     def rendered(self, render, *args) -> str:
         """What tool_formats renders in this counter's format, its refusals CounterErrors like all the counter's."""
