@@ -147,8 +147,6 @@ class TokenCounter:
 
     def span(self, role: str, content: str) -> str:
         """One message as the prompt holds it: span('user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n' for Gemma."""
-        if role == 'system' and not content and self.form['drop_empty_system']:
-            return ''  # Phi-3.5's template writes no system block for an empty system message
         return frame_span(self.form, role, content)
 
     def prompt(self, messages: list[dict]) -> str:
