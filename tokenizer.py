@@ -7,14 +7,14 @@
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the
-text-only subset of the model's official template, thinking off, its fixed inputs (Llama 3's date) filled in.
-Images, tool calls and thinking are refused, not guessed. Rules read count(messages) -> int and
-count.turn_costs(history), the tokens each turn adds to any request.
+A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the model's
+official template as tool_formats.py renders it, thinking off, its fixed inputs (Llama 3's date) filled in. Images
+and thinking are refused, not guessed. Rules read count(messages) -> int and count.turn_costs(history), the tokens
+each turn adds to any request.
 
-A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per
-run, where `splits_cleanly` and the line checks find the sum exact (docs/speed.md says why). It reads
-prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
+A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per run,
+where `splits_cleanly` and `line_cuts` find the sum exact (docs/speed.md says why); an agent request whole. It
+reads prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 import argparse
 from collections.abc import Mapping
@@ -251,22 +251,16 @@ class TokenCounter:
 
 
 def splits_cleanly(tokenizer, form: dict) -> bool:
-    """True when counting span by span must give the full count for this tokenizer and chat format: every added
-    token is matched as-is (no stripping of spaces before it, no word-boundary rule, no normalisation) and cannot
-    straddle a cut (each is `<...>` with no other '<' or '>' inside), the format's markers are single tokens, and
-    every span and the generation prompt start with one, so a cut always falls right before a special token (and
-    whitespace a token takes after itself, as Phi-3's do, lies inside its own span)."""
+    """True when counting span by span gives the full count: every added token is matched as-is (no lstrip,
+    single_word or normalisation) and is `<...>` with no other '<' or '>' inside, so none can straddle a cut, and the
+    format's markers are tokens that start every span and the generation prompt, so every cut falls right before one
+    (whitespace a token takes after itself, as Phi-3's do, lies inside its own span)."""
     added = tokenizer.get_added_tokens_decoder().values()
     texts = {token.content for token in added}
     starts = [form['suffix'], *form['open'].values()]
     return not any(token.lstrip or token.single_word or token.normalized for token in added) \
         and all(text.startswith('<') and text.endswith('>') and not {'<', '>'} & set(text[1:-1]) for text in texts) \
         and markers(form) <= texts and all(MARKER.match(text) and MARKER.match(text)[0] in texts for text in starts)
-
-
-def state(part) -> dict | None:
-    """A normalizer's or pre-tokenizer's settings, as tokenizer.json holds them."""
-    return None if part is None else json.loads(part.__getstate__())
 
 
 def line_cuts(tokenizer) -> re.Pattern | None:
@@ -284,7 +278,9 @@ def line_cuts(tokenizer) -> re.Pattern | None:
             and set(part.get('pattern', {})) == {'String'} and '\n' not in part['pattern']['String'] \
             and '\n' not in part.get('content', '')
 
-    model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
+    model = tokenizer.model
+    normalizer, splitter = (None if part is None else json.loads(part.__getstate__())  # as tokenizer.json has them
+                            for part in (tokenizer.normalizer, tokenizer.pre_tokenizer))
     if not isinstance(model, BPE) or model.dropout \
             or any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
         return None
