@@ -1,5 +1,5 @@
-"""The exact prompt an official chat template renders (generation prompt on, thinking off) for an agent request, on
-the counter's text-only chat format: prompt_text('qwen-2.5', tokenizer.chat_format(definition), messages, tools).
+"""The exact prompt an official chat template renders (generation prompt on, thinking off) for a request, tool calls
+and all, on the counter's chat format: prompt_text('qwen-2.5', tokenizer.chat_format(definition), messages, tools).
 
 Messages are OpenAI's: a system message (first, if any), user, assistant (content a string, '' for OpenAI's null,
 maybe tool_calls [{"id", "type": "function", "function": {"name", "arguments": an object}}]) and tool messages
@@ -225,9 +225,8 @@ def llama_message(form: dict, index: int, message: dict) -> str:
 
 
 def llama_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
-    header = LLAMA_HEADER.format('system')
     opening = form['open']['system'] if tools is None else \
-        header + 'Environment: ipython\n' + form['open']['system'].removeprefix(header)
+        form['open']['system'].replace('\n\n', '\n\nEnvironment: ipython\n', 1)  # after the system header
     if tools is not None and not body:
         raise ToolFormatError("Llama 3's template raises \"Cannot put tools in the first user message when there's no "
                               "first user message!\" on a request of only a system message")
