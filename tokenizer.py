@@ -47,11 +47,6 @@ class CounterError(LabError):
     """The counter is not prepared, or a request is outside what it can count."""
 
 
-def plain(text: str) -> str:
-    """The characters of a str as an exact str: a subclass such as markupsafe.Markup would render escaped."""
-    return str.__str__(text)
-
-
 def check_message(index: int, message, previous_role: str | None) -> str:
     """The message's role, or CounterError if the text format cannot hold it at `index`."""
     if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
@@ -73,11 +68,11 @@ def check_message(index: int, message, previous_role: str | None) -> str:
 
 
 def checked(messages) -> list[dict]:
-    """A request checked, as plain dicts of plain strings."""
+    """A request checked, as dicts (a mapping of another kind counts as its dict)."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
     return [{'role': check_message(index, message, messages[index - 1]['role'] if index else None),
-             'content': plain(message['content'])} for index, message in enumerate(messages)]
+             'content': message['content']} for index, message in enumerate(messages)]
 
 
 def agent_request(messages) -> bool:
@@ -196,7 +191,7 @@ class TokenCounter:
     def message_size(self, role: str, content: str, keep: bool = False) -> int:
         """Tokens of one checked message's span, encoded once. A message of several lines is summed from its
         lines' tokens and kept whole only if `keep` (a turn is; a notes block, which grows a line at a time, is not)."""
-        role, content = plain(role), plain(content)
+        role, content = str.__str__(role), str.__str__(content)  # exact strs: a Markup would render escaped
         if (size := self.sizes.get((role, content))) is None:
             self.refuse(content)
             text = self.span(role, content)
