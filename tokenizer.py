@@ -175,8 +175,8 @@ class TokenCounter:
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
     def known_sizes(self, messages) -> list[int | None] | None:
-        """Cached sizes of a well-formed request's messages (None for one not seen), or None if the request
-        may be malformed. The hot path of every count: C-level maps over the request."""
+        """Cached sizes of a well-formed request's messages (None for one not seen), None if it may be malformed:
+        every count's hot path, C-level maps over the request."""
         if type(messages) is not list or not messages:
             return None
         try:
@@ -259,13 +259,12 @@ def splits_cleanly(tokenizer, form: dict) -> bool:
 
 
 def line_cuts(tokenizer) -> re.Pattern | None:
-    """Where a text's tokens are those of its lines, None if nowhere. Only for a BPE without dropout whose added
-    tokens take no whitespace after them (one would take a cut-off line's leading spaces). LINE_START, after any
-    newline, when no token, learned or added, holds a newline next to another character (so no merge joins the two
-    sides of a cut), the normalizer at most replaces and the pre-tokenizer at most splits at a string without
-    newlines, and nothing marks word starts or ends or looks whole words up: so for Gemma 4, whose vocabulary keeps
-    newline runs in tokens of their own. LINE_BEFORE_TEXT, before a non-space, for a byte-level BPE (Llama 3's,
-    Qwen 2's) whose split is one of LINE_SAFE_SPLITS, after at most NFC (which composes nothing with a newline)."""
+    """Where a text's tokens are those of its lines, None if nowhere; only for a BPE without dropout whose added
+    tokens take no whitespace after them (one would take a cut-off line's leading spaces). LINE_START when no token
+    holds a newline beside another character and nothing can join a cut's two sides: the normalizer at most a Replace
+    and the pre-tokenizer at most a Split, neither of strings with a newline, no word marks, no whole-word look-ups
+    (Gemma 4's). LINE_BEFORE_TEXT for a byte-level BPE whose split is one of LINE_SAFE_SPLITS, after at most NFC,
+    which composes nothing with a newline (Llama 3's, Qwen 2's; docs/counters.md says why)."""
     from tokenizers.models import BPE
 
     def newline_free(part: dict | None, kind: str) -> bool:  # absent, or a `kind` whose strings hold no newline

@@ -150,9 +150,8 @@ def gemma_property(value) -> str:
     if value.get('nullable'):
         parts.append('nullable:true')
     if kind == 'OBJECT':  # a schema without properties of its own lists its other keys as properties
-        inner = value.get('properties')
-        parts.append('properties:{' + (gemma_properties(inner) if isinstance(inner, dict)
-                                       else gemma_properties(value, filter_keys=True)) + '}')
+        own = isinstance(value.get('properties'), dict)
+        parts.append('properties:{' + gemma_properties(value['properties'] if own else value, not own) + '}')
         if value.get('required'):
             parts.append('required:[' + quoted_list(value['required']) + ']')
     return ','.join(parts + [f'type:{QUOTE}{kind}{QUOTE}'])
