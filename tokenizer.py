@@ -222,7 +222,8 @@ class TokenCounter:
             raise CounterError('this tokenizer cannot be counted turn by turn')
         key = tuple(map(turn_key, history))
         if (costs := self.turns.get(key)) is None:
-            costs = self.agent_costs(history) if history and type(history[0]) is list else self.pair_costs(key)
+            costs = [len(self.encode(self.rendered(turn_prompt_text, turn))) for turn in history] \
+                if history and type(history[0]) is list else self.pair_costs(key)  # agent turns are rendered whole
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
             self.turns[key] = costs
@@ -235,10 +236,6 @@ class TokenCounter:
                 raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
         return [self.message_size('user', user, keep=True) + self.message_size('assistant', answer, keep=True)
                 for user, answer in pairs]
-
-    def agent_costs(self, history: list[list[dict]]) -> list[int]:
-        """Each agent turn's text as tool_formats renders it, encoded once."""
-        return [len(self.encode(self.rendered(turn_prompt_text, turn))) for turn in history]
 
     def forget(self) -> None:
         """Empty every cache, as in a fresh process (benchmark.py times from here)."""
