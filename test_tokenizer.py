@@ -322,7 +322,7 @@ class RefusalTest(unittest.TestCase):
              "template raises on one, Llama 3's and Qwen 2.5's encode it twice)"),
             ('an image', [{'role': 'user', 'content': 'a', 'images': ['x']}],
              "message 0: expected exactly the keys role and content, got ['content', 'images', 'role'] "
-             '(tool calls, images and thinking are not counted by this lab)'),
+             '(images and thinking are not counted by this lab)'),
             ('late system message', [{'role': 'user', 'content': 'a'}, {'role': 'system', 'content': 'b'}],
              'message 1: a system message may only come first'),
             ('two assistant messages in a row', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': 'b'},

@@ -52,7 +52,7 @@ def check_message(index: int, message, previous_role: str | None) -> str:
     if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
         keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
         raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
-                           '(tool calls, images and thinking are not counted by this lab)')
+                           '(images and thinking are not counted by this lab)')
     role, content = message['role'], message['content']
     if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
         raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
