@@ -168,15 +168,15 @@ class TokenCounter:
     def __call__(self, messages: list[dict]) -> int:
         """Tokens the model receives for this request, generation prompt included."""
         sizes = self.known_sizes(messages) if self.fast else None
-        if sizes is None or None in sizes:  # a request that may be malformed, or a message not seen before
+        if sizes is None:  # a request that may be malformed, or a message not seen before
             if not self.fast or agent_request(messages):
                 return len(self.encode(self.prompt(messages)))
             sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
-    def known_sizes(self, messages) -> list[int | None] | None:
-        """Cached sizes of a well-formed request's messages (None for one not seen), None if it may be malformed:
-        every count's hot path, C-level maps over the request."""
+    def known_sizes(self, messages) -> list[int] | None:
+        """Cached sizes of a well-formed request's messages, None if one was not seen or it may be malformed: every
+        count's hot path, C-level maps over the request."""
         if type(messages) is not list or not messages:
             return None
         try:
@@ -186,7 +186,7 @@ class TokenCounter:
         roles = list(map(ROLE, messages))
         if set(map(len, messages)) != {2} or 'system' in roles[1:] or ('assistant',) * 2 in zip(roles, roles[1:]):
             return None
-        return sizes
+        return None if None in sizes else sizes
 
     def message_size(self, role: str, content: str, keep: bool = False) -> int:
         """Tokens of one checked message's span, encoded once. A message of several lines is summed from its

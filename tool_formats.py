@@ -166,7 +166,7 @@ def gemma_declaration(function: dict) -> str:
         text += 'required:[' + quoted_list(params['required']) + '],' if params.get('required') else ''
         # without a type the template leaves the parameters' brace open
         text += f"type:{QUOTE}{str(params['type']).upper()}{QUOTE}}}" if params.get('type') else ''
-    return '<|tool>' + (text + '}').strip() + '<tool|>'
+    return '<|tool>' + text + '}<tool|>'
 
 
 def gemma_model_text(message: dict, results: list[dict]) -> str:
