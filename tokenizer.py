@@ -27,8 +27,8 @@ import re
 from common import LabError, run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key
 from tool_formats import ToolFormatError, frame_span, prompt_text, turn_prompt_text
-from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
-    counter_folder, counter_list, pins, prepare_command, read_manifest, vocab_spec
+from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
+    counter_list, prepare_command, read_manifest, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
@@ -133,12 +133,12 @@ class TokenCounter:
             return {'model': manifest['publisher_model'], 'revision': manifest['revision'],
                     'template_sha256': manifest['hub_files']['chat_template.jinja']['sha256'],
                     'enable_thinking': chat['enable_thinking'], 'count_scope': chat['count_scope']}
-        spec, files = vocab_spec(manifest, self.name), pins(manifest, 'pypi', self.name)
-        return {'name': self.name, 'model': self.definition['publisher_model'],
-                'vocab': spec['members']['vocab']['path'], 'vocab_sha256': spec['members']['vocab']['sha256'],
-                'template': spec['members']['template']['path'], 'template_sha256': files[TEMPLATE_FILE][1]['sha256'],
-                'tokenizer_sha256': files[TOKENIZER_JSON][1]['sha256'],
-                'fixed_inputs': self.definition['fixed_inputs'], 'count_scope': chat['count_scope']}
+        spec = vocab_spec(manifest, self.name)  # the pins prepared_folder.pins lists for the counter
+        vocab, template = spec['members']['vocab'], spec['members']['template']
+        return {'name': self.name, 'model': self.definition['publisher_model'], 'vocab': vocab['path'],
+                'vocab_sha256': vocab['sha256'], 'template': template['path'], 'template_sha256': template['sha256'],
+                'tokenizer_sha256': spec['built_tokenizer']['sha256'], 'fixed_inputs': self.definition['fixed_inputs'],
+                'count_scope': chat['count_scope']}
 
     def span(self, role: str, content: str) -> str:
         """One message as the prompt holds it: span('user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n' for Gemma."""
