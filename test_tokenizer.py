@@ -31,7 +31,7 @@ from prepared_folder import PREPARED
 from strategies import RULES, build_request
 from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, rule_requests
 from test_support_oracle import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
-from tokenizer import CounterError, TokenCounter, count_request, counter, lines_split_cleanly, splits_cleanly
+from tokenizer import LINE_START, CounterError, TokenCounter, count_request, counter, line_cuts, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
@@ -187,7 +187,7 @@ class SplitTest(unittest.TestCase):
 
     def test_the_pinned_tokenizer_is_counted_piece_by_piece_and_line_by_line(self):
         self.assertIs(counter().fast, True)
-        self.assertIs(lines_split_cleanly(counter().tokenizer), True)
+        self.assertIs(line_cuts(counter().tokenizer), LINE_START)
 
     def test_tokenizers_that_could_merge_across_pieces_are_not_counted_piecewise(self):
         def tiny(*added: AddedToken) -> Tokenizer:
@@ -240,7 +240,7 @@ class SplitTest(unittest.TestCase):
         ]
         for name, tokenizer, expected in table:
             with self.subTest(name):
-                self.assertIs(lines_split_cleanly(tokenizer), expected)
+                self.assertIs(line_cuts(tokenizer), LINE_START if expected else None)
 
 
 def taking_whitespace(tokenizer: Tokenizer) -> Tokenizer:
@@ -314,13 +314,15 @@ class RefusalTest(unittest.TestCase):
              "message 0: unknown role 'developer'; expected one of ['assistant', 'system', 'user']"),
             ('a tool message without its call id', [{'role': 'tool', 'content': 'x'}],
              "message 0: a tool message holds ['content', 'tool_call_id'] and may hold ['name'], got ['content']"),
+            ('a tool message beside a non-message', [{'role': 'tool', 'tool_call_id': 'c', 'content': 'x'}, 'x'],
+             'message 1: expected an object whose role is one of system, user, assistant, tool'),
             ('a call with string arguments', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': '',
               'tool_calls': [{'id': 'c', 'type': 'function', 'function': {'name': 'f', 'arguments': '{}'}}]}],
              "message 1, tool call 0: arguments must be a JSON object, got str (parse a JSON string first: Gemma 4's "
              "template raises on one, Llama 3's and Qwen 2.5's encode it twice)"),
             ('an image', [{'role': 'user', 'content': 'a', 'images': ['x']}],
              "message 0: expected exactly the keys role and content, got ['content', 'images', 'role'] "
-             '(tool calls, images and thinking are not counted by this lab)'),
+             '(images and thinking are not counted by this lab)'),
             ('late system message', [{'role': 'user', 'content': 'a'}, {'role': 'system', 'content': 'b'}],
              'message 1: a system message may only come first'),
             ('two assistant messages in a row', [{'role': 'user', 'content': 'a'}, {'role': 'assistant', 'content': 'b'},

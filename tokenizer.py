@@ -7,14 +7,14 @@
     count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
                    {'role': 'user', 'content': 'Which database will we use?'}])
 
-A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the
-text-only subset of the model's official template, thinking off, its fixed inputs (Llama 3's date) filled in.
-Images, tool calls and thinking are refused, not guessed. Rules read count(messages) -> int and
-count.turn_costs(history), the tokens each turn adds to any request.
+A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the model's
+official template as tool_formats.py renders it, thinking off, its fixed inputs (Llama 3's date) filled in. Images
+and thinking are refused, not guessed. Rules read count(messages) -> int and count.turn_costs(history), the tokens
+each turn adds to any request.
 
-A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per
-run, where `splits_cleanly` and the line checks find the sum exact (docs/speed.md says why). It reads
-prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
+A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per run,
+where `splits_cleanly` and `line_cuts` find the sum exact (docs/speed.md says why); an agent request whole. It
+reads prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 import argparse
 from collections.abc import Mapping
@@ -27,12 +27,12 @@ import re
 from common import LabError, run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key
 from tool_formats import ToolFormatError, frame_span, prompt_text, turn_prompt_text
-from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TEMPLATE_FILE, TOKENIZER_JSON, check_prepared, \
-    counter_folder, counter_list, pins, prepare_command, read_manifest, vocab_spec
+from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
+    counter_list, prepare_command, read_manifest, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
-LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see lines_split_cleanly
-LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see byte_lines_split_cleanly
+LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
+LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see line_cuts
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
 SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s"
          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -47,17 +47,12 @@ class CounterError(LabError):
     """The counter is not prepared, or a request is outside what it can count."""
 
 
-def plain(text: str) -> str:
-    """The characters of a str as an exact str: a subclass such as markupsafe.Markup would render escaped."""
-    return str.__str__(text)
-
-
 def check_message(index: int, message, previous_role: str | None) -> str:
     """The message's role, or CounterError if the text format cannot hold it at `index`."""
     if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
         keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
         raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
-                           '(tool calls, images and thinking are not counted by this lab)')
+                           '(images and thinking are not counted by this lab)')
     role, content = message['role'], message['content']
     if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
         raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
@@ -73,25 +68,17 @@ def check_message(index: int, message, previous_role: str | None) -> str:
 
 
 def checked(messages) -> list[dict]:
-    """A request checked, as plain dicts of plain strings."""
+    """A request checked, as dicts (a mapping of another kind counts as its dict)."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
     return [{'role': check_message(index, message, messages[index - 1]['role'] if index else None),
-             'content': plain(message['content'])} for index, message in enumerate(messages)]
+             'content': message['content']} for index, message in enumerate(messages)]
 
 
 def agent_request(messages) -> bool:
     """True for a list holding a tool message, a call or a tools list: what tool_formats.py renders."""
     return type(messages) is list and any(isinstance(message, Mapping) and (
         message.get('role') == 'tool' or 'tool_calls' in message or 'tools' in message) for message in messages)
-
-
-def rendered(render, *args) -> str:
-    """What tool_formats renders, its refusal a CounterError like every other of the counter's."""
-    try:
-        return render(*args)
-    except ToolFormatError as error:
-        raise CounterError(str(error)) from None
 
 
 def chat_format(definition: dict) -> dict:
@@ -138,9 +125,7 @@ class TokenCounter:
     @cached_property
     def lines_apart(self) -> re.Pattern | None:
         """Where a span may be cut into lines counted apart, None if nowhere (reads the vocabulary: when needed)."""
-        if self.fast and lines_split_cleanly(self.tokenizer):
-            return LINE_START
-        return LINE_BEFORE_TEXT if self.fast and byte_lines_split_cleanly(self.tokenizer) else None
+        return line_cuts(self.tokenizer) if self.fast else None
 
     def profile(self) -> dict:
         manifest, chat = self.manifest, self.manifest['chat_format']
@@ -148,29 +133,26 @@ class TokenCounter:
             return {'model': manifest['publisher_model'], 'revision': manifest['revision'],
                     'template_sha256': manifest['hub_files']['chat_template.jinja']['sha256'],
                     'enable_thinking': chat['enable_thinking'], 'count_scope': chat['count_scope']}
-        spec, files = vocab_spec(manifest, self.name), pins(manifest, 'pypi', self.name)
-        return {'name': self.name, 'model': self.definition['publisher_model'],
-                'vocab': spec['members']['vocab']['path'], 'vocab_sha256': spec['members']['vocab']['sha256'],
-                'template': spec['members']['template']['path'], 'template_sha256': files[TEMPLATE_FILE][1]['sha256'],
-                'tokenizer_sha256': files[TOKENIZER_JSON][1]['sha256'],
-                'fixed_inputs': self.definition['fixed_inputs'], 'count_scope': chat['count_scope']}
+        spec = vocab_spec(manifest, self.name)  # the pins prepared_folder.pins lists for the counter
+        vocab, template = spec['members']['vocab'], spec['members']['template']
+        return {'name': self.name, 'model': self.definition['publisher_model'], 'vocab': vocab['path'],
+                'vocab_sha256': vocab['sha256'], 'template': template['path'], 'template_sha256': template['sha256'],
+                'tokenizer_sha256': spec['built_tokenizer']['sha256'], 'fixed_inputs': self.definition['fixed_inputs'],
+                'count_scope': chat['count_scope']}
 
     def span(self, role: str, content: str) -> str:
         """One message as the prompt holds it: span('user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n' for Gemma."""
-        if role == 'system' and not content and self.form['drop_empty_system']:
-            return ''  # Phi-3.5's template writes no system block for an empty system message
         return frame_span(self.form, role, content)
 
     def prompt(self, messages: list[dict]) -> str:
-        """The exact text the model receives for a request."""
-        if agent_request(messages):
-            return self.agent_prompt(messages)
-        turns = checked(messages)
-        for turn in turns:
-            self.refuse(turn['content'])
-        if turns[0]['role'] != 'system' and self.form['no_system'] is not None:
-            turns.insert(0, {'role': 'system', 'content': self.form['no_system']})
-        return self.form['prefix'] + ''.join(self.span(*ROLE_AND_CONTENT(turn)) for turn in turns) + self.form['suffix']
+        """The exact text the model receives for a request, as tool_formats renders it. An agent request (tool calls,
+        tool results, or tools on its system message: shapes.build_request) is rendered valid or not, as the model
+        would receive it, and counted whole."""
+        if not agent_request(messages):
+            return self.rendered(prompt_text, checked(messages))
+        request = [dict(message) if isinstance(message, Mapping) else message for message in messages]
+        tools = request[0].pop('tools', None) if type(request[0]) is dict else None
+        return self.rendered(prompt_text, request, tools)
 
     def refuse(self, content: str) -> None:
         """CounterError for text this counter's vocab reads otherwise than the model's own tokenizer does."""
@@ -185,18 +167,16 @@ class TokenCounter:
 
     def __call__(self, messages: list[dict]) -> int:
         """Tokens the model receives for this request, generation prompt included."""
-        if not self.fast:
-            return len(self.encode(self.prompt(messages)))
-        sizes = self.known_sizes(messages)
-        if (sizes is None or None in sizes) and agent_request(messages):
-            return len(self.encode(self.agent_prompt(messages)))
-        if sizes is None or None in sizes:  # a request that may be malformed, or a message not seen before
+        sizes = self.known_sizes(messages) if self.fast else None
+        if sizes is None:  # a request that may be malformed, or a message not seen before
+            if not self.fast or agent_request(messages):
+                return len(self.encode(self.prompt(messages)))
             sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
-    def known_sizes(self, messages) -> list[int | None] | None:
-        """Cached sizes of a well-formed request's messages (None for one not seen), or None if the request
-        may be malformed. The hot path of every count: C-level maps over the request."""
+    def known_sizes(self, messages) -> list[int] | None:
+        """Cached sizes of a well-formed request's messages, None if one was not seen or it may be malformed: every
+        count's hot path, C-level maps over the request."""
         if type(messages) is not list or not messages:
             return None
         try:
@@ -206,12 +186,12 @@ class TokenCounter:
         roles = list(map(ROLE, messages))
         if set(map(len, messages)) != {2} or 'system' in roles[1:] or ('assistant',) * 2 in zip(roles, roles[1:]):
             return None
-        return sizes
+        return None if None in sizes else sizes
 
     def message_size(self, role: str, content: str, keep: bool = False) -> int:
         """Tokens of one checked message's span, encoded once. A message of several lines is summed from its
         lines' tokens and kept whole only if `keep` (a turn is; a notes block, which grows a line at a time, is not)."""
-        role, content = plain(role), plain(content)
+        role, content = str.__str__(role), str.__str__(content)  # exact strs: a Markup would render escaped
         if (size := self.sizes.get((role, content))) is None:
             self.refuse(content)
             text = self.span(role, content)
@@ -226,13 +206,12 @@ class TokenCounter:
             size = self.lines[line] = len(self.encode(line))
         return size
 
-    def agent_prompt(self, messages: list[dict]) -> str:
-        """The prompt of a request with tool calls, tool results or tools (on its system message, shapes.build_request)
-        as tool_formats renders it; valid or not, as the model would receive it. It is counted whole."""
-        tools = messages[0].get('tools') if isinstance(messages[0], Mapping) else None
-        request = [dict(message) for message in messages]
-        request[0].pop('tools', None)
-        text = rendered(prompt_text, self.name, self.form, request, tools)
+    def rendered(self, render, *args) -> str:
+        """What tool_formats renders in this counter's format, its refusals CounterErrors like all the counter's."""
+        try:
+            text = render(self.name, self.form, *args)
+        except ToolFormatError as error:
+            raise CounterError(str(error)) from None
         self.refuse(text)
         return text
 
@@ -243,7 +222,8 @@ class TokenCounter:
             raise CounterError('this tokenizer cannot be counted turn by turn')
         key = tuple(map(turn_key, history))
         if (costs := self.turns.get(key)) is None:
-            costs = self.agent_costs(history) if history and type(history[0]) is list else self.pair_costs(key)
+            costs = [len(self.encode(self.rendered(turn_prompt_text, turn))) for turn in history] \
+                if history and type(history[0]) is list else self.pair_costs(key)  # agent turns are rendered whole
             if len(self.turns) >= HISTORIES_KEPT:
                 del self.turns[next(iter(self.turns))]  # the oldest
             self.turns[key] = costs
@@ -257,24 +237,16 @@ class TokenCounter:
         return [self.message_size('user', user, keep=True) + self.message_size('assistant', answer, keep=True)
                 for user, answer in pairs]
 
-    def agent_costs(self, history: list[list[dict]]) -> list[int]:
-        """Each agent turn's text as tool_formats renders it, encoded once."""
-        texts = [rendered(turn_prompt_text, self.name, self.form, turn) for turn in history]
-        for text in texts:
-            self.refuse(text)
-        return [len(self.encode(text)) for text in texts]
-
     def forget(self) -> None:
         """Empty every cache, as in a fresh process (benchmark.py times from here)."""
         self.sizes.clear(), self.lines.clear(), self.turns.clear()
 
 
 def splits_cleanly(tokenizer, form: dict) -> bool:
-    """True when counting span by span must give the full count for this tokenizer and chat format: every added
-    token is matched as-is (no stripping of spaces before it, no word-boundary rule, no normalisation) and cannot
-    straddle a cut (each is `<...>` with no other '<' or '>' inside), the format's markers are single tokens, and
-    every span and the generation prompt start with one, so a cut always falls right before a special token (and
-    whitespace a token takes after itself, as Phi-3's do, lies inside its own span)."""
+    """True when counting span by span gives the full count: every added token is matched as-is (no lstrip,
+    single_word or normalisation) and is `<...>` with no other '<' or '>' inside, so none can straddle a cut, and the
+    format's markers are tokens that start every span and the generation prompt, so every cut falls right before one
+    (whitespace a token takes after itself, as Phi-3's do, lies inside its own span)."""
     added = tokenizer.get_added_tokens_decoder().values()
     texts = {token.content for token in added}
     starts = [form['suffix'], *form['open'].values()]
@@ -283,17 +255,13 @@ def splits_cleanly(tokenizer, form: dict) -> bool:
         and markers(form) <= texts and all(MARKER.match(text) and MARKER.match(text)[0] in texts for text in starts)
 
 
-def state(part) -> dict | None:
-    """A normalizer's or pre-tokenizer's settings, as tokenizer.json holds them."""
-    return None if part is None else json.loads(part.__getstate__())
-
-
-def lines_split_cleanly(tokenizer) -> bool:
-    """True when a text's tokens are the tokens of its parts cut at every newline followed by other text: for a BPE
-    model, when no token, learned or added, holds a newline next to another character (so no merge can join the two
-    sides of a cut), the normalizer at most replaces and the pre-tokenizer at most splits at a string without
-    newlines, nothing marks word starts or ends or looks whole words up before merging, and no added token takes the
-    whitespace after it. Gemma 4's vocabulary keeps runs of newlines in tokens of their own: this holds for it."""
+def line_cuts(tokenizer) -> re.Pattern | None:
+    """Where a text's tokens are those of its lines, None if nowhere; only for a BPE without dropout whose added
+    tokens take no whitespace after them (one would take a cut-off line's leading spaces). LINE_START when no token
+    holds a newline beside another character and nothing can join a cut's two sides: the normalizer at most a Replace
+    and the pre-tokenizer at most a Split, neither of strings with a newline, no word marks, no whole-word look-ups
+    (Gemma 4's). LINE_BEFORE_TEXT for a byte-level BPE whose split is one of LINE_SAFE_SPLITS, after at most NFC,
+    which composes nothing with a newline (Llama 3's, Qwen 2's; docs/counters.md says why)."""
     from tokenizers.models import BPE
 
     def newline_free(part: dict | None, kind: str) -> bool:  # absent, or a `kind` whose strings hold no newline
@@ -301,33 +269,26 @@ def lines_split_cleanly(tokenizer) -> bool:
             and set(part.get('pattern', {})) == {'String'} and '\n' not in part['pattern']['String'] \
             and '\n' not in part.get('content', '')
 
-    model, normalizer, splitter = tokenizer.model, state(tokenizer.normalizer), state(tokenizer.pre_tokenizer)
-    if any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
-        return False  # a token that takes the whitespace after it would take a cut-off line's leading spaces
-    if not isinstance(model, BPE) or model.dropout or model.continuing_subword_prefix or model.end_of_word_suffix \
-            or model.ignore_merges:  # a whole-word look-up would see the line's neighbours
-        return False
-    if not (newline_free(normalizer, 'Replace') and newline_free(splitter, 'Split')):
-        return False
-    vocabulary = tokenizer.get_vocab(with_added_tokens=True)
-    return '\n' in vocabulary and not any('\n' in token and token.strip('\n') for token in vocabulary)
-
-
-def byte_lines_split_cleanly(tokenizer) -> bool:
-    """True when a text's tokens are the tokens of its parts cut after every newline followed by a non-space: for a
-    byte-level BPE (Llama 3's, Qwen 2's) whose split is one of LINE_SAFE_SPLITS, after at most NFC (which composes
-    nothing with a newline), with no dropout and no added token that takes the whitespace after it."""
-    from tokenizers.models import BPE
-
-    parts = (state(tokenizer.pre_tokenizer) or {}).get('pretokenizers') or []
-    if len(parts) != 2 or not isinstance(tokenizer.model, BPE) or tokenizer.model.dropout:
-        return False
+    model = tokenizer.model
+    normalizer, splitter = (None if part is None else json.loads(part.__getstate__())  # as tokenizer.json has them
+                            for part in (tokenizer.normalizer, tokenizer.pre_tokenizer))
+    if not isinstance(model, BPE) or model.dropout \
+            or any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values()):
+        return None
+    if not (model.continuing_subword_prefix or model.end_of_word_suffix or model.ignore_merges) \
+            and newline_free(normalizer, 'Replace') and newline_free(splitter, 'Split') \
+            and '\n' in (vocabulary := tokenizer.get_vocab(with_added_tokens=True)) \
+            and not any('\n' in token and token.strip('\n') for token in vocabulary):
+        return LINE_START
+    parts = (splitter or {}).get('pretokenizers') or []
+    if len(parts) != 2 or normalizer not in (None, {'type': 'NFC'}):
+        return None
     split, byte_level = parts
-    return state(tokenizer.normalizer) in (None, {'type': 'NFC'}) and split.get('type') == 'Split' \
-        and split.get('pattern', {}).get('Regex') in LINE_SAFE_SPLITS and split.get('behavior') == 'Isolated' \
-        and split.get('invert') is False and byte_level.get('type') == 'ByteLevel' \
-        and byte_level.get('add_prefix_space') is False and byte_level.get('use_regex') is False \
-        and not any(token.rstrip for token in tokenizer.get_added_tokens_decoder().values())
+    safe = split.get('pattern', {}).get('Regex') in LINE_SAFE_SPLITS \
+        and (split.get('type'), split.get('behavior'), split.get('invert')) == ('Split', 'Isolated', False) \
+        and (byte_level.get('type'), byte_level.get('add_prefix_space'), byte_level.get('use_regex')) \
+        == ('ByteLevel', False, False)
+    return LINE_BEFORE_TEXT if safe else None
 
 
 @lru_cache(maxsize=None)

@@ -1,5 +1,5 @@
-"""The exact prompt an official chat template renders (generation prompt on, thinking off) for an agent request, on
-the counter's text-only chat format: prompt_text('qwen-2.5', tokenizer.chat_format(definition), messages, tools).
+"""The exact prompt an official chat template renders (generation prompt on, thinking off) for a request, tool calls
+and all, on the counter's chat format: prompt_text('qwen-2.5', tokenizer.chat_format(definition), messages, tools).
 
 Messages are OpenAI's: a system message (first, if any), user, assistant (content a string, '' for OpenAI's null,
 maybe tool_calls [{"id", "type": "function", "function": {"name", "arguments": an object}}]) and tool messages
@@ -96,7 +96,9 @@ def checked_tools(tools) -> list[dict] | None:
 
 def frame_span(form: dict, role: str, content: str) -> str:
     """One text message in the counter's chat format: its role's opening, the content (stripped where the template
-    trims it), the closing. The counter's spans are these (tokenizer.TokenCounter.span)."""
+    trims it), the closing; nothing for an empty system message where the template writes none (Phi-3.5's)."""
+    if role == 'system' and not content and form['drop_empty_system']:
+        return ''
     return form['open'][role] + (content.strip() if form['trim'] else content) + form['close']
 
 
@@ -148,9 +150,8 @@ def gemma_property(value) -> str:
     if value.get('nullable'):
         parts.append('nullable:true')
     if kind == 'OBJECT':  # a schema without properties of its own lists its other keys as properties
-        inner = value.get('properties')
-        parts.append('properties:{' + (gemma_properties(inner) if isinstance(inner, dict)
-                                       else gemma_properties(value, filter_keys=True)) + '}')
+        own = isinstance(value.get('properties'), dict)
+        parts.append('properties:{' + gemma_properties(value['properties'] if own else value, not own) + '}')
         if value.get('required'):
             parts.append('required:[' + quoted_list(value['required']) + ']')
     return ','.join(parts + [f'type:{QUOTE}{kind}{QUOTE}'])
@@ -165,7 +166,7 @@ def gemma_declaration(function: dict) -> str:
         text += 'required:[' + quoted_list(params['required']) + '],' if params.get('required') else ''
         # without a type the template leaves the parameters' brace open
         text += f"type:{QUOTE}{str(params['type']).upper()}{QUOTE}}}" if params.get('type') else ''
-    return '<|tool>' + (text + '}').strip() + '<tool|>'
+    return '<|tool>' + text + '}<tool|>'
 
 
 def gemma_model_text(message: dict, results: list[dict]) -> str:
@@ -180,19 +181,18 @@ def gemma_model_text(message: dict, results: list[dict]) -> str:
         + message['content'].strip()
 
 
-def gemma_pieces(form: dict, messages: list[dict]) -> tuple[list[str], str | None]:
+def gemma_pieces(form: dict, messages: list[dict]) -> tuple[list[str], bool]:
     """Each message's text (a tool message's is '': the assistant message with calls before it writes it, and a result
-    after anything else is dropped), and what the last non-tool message ended on: None, 'call' or 'response'."""
-    pieces, previous, ended = [], None, None
+    after anything else is dropped), and whether the last non-tool message held calls (then no generation prompt)."""
+    pieces, previous, calls = [], None, None
     for index, message in enumerate(messages):
-        role, calls = message['role'], message.get('tool_calls')
-        if role == 'tool':
+        if message['role'] == 'tool':
             pieces.append('')
             continue
-        results = list(takewhile(lambda later: later['role'] == 'tool', messages[index + 1:])) if calls else []
-        ended = 'response' if results else 'call' if calls else None
+        role, calls, later = message['role'], message.get('tool_calls'), messages[index + 1:]
+        results = list(takewhile(lambda after: after['role'] == 'tool', later)) if calls else []
         text = ('' if role == previous == 'assistant' else form['open'][role]) + gemma_model_text(message, results)
-        following = next((later['role'] for later in messages[index + 1:] if later['role'] != 'tool'), None)
+        following = next((after['role'] for after in later if after['role'] != 'tool'), None)
         if calls and not results:
             text += '<|tool_response>'  # a call without its result leaves the model turn open
         elif not role == following == 'assistant' and not (results and not message['content'].strip()
@@ -200,14 +200,14 @@ def gemma_pieces(form: dict, messages: list[dict]) -> tuple[list[str], str | Non
             text += form['close']  # else the next assistant message goes on in this model turn, or nothing follows
         pieces.append(text)
         previous = role
-    return pieces, ended
+    return pieces, bool(calls)
 
 
-def gemma_parts(form: dict, system: str | None, body: list[dict], tools, _) -> tuple[str, list[str], str]:
+def gemma_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     block = form['open']['system'] + (system or '').strip() + ''.join(
         gemma_declaration(tool['function']) for tool in tools or ()) + form['close']
-    pieces, ended = gemma_pieces(form, body)
-    return form['prefix'] + (block if tools or system is not None else ''), pieces, '' if ended else form['suffix']
+    pieces, called = gemma_pieces(form, body)
+    return form['prefix'] + (block if tools or system is not None else ''), pieces, '' if called else form['suffix']
 
 
 def llama_message(form: dict, index: int, message: dict) -> str:
@@ -223,10 +223,9 @@ def llama_message(form: dict, index: int, message: dict) -> str:
         + json.dumps(function['arguments'], ensure_ascii=False) + '}' + form['close']
 
 
-def llama_parts(form: dict, system: str | None, body: list[dict], tools, start: int) -> tuple[str, list[str], str]:
-    header = LLAMA_HEADER.format('system')
+def llama_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     opening = form['open']['system'] if tools is None else \
-        header + 'Environment: ipython\n' + form['open']['system'].removeprefix(header)
+        form['open']['system'].replace('\n\n', '\n\nEnvironment: ipython\n', 1)  # after the system header
     if tools is not None and not body:
         raise ToolFormatError("Llama 3's template raises \"Cannot put tools in the first user message when there's no "
                               "first user message!\" on a request of only a system message")
@@ -234,12 +233,12 @@ def llama_parts(form: dict, system: str | None, body: list[dict], tools, start: 
     first = [] if tools is None else [form['open']['user'] + LLAMA_TOOLS + ''.join(
         json.dumps(tool, ensure_ascii=False, indent=4) + '\n\n' for tool in tools) + body[0]['content'].strip()
         + form['close']]
-    return form['prefix'] + opening + (system or '').strip() + form['close'], first + [
-        llama_message(form, start + index, message) for index, message in enumerate(body) if index >= len(first)], \
-        form['suffix']
+    rest = enumerate(body[len(first):], start=len(first) + (system is not None))  # indexes in the request
+    return form['prefix'] + opening + (system or '').strip() + form['close'], \
+        first + [llama_message(form, index, message) for index, message in rest], form['suffix']
 
 
-def qwen_parts(form: dict, system: str | None, body: list[dict], tools, _) -> tuple[str, list[str], str]:
+def qwen_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     system = form['no_system'] if system is None else system  # the default system text, with or without tools
     if tools:
         system += QWEN_TOOLS.format(''.join('\n' + json.dumps(tool, ensure_ascii=False) for tool in tools))
@@ -259,12 +258,11 @@ def qwen_parts(form: dict, system: str | None, body: list[dict], tools, _) -> tu
     return form['prefix'] + frame_span(form, 'system', system), pieces, form['suffix']
 
 
-def phi_parts(form: dict, system: str | None, body: list[dict], tools, _) -> tuple[str, list[str], str]:
+def phi_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     if tools or any(message['role'] == 'tool' or 'tool_calls' in message for message in body):
         raise ToolFormatError("phi-3.5 does not count tools: its official template drops every tool message and "
                               "every tool_calls field (and raises on a call's null content)")
-    dropped = system is None or not system and form['drop_empty_system']  # its template writes no empty system block
-    head = form['prefix'] + ('' if dropped else frame_span(form, 'system', system))
+    head = form['prefix'] + ('' if system is None else frame_span(form, 'system', system))
     return head, [frame_span(form, message['role'], message['content']) for message in body], form['suffix']
 
 
@@ -277,7 +275,7 @@ def request_parts(name: str, form: dict, messages: list[dict], tools) -> tuple[s
     if name not in FAMILIES:
         raise ToolFormatError(f"no tool format for counter {name!r}; known: {', '.join(FAMILIES)}")
     system = messages[0]['content'] if messages[0]['role'] == 'system' else None
-    return FAMILIES[name](form, system, messages[system is not None:], tools, int(system is not None))
+    return FAMILIES[name](form, system, messages[system is not None:], tools)
 
 
 def prompt_text(name: str, form: dict, messages: list[dict], tools: list[dict] | None = None) -> str:
