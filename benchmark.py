@@ -31,6 +31,7 @@ from strategies import RULES
 from synthetic_cases import as_agent, chat_case, generated_cases, synthetic_case
 from text import markdown_table
 from tokenizer import CounterError, add_counter_option, choose_counter, counter
+from tool_formats import frame_span
 
 # First part: the default size (synthetic_cases.py sets the budget).
 SEED = 20261130  # fixed, so every run times the same case set
@@ -104,7 +105,7 @@ def clear_tokenizer_cache() -> None:
 def bound_seconds() -> float:
     """Encode once every distinct message (and notes line) the counter measured: no exact counter does less."""
     encode = counter().encode
-    texts = [counter().span(role, content) for role, content in counter().sizes] + list(counter().lines)
+    texts = [frame_span(counter().form, role, content) for role, content in counter().sizes] + list(counter().lines)
     clear_tokenizer_cache()
     start = time.process_time()
     for text in texts:

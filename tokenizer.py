@@ -120,7 +120,7 @@ class TokenCounter:
         # Every request pays prefix and generation prompt; one without a system message, what some write instead.
         self.fixed = len(self.encode(self.form['prefix'])) + len(self.encode(self.form['suffix']))
         no_system = self.form['no_system']
-        self.no_system = 0 if no_system is None else len(self.encode(self.span('system', no_system)))
+        self.no_system = 0 if no_system is None else len(self.encode(frame_span(self.form, 'system', no_system)))
 
     @cached_property
     def lines_apart(self) -> re.Pattern | None:
@@ -139,10 +139,6 @@ class TokenCounter:
                 'vocab_sha256': vocab['sha256'], 'template': template['path'], 'template_sha256': template['sha256'],
                 'tokenizer_sha256': spec['built_tokenizer']['sha256'], 'fixed_inputs': self.definition['fixed_inputs'],
                 'count_scope': chat['count_scope']}
-
-    def span(self, role: str, content: str) -> str:
-        """One message as the prompt holds it: span('user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n' for Gemma."""
-        return frame_span(self.form, role, content)
 
     def prompt(self, messages: list[dict]) -> str:
         """The exact text the model receives for a request, as tool_formats renders it. An agent request (tool calls,
@@ -194,7 +190,7 @@ class TokenCounter:
         role, content = str.__str__(role), str.__str__(content)  # exact strs: a Markup would render escaped
         if (size := self.sizes.get((role, content))) is None:
             self.refuse(content)
-            text = self.span(role, content)
+            text = frame_span(self.form, role, content)
             several = '\n' in content.strip() and self.lines_apart
             size = sum(map(self.line_size, self.lines_apart.split(text))) if several else len(self.encode(text))
             if keep or not several:

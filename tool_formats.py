@@ -96,7 +96,8 @@ def checked_tools(tools) -> list[dict] | None:
 
 def frame_span(form: dict, role: str, content: str) -> str:
     """One text message in the counter's chat format: its role's opening, the content (stripped where the template
-    trims it), the closing; nothing for an empty system message where the template writes none (Phi-3.5's)."""
+    trims it), the closing; nothing for an empty system message where the template writes none (Phi-3.5's).
+    Gemma's: frame_span(form, 'user', ' Hi ') -> '<|turn>user\\nHi<turn|>\\n'."""
     if role == 'system' and not content and form['drop_empty_system']:
         return ''
     return form['open'][role] + (content.strip() if form['trim'] else content) + form['close']
