@@ -24,9 +24,9 @@ from operator import itemgetter
 from pathlib import Path
 import re
 
-from common import LabError, run
+from common import run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key
-from tool_formats import ToolFormatError, frame_span, prompt_text, turn_prompt_text
+from tool_formats import ToolFormatError as CounterError, frame_span, prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, vocab_spec
 
@@ -41,10 +41,6 @@ MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special tok
 ROLE_AND_CONTENT, ROLE = itemgetter('role', 'content'), itemgetter('role')
 HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
 SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (choose_counter)
-
-
-class CounterError(LabError):
-    """The counter is not prepared, or a request is outside what it can count."""
 
 
 def check_message(index: int, message, previous_role: str | None) -> str:
@@ -203,12 +199,8 @@ class TokenCounter:
         return size
 
     def rendered(self, render, *args) -> str:
-        """What tool_formats renders in this counter's format, its refusals CounterErrors like all the counter's."""
-        try:
-            text = render(self.name, self.form, *args)
-        except ToolFormatError as error:
-            raise CounterError(str(error)) from None
-        self.refuse(text)
+        """What tool_formats renders in this counter's format, refused if it holds text the vocab reads otherwise."""
+        self.refuse(text := render(self.name, self.form, *args))
         return text
 
     def turn_costs(self, history: list) -> list[int]:
@@ -234,8 +226,8 @@ class TokenCounter:
                 for user, answer in pairs]
 
     def forget(self) -> None:
-        """Empty every cache, as in a fresh process (benchmark.py times from here)."""
-        self.sizes.clear(), self.lines.clear(), self.turns.clear()
+        """Empty every cache, the BPE model's too, as in a fresh process (benchmark.py times from here)."""
+        self.sizes.clear(), self.lines.clear(), self.turns.clear(), self.tokenizer.model._clear_cache()
 
 
 def splits_cleanly(tokenizer, form: dict) -> bool:

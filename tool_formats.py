@@ -35,7 +35,8 @@ QWEN_TOOLS = ('\n\n# Tools\n\nYou may call one or more functions to assist with 
 
 
 class ToolFormatError(LabError):
-    """A request the official template refuses, or one outside the OpenAI chat format this module reads."""
+    """A request the official template refuses, or one outside the OpenAI chat format this module reads; tokenizer.py
+    raises it as CounterError, for a counter not prepared or a request outside what it counts."""
 
 
 def as_json(value, where: str):
