@@ -43,32 +43,28 @@ HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one 
 SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (choose_counter)
 
 
-def check_message(index: int, message, previous_role: str | None) -> str:
-    """The message's role, or CounterError if the text format cannot hold it at `index`."""
-    if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
-        keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
-        raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
-                           '(images and thinking are not counted by this lab)')
-    role, content = message['role'], message['content']
-    if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
-        raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
-    if not isinstance(content, str):
-        raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
-    if role == 'system' and index != 0:
-        raise CounterError(f'message {index}: a system message may only come first')
-    if role == 'assistant' and previous_role == 'assistant':  # Gemma's official template would merge them
-        raise CounterError(f'message {index}: two assistant messages in a row are not counted')
-    if role == 'assistant' and holds_thinking_marker(content):
-        raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
-    return role
-
-
 def checked(messages) -> list[dict]:
-    """A request checked, as dicts (a mapping of another kind counts as its dict)."""
+    """A text-only request checked, as dicts (a mapping of another kind counts as its dict): CounterError for a
+    message the text format cannot hold where it is."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
-    return [{'role': check_message(index, message, messages[index - 1]['role'] if index else None),
-             'content': message['content']} for index, message in enumerate(messages)]
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
+            keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
+            raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
+                               '(images and thinking are not counted by this lab)')
+        role, content = message['role'], message['content']
+        if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
+            raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
+        if not isinstance(content, str):
+            raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
+        if role == 'system' and index != 0:
+            raise CounterError(f'message {index}: a system message may only come first')
+        if index and role == 'assistant' == messages[index - 1]['role']:  # Gemma's official template would merge them
+            raise CounterError(f'message {index}: two assistant messages in a row are not counted')
+        if role == 'assistant' and holds_thinking_marker(content):
+            raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
+    return [{'role': message['role'], 'content': message['content']} for message in messages]
 
 
 def agent_request(messages) -> bool:
@@ -219,7 +215,7 @@ class TokenCounter:
 
     def pair_costs(self, pairs: tuple[tuple[str, str], ...]) -> list[int]:
         """Each (user, assistant) pair's two messages, counted once and kept."""
-        for index, (_, answer) in enumerate(pairs):  # as check_message refuses it, so the cache never holds it
+        for index, (_, answer) in enumerate(pairs):  # as checked() refuses it, so the cache never holds it
             if holds_thinking_marker(answer):
                 raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
         return [self.message_size('user', user, keep=True) + self.message_size('assistant', answer, keep=True)
