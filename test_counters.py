@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 from jinja2.exceptions import TemplateError
@@ -37,6 +36,7 @@ from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder
 from strategies import RULES, build_request
 from test_support_fixtures import hypothesis_home_outside_the_tree, rule_requests
 from test_support_runs import run_command
+from test_tokenizer import PATHS, counted
 import tokenizer
 from tokenizer import CounterError, TokenCounter
 from views import compare, report_table, turn_map
@@ -92,21 +92,6 @@ def official_count(name: str, messages: list[dict]) -> int:
     return len(prepared(name).tokenizer.encode(official_render(name, messages), add_special_tokens=False).ids)
 
 
-def counted(count: TokenCounter, path: str, messages) -> int:
-    """count's figure for messages on one counting path, from an empty cache and back to one."""
-    changed = {'cold cache': {}, 'warm cache': {}, 'lines whole': {'lines_apart': None},
-               'whole prompt': {'fast': False}}[path]
-    count.lines_apart  # worked out once, so the patch keeps it
-    count.forget()
-    with mock.patch.dict(vars(count), changed):
-        if path == 'warm cache':
-            count(messages)
-        result = count(messages)
-    count.forget()
-    return result
-
-
-PATHS = ('cold cache', 'warm cache', 'lines whole', 'whole prompt')
 # Text that breaks chat renderers and tokenizers: edges, unicode, every counter's special tokens as plain text.
 MARKERS = sorted({marker for definition in MANIFEST['counters'].values()
                   for marker in tokenizer.markers(tokenizer.chat_format(definition))})
@@ -156,7 +141,7 @@ class OfficialTemplateTest(CounterTest):
             self.assertEqual(count.prompt(messages), official_render(name, messages), name)
             expected = official_count(name, messages)
             for path in PATHS:
-                self.assertEqual(counted(count, path, messages), expected, (name, path))
+                self.assertEqual(counted(path, messages, count), expected, (name, path))
             # What every rule decides by: the bare request plus what each turn adds.
             whole = official_count(name, build_request(case, range(len(case['history']))))
             self.assertEqual(count(build_request(case, [])) + sum(count.turn_costs(case['history'])), whole, name)
@@ -209,7 +194,7 @@ class OfficialTemplateTest(CounterTest):
                 count = counter_or_skip(self, name)
                 self.assertEqual(([len(count.encode(part)) for part in tokenizer.LINE_START.split('a\n \nb')],
                                   len(count.encode('a\n \nb'))), ([2, 1, 1], 3))
-                self.assertEqual([counted(count, path, messages) for path in PATHS],
+                self.assertEqual([counted(path, messages, count) for path in PATHS],
                                  [official_count(name, messages)] * len(PATHS))
 
     def test_every_prepared_tokenizer_reproduces_its_46_llama_cpp_vectors(self):
@@ -249,7 +234,7 @@ class QwenToolCallTest(CounterTest):
         self.assertEqual(count.prompt(self.WRITTEN), official_render('qwen-2.5', self.CALL))
         ids = count.tokenizer.encode(official_render('qwen-2.5', self.CALL), add_special_tokens=False).ids
         self.assertEqual((ids.count(151657), ids.count(151658)), (1, 1))
-        self.assertEqual([counted(count, path, self.WRITTEN) for path in PATHS], [len(ids)] * len(PATHS))
+        self.assertEqual([counted(path, self.WRITTEN, count) for path in PATHS], [len(ids)] * len(PATHS))
 
 
 class RefusalTest(CounterTest):
@@ -260,7 +245,7 @@ class RefusalTest(CounterTest):
                 marker = next(marker for marker in MANIFEST['counters'][name]['not_counted'] if marker in text)
                 for path in PATHS:
                     with self.assertRaises(CounterError) as caught:
-                        counted(count, path, [{'role': 'user', 'content': text}])
+                        counted(path, [{'role': 'user', 'content': text}], count)
                     self.assertEqual(str(caught.exception), f"{name} does not count a message holding {marker!r}: "
                                      "the model's own tokenizer reads it otherwise than the vocab of the archive "
                                      f'(tokenizer-manifest.json, counters.{name}.not_counted)')

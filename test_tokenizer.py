@@ -75,22 +75,23 @@ def conversations(draw) -> dict:
 
 
 @contextlib.contextmanager
-def counting_path(path: str):
-    """The process-wide counter on one of its paths, from an empty cache."""
-    changed = {'cold cache': {}, 'warm cache': {}, 'notes blocks whole': {'lines_apart': False},
+def counting_path(path: str, count: TokenCounter | None = None):
+    """A counter (the process-wide one unless `count`) on one of its paths, from an empty cache and back to one."""
+    count = count or counter()
+    changed = {'cold cache': {}, 'warm cache': {}, 'lines whole': {'lines_apart': None},
                'whole prompt': {'fast': False}}[path]
-    counter().lines_apart  # worked out once (it reads the whole vocabulary), so the patch keeps it
-    counter().forget()
-    with mock.patch.dict(vars(counter()), changed):
-        yield counter()
-    counter().forget()  # sizes measured with another setting are not left behind
+    count.lines_apart  # worked out once (it reads the whole vocabulary), so the patch keeps it
+    count.forget()
+    with mock.patch.dict(vars(count), changed):
+        yield count
+    count.forget()  # sizes measured with another setting are not left behind
 
 
-PATHS = ('cold cache', 'warm cache', 'notes blocks whole', 'whole prompt')
+PATHS = ('cold cache', 'warm cache', 'lines whole', 'whole prompt')
 
 
-def counted(path: str, messages) -> int:
-    with counting_path(path) as count:
+def counted(path: str, messages, count: TokenCounter | None = None) -> int:
+    with counting_path(path, count) as count:
         if path == 'warm cache':
             count(messages)
         return count(messages)
