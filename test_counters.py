@@ -23,9 +23,6 @@ import tempfile
 import unittest
 
 from hypothesis import given, settings, strategies as st
-from jinja2.exceptions import TemplateError
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 import benchmark
 import budget_sweep
@@ -37,6 +34,7 @@ from strategies import RULES, build_request
 from test_support_fixtures import hypothesis_home_outside_the_tree, rule_requests
 from test_support_runs import run_command
 from test_tokenizer import PATHS, counted
+from test_tool_formats import official as official_render
 import tokenizer
 from tokenizer import CounterError, TokenCounter
 from views import compare, report_table, turn_map
@@ -66,25 +64,6 @@ def counter_or_skip(test: unittest.TestCase, name: str) -> TokenCounter:
     if count is None:
         test.skipTest(f'{name} is not prepared: run `{python_command()} prepare.py --counter {name}` (or all)')
     return count
-
-
-@lru_cache(maxsize=None)
-def official_template(name: str):
-    """The official template compiled in an environment set up as transformers' apply_chat_template sets it,
-    strftime_now included (Llama 3.2's template would write today's date with it, were date_string not given)."""
-    def raise_exception(message):
-        raise TemplateError(message)
-
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    environment.globals.update(raise_exception=raise_exception,
-                               strftime_now=lambda form: datetime.date.today().strftime(form))
-    environment.filters['tojson'] = lambda value, **_: json.dumps(value)
-    return environment.from_string((counter_folder(name) / TEMPLATE_FILE).read_text(encoding='utf-8'))
-
-
-def official_render(name: str, messages: list[dict]) -> str:
-    fixed = MANIFEST['counters'][name]['fixed_inputs']
-    return official_template(name).render(messages=messages, add_generation_prompt=True, **fixed)
 
 
 def official_count(name: str, messages: list[dict]) -> int:

@@ -44,6 +44,8 @@ def template_path(name: str):
 
 @lru_cache(maxsize=None)
 def official_template(name: str):
+    """The official template compiled in an environment set up as transformers' apply_chat_template sets it,
+    strftime_now included (Llama 3.2's template would write today's date with it, were date_string not given)."""
     def raise_exception(message):
         raise TemplateError(message)
 
