@@ -292,11 +292,6 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     return model, rules, cases, load_keys(keys_path, cases, every)
 
 
-def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path) -> dict:
-    """Grade result_path into grades_path under model_path's pin, as `answer_check.py --model MODEL_PATH` does."""
-    return run_check(parse_args(['--model', str(model_path)], cases_path), keys_path, result_path, grades_path)[0]
-
-
 @contextlib.contextmanager
 def stops_told(result_path: Path, command: str | None):
     """Every stop inside says what it leaves on disk; the caller sets state['recorded'] once the recording is whole."""
@@ -313,7 +308,7 @@ def stops_told(result_path: Path, command: str | None):
             f'is replaced only once every answer has arrived{kept}' if command else 'is unchanged')) from None
 
 
-def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client=None) -> tuple:
+def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client) -> tuple:
     """(grades, inputs): record first if args say so, then grade; every stop says what it leaves on disk."""
     redo = f'record again with `{common.python_command()} answer_check.py record`, or restore it from version control'
     with stops_told(result_path, args.command) as state:
