@@ -14,7 +14,6 @@ call, and reuses or grades no answer of another build, nor a recording missing a
 import argparse
 from collections import Counter, deque
 import contextlib
-import json
 from pathlib import Path
 import random
 import time
@@ -22,8 +21,8 @@ import time
 import answer_f1
 import answer_keys
 from answer_model import (CLOSEST, FRESH, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
-                          check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
-                          recording, request_sha256, save, tell, undercounts_cached_prompt)
+                          check_pinned, each_answer, kept_answers, load_model, load_recording, pin_counter, recording,
+                          request_sha256, save, tell, undercounts_cached_prompt)
 import case_set
 import common
 from common import LabError
@@ -94,7 +93,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
     model = {**client.model, 'ollama_version': version}
     kept = kept_answers(partial, model, plan, discard)
     if kept is None:
-        lab_files.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
+        save(partial, {'model': model}, 'partial recording', None)  # one line, as append() writes
     return model, *(kept or ({}, None))
 
 
