@@ -109,8 +109,7 @@ class OllamaClient:
         return version
 
     def tag_digest(self, moved: str = '') -> str | None:
-        """The digest /api/tags gives for the tag, which must be the pinned one where the model names one
-        (moved says what another means here); a tag the server lacks is one OllamaError."""
+        """The tag's digest in /api/tags, refused unless it is the pinned one, if any (moved: what another means)."""
         tag, expected = self.model['ollama_tag'], self.model['ollama_digest']  # None while pinning
         entry = find_tag(self._call('GET', '/api/tags', None, CHECK_TIMEOUT).get('models'), tag)
         if entry is None:
