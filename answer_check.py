@@ -14,7 +14,6 @@ call, and reuses or grades no answer of another build, nor a recording missing a
 import argparse
 from collections import Counter, deque
 import contextlib
-import json
 from pathlib import Path
 import random
 import time
@@ -22,8 +21,8 @@ import time
 import answer_f1
 import answer_keys
 from answer_model import (CLOSEST, FRESH, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
-                          check_pinned, each_answer, encoded, kept_answers, load_model, load_recording, pin_counter,
-                          recording, request_sha256, save, tell, undercounts_cached_prompt)
+                          check_pinned, each_answer, kept_answers, load_model, load_recording, pin_counter, recording,
+                          request_sha256, save, tell, undercounts_cached_prompt)
 import case_set
 import common
 from common import LabError
@@ -94,7 +93,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
     model = {**client.model, 'ollama_version': version}
     kept = kept_answers(partial, model, plan, discard)
     if kept is None:
-        lab_files.write_output(partial, encoded(partial, json.dumps({'model': model}) + '\n'), 'partial recording')
+        save(partial, {'model': model}, 'partial recording', None)  # one line, as append() writes
     return model, *(kept or ({}, None))
 
 
@@ -292,11 +291,6 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     return model, rules, cases, load_keys(keys_path, cases, every)
 
 
-def grade_files(cases_path: Path, keys_path: Path, model_path: Path, result_path: Path, grades_path: Path) -> dict:
-    """Grade result_path into grades_path under model_path's pin, as `answer_check.py --model MODEL_PATH` does."""
-    return run_check(parse_args(['--model', str(model_path)], cases_path), keys_path, result_path, grades_path)[0]
-
-
 @contextlib.contextmanager
 def stops_told(result_path: Path, command: str | None):
     """Every stop inside says what it leaves on disk; the caller sets state['recorded'] once the recording is whole."""
@@ -313,7 +307,7 @@ def stops_told(result_path: Path, command: str | None):
             f'is replaced only once every answer has arrived{kept}' if command else 'is unchanged')) from None
 
 
-def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client=None) -> tuple:
+def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client) -> tuple:
     """(grades, inputs): record first if args say so, then grade; every stop says what it leaves on disk."""
     redo = f'record again with `{common.python_command()} answer_check.py record`, or restore it from version control'
     with stops_told(result_path, args.command) as state:

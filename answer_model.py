@@ -142,7 +142,7 @@ def save(path: Path, data, what: str, indent: int = JSON_INDENT) -> None:
 
 def append(path: Path, entry: dict | None) -> None:
     """A line at the end of the partial file (None ends a line cut off); what it holds is never rewritten."""
-    data = encoded(path, '\n' if entry is None else json.dumps(entry, ensure_ascii=False) + '\n')
+    data = encoded(path, '\n' if entry is None else lab_files.to_json(entry, None))
     try:
         with open(path, 'ab') as file:
             file.write(data)

@@ -100,7 +100,7 @@ class OllamaClient:
         return self.version
 
     def server_version(self) -> str:
-        status, body, payload = self._send('GET', '/api/version', None, CHECK_TIMEOUT)
+        status, body, payload = self._send('/api/version', None, CHECK_TIMEOUT)
         version = payload.get('version') if payload is not None else None
         if status != 200 or not isinstance(version, str) or not version:
             raise OllamaError(f'the server at {self.host} is not Ollama: it answered /api/version with HTTP {status} '
@@ -109,10 +109,9 @@ class OllamaClient:
         return version
 
     def tag_digest(self, moved: str = '') -> str | None:
-        """The digest /api/tags gives for the tag, which must be the pinned one where the model names one
-        (moved says what another means here); a tag the server lacks is one OllamaError."""
+        """The tag's digest in /api/tags, refused unless it is the pinned one, if any (moved: what another means)."""
         tag, expected = self.model['ollama_tag'], self.model['ollama_digest']  # None while pinning
-        entry = find_tag(self._call('GET', '/api/tags', None, CHECK_TIMEOUT).get('models'), tag)
+        entry = find_tag(self._call('/api/tags').get('models'), tag)
         if entry is None:
             raise OllamaError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`' + (
                 f', then check that the ID column of `ollama list` starts with {expected[:12]}, the pinned build'
@@ -125,7 +124,7 @@ class OllamaClient:
     def answer(self, body: dict) -> dict:
         """The pinned build's answer to a chat_body (message.content, not thinking), checked; the digest read again."""
         self.verify()
-        payload = self._call('POST', '/api/chat', encode(body), CHAT_TIMEOUT)
+        payload = self._call('/api/chat', encode(body), CHAT_TIMEOUT)
         if payload.get('done') is not True:
             # Even with stream false the server answers 200 with what it has when generation ends
             # without a final response (it does so after one token repeats many times): no counts.
@@ -153,7 +152,7 @@ class OllamaClient:
     def pin(self, options: dict, seeds: list[int], counter: str | None = None) -> dict:
         """A pin of the client's tag as /api/show describes it now, with these options, seeds and counter asked for."""
         version, digest, tag = self.server_version(), self.tag_digest(), self.model['ollama_tag']
-        about = self._call('POST', '/api/show', encode({'model': tag}), CHECK_TIMEOUT)
+        about = self._call('/api/show', encode({'model': tag}))
         details = about['details'] if isinstance(about.get('details'), dict) else {}
         text = about['license'] if isinstance(about.get('license'), str) and about['license'].strip() else UNSTATED
         pinned = {'checked_on': date.today().isoformat(), 'license': text.strip().splitlines()[0][:BODY_QUOTED],
@@ -165,11 +164,10 @@ class OllamaClient:
 
     def loaded_context_length(self) -> int | None:
         """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""
-        entry = find_tag(self._call('GET', '/api/ps', None, CHECK_TIMEOUT).get('models'), self.model['ollama_tag'])
-        length = entry.get('context_length') if entry is not None else None
+        length = (find_tag(self._call('/api/ps').get('models'), self.model['ollama_tag']) or {}).get('context_length')
         return length if type(length) is int and length > 0 else None
 
-    def _fetch(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple:
+    def _fetch(self, path: str, data: bytes | None, timeout: float) -> tuple:
         """(response, its body inflated to REPLY_LIMIT + 1 bytes at most) within timeout seconds, or one OllamaError."""
         import requests
         from urllib3.exceptions import HTTPError, ProtocolError
@@ -178,8 +176,8 @@ class OllamaClient:
         def send() -> None:  # in a thread of its own, so that a reply trickling in cannot outlast the deadline
             try:  # no redirect is followed: its target's build is unchecked
                 done['response'] = response = self.session.request(
-                    method, self.host + path, data=data, timeout=timeout, stream=True, allow_redirects=False,
-                    headers={'Content-Type': 'application/json'} if data else {})
+                    'POST' if data else 'GET', self.host + path, data=data, timeout=timeout, stream=True,
+                    allow_redirects=False, headers={'Content-Type': 'application/json'} if data else {})
                 with response:  # inflated only up to the limit, so a small compressed body cannot fill the memory
                     done['body'] = response.raw.read(REPLY_LIMIT + 1, decode_content=True)
             except BaseException as error:  # raised below, in the caller's thread
@@ -209,9 +207,9 @@ class OllamaClient:
             raise error
         return done['response'], done['body']
 
-    def _send(self, method: str, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
+    def _send(self, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
         """(status, body, the body if a JSON object); a reply too large or a redirect is one OllamaError."""
-        response, body = self._fetch(method, path, data, timeout)
+        response, body = self._fetch(path, data, timeout)
         if len(body) > REPLY_LIMIT:
             raise OllamaError(f'Ollama at {self.host} answered {path} with more than {REPLY_LIMIT >> 20} MiB once '
                               'decompressed, so the reply was refused: check what serves at OLLAMA_HOST')
@@ -225,9 +223,9 @@ class OllamaClient:
             payload = None
         return response.status_code, body.decode('utf-8', 'replace'), payload if isinstance(payload, dict) else None
 
-    def _call(self, method: str, path: str, data: bytes | None, timeout: float) -> dict:
+    def _call(self, path: str, data: bytes | None = None, timeout: float = CHECK_TIMEOUT) -> dict:
         """One request whose answer must be a JSON object; every way it can fail is one OllamaError."""
-        status, body, payload = self._send(method, path, data, timeout)
+        status, body, payload = self._send(path, data, timeout)
         error = payload.get('error') if payload is not None else None
         detail = reply_detail(body, payload)
         if status == 404 and path == '/api/chat' and error is not None:

@@ -561,10 +561,10 @@ class ShippedFilesTest(unittest.TestCase):
 
     def test_shipped_grades_match_a_fresh_grading(self):
         with tempfile.TemporaryDirectory() as folder:
-            fresh = answer_check.grade_files(HERE / 'cases.json', HERE / 'answer-keys.json',
-                                             HERE / 'answer-model.json', HERE / 'answer-result.json',
-                                             Path(folder) / 'answer-grades.json')
-        self.assertEqual(json.loads((HERE / 'answer-grades.json').read_text()), fresh)
+            code, out, err = run_answer_check(['--model', str(HERE / 'answer-model.json'), '--format', 'json'],
+                                              grades_path=Path(folder) / 'answer-grades.json')
+        self.assertEqual((code, err), (0, ''))
+        self.assertEqual(json.loads((HERE / 'answer-grades.json').read_text()), json.loads(out))
 
     def test_nothing_recorded_says_so_and_shows_how_to_record(self):
         with tempfile.TemporaryDirectory() as folder:

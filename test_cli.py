@@ -453,8 +453,11 @@ class ByteOrderMarkTest(TempFolderTest):
         for name in names:
             paths.append(self.tmp / name)
             paths[-1].write_bytes(b'\xef\xbb\xbf' + (HERE / name).read_bytes())
-        grades = answer_check.grade_files(*paths, self.tmp / 'grades.json')
-        self.assertEqual(grades, json.loads((HERE / 'answer-grades.json').read_text(encoding='utf-8')))
+        with contextlib.redirect_stdout(io.StringIO()):
+            answer_check.main(['--model', str(paths[2])], cases_path=paths[0], keys_path=paths[1],
+                              result_path=paths[3], grades_path=self.tmp / 'grades.json')
+        self.assertEqual(json.loads((self.tmp / 'grades.json').read_text(encoding='utf-8')),
+                         json.loads((HERE / 'answer-grades.json').read_text(encoding='utf-8')))
 
 
 if __name__ == '__main__':
