@@ -22,7 +22,7 @@ from functools import lru_cache
 import re
 
 from scorer import check_additive
-from shapes import TURN_ROLES, allowance, build_request, escape, selection, turn_texts
+from shapes import allowance, build_request, escape, message_text, selection, turn_messages, turn_texts
 
 # What is measured. Changing any of these (or shapes.NOTES_HEADER) changes the recorded report.
 NOTES_RESERVE = 64  # tokens `notes` keeps free of recent turns, for the notes block
@@ -37,14 +37,10 @@ CUES = re.compile(
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
 
 
+@lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
 def words(text: str) -> frozenset[str]:
     """Content words of a text: words('Which database will we use?') -> frozenset({'database', 'use'})"""
     return frozenset(WORD.findall(text.lower())) - STOP_WORDS
-
-
-@lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
-def turn_words(*texts: str) -> frozenset[str]:  # words of a turn's messages, as one text
-    return words(' '.join(texts))
 
 
 def costs(case: dict, count) -> tuple[int, list[int]]:
@@ -56,11 +52,11 @@ def costs(case: dict, count) -> tuple[int, list[int]]:
     return bare, [count(build_request(case, [index])) - bare for index in range(len(case['history']))]
 
 
-def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = False) -> tuple[list[int], int]:
-    """Walk `order`, keeping each turn that fits in the room left: (the kept turns, the room left after them).
+def fit(order, cost: list[int], room: int, stop_at_misfit: bool = False) -> list[int]:
+    """Walk `order`, keeping each turn that fits in the room left:
 
-    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6) -> ([3, 2, 0], 0)       (turn 1 does not fit, turn 0 does)
-    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6, stop_at_misfit=True) -> ([3, 2], 1)
+    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6) -> [3, 2, 0]       (turn 1 does not fit, turn 0 does)
+    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6, stop_at_misfit=True) -> [3, 2]
     """
     kept = []
     for index in order:
@@ -69,7 +65,13 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
             room -= cost[index]
         elif stop_at_misfit:
             break
-    return kept, room
+    return kept
+
+
+def fitting(case: dict, count, order, stop_at_misfit: bool = False) -> dict:
+    """The request with each turn of `order` that fits (`fit`) in the allowance left after the bare request."""
+    bare, cost = costs(case, count)
+    return chosen(case, count, fit(order, cost, allowance(case) - bare, stop_at_misfit))
 
 
 def ranked(scores: dict[int, float]) -> list[int]:
@@ -81,7 +83,7 @@ def by_overlap(case: dict, before: int) -> list[int]:
     """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
     asked = words(case['current'])
     return ranked({index: shared for index, turn in enumerate(case['history'][:before])
-                   if (shared := len(asked & turn_words(*turn_texts(turn))))})
+                   if (shared := len(asked & words(' '.join(turn_texts(turn)))))})
 
 
 @lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
@@ -94,11 +96,9 @@ def note_lines(case: dict, before: int):
     """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role:
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
     for index in reversed(range(before)):
-        turn = case['history'][index]
-        roles = [message['role'] for message in turn] if type(turn) is list else TURN_ROLES  # an agent turn's, a pair's
-        for role, text in reversed(list(zip(roles, turn_texts(turn)))):  # newest first: the assistant's, the user's
-            for sentence in reversed(cue_sentences(text)):
-                yield f'- [turn {index + 1}, {role}] {sentence}'
+        for message in reversed(turn_messages(case['history'][index])):  # newest first: a pair's assistant, its user
+            for sentence in reversed(cue_sentences(message_text(message))):
+                yield f'- [turn {index + 1}, {message["role"]}] {sentence}'
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
@@ -111,20 +111,16 @@ def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
 
 
 def recent(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
-    kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - bare, stop_at_misfit=True)
-    return chosen(case, count, kept)
+    return fitting(case, count, reversed(range(len(case['history']))), stop_at_misfit=True)
 
 
 def relevant(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
-    kept, _ = fit(by_overlap(case, len(cost)), cost, allowance(case) - bare)
-    return chosen(case, count, kept)
+    return fitting(case, count, by_overlap(case, len(case['history'])))
 
 
 def notes(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
+    kept = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
     turns, lines = sum(cost[index] for index in kept), []
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
         if turns + count(build_request(case, [], [line, *lines])) > allowance(case):
@@ -133,11 +129,9 @@ def notes(case: dict, count) -> dict:
     return chosen(case, count, kept, lines)
 
 
-def hybrid(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
-    kept, room = fit(range(len(cost))[-1:], cost, allowance(case) - bare)  # the newest turn, if there is one
-    more, _ = fit(by_overlap(case, len(cost) - 1), cost, room)
-    return chosen(case, count, kept + more)
+def hybrid(case: dict, count) -> dict:  # the newest turn, if there is one, then the others by overlap
+    newest = range(len(case['history']))[-1:]
+    return fitting(case, count, [*newest, *by_overlap(case, len(case['history']) - 1)])
 
 
 RULES = {'recent': recent, 'relevant': relevant, 'notes': notes, 'hybrid': hybrid}
