@@ -44,8 +44,7 @@ def words(text: str) -> frozenset[str]:
 
 
 def costs(case: dict, count) -> tuple[int, list[int]]:
-    """(tokens of the bare request, tokens each turn adds to it): the counter's `turn_costs(history)` where it
-    has one; for any other count function, count(request with turn i) - count(bare request)."""
+    """(bare, each turn's) as above: count.turn_costs(history) if count has it, else count(with turn i) - bare."""
     bare = count(build_request(case, []))
     if hasattr(count, 'turn_costs'):
         return bare, count.turn_costs(case['history'])
@@ -102,8 +101,7 @@ def note_lines(case: dict, before: int):
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
-    """What every rule returns: the request, its turns and notes, and its size counted whole, which must be
-    the sum of the parts (`costs`) the rule decided by."""
+    """What every rule returns (shapes.selection), its size counted whole and checked against its parts."""
     request, cost = build_request(case, kept, notes), costs(case, count)[1]
     size = count(request)
     check_additive(case, size, count(build_request(case, [], notes)) + sum(cost[i] for i in kept))
