@@ -51,11 +51,11 @@ def costs(case: dict, count) -> tuple[int, list[int]]:
     return bare, [count(build_request(case, [index])) - bare for index in range(len(case['history']))]
 
 
-def fit(order, cost: list[int], room: int, stop_at_misfit: bool = False) -> list[int]:
-    """Walk `order`, keeping each turn that fits in the room left:
+def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = False) -> tuple[list[int], int]:
+    """Walk `order`, keeping each turn that fits in the room left: (the kept turns, the room left after them).
 
-    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6) -> [3, 2, 0]       (turn 1 does not fit, turn 0 does)
-    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6, stop_at_misfit=True) -> [3, 2]
+    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6) -> ([3, 2, 0], 0)       (turn 1 does not fit, turn 0 does)
+    fit([3, 2, 1, 0], cost=[1, 5, 2, 3], room=6, stop_at_misfit=True) -> ([3, 2], 1)
     """
     kept = []
     for index in order:
@@ -64,13 +64,13 @@ def fit(order, cost: list[int], room: int, stop_at_misfit: bool = False) -> list
             room -= cost[index]
         elif stop_at_misfit:
             break
-    return kept
+    return kept, room
 
 
 def fitting(case: dict, count, order, stop_at_misfit: bool = False) -> dict:
     """The request with each turn of `order` that fits (`fit`) in the allowance left after the bare request."""
     bare, cost = costs(case, count)
-    return chosen(case, count, fit(order, cost, allowance(case) - bare, stop_at_misfit))
+    return chosen(case, count, fit(order, cost, allowance(case) - bare, stop_at_misfit)[0])
 
 
 def ranked(scores: dict[int, float]) -> list[int]:
@@ -118,7 +118,7 @@ def relevant(case: dict, count) -> dict:
 
 def notes(case: dict, count) -> dict:
     bare, cost = costs(case, count)
-    kept = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
+    kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
     turns, lines = sum(cost[index] for index in kept), []
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
         if turns + count(build_request(case, [], [line, *lines])) > allowance(case):
