@@ -75,9 +75,8 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
 
 
 def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dict:
-    """The best-possible report row of a case: search() over its fact-holding, stale-free turns, counted and graded
-    like a rule's; a count off the predicted sum stops the run. `facts` is turn_facts(case) if the caller has it:
-    it does not depend on the budget, so budget_sweep.py works it out once per case."""
+    """The best-possible report row of a case: search() over its fact-holding, stale-free turns, counted, checked and
+    graded like a rule's. `facts`: turn_facts(case), which budget_sweep.py works out once for all its budgets."""
     required, stale = facts if facts is not None else turn_facts(case)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'],
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}

@@ -22,7 +22,7 @@ from functools import lru_cache
 import re
 
 from scorer import check_additive
-from shapes import TURN_ROLES, allowance, build_request, escape, selection, turn_texts
+from shapes import allowance, build_request, escape, message_text, selection, turn_messages, turn_texts
 
 # What is measured. Changing any of these (or shapes.NOTES_HEADER) changes the recorded report.
 NOTES_RESERVE = 64  # tokens `notes` keeps free of recent turns, for the notes block
@@ -37,19 +37,14 @@ CUES = re.compile(
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
 
 
+@lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
 def words(text: str) -> frozenset[str]:
     """Content words of a text: words('Which database will we use?') -> frozenset({'database', 'use'})"""
     return frozenset(WORD.findall(text.lower())) - STOP_WORDS
 
 
-@lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
-def turn_words(*texts: str) -> frozenset[str]:  # words of a turn's messages, as one text
-    return words(' '.join(texts))
-
-
 def costs(case: dict, count) -> tuple[int, list[int]]:
-    """(tokens of the bare request, tokens each turn adds to it): the counter's `turn_costs(history)` where it
-    has one; for any other count function, count(request with turn i) - count(bare request)."""
+    """(bare, each turn's) as above: count.turn_costs(history) if count has it, else count(with turn i) - bare."""
     bare = count(build_request(case, []))
     if hasattr(count, 'turn_costs'):
         return bare, count.turn_costs(case['history'])
@@ -72,6 +67,12 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
     return kept, room
 
 
+def fitting(case: dict, count, order, stop_at_misfit: bool = False) -> dict:
+    """The request with each turn of `order` that fits (`fit`) in the allowance left after the bare request."""
+    bare, cost = costs(case, count)
+    return chosen(case, count, fit(order, cost, allowance(case) - bare, stop_at_misfit)[0])
+
+
 def ranked(scores: dict[int, float]) -> list[int]:
     """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
     return sorted(scores, key=lambda index: (-scores[index], -index))
@@ -81,7 +82,7 @@ def by_overlap(case: dict, before: int) -> list[int]:
     """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
     asked = words(case['current'])
     return ranked({index: shared for index, turn in enumerate(case['history'][:before])
-                   if (shared := len(asked & turn_words(*turn_texts(turn))))})
+                   if (shared := len(asked & words(' '.join(turn_texts(turn)))))})
 
 
 @lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
@@ -94,16 +95,13 @@ def note_lines(case: dict, before: int):
     """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role:
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
     for index in reversed(range(before)):
-        turn = case['history'][index]
-        roles = [message['role'] for message in turn] if type(turn) is list else TURN_ROLES  # an agent turn's, a pair's
-        for role, text in reversed(list(zip(roles, turn_texts(turn)))):  # newest first: the assistant's, the user's
-            for sentence in reversed(cue_sentences(text)):
-                yield f'- [turn {index + 1}, {role}] {sentence}'
+        for message in reversed(turn_messages(case['history'][index])):  # newest first: a pair's assistant, its user
+            for sentence in reversed(cue_sentences(message_text(message))):
+                yield f'- [turn {index + 1}, {message["role"]}] {sentence}'
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
-    """What every rule returns: the request, its turns and notes, and its size counted whole, which must be
-    the sum of the parts (`costs`) the rule decided by."""
+    """What every rule returns (shapes.selection), its size counted whole and checked against its parts."""
     request, cost = build_request(case, kept, notes), costs(case, count)[1]
     size = count(request)
     check_additive(case, size, count(build_request(case, [], notes)) + sum(cost[i] for i in kept))
@@ -111,15 +109,11 @@ def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
 
 
 def recent(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
-    kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - bare, stop_at_misfit=True)
-    return chosen(case, count, kept)
+    return fitting(case, count, reversed(range(len(case['history']))), stop_at_misfit=True)
 
 
 def relevant(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
-    kept, _ = fit(by_overlap(case, len(cost)), cost, allowance(case) - bare)
-    return chosen(case, count, kept)
+    return fitting(case, count, by_overlap(case, len(case['history'])))
 
 
 def notes(case: dict, count) -> dict:
@@ -133,11 +127,9 @@ def notes(case: dict, count) -> dict:
     return chosen(case, count, kept, lines)
 
 
-def hybrid(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
-    kept, room = fit(range(len(cost))[-1:], cost, allowance(case) - bare)  # the newest turn, if there is one
-    more, _ = fit(by_overlap(case, len(cost) - 1), cost, room)
-    return chosen(case, count, kept + more)
+def hybrid(case: dict, count) -> dict:  # the newest turn, if there is one, then the others by overlap
+    newest = range(len(case['history']))[-1:]
+    return fitting(case, count, [*newest, *by_overlap(case, len(case['history']) - 1)])
 
 
 RULES = {'recent': recent, 'relevant': relevant, 'notes': notes, 'hybrid': hybrid}

@@ -20,7 +20,8 @@ from evaluate import report
 import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
 from shapes import build_request, turn_texts
-from tokenizer import count_request, counter
+from test_support_fixtures import whole_count
+from tokenizer import count_request
 from views import report_table
 
 HERE = Path(__file__).resolve().parent
@@ -98,11 +99,6 @@ class FusionTest(unittest.TestCase):
         self.assertEqual(RRF_K, 60)
 
 
-def plain_count(messages: list[dict]) -> int:
-    """A plain count function: the request rendered and encoded whole, no `turn_costs`."""
-    return len(counter().encode(counter().prompt(messages)))
-
-
 def reference_keep_in_order(case: dict, order: list[int]) -> list[int]:
     """As the README states `relevant`'s fitting: try each turn in order, keep it if the whole request with it
     still fits the allowance, skip it and try the next if not."""
@@ -110,7 +106,7 @@ def reference_keep_in_order(case: dict, order: list[int]) -> list[int]:
     room = budget['context_limit'] - budget['max_new_tokens'] - budget['margin']
     kept = []
     for index in order:
-        if plain_count(build_request(case, kept + [index])) <= room:
+        if whole_count(build_request(case, kept + [index])) <= room:
             kept.append(index)
     return sorted(kept)
 
@@ -123,8 +119,8 @@ class RequestTest(unittest.TestCase):
                 sized = {**case, 'budget': {'context_limit': limit, 'max_new_tokens': 0, 'margin': 0}}
                 kept = reference_keep_in_order(sized, order)
                 expected = {'messages': build_request(sized, kept), 'turns': kept, 'notes': 0,
-                            'input_tokens': plain_count(build_request(sized, kept))}
-                for label, count in (('the lab counter', count_request), ('a plain count function', plain_count)):
+                            'input_tokens': whole_count(build_request(sized, kept))}
+                for label, count in (('the lab counter', count_request), ('a plain count function', whole_count)):
                     with self.subTest(case=case['id'], limit=limit, count=label):
                         self.assertEqual(keep_in_order(sized, count, dense_ranked), expected)
 
