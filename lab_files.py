@@ -128,15 +128,15 @@ def path_text(path: Path) -> str:
 
 
 def file_identity(path: Path) -> tuple | None:
-    """One file however it is spelt or linked: a regular file's (device, inode), else (no file yet) its folder's and
-    its name; None for a pipe or device, which no write replaces."""
+    """One file or folder however it is spelt or linked: its (device, inode), else (nothing there yet) its folder's
+    and its name; None for a pipe or device, which no write replaces. A folder swapped in has another identity."""
     with contextlib.suppress(OSError):  # a path that cannot be looked at is none; writing to it will say why
         real = os.path.realpath(path)
         if not os.path.exists(real):  # no file yet
             folder = os.stat(os.path.dirname(real))
             return folder.st_dev, folder.st_ino, os.path.basename(real)
         status = os.stat(real)
-        return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+        return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) or stat.S_ISDIR(status.st_mode) else None
 
 
 def output_help(what: str, never: str) -> str:
@@ -241,13 +241,6 @@ def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, st
     finally:
         for handle, target in staged:
             os.close(handle) if target is None else Path(handle).unlink(missing_ok=True)
-
-
-def folder_identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of the folder path names, None if none: a swap changes it, a swap undone does not."""
-    with contextlib.suppress(OSError):
-        found = os.stat(path)
-        return found.st_dev, found.st_ino
 
 
 def swap_folders(target: Path, pid: int | str = '') -> list[Path]:

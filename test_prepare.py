@@ -37,7 +37,7 @@ from tokenizers import Tokenizer
 
 import common
 import prepare
-from lab_files import folder_identity, replace_folder
+from lab_files import file_identity, replace_folder
 from prepared_folder import PREPARED, PREPARED_ENV, check_prepared, counter_folder, read_manifest
 from test_support_runs import ctrl_c_reaches_children
 
@@ -578,7 +578,7 @@ class SwapTest(HubTest):
 
     def check_one_run(self, kind: str, failing: str, at: int) -> None:
         target = self.layout(kind)
-        before, before_identity = snapshot(target), folder_identity(target)
+        before, before_identity = snapshot(target), file_identity(target)
         injector = StepInjector(at, failing)
         code, out, err = self.run_main(injector)
         last = err.splitlines()[-1] if err else ''
@@ -591,11 +591,11 @@ class SwapTest(HubTest):
         self.assertEqual(code == 0, finishes, err)
         if code == 0:  # dest is the complete new folder
             self.assertEqual(check_prepared(self.dest, self.manifest, self.manifest_sha, 'hub'), ('hub', ''))
-            self.assertNotEqual(folder_identity(target), before_identity)
+            self.assertNotEqual(file_identity(target), before_identity)
             self.assertTrue(out.startswith('prepared from hub in '), out)
         else:
             self.assertEqual(snapshot(target), before)
-            self.assertEqual(folder_identity(target), before_identity)
+            self.assertEqual(file_identity(target), before_identity)
             self.assertEqual(out, '')
             if failing == 'interrupt':
                 self.assertEqual((code, last), (130, f'prepare.py: interrupted; {self.dest} is as it was and no'
@@ -689,8 +689,8 @@ class SdistTest(TinyVocabTest):
         sdist, manifest, manifest_sha = self.sdist_and_manifest(self.good)
         manifest['pypi_mirror']['sdist_sha256'] = '0' * 64
         self.assertEqual(self.run_sdist(sdist, manifest, manifest_sha),
-                         f"{sdist.name}: sha256 is {sha256(sdist.read_bytes())}, expected {'0' * 64} (manifest "
-                         'pypi_mirror.sdist_sha256); refusing it')
+                         f"{sdist.name}: sha256 is {sha256(sdist.read_bytes())}, expected {'0' * 64}; refusing it "
+                         '(manifest pypi_mirror.sdist_sha256)')
         self.assert_nothing_written()
 
     def test_corrupted_member_is_refused_naming_it_and_nothing_is_written(self) -> None:
