@@ -208,9 +208,7 @@ def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description='Time the four rules on generated case sets: full against cached counting, then a sweep over '
-                    'context sizes and history lengths (docs/speed.md). With --cases FILE, time each rule on that.')
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--generated', type=int, default=GENERATED_CASES,
                         help=f'cases in the first part (default {GENERATED_CASES})')
     add_input_options(parser, None, 'time each rule on this case set instead')

@@ -49,8 +49,7 @@ def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: floa
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Run the four context-selection rules (and the rules of any --rules '
-                                     'file) on a case set and grade which required and stale facts reach each request.')
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_options(parser)
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
