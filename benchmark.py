@@ -88,25 +88,21 @@ def count_whole(messages: list[dict]) -> int:
 
 
 def cold_start():
-    """The counter with every cache empty, as in a fresh process, but its once-per-process vocabulary check done
-    (`lines_apart` reads the whole vocabulary on first use), so that no timed run pays for loading."""
+    """The counter with every cache empty, as in a fresh process, the BPE model's too (a warm one encodes short texts
+    about twice as fast), but its once-per-process vocabulary check done (`lines_apart` reads the whole vocabulary
+    on first use), so that no timed run pays for loading."""
     counter().lines_apart
     counter().forget()
-    clear_tokenizer_cache()
+    counter().tokenizer.model._clear_cache()  # every counter's model is a BPE of the tokenizers run() checks
     return counter()
 
 
-def clear_tokenizer_cache() -> None:
-    """Forget the short texts the BPE model caches: a warm cache encodes them about twice as fast and would
-    make the bound look lower than any fresh count could be."""
-    counter().tokenizer.model._clear_cache()  # every counter's model is a BPE of the tokenizers run() checks
-
-
 def bound_seconds() -> float:
-    """Encode once every distinct message (and notes line) the counter measured: no exact counter does less."""
+    """Encode once, from a cold start, every distinct message (and notes line) the counter measured: no exact counter
+    does less. It leaves the counter cold."""
     encode = counter().encode
     texts = [frame_span(counter().form, role, content) for role, content in counter().sizes] + list(counter().lines)
-    clear_tokenizer_cache()
+    cold_start()
     start = time.process_time()
     for text in texts:
         encode(text)
@@ -120,13 +116,12 @@ def benchmark(cases_count: int, turns: int, seed: int) -> tuple[dict, dict[str, 
     naive, slow = timed_run(cases, count_whole, 'full count')
     cold_start()  # the fast path starts cold, like a fresh process
     fast, quick = timed_run(cases, exact, 'cached count')
-    bound = bound_seconds()
-    figures = {'cases': cases_count, 'turns_per_case': turns, 'seed': seed, 'distinct_pieces': len(exact.sizes),
+    pieces, bound = len(exact.sizes), bound_seconds()
+    figures = {'cases': cases_count, 'turns_per_case': turns, 'seed': seed, 'distinct_pieces': pieces,
                'naive_seconds': round(naive, 3), 'fast_seconds': round(fast, 3), 'speedup': round(naive / fast, 1),
                'bound_seconds': round(bound, 3), 'fast_over_bound': round(fast / bound, 2),
                'identical_selections': slow == quick}
-    cold_start()  # the same texts, each reply a tool result (docs/agents.md): what tool rendering costs
-    try:
+    try:  # from cold, the same texts, each reply a tool result (docs/agents.md): what tool rendering costs
         agent = timed_run(list(map(as_agent, cases)), exact, 'agent turns')[0]
         figures |= {'agent_seconds': round(agent, 3), 'agent_over_pair': round(agent / fast, 1)}
     except CounterError:  # phi-3.5 counts no tool message: its template drops them
@@ -152,7 +147,6 @@ def speed_sweep(cases_count: int) -> dict:
                          'seconds': round(seconds, 3), 'bound_seconds': round(bound, 3),
                          'over_bound': round(seconds / bound, 2)})
         at[context_limit, turns] = seconds
-    exact.forget()
     return {'sweep': settings, 'sweep_seed': SWEEP_SEED,
             'worst_over_bound': max(s['over_bound'] for s in settings),
             'budget_growth': round(at[65536, 300] / at[4096, 300], 2),
