@@ -72,11 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help='with --show: print the exact text the counter renders (what the model receives)')
     parser.add_argument('--full', action='store_true', help='with --show: do not fold long messages')
     add_counter_option(parser)
-    return checked_together(parser, parser.parse_args(argv))
-
-
-def checked_together(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """The options, once those that only go with another are known to come with it."""
+    args = parser.parse_args(argv)  # then each option that only goes with another is checked to come with it
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table or a turn map; use it without --format')
     if args.summary_only and not args.compare:
