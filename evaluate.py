@@ -27,8 +27,7 @@ from lab_files import check_outputs, output_help, read_json, to_json, write_outp
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, report_header, run_rules
 from scorer import by_group, check_fits
-from shapes import build_request, selection
-from strategies import RULES
+from strategies import RULES, chosen
 from tokenizer import add_counter_option, choose_counter, count_request
 import views
 
@@ -98,13 +97,12 @@ def show(args: argparse.Namespace) -> str:
         raise LabError(f'{args.cases}: no case {args.show!r}; the case ids are: {", ".join(cases)}')
     rules = rules if args.strategy is None else {args.strategy: rules[args.strategy]}
     check_fits(args.cases, [case], count_request)
-    chosen, rows = case_selections(case, rules, count_request)
-    if args.strategy is None:  # then the best possible selection, None where the case was not searched
+    selected, rows = case_selections(case, rules, count_request)
+    if args.strategy is None:  # then the best possible selection, made as best_row made it; None if not searched
         best = rows[best_possible.LABEL] = best_possible.best_row(case, count_request)
-        chosen[best_possible.LABEL] = None if best['turns'] is None else \
-            selection(build_request(case, best['turns']), best['turns'], 0, best['input_tokens'])
+        selected[best_possible.LABEL] = None if best['turns'] is None else chosen(case, count_request, best['turns'])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
-    return views.show_requests(case, chosen, rows, args.prompt, args.full, colour)
+    return views.show_requests(case, selected, rows, args.prompt, args.full, colour)
 
 
 def main(argv: list[str]) -> int:
