@@ -236,10 +236,7 @@ def picture(report: dict, kind: str) -> bytes:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description='Run every rule on a case set at several context limits and report, per limit and rule, '
-                    'the figures evaluate.py reports; optionally draw them. With no options it re-records '
-                    f'{RECORDING.name} and {PICTURE.name} (cases.json at {",".join(map(str, DEFAULT_LIMITS))}).')
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_options(parser)
     parser.add_argument('--context-limits', metavar='L1,L2,...', default=','.join(map(str, DEFAULT_LIMITS)),
                         help='context limits to give every case, comma-separated (default: %(default)s)')

@@ -27,8 +27,7 @@ from lab_files import check_outputs, output_help, read_json, to_json, write_outp
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, report_header, run_rules
 from scorer import by_group, check_fits
-from shapes import build_request, selection
-from strategies import RULES
+from strategies import RULES, chosen
 from tokenizer import add_counter_option, choose_counter, count_request
 import views
 
@@ -49,8 +48,7 @@ def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: floa
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description='Run the four context-selection rules (and the rules of any --rules '
-                                     'file) on a case set and grade which required and stale facts reach each request.')
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_options(parser)
     parser.add_argument('--format', choices=('json', 'table', 'turns'), default='json',
                         help='json: the full report (default); table: the summary as a Markdown table; '
@@ -73,11 +71,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help='with --show: print the exact text the counter renders (what the model receives)')
     parser.add_argument('--full', action='store_true', help='with --show: do not fold long messages')
     add_counter_option(parser)
-    return checked_together(parser, parser.parse_args(argv))
-
-
-def checked_together(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """The options, once those that only go with another are known to come with it."""
+    args = parser.parse_args(argv)  # then each option that only goes with another is checked to come with it
     if args.compare and args.format != 'json':
         parser.error('--compare prints changes, not a table or a turn map; use it without --format')
     if args.summary_only and not args.compare:
@@ -103,13 +97,12 @@ def show(args: argparse.Namespace) -> str:
         raise LabError(f'{args.cases}: no case {args.show!r}; the case ids are: {", ".join(cases)}')
     rules = rules if args.strategy is None else {args.strategy: rules[args.strategy]}
     check_fits(args.cases, [case], count_request)
-    chosen, rows = case_selections(case, rules, count_request)
-    if args.strategy is None:  # then the best possible selection, None where the case was not searched
+    selected, rows = case_selections(case, rules, count_request)
+    if args.strategy is None:  # then the best possible selection, made as best_row made it; None if not searched
         best = rows[best_possible.LABEL] = best_possible.best_row(case, count_request)
-        chosen[best_possible.LABEL] = None if best['turns'] is None else \
-            selection(build_request(case, best['turns']), best['turns'], 0, best['input_tokens'])
+        selected[best_possible.LABEL] = None if best['turns'] is None else chosen(case, count_request, best['turns'])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
-    return views.show_requests(case, chosen, rows, args.prompt, args.full, colour)
+    return views.show_requests(case, selected, rows, args.prompt, args.full, colour)
 
 
 def main(argv: list[str]) -> int:

@@ -218,13 +218,10 @@ def turn_numbers(indices: list[int] | None) -> str:
 def row_changes(old: dict, new: dict) -> list[str]:
     """What changed in one (rule or best-possible, case) row, turns counted from 1: old missing ['x'] and new
     missing [] give ["facts gained: ['x']"]; old turns [2] and new turns [0, 2] give ['kept turn 3 -> turns 1, 3']."""
-    old_missing, new_missing = old['missing'] or [], new['missing'] or []  # None: the row was not searched
-    old_stale, new_stale = old['stale_included'] or [], new['stale_included'] or []
-    out = [f'{label}: {fact_list(facts)}' for label, facts in (
-        ('facts lost', [fact for fact in new_missing if fact not in old_missing]),
-        ('facts gained', [fact for fact in old_missing if fact not in new_missing]),
-        ('stale facts gone', [fact for fact in old_stale if fact not in new_stale]),
-        ('stale facts appeared', [fact for fact in new_stale if fact not in old_stale])) if facts]
+    out = [f'{label}: {fact_list(facts)}' for label, field, holder, other in (  # facts in holder's field, not in other's
+        ('facts lost', 'missing', new, old), ('facts gained', 'missing', old, new),
+        ('stale facts gone', 'stale_included', old, new), ('stale facts appeared', 'stale_included', new, old))
+        if (facts := [fact for fact in holder[field] or [] if fact not in (other[field] or [])])]  # None: not searched
     turn_fields = {'turns': 'kept', 'fact_turns': 'required facts in', 'stale_turns': 'stale facts in'}
     return out + [f'{turn_fields[field]} {turn_numbers(before)} -> {turn_numbers(after)}' if field in turn_fields
                   else f'{field} {before} -> {after}'
