@@ -24,8 +24,8 @@ from lab_files import check_outputs, to_json, write_output
 from memory_cases import load_memory_cases
 from memory_store import MemoryStore
 from runner import counter_note, report_header
-from scorer import facts_in
-from shapes import SPLITS, allowance, escape
+from scorer import by_group, facts_in
+from shapes import allowance, escape
 from strategies import words
 from text import markdown_table, plain_number
 from tokenizer import add_counter_option, choose_counter, counter
@@ -124,12 +124,10 @@ def memory_totals(rows: list[dict]) -> dict:
 def replay_growth(replay: dict, folder: Path) -> tuple[list[dict], dict]:
     """(rows of each store every SAMPLE_EVERY turns of the replay, each store's file size in bytes at its end)."""
     managed, append_only = filled_stores(folder, 'replay', [], replay['user'])
-    samples, events = [], iter(replay['events'])
-    event = next(events, None)
+    events, samples = {event['turn']: event for event in replay['events']}, []  # turns increase: one event a turn
     for turn in range(1, replay['turns'] + 1):
-        while event is not None and event['turn'] == turn:
-            managed.apply(replay['user'], event), append_only.apply(replay['user'], event)
-            event = next(events, None)
+        if turn in events:
+            managed.apply(replay['user'], events[turn]), append_only.apply(replay['user'], events[turn])
         if turn % SAMPLE_EVERY == 0:
             samples.append({'turn': turn, 'managed': managed.counts(), 'append_only': append_only.counts()})
     managed.close(), append_only.close()
@@ -146,9 +144,7 @@ def memory_report(path: Path) -> dict:
         growth, sizes = replay_growth(cases['replay'], Path(name))
     header = report_header(path, sha256, [], 'memory_eval.py', 'memory_store.py', 'memory_cases.py')
     header['environment'] |= {'sqlite': sqlite3.sqlite_version, 'replay_file_bytes': sizes}  # not a result
-    splits = [split for split in SPLITS if any(row['split'] == split for row in rows[FILLS[0]])]
-    summary = {fill: {split: memory_totals([row for row in rows[fill] if row['split'] == split]) for split in splits}
-               for fill in FILLS}
+    summary = {fill: by_group(rows[fill], 'split', memory_totals) for fill in FILLS}
     return {**header, 'fills': list(FILLS), 'summary': summary, 'questions': rows, 'storage_growth': growth}
 
 
