@@ -106,13 +106,10 @@ class MemoryStore:
     def apply(self, user: str, event: dict) -> None:
         """Applies one event at its time, in one transaction: all of it, or none if it cannot be applied."""
         time, action, fact, replaces = self._parse(user, event)
-        where = f'{self.path}: user {printable(repr(user))}, event at time {time}'
-        if replaces is not None and not self._holds(user, replaces):
-            raise StoreError(f'{where}: cannot replace {printable(repr(replaces))}: '
-                             f'the store holds no such current fact')
-        if action == 'forget' and not self._holds(user, fact):
-            raise StoreError(f'{where}: cannot forget {printable(repr(fact))}: the store holds no such current fact')
-        if action != 'forget' and self.managed and self._holds(user, fact):
+        where, current = f'{self.path}: user {printable(repr(user))}, event at time {time}', self.lines(user)
+        if action != 'remember' and (ended := replaces if action == 'replace' else fact) not in current:
+            raise StoreError(f'{where}: cannot {action} {printable(repr(ended))}: the store holds no such current fact')
+        if action != 'forget' and self.managed and fact in current:
             raise StoreError(f'{where}: cannot {action} {printable(repr(fact))}: it is already a current fact')
         self._db.execute('BEGIN IMMEDIATE')
         try:
@@ -146,12 +143,6 @@ class MemoryStore:
         if (action == 'replace') != isinstance(replaces, str):
             raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
         return time, action, fact, replaces
-
-    def _holds(self, user: str, fact: str) -> bool:
-        """Whether `fact` is current for `user`: in the append-only store every row stays current."""
-        live = ' AND superseded_at IS NULL' if self.managed else ''
-        return self._db.execute(f'SELECT 1 FROM facts WHERE user = ? AND fact = ?{live}', (user, fact)).fetchone() \
-            is not None
 
     def lines(self, user: str) -> list[str]:
         """The facts a memory block may hold for `user`, oldest first: managed, the current ones; append-only,
