@@ -26,6 +26,7 @@ QUESTION_FIELDS = ('id', 'user', 'time', 'split', 'kind', 'question', 'required'
 ACTIONS = ('remember', 'replace', 'forget')
 EVENT_FIELDS = ('action', 'fact', 'replaces')  # after the event's time or turn; only a replace has replaces
 PAST = {'replace': 'replaced', 'forget': 'forgotten'}  # a fact's status after each action that ends it
+MEMORY_CASES = HERE / 'memory-cases.json'  # the case set main writes by default and memory_eval reads
 LABELS = {'required': 'current', 'stale': 'replaced', 'forgotten': 'forgotten'}  # what each list's facts must be
 
 # What is measured. Changing any of these changes memory-cases.json and every figure of memory-result.json.
@@ -233,7 +234,7 @@ def load_memory_cases(path: Path) -> tuple[dict, str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Write the memory lab's case set (docs/memory.md).")
-    parser.add_argument('--output', type=Path, default=HERE / 'memory-cases.json', metavar='FILE',
+    parser.add_argument('--output', type=Path, default=MEMORY_CASES, metavar='FILE',
                         help='case set to write, replaced whole (default: memory-cases.json beside this script)')
     args = parser.parse_args(argv)
     check_outputs([('--output', args.output)], [])
