@@ -105,7 +105,15 @@ class MemoryStore:
 
     def apply(self, user: str, event: dict) -> None:
         """Applies one event at its time, in one transaction: all of it, or none if it cannot be applied."""
-        time, action, fact, replaces = self._parse(user, event)
+        time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
+        where = f'{self.path}: user {printable(repr(user))}, event {printable(repr(event))[:200]}'
+        if not isinstance(user, str) or type(time) is not int:
+            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
+        action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
+        if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
+            raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
+        if (action == 'replace') != isinstance(replaces, str):
+            raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
         where, current = f'{self.path}: user {printable(repr(user))}, event at time {time}', self.lines(user)
         if action != 'remember' and (ended := replaces if action == 'replace' else fact) not in current:
             raise StoreError(f'{where}: cannot {action} {printable(repr(ended))}: the store holds no such current fact')
@@ -130,19 +138,6 @@ class MemoryStore:
         if replaces is not None and self.managed:
             self._db.execute('UPDATE facts SET superseded_at = ?, replaced_by = ? WHERE user = ? AND fact = ? '
                              'AND superseded_at IS NULL', (time, new, user, replaces))
-
-    def _parse(self, user: str, event: dict) -> tuple[int, str, str, str | None]:
-        """(time, action, fact, replaces) of an event, or a StoreError naming what is wrong with it."""
-        time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
-        where = f'{self.path}: user {printable(repr(user))}, event {printable(repr(event))[:200]}'
-        if not isinstance(user, str) or type(time) is not int:
-            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
-        action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
-        if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
-            raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
-        if (action == 'replace') != isinstance(replaces, str):
-            raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
-        return time, action, fact, replaces
 
     def lines(self, user: str) -> list[str]:
         """The facts a memory block may hold for `user`, oldest first: managed, the current ones; append-only,
