@@ -120,27 +120,26 @@ def memory_totals(rows: list[dict]) -> dict:
     return {key: figures[key] for key in TOTALS}
 
 
-def replay_growth(replay: dict, folder: Path) -> tuple[list[dict], dict]:
+def replay_growth(replay: dict) -> tuple[list[dict], dict]:
     """(rows of each store every SAMPLE_EVERY turns of the replay, each store's file size in bytes at its end)."""
-    managed, append_only = filled_stores(folder, 'replay', [], replay['user'])
     events, samples = {event['turn']: event for event in replay['events']}, []  # turns increase: one event a turn
-    for turn in range(1, replay['turns'] + 1):
-        if turn in events:
-            managed.apply(replay['user'], events[turn]), append_only.apply(replay['user'], events[turn])
-        if turn % SAMPLE_EVERY == 0:
-            samples.append({'turn': turn, 'managed': managed.counts(), 'append_only': append_only.counts()})
-    managed.close(), append_only.close()
-    return samples, {name: (folder / f'replay.{name}.sqlite').stat().st_size for name in ('managed', 'append')}
+    with tempfile.TemporaryDirectory(prefix='memory-eval-') as folder:
+        managed, append_only = filled_stores(Path(folder), 'replay', [], replay['user'])
+        for turn in range(1, replay['turns'] + 1):
+            if turn in events:
+                managed.apply(replay['user'], events[turn]), append_only.apply(replay['user'], events[turn])
+            if turn % SAMPLE_EVERY == 0:
+                samples.append({'turn': turn, 'managed': managed.counts(), 'append_only': append_only.counts()})
+        managed.close(), append_only.close()
+        return samples, {'managed': managed.path.stat().st_size, 'append': append_only.path.stat().st_size}
 
 
 def memory_report(path: Path) -> dict:
     """The report: the lab's header, the totals per fill and split, the rows, the replay's storage growth."""
     cases, sha256 = load_memory_cases(path)
-    rows = {fill: [] for fill in FILLS}
-    for fill, _, _, row in filled_requests(cases, counter()):
-        rows[fill].append(row)
-    with tempfile.TemporaryDirectory(prefix='memory-eval-') as name:
-        growth, sizes = replay_growth(cases['replay'], Path(name))
+    filled = filled_requests(cases, counter())
+    rows = {fill: [row for made, _, _, row in filled if made == fill] for fill in FILLS}
+    growth, sizes = replay_growth(cases['replay'])
     header = report_header(path, sha256, [], 'memory_eval.py', 'memory_store.py', 'memory_cases.py')
     header['environment'] |= {'sqlite': sqlite3.sqlite_version, 'replay_file_bytes': sizes}  # not a result
     summary = {fill: by_group(rows[fill], 'split', memory_totals) for fill in FILLS}
