@@ -67,8 +67,7 @@ class MemoryStore:
     """A managed or an append-only store of facts in one SQLite file; see the module docstring."""
 
     def __init__(self, path, managed: bool):
-        self.path, self.managed = Path(path), managed
-        self._db = None
+        self.path, self.managed, self._db = Path(path), managed, None
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are begun explicitly
             self._set_up()
@@ -140,8 +139,7 @@ class MemoryStore:
                              'AND superseded_at IS NULL', (time, new, user, replaces))
 
     def lines(self, user: str) -> list[str]:
-        """The facts a memory block may hold for `user`, oldest first: managed, the current ones; append-only,
-        every text ever stored."""
+        """The facts a memory block may hold for `user`, oldest first: the current ones, or (append-only) all."""
         live = ' AND superseded_at IS NULL' if self.managed else ''
         rows = self._db.execute(f'SELECT fact FROM facts WHERE user = ?{live} ORDER BY time, id', (user,))
         return [fact for fact, in rows]
