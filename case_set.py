@@ -121,14 +121,9 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
     """The case as the lab holds it, or CaseError for the first thing wrong with it; `where` already names file and
     case. `conversations` is check_history's record of the conversations checked so far."""
     if 'messages' in case:
-        return check_case_fields(where, agent_case(where, case), conversations)
-    if gaps := field_gaps(case, CASE_FIELDS):
+        case = agent_case(where, case)
+    elif gaps := field_gaps(case, CASE_FIELDS):
         raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; {gaps}')
-    return check_case_fields(where, case, conversations)
-
-
-def check_case_fields(where: str, case: dict, conversations: dict | None) -> dict:
-    """check_case's checks of a case's fields, the same for both forms."""
     for name in ('id', 'split', 'kind', 'instructions', 'current'):
         if not isinstance(case[name], str) or not case[name].strip():
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')

@@ -135,27 +135,21 @@ class Sample:
             self.texts[key] = text
         self.history += session_turns(number, date_time, utterances, speakers[0])
 
-    def question(self, index: int) -> tuple[str, int, list[str]]:
-        """Question text, category and evidence list of qa[index], checked."""
-        item = self.qa[index]
-        where = f'qa[{index}]'
-        if not isinstance(item, dict):
-            raise self.error(where, 'must be an object')
-        current = self.field(item, 'question', str, 'a non-empty string', where + '.')
-        category = item.get('category')
-        if type(category) is not int or category not in CATEGORIES:  # not True, not 4.0
-            raise self.error(f'{where}.category', f'must be one of {list(CATEGORIES)}, got {category!r}')
-        evidence = self.field(item, 'evidence', list, 'a list of utterance ids', where + '.')
-        if not all(isinstance(entry, str) for entry in evidence):
-            raise self.error(f'{where}.evidence', 'must be a list of strings')
-        return current, category, evidence
-
 
 def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str, skipped: Counter, golds) -> list[dict]:
     """The cases of one conversation, in qa order; skipped questions counted by reason, gold answers in golds."""
     cases = []
-    for index in range(len(sample.qa)):
-        current, category, evidence = sample.question(index)
+    for index, item in enumerate(sample.qa):
+        where = f'qa[{index}]'
+        if not isinstance(item, dict):
+            raise sample.error(where, 'must be an object')
+        current = sample.field(item, 'question', str, 'a non-empty string', where + '.')
+        category = item.get('category')
+        if type(category) is not int or category not in CATEGORIES:  # not True, not 4.0
+            raise sample.error(f'{where}.category', f'must be one of {list(CATEGORIES)}, got {category!r}')
+        evidence = sample.field(item, 'evidence', list, 'a list of utterance ids', where + '.')
+        if not all(isinstance(entry, str) for entry in evidence):
+            raise sample.error(f'{where}.evidence', 'must be a list of strings')
         ids = evidence_ids(evidence)
         reason = ('category not chosen' if category not in categories else
                   'evidence not an id' if ids is None else
@@ -167,11 +161,11 @@ def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str,
         case = {'id': f'{sample.sample_id}-q{index}', 'split': split, 'kind': CATEGORIES[category],
                 'instructions': INSTRUCTIONS[category], 'current': current, 'history': sample.history,
                 'budget': budget, 'required': list(dict.fromkeys(sample.texts[key] for key in ids)), 'stale': []}
-        check_case(f'{sample.where}: question qa[{index}] as case {case["id"]}', case)  # what load_cases will demand
+        check_case(f'{sample.where}: question {where} as case {case["id"]}', case)  # what load_cases will demand
         if golds is not None:  # LoCoMo's scoring reads an answer as str() of it; a few are years, as integers
-            gold = sample.qa[index].get('answer')
+            gold = item.get('answer')
             if isinstance(gold, bool) or not isinstance(gold, (str, int)) or not str(gold).strip():
-                raise sample.error(f'qa[{index}].answer', f'must be a non-empty string or an integer, got {gold!r}')
+                raise sample.error(f'{where}.answer', f'must be a non-empty string or an integer, got {gold!r}')
             golds[case['id']] = str(gold)
         cases.append(case)
     return cases

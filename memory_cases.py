@@ -26,6 +26,7 @@ QUESTION_FIELDS = ('id', 'user', 'time', 'split', 'kind', 'question', 'required'
 ACTIONS = ('remember', 'replace', 'forget')
 EVENT_FIELDS = ('action', 'fact', 'replaces')  # after the event's time or turn; only a replace has replaces
 PAST = {'replace': 'replaced', 'forget': 'forgotten'}  # a fact's status after each action that ends it
+MEMORY_CASES = HERE / 'memory-cases.json'  # the case set main writes by default and memory_eval reads
 LABELS = {'required': 'current', 'stale': 'replaced', 'forgotten': 'forgotten'}  # what each list's facts must be
 
 # What is measured. Changing any of these changes memory-cases.json and every figure of memory-result.json.
@@ -141,34 +142,28 @@ def check_events(where: str, events, clock: str) -> dict[str, list]:
     remember 'A' at 1, replace it with 'B' at 4 -> {'A': [(1, 'current'), (4, 'replaced')], 'B': [(4, 'current')]}."""
     if not isinstance(events, list) or not events:
         raise CaseError(f'{where}: the events must be a non-empty list of events')
-    history, last = {}, 0
+    history, time = {}, 0
     for index, event in enumerate(events):
         at = f'{where}: event {index}'
         action = event.get('action') if isinstance(event, dict) else None
         if isinstance(event, dict) and action not in ACTIONS:
             raise CaseError(f'{at}: field action must be one of {list(ACTIONS)}, got {action!r}')
         exact_fields(at, f'a {action or "memory"} event', event, (clock, *EVENT_FIELDS[:2 + (action == 'replace')]))
-        if check_count(at, clock, event[clock]) <= last:
-            raise CaseError(f"{at}: field {clock} is {event[clock]}, not after the previous event's {last}")
-        last = event[clock]
-        change(at, history, event, clock)
+        if check_count(at, clock, event[clock]) <= time:
+            raise CaseError(f"{at}: field {clock} is {event[clock]}, not after the previous event's {time}")
+        time, fact = event[clock], check_text(at, 'fact', event['fact'], fact=True)
+        old = check_text(at, 'replaces', event['replaces'], fact=True) if action == 'replace' else fact
+        if action != 'forget' and status(history, fact, time) == 'current':
+            raise CaseError(f'{at}: field fact: fact {fact!r} is already current at {clock} {time}')
+        if action != 'remember':
+            if (found := status(history, old, time)) != 'current':
+                raise CaseError(f"{at}: field {'replaces' if action == 'replace' else 'fact'}: fact {old!r} is "
+                                f"{found if old in history else 'never remembered'} at {clock} {time}; only a "
+                                f'current fact can be {PAST[action]}')
+            history[old].append((time, PAST[action]))
+        if action != 'forget':
+            history.setdefault(fact, []).append((time, 'current'))
     return history
-
-
-def change(at: str, history: dict[str, list], event: dict, clock: str) -> None:
-    """Record one event in history, or CaseError if its facts cannot change so then."""
-    action, time, fact = event['action'], event[clock], check_text(at, 'fact', event['fact'], fact=True)
-    old = check_text(at, 'replaces', event['replaces'], fact=True) if action == 'replace' else fact
-    if action != 'forget' and status(history, fact, time) == 'current':
-        raise CaseError(f'{at}: field fact: fact {fact!r} is already current at {clock} {time}')
-    if action != 'remember':
-        if (found := status(history, old, time)) != 'current':
-            raise CaseError(f"{at}: field {'replaces' if action == 'replace' else 'fact'}: fact {old!r} is "
-                            f"{found if old in history else 'never remembered'} at {clock} {time}; only a current "
-                            f'fact can be {PAST[action]}')
-        history[old].append((time, PAST[action]))
-    if action != 'forget':
-        history.setdefault(fact, []).append((time, 'current'))
 
 
 def check_question(where: str, question, histories: dict[str, dict]) -> None:
@@ -233,7 +228,7 @@ def load_memory_cases(path: Path) -> tuple[dict, str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Write the memory lab's case set (docs/memory.md).")
-    parser.add_argument('--output', type=Path, default=HERE / 'memory-cases.json', metavar='FILE',
+    parser.add_argument('--output', type=Path, default=MEMORY_CASES, metavar='FILE',
                         help='case set to write, replaced whole (default: memory-cases.json beside this script)')
     args = parser.parse_args(argv)
     check_outputs([('--output', args.output)], [])

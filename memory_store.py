@@ -67,8 +67,7 @@ class MemoryStore:
     """A managed or an append-only store of facts in one SQLite file; see the module docstring."""
 
     def __init__(self, path, managed: bool):
-        self.path, self.managed = Path(path), managed
-        self._db = None
+        self.path, self.managed, self._db = Path(path), managed, None
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None)  # transactions are begun explicitly
             self._set_up()
@@ -105,14 +104,19 @@ class MemoryStore:
 
     def apply(self, user: str, event: dict) -> None:
         """Applies one event at its time, in one transaction: all of it, or none if it cannot be applied."""
-        time, action, fact, replaces = self._parse(user, event)
-        where = f'{self.path}: user {printable(repr(user))}, event at time {time}'
-        if replaces is not None and not self._holds(user, replaces):
-            raise StoreError(f'{where}: cannot replace {printable(repr(replaces))}: '
-                             f'the store holds no such current fact')
-        if action == 'forget' and not self._holds(user, fact):
-            raise StoreError(f'{where}: cannot forget {printable(repr(fact))}: the store holds no such current fact')
-        if action != 'forget' and self.managed and self._holds(user, fact):
+        time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
+        where = f'{self.path}: user {printable(repr(user))}, event {printable(repr(event))[:200]}'
+        if not isinstance(user, str) or type(time) is not int:
+            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
+        action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
+        if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
+            raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
+        if (action == 'replace') != isinstance(replaces, str):
+            raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
+        where, current = f'{self.path}: user {printable(repr(user))}, event at time {time}', self.lines(user)
+        if action != 'remember' and (ended := replaces if action == 'replace' else fact) not in current:
+            raise StoreError(f'{where}: cannot {action} {printable(repr(ended))}: the store holds no such current fact')
+        if action != 'forget' and self.managed and fact in current:
             raise StoreError(f'{where}: cannot {action} {printable(repr(fact))}: it is already a current fact')
         self._db.execute('BEGIN IMMEDIATE')
         try:
@@ -134,28 +138,8 @@ class MemoryStore:
             self._db.execute('UPDATE facts SET superseded_at = ?, replaced_by = ? WHERE user = ? AND fact = ? '
                              'AND superseded_at IS NULL', (time, new, user, replaces))
 
-    def _parse(self, user: str, event: dict) -> tuple[int, str, str, str | None]:
-        """(time, action, fact, replaces) of an event, or a StoreError naming what is wrong with it."""
-        time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
-        where = f'{self.path}: user {printable(repr(user))}, event {printable(repr(event))[:200]}'
-        if not isinstance(user, str) or type(time) is not int:
-            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
-        action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
-        if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
-            raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
-        if (action == 'replace') != isinstance(replaces, str):
-            raise StoreError(f'{where}: a replace, and only a replace, names the fact it "replaces"')
-        return time, action, fact, replaces
-
-    def _holds(self, user: str, fact: str) -> bool:
-        """Whether `fact` is current for `user`: in the append-only store every row stays current."""
-        live = ' AND superseded_at IS NULL' if self.managed else ''
-        return self._db.execute(f'SELECT 1 FROM facts WHERE user = ? AND fact = ?{live}', (user, fact)).fetchone() \
-            is not None
-
     def lines(self, user: str) -> list[str]:
-        """The facts a memory block may hold for `user`, oldest first: managed, the current ones; append-only,
-        every text ever stored."""
+        """The facts a memory block may hold for `user`, oldest first: the current ones, or (append-only) all."""
         live = ' AND superseded_at IS NULL' if self.managed else ''
         rows = self._db.execute(f'SELECT fact FROM facts WHERE user = ?{live} ORDER BY time, id', (user,))
         return [fact for fact, in rows]

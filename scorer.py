@@ -86,11 +86,11 @@ def totals(rows: list[dict]) -> dict:
     return {key: figures[key] for key in kind}
 
 
-def by_group(rows: list[dict], group: str) -> dict:
-    """totals() of the rows of each value of `group`: splits in SPLITS order, other groups in row order."""
+def by_group(rows: list[dict], group: str, figures=totals) -> dict:
+    """figures() of the rows of each value of `group`: splits in SPLITS order, other groups in row order."""
     values = [split for split in SPLITS if any(row['split'] == split for row in rows)] if group == 'split' \
         else list(dict.fromkeys(row[group] for row in rows))
-    return {value: totals([row for row in rows if row[group] == value]) for value in values}
+    return {value: figures([row for row in rows if row[group] == value]) for value in values}
 
 
 def check_fits(path, cases: list[dict], count, hint: str = '') -> None:

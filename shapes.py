@@ -41,9 +41,7 @@ BEST_TOTALS = ('cases', 'not_searched', 'facts_found', 'facts_total', 'complete_
 def turn_messages(turn: dict | list) -> list[dict]:
     """A turn as request messages: {'user': 'Hi', 'assistant': 'Yes'} ->
     [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Yes'}]; an agent turn is its messages."""
-    if type(turn) is list:
-        return turn
-    return [{'role': role, 'content': turn[role]} for role in TURN_ROLES]
+    return turn if type(turn) is list else [{'role': role, 'content': turn[role]} for role in TURN_ROLES]
 
 
 def message_text(message: dict) -> str:
