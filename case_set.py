@@ -16,7 +16,7 @@ from lab_files import field_gaps, read_json_file, unique_keys
 from scorer import invalid
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, \
     make_turn, turn_texts
-from tool_formats import ToolFormatError, checked_message, checked_tools
+from tool_formats import CounterError, checked_message, checked_tools
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
@@ -103,7 +103,7 @@ def agent_case(where: str, case: dict) -> dict:
         plain = [checked_message(index, as_counted(f'{where}: field messages: message {index}', message))
                  for index, message in enumerate(messages)]
         tools = checked_tools(case.get('tools')) or []
-    except ToolFormatError as error:
+    except CounterError as error:
         raise CaseError(f'{where}: field {"tools" if str(error).startswith("tools") else "messages"}: {error}') from None
     if why := invalid(plain):
         raise CaseError(f'{where}: field messages: {why}')

@@ -27,7 +27,7 @@ from shapes import holds_thinking_marker
 import test_support_oracle
 from test_support_fixtures import hypothesis_home_outside_the_tree
 from tokenizer import chat_format
-from tool_formats import ToolFormatError, prompt_text, turn_prompt_text
+from tool_formats import CounterError, prompt_text, turn_prompt_text
 
 MANIFEST = read_manifest()[0]
 NAMES = ('gemma-4-e2b', 'llama-3.1', 'llama-3.2', 'llama-3.3', 'qwen-2.5')  # the families that render tools
@@ -155,7 +155,7 @@ class ToolFormatTest(unittest.TestCase):
         if template_path(name) is not None:
             with self.assertRaisesRegex(TemplateError, template_says):
                 official(name, messages)
-        with self.assertRaises(ToolFormatError) as caught:
+        with self.assertRaises(CounterError) as caught:
             prompt_text(name, FORMS[name], messages)
         self.assertIsInstance(caught.exception, LabError)
         self.assertIn(ours_says, str(caught.exception))
@@ -186,7 +186,7 @@ class HandWrittenTest(ToolFormatTest):
             with self.subTest(name):
                 if template_path(name) is not None:
                     self.assertIn(written, official(name, as_logged))
-                with self.assertRaisesRegex(ToolFormatError, '^message 2, tool call 0: arguments must be a JSON'):
+                with self.assertRaisesRegex(CounterError, '^message 2, tool call 0: arguments must be a JSON'):
                     prompt_text(name, FORMS[name], as_logged)
 
     def test_llama_json_quotes_a_string_result_and_drops_the_text_beside_a_call(self):
@@ -252,7 +252,7 @@ class HandWrittenTest(ToolFormatTest):
             with self.assertRaises(TypeError):  # OpenAI's null content on a call message
                 official('phi-3.5', [SYSTEM, ASK, {**CALL, 'content': None}, QUESTION])
         for messages, tools in ((CHAT, None), ([SYSTEM, QUESTION], TOOLS)):
-            with self.assertRaisesRegex(ToolFormatError, 'drops every tool message and every tool_calls field'):
+            with self.assertRaisesRegex(CounterError, 'drops every tool message and every tool_calls field'):
                 prompt_text('phi-3.5', FORMS['phi-3.5'], messages, tools)
 
     def test_a_message_outside_the_format_is_refused_in_one_line_naming_its_index(self):
@@ -264,13 +264,13 @@ class HandWrittenTest(ToolFormatTest):
                               ({**CALL, 'tool_calls': [{'id': 'c', 'function': {}}]}, 'message 1, tool call 0: '),
                               ({'role': 'user', 'content': 'x', 'extra': 1}, 'message 1: a user message holds'),
                               (SYSTEM, 'message 1: a system message may only come first')):
-            with self.subTest(says), self.assertRaises(ToolFormatError) as caught:
+            with self.subTest(says), self.assertRaises(CounterError) as caught:
                 prompt_text('qwen-2.5', FORMS['qwen-2.5'], [ASK, message])
             self.assertTrue(str(caught.exception).startswith(says), str(caught.exception))
 
     def test_a_turn_that_does_not_start_with_its_one_user_message_is_refused(self):
         for turn in ([CALL, RESULT], [ASK, ANSWER, QUESTION], [SYSTEM, ASK], []):
-            with self.assertRaisesRegex(ToolFormatError, 'a turn is one user message|a system message'):
+            with self.assertRaisesRegex(CounterError, 'a turn is one user message|a system message'):
                 turn_prompt_text('gemma-4-e2b', FORMS['gemma-4-e2b'], turn)
 
 
@@ -333,10 +333,10 @@ def agent_chats(draw) -> tuple[list[dict], list[list[dict]], dict, list[list[dic
 
 
 def rendered(render, *arguments) -> str:
-    """The render, or 'refused' where the template raises (ours must raise a one-line ToolFormatError then)."""
+    """The render, or 'refused' where the template raises (ours must raise a one-line CounterError then)."""
     try:
         return render(*arguments)
-    except ToolFormatError as error:
+    except CounterError as error:
         if '\n' in str(error):
             raise AssertionError(f'a refusal of more than one line: {error}') from None
     except TemplateError:

@@ -26,7 +26,7 @@ import re
 
 from common import run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key
-from tool_formats import ToolFormatError as CounterError, frame_span, prompt_text, turn_prompt_text
+from tool_formats import CounterError, frame_span, prompt_text, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, vocab_spec
 

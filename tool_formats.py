@@ -5,7 +5,7 @@ Messages are OpenAI's: a system message (first, if any), user, assistant (conten
 maybe tool_calls [{"id", "type": "function", "function": {"name", "arguments": an object}}]) and tool messages
 {"role": "tool", "tool_call_id", "name" (optional), "content"}, in any order (a result without its call, a call
 without its result, no user message first), rendered as the model receives them. Where a template raises (Gemma 4
-on string arguments, Llama 3 on two calls in one message) this raises a one-line ToolFormatError naming the message;
+on string arguments, Llama 3 on two calls in one message) this raises a one-line CounterError naming the message;
 phi-3.5, whose template drops tool messages and tool_calls, refuses them. Additive per turn (a user message and the
 assistant and tool messages after it): [system] + whole turns + [user question] renders as its head (the same
 request without turns, up to the question) + each turn's turn_prompt_text + the question's + the generation prompt,
@@ -34,19 +34,19 @@ QWEN_TOOLS = ('\n\n# Tools\n\nYou may call one or more functions to assist with 
               '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
 
 
-class ToolFormatError(LabError):
-    """A request the official template refuses, or one outside the OpenAI chat format this module reads; tokenizer.py
-    raises it as CounterError, for a counter not prepared or a request outside what it counts."""
+class CounterError(LabError):
+    """What the counter cannot count: a request the official template refuses or outside the OpenAI chat format this
+    module reads, or (tokenizer.py) a counter that is not prepared."""
 
 
 def as_json(value, where: str):
-    """A plain-JSON copy of value, or ToolFormatError for what JSON would change (NaN, a tuple, a non-string key)."""
+    """A plain-JSON copy of value, or CounterError for what JSON would change (NaN, a tuple, a non-string key)."""
     try:
         copy = json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as error:
-        raise ToolFormatError(f'{where}: not JSON ({error})') from None
+        raise CounterError(f'{where}: not JSON ({error})') from None
     if copy != value:
-        raise ToolFormatError(f'{where}: holds values JSON does not keep as they are (tuples, non-string keys)')
+        raise CounterError(f'{where}: holds values JSON does not keep as they are (tuples, non-string keys)')
     return copy
 
 
@@ -54,29 +54,29 @@ def checked_message(index: int, message) -> dict:
     where, message = f'message {index}', as_json(message, f'message {index}')
     role = message.get('role') if isinstance(message, dict) else None
     if not isinstance(role, str) or role not in MESSAGE_KEYS:
-        raise ToolFormatError(f"{where}: expected an object whose role is one of {', '.join(MESSAGE_KEYS)}")
+        raise CounterError(f"{where}: expected an object whose role is one of {', '.join(MESSAGE_KEYS)}")
     (needed, optional), keys = MESSAGE_KEYS[role], set(message) - {'role'}
     if not needed <= keys <= needed | optional:
-        raise ToolFormatError(f'{where}: a {role} message holds {sorted(needed)} and may hold {sorted(optional)}, '
+        raise CounterError(f'{where}: a {role} message holds {sorted(needed)} and may hold {sorted(optional)}, '
                               f'got {sorted(keys)}')
     if not all(isinstance(message[key], str) and (message[key] or key == 'content')
                for key in ('content', 'tool_call_id', 'name') if key in message):
-        raise ToolFormatError(f'{where}: content must be a string, tool_call_id and name non-empty strings')
+        raise CounterError(f'{where}: content must be a string, tool_call_id and name non-empty strings')
     if role == 'system' and index:
-        raise ToolFormatError(f'{where}: a system message may only come first')
+        raise CounterError(f'{where}: a system message may only come first')
     if not isinstance(message.get('tool_calls', [None]), list) or message.get('tool_calls') == []:
-        raise ToolFormatError(f'{where}: tool_calls must be a non-empty list of calls')
+        raise CounterError(f'{where}: tool_calls must be a non-empty list of calls')
     if role == 'assistant' and holds_thinking_marker(message['content']):
-        raise ToolFormatError(f'{where}: assistant content with a thinking channel is not counted')
+        raise CounterError(f'{where}: assistant content with a thinking channel is not counted')
     for number, call in enumerate(message.get('tool_calls', ())):
         function = call.get('function') if isinstance(call, dict) else None
         if not (isinstance(function, dict) and set(call) == {'id', 'type', 'function'} and call['type'] == 'function'
                 and isinstance(call['id'], str) and set(function) == {'name', 'arguments'}
                 and isinstance(function['name'], str) and call['id'] and function['name']):
-            raise ToolFormatError(f'{where}, tool call {number}: expected {{"id", "type": "function", "function": '
+            raise CounterError(f'{where}, tool call {number}: expected {{"id", "type": "function", "function": '
                                   f'{{"name", "arguments"}}}}, id and name non-empty strings')
         if not isinstance(function['arguments'], dict):
-            raise ToolFormatError(f'{where}, tool call {number}: arguments must be a JSON object, got '
+            raise CounterError(f'{where}, tool call {number}: arguments must be a JSON object, got '
                                   f"{type(function['arguments']).__name__} (parse a JSON string first: Gemma 4's "
                                   "template raises on one, Llama 3's and Qwen 2.5's encode it twice)")
     return message
@@ -90,7 +90,7 @@ def checked_tools(tools) -> list[dict] | None:
                 and isinstance(function.get('name'), str) and set(function) <= FUNCTION_KEYS
                 and isinstance(function.get('description', ''), str)
                 and isinstance(function.get('parameters', {}), dict)):
-            raise ToolFormatError(f'tools[{index}]: expected {{"type": "function", "function": {{"name": str, '
+            raise CounterError(f'tools[{index}]: expected {{"type": "function", "function": {{"name": str, '
                                   f'"description": str, "parameters": object}}}} (tools must be a list of them)')
     return tools
 
@@ -124,14 +124,14 @@ def gemma_value(value, escape_keys: bool = True) -> str:
 def quoted_list(items) -> str:
     """A list of texts (for `required`, or an items `type`) as Gemma 4's template writes it: <|"|>a<|"|>,<|"|>b<|"|>"""
     if not isinstance(items, list):
-        raise ToolFormatError(f"tools: Gemma 4's template reads `required` and `type` as lists, got {items!r}")
+        raise CounterError(f"tools: Gemma 4's template reads `required` and `type` as lists, got {items!r}")
     return ','.join(QUOTE + str(item) + QUOTE for item in items)
 
 
 def gemma_properties(properties, filter_keys: bool = False) -> str:
     """Gemma 4's format_parameters: each property as key:{description,enum|items,nullable,properties,required,type}."""
     if not isinstance(properties, dict):
-        raise ToolFormatError(f"tools: Gemma 4's template reads properties as an object, got {properties!r}")
+        raise CounterError(f"tools: Gemma 4's template reads properties as an object, got {properties!r}")
     return ','.join(key + ':{' + gemma_property(value) + '}' for key, value in dict_sorted(properties)
                     if not (filter_keys and key in GEMMA_STANDARD_KEYS))
 
@@ -218,7 +218,7 @@ def llama_message(form: dict, index: int, message: dict) -> str:
     if 'tool_calls' not in message:
         return frame_span(form, message['role'], message['content'])
     if len(message['tool_calls']) != 1:
-        raise ToolFormatError(f"message {index}: Llama 3's template raises \"This model only supports single "
+        raise CounterError(f"message {index}: Llama 3's template raises \"This model only supports single "
                               f"tool-calls at once!\" on {len(message['tool_calls'])} calls in one message")
     function = message['tool_calls'][0]['function']  # the assistant's text beside the call is dropped
     return form['open']['assistant'] + f'{{"name": "{function["name"]}", "parameters": ' \
@@ -229,7 +229,7 @@ def llama_parts(form: dict, system: str | None, body: list[dict], tools) -> tupl
     opening = form['open']['system'] if tools is None else \
         form['open']['system'].replace('\n\n', '\n\nEnvironment: ipython\n', 1)  # after the system header
     if tools is not None and not body:
-        raise ToolFormatError("Llama 3's template raises \"Cannot put tools in the first user message when there's no "
+        raise CounterError("Llama 3's template raises \"Cannot put tools in the first user message when there's no "
                               "first user message!\" on a request of only a system message")
     # the tools list goes into the first message after the system message, whatever its role (its calls are lost)
     first = [] if tools is None else [form['open']['user'] + LLAMA_TOOLS + ''.join(
@@ -262,7 +262,7 @@ def qwen_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple
 
 def phi_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     if tools or any(message['role'] == 'tool' or 'tool_calls' in message for message in body):
-        raise ToolFormatError("phi-3.5 does not count tools: its official template drops every tool message and "
+        raise CounterError("phi-3.5 does not count tools: its official template drops every tool message and "
                               "every tool_calls field (and raises on a call's null content)")
     head = form['prefix'] + ('' if system is None else frame_span(form, 'system', system))
     return head, [frame_span(form, message['role'], message['content']) for message in body], form['suffix']
@@ -275,7 +275,7 @@ FAMILIES = {'gemma-4-e2b': gemma_parts, 'llama-3.1': llama_parts, 'llama-3.2': l
 def request_parts(name: str, form: dict, messages: list[dict], tools) -> tuple[str, list[str], str]:
     """(head, one text per message after the system message, generation prompt) of a checked request."""
     if name not in FAMILIES:
-        raise ToolFormatError(f"no tool format for counter {name!r}; known: {', '.join(FAMILIES)}")
+        raise CounterError(f"no tool format for counter {name!r}; known: {', '.join(FAMILIES)}")
     system = messages[0]['content'] if messages[0]['role'] == 'system' else None
     return FAMILIES[name](form, system, messages[system is not None:], tools)
 
@@ -283,7 +283,7 @@ def request_parts(name: str, form: dict, messages: list[dict], tools) -> tuple[s
 def prompt_text(name: str, form: dict, messages: list[dict], tools: list[dict] | None = None) -> str:
     """The whole prompt the official template of counter `name` renders for this request and tools list."""
     if not isinstance(messages, list) or not messages:
-        raise ToolFormatError('a request must be a non-empty list of messages')
+        raise CounterError('a request must be a non-empty list of messages')
     head, pieces, tail = request_parts(name, form, [checked_message(index, message)
                                                     for index, message in enumerate(messages)], checked_tools(tools))
     return head + ''.join(pieces) + tail
@@ -294,7 +294,7 @@ def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] 
     additive per turn (llama-3.x with a tools list), as the module's docstring says. Errors give indexes in the turn."""
     turn = [checked_message(index, message) for index, message in enumerate(turn if isinstance(turn, list) else ())]
     if not turn or turn[0]['role'] != 'user' or any(message['role'] == 'user' for message in turn[1:]):
-        raise ToolFormatError('a turn is one user message, then only assistant and tool messages')
+        raise CounterError('a turn is one user message, then only assistant and tool messages')
     tools = checked_tools(tools)
     if FAMILIES.get(name) is llama_parts and tools is not None:
         return None
