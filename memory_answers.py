@@ -21,8 +21,8 @@ from answer_model import MODEL_PATH, load_model, load_recording, pin_counter, sa
 import common
 from common import HERE
 import lab_files
-from memory_cases import load_memory_cases
-from memory_eval import FILLS, MEMORY_CASES, filled_requests
+from memory_cases import MEMORY_CASES, load_memory_cases
+from memory_eval import FILLS, filled_requests
 from ollama_client import OllamaClient
 import tokenizer
 
