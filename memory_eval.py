@@ -23,7 +23,7 @@ from common import HERE, run
 from lab_files import check_outputs, to_json, write_output
 from memory_cases import MEMORY_CASES, load_memory_cases
 from memory_store import MemoryStore
-from runner import counter_note, report_header
+from runner import COUNTED_BY, counter_note, report_header
 from scorer import by_group, facts_in
 from shapes import allowance, escape
 from strategies import words
@@ -154,7 +154,7 @@ def memory_table(report: dict) -> str:
             for fill, splits in report['summary'].items() for split, s in splits.items()]
     header = ['Fill', 'Split', 'Required facts', 'Useful lines', 'Stale lines', 'Forgotten lines',
               'Mean memory tokens', 'Mean input tokens']
-    return markdown_table(header, rows) + counter_note(report, '\nToken figures counted by {}.\n')
+    return markdown_table(header, rows) + counter_note(report, COUNTED_BY)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

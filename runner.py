@@ -19,6 +19,7 @@ from tokenizer import counter
 # Every module whose change can change a row (a report with --rules adds rule_files.py, which runs rules files).
 CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py', 'strategies.py', 'tokenizer.py',
               'tool_formats.py', 'best_possible.py', 'evaluate.py')
+COUNTED_BY = '\nToken figures counted by {}.\n'  # counter_note under a table of a report made with another counter
 
 
 def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import textwrap
 
 from common import LabError
-from runner import counter_note
+from runner import COUNTED_BY, counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
 from text import clipped, markdown_table, plain_number, printable, turn_runs
@@ -33,7 +33,6 @@ REQUIRED_MARK, STALE_MARK = '+', '!'  # a message or turn holding a required / a
 STYLES = {'title': '1', 'required': '32', 'stale': '31', 'fold': '2'}  # ANSI: bold, green, red, dim
 MAP_LEGEND = (f'Turns are numbered from 1. `{KEPT}`: the turn is in the request; in the header, `{REQUIRED_MARK}`: '
               f'the turn holds a required fact, `{STALE_MARK}`: it holds a stale fact.')
-COUNTED_BY = '\nToken figures counted by {}.\n'  # under a view of a report made with another counter
 TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases with stale facts', 'Mean input tokens']
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
