@@ -95,13 +95,11 @@ class TokenCounter:
 
         manifest, manifest_sha256 = read_manifest()
         folder = counter_folder(name) if folder is None else folder
+        advice = f'run `{prepare_command(name)}`'
         if not (folder / PREPARED_JSON).exists():
-            raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): '
-                               f'run `{prepare_command(name)}`')
-        source, why = check_prepared(folder, manifest, manifest_sha256, name=name)
-        if source is None:
-            raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: '
-                               f'run `{prepare_command(name)}`')
+            raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): {advice}')
+        if why := check_prepared(folder, manifest, manifest_sha256, name=name)[1]:
+            raise CounterError(f'{folder} is not a valid prepared counter: {why}; refusing to count: {advice}')
         self.name, self.manifest, self.definition = name, manifest, manifest['counters'][name]
         self.form = chat_format(self.definition)
         self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_JSON))
