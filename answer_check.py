@@ -20,7 +20,7 @@ import time
 
 import answer_f1
 import answer_keys
-from answer_model import (CLOSEST, FRESH, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
+from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
                           check_pinned, each_answer, kept_answers, load_model, load_recording, pin_counter, recording,
                           request_sha256, save, tell, undercounts_cached_prompt)
 import case_set
@@ -77,7 +77,7 @@ def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
 
 
 def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool,
-                 discard: str = FRESH) -> tuple[dict, dict, int | None]:
+                 record_command: str) -> tuple[dict, dict, int | None]:
     """(this server's model block, the answers partial keeps for the plan, the loaded context), the server checked."""
     if partial.exists() and not partial.is_file():
         raise LabError(f'{partial}: not a file, so it cannot keep the answers so far; move it away, then run again')
@@ -91,7 +91,7 @@ def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: b
         tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
              'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
     model = {**client.model, 'ollama_version': version}
-    kept = kept_answers(partial, model, plan, discard)
+    kept = kept_answers(partial, model, plan, f'discard it with `{record_command} --fresh`')
     if kept is None:
         save(partial, {'model': model}, 'partial recording', None)  # one line, as append() writes
     return model, *(kept or ({}, None))
@@ -112,10 +112,10 @@ def note_loaded_context(client: OllamaClient, partial: Path, num_ctx: int) -> in
 
 
 def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool, chosen: dict,
-                   discard: str = FRESH) -> None:
+                   record_command: str) -> None:
     """Ask for every planned answer not kept; write result_path, carrying chosen, once all are in."""
     partial = result_path.with_suffix(PARTIAL_SUFFIX)
-    model, answers, context_length = open_partial(partial, client, plan, fresh, discard)
+    model, answers, context_length = open_partial(partial, client, plan, fresh, record_command)
     asking, recent, last = len(plan) - len(answers), deque(maxlen=RECENT_CALLS), time.monotonic()
     tell(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
          else f'asking for {asking} answers; the first call may also load the model')
@@ -309,7 +309,8 @@ def stops_told(result_path: Path, command: str | None):
 
 def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client) -> tuple:
     """(grades, inputs): record first if args say so, then grade; every stop says what it leaves on disk."""
-    redo = f'record again with `{common.python_command()} answer_check.py record`, or restore it from version control'
+    record = f'{common.python_command()} answer_check.py record'
+    redo = f'record again with `{record}`, or restore it from version control'
     with stops_told(result_path, args.command) as state:
         recorded = None if args.command == 'record' else load_recording(result_path, redo)
         model, rules, cases, keys = inputs = load_inputs(args, keys_path, recorded, result_path)
@@ -320,7 +321,7 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
                 raise LabError(f'record would make {len(plan):,} calls ({len(rules)} rules x {len(cases)} cases x '
                                f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
             chosen = {'split': args.split, 'sample': args.sample, 'cases_sha256': args.cases_sha256}
-            record_answers(plan, client or OllamaClient(model), result_path, args.fresh, chosen)
+            record_answers(plan, client or OllamaClient(model), result_path, args.fresh, chosen, record)
             state['recorded'] = True
             recorded = load_recording(result_path, redo)
         if args.model is not None:

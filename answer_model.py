@@ -59,7 +59,6 @@ CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held
                  'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
 JSON_INDENT = 1  # how the answer files are indented
 ANSWER_LINE = {'strategy': TEXT, 'case': TEXT, 'answer': OBJECT}  # a kept answer's line in the partial file
-FRESH = f'discard it with `{common.python_command()} answer_check.py record --fresh`'
 
 
 def load_model(path: Path = MODEL_PATH) -> dict:
@@ -154,7 +153,7 @@ def tell(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def kept_answers(path: Path, model: dict, plan: list[dict], discard: str = FRESH) -> tuple[dict, int | None] | None:
+def kept_answers(path: Path, model: dict, plan: list[dict], discard: str) -> tuple[dict, int | None] | None:
     """({key: answer} kept in path from this digest and server for the plan, the loaded context), or None if path
     holds none to append to. A line that is no kept answer (a kill mid-write) costs that answer, with one line."""
     if not path.exists():

@@ -19,16 +19,15 @@ from answer_check import (PARTIAL_SUFFIX, check_complete, grade_recording, grade
 from answer_keys import load_answer_keys
 from answer_model import MODEL_PATH, load_model, load_recording, pin_counter, save
 import common
-from common import HERE
 import lab_files
 from memory_cases import MEMORY_CASES, load_memory_cases
 from memory_eval import FILLS, filled_requests
 from ollama_client import OllamaClient
 import tokenizer
 
-MEMORY_KEYS = HERE / 'memory-answer-keys.json'
-MEMORY_RESULT = HERE / 'memory-answer-result.json'
-MEMORY_GRADES = HERE / 'memory-answer-grades.json'
+MEMORY_KEYS = common.HERE / 'memory-answer-keys.json'
+MEMORY_RESULT = common.HERE / 'memory-answer-result.json'
+MEMORY_GRADES = common.HERE / 'memory-answer-grades.json'
 
 
 def planned_answers(cases: dict, model: dict) -> list[dict]:
@@ -64,7 +63,7 @@ def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | No
             model = load_model(paths['model'])
             chosen = {'split': 'all', 'sample': None, 'cases_sha256': cases_sha256}
             record_answers(planned_answers(cases, model), client or OllamaClient(model), paths['result'], args.fresh,
-                           chosen, f'discard it with `{record} --fresh`')
+                           chosen, record)
             state['recorded'] = True
         elif not paths['result'].exists():
             model = load_model(paths['model'])

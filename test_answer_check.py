@@ -196,7 +196,7 @@ class CaseFileHashTest(AnswerFilesTest):
             cases.write_text('[]', encoding='utf-8')
             return real(*args)
 
-        def stop(plan, client, result_path, fresh, recorded_as):
+        def stop(plan, client, result_path, fresh, recorded_as, record_command):
             chosen.update(recorded_as)
             raise answer_check.LabError('stopped before any call')
 
