@@ -88,12 +88,11 @@ def count_whole(messages: list[dict]) -> int:
 
 
 def cold_start():
-    """The counter with every cache empty, as in a fresh process, the BPE model's too (a warm one encodes short texts
-    about twice as fast), but its once-per-process vocabulary check done (`lines_apart` reads the whole vocabulary
-    on first use), so that no timed run pays for loading."""
+    """The counter with every cache empty, as in a fresh process (forget; a warm BPE model encodes short texts about
+    twice as fast), but its once-per-process vocabulary check done (`lines_apart` reads the whole vocabulary on first
+    use), so that no timed run pays for loading."""
     counter().lines_apart
     counter().forget()
-    counter().tokenizer.model._clear_cache()  # every counter's model is a BPE of the tokenizers run() checks
     return counter()
 
 
