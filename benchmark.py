@@ -49,7 +49,7 @@ PASSES = ('first pass', 'second pass')  # --cases: a rule's calls over every cas
 TARGETS = {'speedup': ('at least', 10), 'fast_over_bound': ('at most', 2), 'worst_over_bound': ('at most', 2),
            'budget_growth': ('at most', 2), 'turns_growth': ('at most', 5)}
 
-# The names the printed tables give the figures; docs/speed.md uses the same names. The JSON line keeps the keys.
+# The tables' names of the figures, as in docs/speed.md (a sweep setting's: its keys in order); JSON keeps the keys.
 SWEEP_HEADER = ('Context', 'Turns', 'Cases', 'Evaluation seconds', 'Encode-once bound seconds', 'Over bound')
 MEASURES = {
     'cases': 'cases in the first part',
@@ -88,12 +88,11 @@ def count_whole(messages: list[dict]) -> int:
 
 
 def cold_start():
-    """The counter with every cache empty, as in a fresh process, the BPE model's too (a warm one encodes short texts
-    about twice as fast), but its once-per-process vocabulary check done (`lines_apart` reads the whole vocabulary
-    on first use), so that no timed run pays for loading."""
+    """The counter with every cache empty, as in a fresh process (forget; a warm BPE model encodes short texts about
+    twice as fast), but its once-per-process vocabulary check done (`lines_apart` reads the whole vocabulary on first
+    use), so that no timed run pays for loading."""
     counter().lines_apart
     counter().forget()
-    counter().tokenizer.model._clear_cache()  # every counter's model is a BPE of the tokenizers run() checks
     return counter()
 
 
@@ -160,8 +159,7 @@ def summary_table(figures: dict, rows: dict[str, dict]) -> str:
         [[name, f"{t['facts_found']} of {t['facts_total']}", str(t['cases_with_stale_facts']),
           f"{t['mean_input_tokens']:g}"] for name, t in rows.items()])]
     if 'sweep' in figures:
-        parts.append(markdown_table(list(SWEEP_HEADER), [[str(s[key]) for key in (
-            'context_limit', 'turns', 'cases', 'seconds', 'bound_seconds', 'over_bound')] for s in figures['sweep']]))
+        parts.append(markdown_table(list(SWEEP_HEADER), [list(map(str, s.values())) for s in figures['sweep']]))
     met = figures.get('targets_met', {})
     parts.append(markdown_table(['Measure', 'Value'], [
         [f'{MEASURES[key]} (`{key}`)', f"{value}" + (f" (target {' '.join(map(str, TARGETS[key]))}: "
