@@ -28,7 +28,7 @@ import common
 from common import LabError
 import lab_files
 from ollama_client import OllamaClient, OllamaError
-from rule_files import load_rule_files
+from rule_files import add_timeout_option, load_rule_files
 from runner import counter_note
 from scorer import graded_row
 from strategies import RULES
@@ -227,6 +227,7 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
     parser.add_argument('--model', type=Path, help="the pin (default answer-model.json; grading: the recording's)")
     common.add_input_options(parser, cases_path)
+    add_timeout_option(parser)
     parser.add_argument('--split', choices=['dev', 'held_out', 'all'], help=f'default {DEFAULT_SPLIT}, or as recorded')
     parser.add_argument('--keys', type=Path, help='answer-keys.json by default; gold answers with --grader f1')
     parser.add_argument('--grader', choices=['keys', 'f1'], default='keys', help="f1: LoCoMo's token F1")
@@ -278,7 +279,7 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     args.split, args.sample = (chosen['split'], chosen['sample']) if chosen else (args.split or DEFAULT_SPLIT,
                                                                                   args.sample)
     model = recorded['model'] if recorded and args.model is None else load_model(args.model)
-    rules = {**RULES, **load_rule_files(args.rules)[0]} if args.rules else RULES
+    rules = {**RULES, **load_rule_files(args.rules, args.rule_timeout)[0]} if args.rules else RULES
     every, args.cases_sha256 = case_set.load_case_set(args.cases)  # the hash of the bytes the cases came from
     cases = [case for case in every if args.split in ('all', case['split'])]
     if not cases:

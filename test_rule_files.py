@@ -25,6 +25,7 @@ import textwrap
 import time
 import unittest
 
+import answer_check
 import benchmark
 from benchmark import rule_timing
 import budget_sweep
@@ -325,6 +326,9 @@ class RefusalTest(RulesFolder):
                 status, out, err = lab_main(script, '--rules', str(at_import), '--rule-timeout', '0.3', *extra)
                 self.assertEqual((status, err), (2, f'{script.__name__}.py: {at_import}: still running after 0.3 s'
                                                     f'{limit}\n'))
+        # answer_check imports the rules files before it grades or records, and names the option it has.
+        self.assertEqual(lab_main(answer_check, '--rules', str(at_import), '--rule-timeout', '0.3'),
+                         (2, '', f'answer_check.py: {at_import}: still running after 0.3 s{limit}\n'))
 
     def test_a_rule_timeout_that_is_not_a_positive_number_is_refused_by_the_option(self):
         for value in ('0', '-1', 'nan', 'inf', 'soon', '86401', '1e308'):  # 1e308 was an OverflowError in select
