@@ -80,13 +80,14 @@ def as_counted(where: str, message):
         return message
     calls = []
     for index, call in enumerate(message['tool_calls']):
-        arguments = call.get('function', {}).get('arguments') if isinstance(call, dict) else None
-        if isinstance(arguments, str):
+        function = call.get('function') if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get('arguments'), str):
             try:
-                arguments = json.loads(arguments, object_pairs_hook=unique_keys)
+                arguments = json.loads(function['arguments'], object_pairs_hook=unique_keys)
             except ValueError as error:  # a repeated key too (DuplicateKey)
-                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: {error}') from None
-            call = {**call, 'function': {**call['function'], 'arguments': arguments}}
+                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: '
+                                f'{error}') from None
+            call = {**call, 'function': {**function, 'arguments': arguments}}
         calls.append(call)
     return {**message, 'content': '' if message.get('content') is None else message['content'], 'tool_calls': calls}
 
@@ -104,7 +105,8 @@ def agent_case(where: str, case: dict) -> dict:
                  for index, message in enumerate(messages)]
         tools = checked_tools(case.get('tools')) or []
     except CounterError as error:
-        raise CaseError(f'{where}: field {"tools" if str(error).startswith("tools") else "messages"}: {error}') from None
+        field = 'tools' if str(error).startswith('tools') else 'messages'
+        raise CaseError(f'{where}: field {field}: {error}') from None
     if why := invalid(plain):
         raise CaseError(f'{where}: field messages: {why}')
     check_encodable(where, [('messages', json.dumps(plain, ensure_ascii=False))])
