@@ -207,9 +207,8 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
             own = [tuple(map(one, pair)) for pair in history]
             histories[history] = [turns.setdefault(texts, make_turn(texts)) for texts in own]
         budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
-        budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
         lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
-        lean.update(history=histories[history], budget=budgets[budget],
+        lean.update(history=histories[history], budget=budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget))),
                     required=[one(fact) for fact in case['required']], stale=[one(fact) for fact in case['stale']])
         shared.append(lean)
     return shared
