@@ -80,13 +80,14 @@ def as_counted(where: str, message):
         return message
     calls = []
     for index, call in enumerate(message['tool_calls']):
-        arguments = call.get('function', {}).get('arguments') if isinstance(call, dict) else None
-        if isinstance(arguments, str):
+        function = call.get('function') if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get('arguments'), str):
             try:
-                arguments = json.loads(arguments, object_pairs_hook=unique_keys)
+                arguments = json.loads(function['arguments'], object_pairs_hook=unique_keys)
             except ValueError as error:  # a repeated key too (DuplicateKey)
-                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: {error}') from None
-            call = {**call, 'function': {**call['function'], 'arguments': arguments}}
+                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: '
+                                f'{error}') from None
+            call = {**call, 'function': {**function, 'arguments': arguments}}
         calls.append(call)
     return {**message, 'content': '' if message.get('content') is None else message['content'], 'tool_calls': calls}
 
@@ -104,7 +105,8 @@ def agent_case(where: str, case: dict) -> dict:
                  for index, message in enumerate(messages)]
         tools = checked_tools(case.get('tools')) or []
     except CounterError as error:
-        raise CaseError(f'{where}: field {"tools" if str(error).startswith("tools") else "messages"}: {error}') from None
+        field = 'tools' if str(error).startswith('tools') else 'messages'
+        raise CaseError(f'{where}: field {field}: {error}') from None
     if why := invalid(plain):
         raise CaseError(f'{where}: field messages: {why}')
     check_encodable(where, [('messages', json.dumps(plain, ensure_ascii=False))])
@@ -205,9 +207,8 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
             own = [tuple(map(one, pair)) for pair in history]
             histories[history] = [turns.setdefault(texts, make_turn(texts)) for texts in own]
         budget = tuple(case['budget'][name] for name in BUDGET_FIELDS)
-        budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget)))
         lean = {name: one(case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')}
-        lean.update(history=histories[history], budget=budgets[budget],
+        lean.update(history=histories[history], budget=budgets.setdefault(budget, dict(zip(BUDGET_FIELDS, budget))),
                     required=[one(fact) for fact in case['required']], stale=[one(fact) for fact in case['stale']])
         shared.append(lean)
     return shared

@@ -17,7 +17,7 @@ It counts no tokens and checks neither messages nor facts: the loader does.
 import argparse
 from pathlib import Path
 
-from case_set import CaseError
+from case_set import AGENT_FIELDS, CaseError
 from common import run  # standard library only, as are the two below
 from lab_files import (check_outputs, field_gaps, file_identity, output_help, parse_json, read_json, read_text, to_json,
                        write_output)
@@ -80,7 +80,7 @@ def role(message) -> object:
 
 
 def case_of(where: str, label: dict, logs: Path, found: list[tuple[str, dict]]) -> dict:
-    """The case one label asks for, its fields in the loader's order."""
+    """The case one label asks for, its fields in the loader's order (case_set.AGENT_FIELDS)."""
     if label['conversation'] >= len(found):
         raise CaseError(f'{where}: field conversation is {label["conversation"]}, but {logs} holds '
                         f'{len(found)} conversations (indexes from 0)')
@@ -95,9 +95,8 @@ def case_of(where: str, label: dict, logs: Path, found: list[tuple[str, dict]]) 
     if role(messages[index]) != 'user':
         raise CaseError(f'{where}: field message: messages[{index}] of conversation {label["conversation"]} must be '
                         f'a user message, since it asks the question; its role is {role(messages[index])!r}')
-    tools = {'tools': conversation['tools']} if 'tools' in conversation else {}
-    return {'id': label['id'], 'split': label['split'], 'kind': label['kind'], 'messages': messages[:index + 1],
-            **tools, 'budget': label['budget'], 'required': label['required'], 'stale': label['stale']}
+    case = {**label, 'messages': messages[:index + 1], 'tools': conversation.get('tools')}
+    return {name: case[name] for name in AGENT_FIELDS if name != 'tools' or 'tools' in conversation}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -11,11 +11,11 @@ An event is {"time" (or "turn"), "action": "remember" | "replace" | "forget", "f
 
 The managed store keeps current facts; a replace marks the old row superseded, with the time and the row that
 replaced it, as history; a forget deletes the fact with the history it replaced and any row holding its text, and
-leaves a deletion record of only the user, the time and how many rows went: no text and no hash of it (a phone number's hash is
-brute-forced in seconds). The append-only store is one table that triggers keep from being updated or deleted:
-a replace appends the new text, a forget changes nothing, so every row stays one a block may hold (current =
-stored). Standard library only; it writes nothing but the database file at `path`, and chooses no facts for
-a block (memory_eval.py does).
+leaves a deletion record of only the user, the time and how many rows went: no text and no hash of it (a phone
+number's hash is brute-forced in seconds). The append-only store is one table that triggers keep from being updated
+or deleted: a replace appends the new text, a forget changes nothing, so every row stays one a block may hold
+(current = stored). Standard library only; it writes nothing but the database file at `path`, and chooses no
+facts for a block (memory_eval.py does).
 
 What SQLite does with deleted content, and what the store chooses so that a forgotten fact's text cannot be
 read from its file afterwards (test_memory_store reads the bytes):
@@ -56,7 +56,7 @@ WITH RECURSIVE chain(id) AS (SELECT id FROM facts WHERE user = ? AND fact = ? AN
                              UNION SELECT facts.id FROM facts JOIN chain ON facts.replaced_by = chain.id)
 DELETE FROM facts WHERE id IN chain OR (user = ? AND fact = ?)
 """
-STORE_KINDS = {1: 'managed', 2: 'append-only'}  # PRAGMA user_version of a store's file, so no file is opened as the other
+STORE_KINDS = {1: 'managed', 2: 'append-only'}  # a file's PRAGMA user_version: no file is opened as the other
 
 
 class StoreError(LabError):

@@ -13,8 +13,8 @@ checks every run makes, that a case's bare request fits and that a count is the 
 prints and writes nothing.
 """
 from common import LabError
-from shapes import (AGENT_TOTALS, BEST_TOTALS, RULE_TOTALS, SPLITS, allowance, build_request, escape,
-                    message_text)
+from shapes import (AGENT_ROW_FIELDS, AGENT_TOTALS, BEST_TOTALS, ROW_FIELDS, RULE_TOTALS, SPLITS, allowance,
+                    build_request, escape, message_text)
 
 
 def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
@@ -60,11 +60,11 @@ def graded_row(case: dict, chosen: dict) -> dict:
     why = invalid(chosen['messages']) if 'tools' in case else None
     reached, stale = ([], []) if why else facts_in(case, chosen['messages'])
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
-           'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'],
-           'within_budget': chosen['input_tokens'] <= allowance(case)}
-    return {**row, **({'invalid': why} if 'tools' in case else {}), 'required_found': len(reached),
-            'required_total': len(case['required']),
-            'missing': [fact for fact in case['required'] if fact not in reached], 'stale_included': stale}
+           'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'], 'invalid': why,
+           'within_budget': chosen['input_tokens'] <= allowance(case), 'required_found': len(reached),
+           'required_total': len(case['required']), 'stale_included': stale,
+           'missing': [fact for fact in case['required'] if fact not in reached]}
+    return {key: row[key] for key in (AGENT_ROW_FIELDS if 'tools' in case else ROW_FIELDS)}
 
 
 def totals(rows: list[dict]) -> dict:

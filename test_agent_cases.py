@@ -92,6 +92,8 @@ class LoadTest(TempFolderTest):
             (at(2, tool_calls=[{'id': 'c1', 'function': {'name': 'f', 'arguments': {}}}]),
              'field messages: message 2, tool call 0: expected {"id", "type": "function", "function": {"name", '
              '"arguments"}}, id and name non-empty strings'),
+            (at(2, tool_calls=[dict(CALL, function='f')]), 'field messages: message 2, tool call 0: expected {"id", '
+             '"type": "function", "function": {"name", "arguments"}}, id and name non-empty strings'),
             (at(2, tool_calls=[]), 'field messages: message 2: tool_calls must be a non-empty list of calls'),
             (at(3, content=None), 'field messages: message 3: content must be a string, tool_call_id and name '
              'non-empty strings'),

@@ -58,7 +58,7 @@ def checked_message(index: int, message) -> dict:
     (needed, optional), keys = MESSAGE_KEYS[role], set(message) - {'role'}
     if not needed <= keys <= needed | optional:
         raise CounterError(f'{where}: a {role} message holds {sorted(needed)} and may hold {sorted(optional)}, '
-                              f'got {sorted(keys)}')
+                           f'got {sorted(keys)}')
     if not all(isinstance(message[key], str) and (message[key] or key == 'content')
                for key in ('content', 'tool_call_id', 'name') if key in message):
         raise CounterError(f'{where}: content must be a string, tool_call_id and name non-empty strings')
@@ -74,11 +74,11 @@ def checked_message(index: int, message) -> dict:
                 and isinstance(call['id'], str) and set(function) == {'name', 'arguments'}
                 and isinstance(function['name'], str) and call['id'] and function['name']):
             raise CounterError(f'{where}, tool call {number}: expected {{"id", "type": "function", "function": '
-                                  f'{{"name", "arguments"}}}}, id and name non-empty strings')
+                               f'{{"name", "arguments"}}}}, id and name non-empty strings')
         if not isinstance(function['arguments'], dict):
             raise CounterError(f'{where}, tool call {number}: arguments must be a JSON object, got '
-                                  f"{type(function['arguments']).__name__} (parse a JSON string first: Gemma 4's "
-                                  "template raises on one, Llama 3's and Qwen 2.5's encode it twice)")
+                               f"{type(function['arguments']).__name__} (parse a JSON string first: Gemma 4's "
+                               "template raises on one, Llama 3's and Qwen 2.5's encode it twice)")
     return message
 
 
@@ -91,7 +91,7 @@ def checked_tools(tools) -> list[dict] | None:
                 and isinstance(function.get('description', ''), str)
                 and isinstance(function.get('parameters', {}), dict)):
             raise CounterError(f'tools[{index}]: expected {{"type": "function", "function": {{"name": str, '
-                                  f'"description": str, "parameters": object}}}} (tools must be a list of them)')
+                               f'"description": str, "parameters": object}}}} (tools must be a list of them)')
     return tools
 
 
@@ -219,7 +219,7 @@ def llama_message(form: dict, index: int, message: dict) -> str:
         return frame_span(form, message['role'], message['content'])
     if len(message['tool_calls']) != 1:
         raise CounterError(f"message {index}: Llama 3's template raises \"This model only supports single "
-                              f"tool-calls at once!\" on {len(message['tool_calls'])} calls in one message")
+                           f"tool-calls at once!\" on {len(message['tool_calls'])} calls in one message")
     function = message['tool_calls'][0]['function']  # the assistant's text beside the call is dropped
     return form['open']['assistant'] + f'{{"name": "{function["name"]}", "parameters": ' \
         + json.dumps(function['arguments'], ensure_ascii=False) + '}' + form['close']
@@ -230,7 +230,7 @@ def llama_parts(form: dict, system: str | None, body: list[dict], tools) -> tupl
         form['open']['system'].replace('\n\n', '\n\nEnvironment: ipython\n', 1)  # after the system header
     if tools is not None and not body:
         raise CounterError("Llama 3's template raises \"Cannot put tools in the first user message when there's no "
-                              "first user message!\" on a request of only a system message")
+                           "first user message!\" on a request of only a system message")
     # the tools list goes into the first message after the system message, whatever its role (its calls are lost)
     first = [] if tools is None else [form['open']['user'] + LLAMA_TOOLS + ''.join(
         json.dumps(tool, ensure_ascii=False, indent=4) + '\n\n' for tool in tools) + body[0]['content'].strip()
@@ -263,7 +263,7 @@ def qwen_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple
 def phi_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     if tools or any(message['role'] == 'tool' or 'tool_calls' in message for message in body):
         raise CounterError("phi-3.5 does not count tools: its official template drops every tool message and "
-                              "every tool_calls field (and raises on a call's null content)")
+                           "every tool_calls field (and raises on a call's null content)")
     head = form['prefix'] + ('' if system is None else frame_span(form, 'system', system))
     return head, [frame_span(form, message['role'], message['content']) for message in body], form['suffix']
 
