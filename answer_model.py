@@ -1,4 +1,5 @@
-"""The pinned answer model: its pin (answer-model.json), the request sent for an answer, a recording and its partial file.
+"""The pinned answer model: its pin (answer-model.json), the request sent for an answer, a recording and its partial
+file.
 
     .venv/bin/python answer_model.py                          # does the server hold the pinned build? sends no chat
     .venv/bin/python answer_model.py --model my-model.json    # the same for the pin `answer_check.py pin` wrote

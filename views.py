@@ -217,7 +217,8 @@ def turn_numbers(indices: list[int] | None) -> str:
 def row_changes(old: dict, new: dict) -> list[str]:
     """What changed in one (rule or best-possible, case) row, turns counted from 1: old missing ['x'] and new
     missing [] give ["facts gained: ['x']"]; old turns [2] and new turns [0, 2] give ['kept turn 3 -> turns 1, 3']."""
-    out = [f'{label}: {fact_list(facts)}' for label, field, holder, other in (  # facts in holder's field, not in other's
+    # Each label names the facts in holder's field that are not in other's.
+    out = [f'{label}: {fact_list(facts)}' for label, field, holder, other in (
         ('facts lost', 'missing', new, old), ('facts gained', 'missing', old, new),
         ('stale facts gone', 'stale_included', old, new), ('stale facts appeared', 'stale_included', new, old))
         if (facts := [fact for fact in holder[field] or [] if fact not in (other[field] or [])])]  # None: not searched
