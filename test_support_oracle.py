@@ -4,6 +4,7 @@ The official Gemma 4 E2B chat template is an oracle only: the prepared Hub copy 
 ../shared/gemma-4-E2B-it/chat_template.jinja. official_render renders it as transformers' apply_chat_template does,
 and official_count encodes that prompt with the tokenizers library straight from prepared/tokenizer.json.
 """
+import datetime
 from functools import lru_cache
 import json
 from pathlib import Path
@@ -25,16 +26,28 @@ def oracle_template_path() -> Path | None:
     return None
 
 
-@lru_cache(maxsize=1)
-def official_template():
-    """The official template compiled once, in an environment set up as transformers' apply_chat_template sets it."""
+def compiled(template: str):
+    """A chat template compiled in an environment set up as transformers' apply_chat_template sets it: a sandbox with
+    trim_blocks, lstrip_blocks and loopcontrols, raise_exception, strftime_now (Llama 3.2's template would write
+    today's date with it, were date_string not given), and transformers' own tojson, which keeps non-ASCII text and
+    honours indent= (Llama's tools list is written with indent=4)."""
     def raise_exception(message):
         raise TemplateError(message)
 
+    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):  # transformers' filter
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    environment.globals['raise_exception'] = raise_exception
-    environment.filters['tojson'] = lambda value, **_: json.dumps(value)
-    return environment.from_string(OFFICIAL_TEMPLATE)
+    environment.globals.update(raise_exception=raise_exception,
+                               strftime_now=lambda form: datetime.date.today().strftime(form))
+    environment.filters['tojson'] = tojson
+    return environment.from_string(template)
+
+
+@lru_cache(maxsize=1)
+def official_template():
+    """The official Gemma 4 template, compiled once."""
+    return compiled(OFFICIAL_TEMPLATE)
 
 
 def official_render(messages: list[dict]) -> str:

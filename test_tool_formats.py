@@ -4,22 +4,17 @@ official chat template renders them. Each test is named after the failure it pin
     .venv/bin/python -m unittest -v test_tool_formats
 
 The oracle is the official template (Gemma 4's test_support_oracle.OFFICIAL_PATH, the others' prepared-NAME/
-chat_template.jinja) rendered with jinja2 as transformers' apply_chat_template renders it: a sandbox with
-trim_blocks, lstrip_blocks and loopcontrols, raise_exception, and transformers' own tojson, which keeps non-ASCII text
-and honours indent= (Llama's tools list is written with indent=4). An oracle check skips where its template is
+chat_template.jinja) rendered with jinja2 as transformers' apply_chat_template renders it (test_support_oracle.
+compiled). An oracle check skips where its template is
 missing; the hand-written expected texts, worked out by reading each template, are checked everywhere. Property tests
 run a bounded number of examples, keep no example database, and write nothing to ./.hypothesis.
 """
-import datetime
 from functools import lru_cache
 import itertools
-import json
 import unittest
 
 from hypothesis import given, settings, strategies as st
 from jinja2.exceptions import TemplateError
-from jinja2.ext import loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from common import LabError
 from prepared_folder import TEMPLATE_FILE, counter_folder, read_manifest
@@ -44,19 +39,8 @@ def template_path(name: str):
 
 @lru_cache(maxsize=None)
 def official_template(name: str):
-    """The official template compiled in an environment set up as transformers' apply_chat_template sets it,
-    strftime_now included (Llama 3.2's template would write today's date with it, were date_string not given)."""
-    def raise_exception(message):
-        raise TemplateError(message)
-
-    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):  # transformers' filter
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    environment.globals.update(raise_exception=raise_exception,
-                               strftime_now=lambda form: datetime.date.today().strftime(form))
-    environment.filters['tojson'] = tojson
-    return environment.from_string(template_path(name).read_text(encoding='utf-8'))
+    """The counter's official template, compiled once as test_support_oracle.compiled compiles every template."""
+    return test_support_oracle.compiled(template_path(name).read_text(encoding='utf-8'))
 
 
 def official(name: str, messages: list[dict], tools=None) -> str:
