@@ -31,7 +31,7 @@ from prepared_folder import PREPARED_ENV
 import strategies
 from strategies import CUES, RULES, notes, recent, relevant
 from test_support_fixtures import shipped_cases, with_recorded_environment
-from test_support_runs import evaluate_py, in_process
+from test_support_runs import evaluate_py, in_process, lab_main
 from tokenizer import count_request
 from views import compare
 
@@ -97,11 +97,6 @@ ORIGINAL_SUMMARY = {
     ('notes', 'dev'): (6, 5, 1), ('notes', 'held_out'): (6, 5, 1),
     ('hybrid', 'dev'): (5, 4, 1), ('hybrid', 'held_out'): (4, 4, 1),
 }
-
-
-def lab_main(*args: str) -> tuple[int, str, str]:
-    result = in_process(evaluate, *args)
-    return result.returncode, result.stdout, result.stderr
 
 
 class ProvenanceTest(unittest.TestCase):
@@ -533,7 +528,7 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             for target in (Path(folder) / 'missing' / 'report.json', Path(folder)):
                 with self.subTest(target=target.name):
-                    status, out, err = lab_main('--output', str(target))
+                    status, out, err = lab_main(evaluate, '--output', str(target))
                     self.assertEqual((status, out), (2, ''))
                     self.assertTrue(err.startswith(f'evaluate.py: {target}: cannot write the report: '), err)
                     self.assertEqual(err.count('\n'), 1)
@@ -554,7 +549,7 @@ class CommandLineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / 'many.json'
             path.write_text(json.dumps(many), encoding='utf-8')
-            status, out, err = lab_main('--cases', str(path), '--format', 'table')
+            status, out, err = lab_main(evaluate, '--cases', str(path), '--format', 'table')
         self.assertEqual(status, 0, err)
         self.assertIn('evaluate.py: 101 of 101 cases\n', err)
         self.assertNotIn('of 101 cases', out)

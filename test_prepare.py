@@ -18,11 +18,9 @@ import os
 from pathlib import Path
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 import unittest
@@ -39,6 +37,8 @@ import common
 import prepare
 from lab_files import file_identity, replace_folder
 from prepared_folder import PREPARED, PREPARED_ENV, check_prepared, counter_folder, read_manifest
+from test_support import closed_port
+from test_support_fixtures import TempFolderTest, sha256
 from test_support_runs import ctrl_c_reaches_children
 
 HERE = Path(__file__).resolve().parent
@@ -90,10 +90,6 @@ shutil.copy(os.environ['FAKE_SDIST'], dest)
 with open(os.environ['FAKE_PIP_LOG'], 'a') as log:
     log.write('downloaded\\n')
 """
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def tiny_gguf(folder: Path) -> bytes:
@@ -228,12 +224,6 @@ class HubHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
-
-
 def fake_pip(folder: Path, script: str) -> Path:
     """A folder that, first on PYTHONPATH, makes `python -m pip` run script instead of pip."""
     (folder / 'pip').mkdir(parents=True, exist_ok=True)
@@ -271,13 +261,11 @@ def error_line(test: unittest.TestCase, result: subprocess.CompletedProcess) -> 
     return lines[-1]
 
 
-class TempFolderTest(unittest.TestCase):
-    """Each test gets its own temp folder self.tmp; self.dest = tmp/prepared is not created."""
+class DestFolderTest(TempFolderTest):
+    """TempFolderTest, and self.dest = tmp/prepared, which is not created."""
 
     def setUp(self) -> None:
-        temp = tempfile.TemporaryDirectory()
-        self.addCleanup(temp.cleanup)
-        self.tmp = Path(temp.name)
+        super().setUp()
         self.dest = self.tmp / 'prepared'
 
     def assert_nothing_written(self) -> None:
@@ -286,7 +274,7 @@ class TempFolderTest(unittest.TestCase):
         self.assertEqual([name for name in os.listdir(self.tmp) if name.startswith('.prepared')], [])
 
 
-class HubTest(TempFolderTest):
+class HubTest(DestFolderTest):
     """tmp/manifest.json pins GOOD_HUB_FILES as the Hub files; run_prepare runs prepare.py on tmp/prepared."""
 
     def setUp(self) -> None:
@@ -628,7 +616,7 @@ def write_sdist(path: Path, files: list[tuple[str, bytes]], symlinks: list[tuple
     return path.read_bytes()
 
 
-class TinyVocabTest(TempFolderTest):
+class TinyVocabTest(DestFolderTest):
     """self.good: the tiny GGUF and its vectors as members; self.built: the tokenizer.json built from it."""
 
     def setUp(self) -> None:
@@ -882,7 +870,7 @@ def running(pid: int) -> bool:
     return stat.rsplit(')', 1)[1].split()[0] != 'Z'
 
 
-class InterruptedPipTest(TempFolderTest):
+class InterruptedPipTest(DestFolderTest):
     def test_ctrl_c_during_pip_download_leaves_no_temporary_files_and_no_process(self) -> None:
         self.interrupt_during_pip(signal.SIGINT)  # what Ctrl-C sends; pip, in its own session, gets nothing
 
@@ -928,7 +916,7 @@ class InterruptedPipTest(TempFolderTest):
         self.assertEqual([pid for pid in map(int, pids) if running(pid)], [])
 
 
-class KilledRunTest(TempFolderTest):
+class KilledRunTest(DestFolderTest):
     def test_the_download_of_a_run_killed_outright_is_removed_by_the_next_run(self) -> None:
         # As after set-up: prepared/ is complete (links to the lab's own), and --counter all downloads the archive.
         self.dest.mkdir()

@@ -7,7 +7,6 @@ driven with small fill functions. test_prepare.py fails or interrupts every step
 here are what that loop cannot reach: a swap whose undo fails too, runs killed outright, parent folders a run
 made, and the held signals themselves.
 """
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -18,7 +17,7 @@ import sys
 import unittest
 
 from common import LabError, python_command
-from test_support_fixtures import TempFolderTest
+from test_support_fixtures import TempFolderTest, sha256
 from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON, check_prepared, read_manifest
 
 HERE = Path(__file__).resolve().parent
@@ -26,10 +25,6 @@ REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding
 HUB_FILES = {'tokenizer.json': b'{"version": "1.0"}\n', 'chat_template.jinja': b'{{ bos_token }}\n'}
 PYPI_FILES = {'tokenizer.json': b'{"built": true}\n', 'vocab-vectors.inp': b'ab', 'vocab-vectors.out': b'7\n'}
 MANIFEST_SHA = 'f' * 64  # check_prepared compares it with the record; what it hashes does not matter here
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def pin(data: bytes) -> dict:

@@ -37,7 +37,7 @@ from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, load_rule_files, turn_places
 from shapes import build_request
-from test_support_runs import evaluate_py, in_process
+from test_support_runs import evaluate_py, in_process, lab_main
 from tokenizer import count_request
 from views import report_table
 
@@ -48,12 +48,6 @@ RECORDED = HERE / 'evaluation-result.json'
 README = (HERE / 'README.md').read_text(encoding='utf-8')
 # The rules file of the README's "Your own rule", exactly as a reader would paste it.
 MY_RULES = re.search(r'Save this as `my_rules.py`.*?\n```python\n(.*?)```\n', README, re.S)[1]
-
-
-def lab_main(script, *argv: str) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of a script run in this process, its rules process real (test_support)."""
-    result = in_process(script, *argv)
-    return result.returncode, result.stdout, result.stderr
 
 
 def case_named(case_id: str) -> dict:

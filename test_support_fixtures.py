@@ -3,6 +3,7 @@
 Every folder a test writes is a temporary one (TempFolderTest, AnswerFilesTest): no test writes into the working
 tree. Expected texts here (DEV_CORRECTION_NOTES) are written out by hand.
 """
+import hashlib
 import json
 from pathlib import Path
 import tempfile
@@ -109,6 +110,10 @@ def with_recorded_environment(fresh: dict, recorded: dict) -> dict:
     if set(fresh['environment']) != {'python', 'implementation'}:
         raise AssertionError(f"the environment block holds {sorted(fresh['environment'])}, not python and implementation")
     return {**fresh, 'environment': recorded['environment']}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def shipped_cases() -> dict[str, dict]:

@@ -60,6 +60,12 @@ def in_process(script, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([name, *argv], *run_command(script.main, list(argv), name))
 
 
+def lab_main(script, *argv: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a script run in this process (in_process), its rules process real."""
+    result = in_process(script, *argv)
+    return result.returncode, result.stdout, result.stderr
+
+
 def run_answer_check(argv: list[str], **options) -> tuple[int, str, str]:
     """`answer_check.py argv` with main's keyword options (its files, its client): (exit status, stdout, stderr)."""
     import answer_check  # here, not at the top: the oracle's users need no strategies
