@@ -46,12 +46,12 @@ def trimmed(case: dict, count, **options) -> dict:
 def cleared(case: dict) -> dict:
     """A copy of the case whose tool results, all but the newest KEPT_RESULTS of the history, hold CLEARED: what
     clear-tool-results' request sends, and so what `recent` counts."""
-    results = [(index, place) for index, turn in enumerate(case['history']) if type(turn) is list
-               for place, message in enumerate(turn) if message['role'] == 'tool']
-    old = set(results[:max(0, len(results) - KEPT_RESULTS)])
-    history = [[{**message, 'content': CLEARED} if (index, place) in old else message
-                for place, message in enumerate(turn)] if type(turn) is list else turn
-               for index, turn in enumerate(case['history'])]
+    results = [(index, place) for index, turn in enumerate(case['history'])
+               for place, message in enumerate(turn_messages(turn)) if message['role'] == 'tool']
+    history = list(case['history'])
+    for index, place in results[:max(0, len(results) - KEPT_RESULTS)]:
+        turn = history[index] = list(history[index])  # an agent turn's messages, copied: the case stays as it was
+        turn[place] = {**turn[place], 'content': CLEARED}
     return {**case, 'history': history}
 
 
