@@ -51,7 +51,8 @@ def as_json(value, where: str):
 
 
 def checked_message(index: int, message) -> dict:
-    where, message = f'message {index}', as_json(message, f'message {index}')
+    where = f'message {index}'
+    message = as_json(message, where)
     role = message.get('role') if isinstance(message, dict) else None
     if not isinstance(role, str) or role not in MESSAGE_KEYS:
         raise CounterError(f"{where}: expected an object whose role is one of {', '.join(MESSAGE_KEYS)}")
