@@ -26,7 +26,7 @@ from memory_store import MemoryStore
 from runner import COUNTED_BY, counter_note, report_header
 from scorer import by_group, facts_in
 from shapes import allowance, escape
-from strategies import words
+from strategies import fit, words
 from text import markdown_table, plain_number
 from tokenizer import add_counter_option, choose_counter, counter
 
@@ -53,12 +53,9 @@ def kept_lines(facts: list[str], quota: int, cost) -> tuple[list[str], int]:
 
     With costs {'- a': 3, '- b': 5, '- c': 2} and quota 6, facts ['a', 'b', 'c'] give (['- a', '- c'], 5):
     c fits (2), b does not (7), a does (5)."""
-    kept, used = [], 0
-    for line in (f'- {fact}' for fact in reversed(facts)):
-        if used + (size := cost(line)) <= quota:
-            kept.insert(0, line)
-            used += size
-    return kept, used
+    lines = [f'- {fact}' for fact in facts]
+    kept, room = fit(list(reversed(range(len(lines)))), list(map(cost, lines)), quota)
+    return [lines[index] for index in sorted(kept)], quota - room
 
 
 def memory_request(instructions: str, question: str, lines: list[str]) -> list[dict]:
