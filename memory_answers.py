@@ -33,8 +33,7 @@ MEMORY_GRADES = common.HERE / 'memory-answer-grades.json'
 def planned_answers(cases: dict, model: dict) -> list[dict]:
     """Every request record sends, in order: fill, question, seed, each with memory_eval's graded row."""
     filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
-    filled.sort(key=lambda each: FILLS.index(each[0]))  # stable: questions stay in file order
-    return [item for fill, question, messages, row in filled
+    return [item for fill, made in filled.items() for question, messages, row in made
             for item in seeded_requests(model, fill, question, messages, row)]
 
 

@@ -89,10 +89,11 @@ def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tup
     return stores
 
 
-def filled_requests(cases: dict, counting) -> list[tuple[str, dict, list[dict], dict]]:
-    """(fill, question, the request it sends, its graded row), question by question in file order, then fill by fill,
-    from fresh stores in a temporary folder; counting is a counter (tokenizer.loaded), for lines and requests alike."""
-    filled, cost = [], lambda line: len(counting.encode(line))  # a line's own tokens: no template, no delimiter
+def filled_requests(cases: dict, counting) -> dict[str, list[tuple[dict, list[dict], dict]]]:
+    """Each fill's (question, the request it sends, its graded row), questions in file order, from fresh stores in a
+    temporary folder; counting is a counter (tokenizer.loaded), for lines and requests alike."""
+    # cost is a line's own tokens: no template, no delimiter
+    filled, cost = {fill: [] for fill in FILLS}, lambda line: len(counting.encode(line))
     with tempfile.TemporaryDirectory(prefix='memory-eval-') as folder:
         for question in cases['questions']:
             events = [event for event in cases['users'][question['user']] if event['time'] <= question['time']]
@@ -100,7 +101,7 @@ def filled_requests(cases: dict, counting) -> list[tuple[str, dict, list[dict], 
             for fill in FILLS:
                 lines, tokens = kept_lines(offered(fill, question, managed, append_only), question['facts_quota'], cost)
                 request = memory_request(cases['instructions'], question['question'], lines)
-                filled.append((fill, question, request, graded(question, lines, tokens, counting(request))))
+                filled[fill].append((question, request, graded(question, lines, tokens, counting(request))))
             managed.close(), append_only.close()
     return filled
 
@@ -135,7 +136,7 @@ def memory_report(path: Path) -> dict:
     """The report: the lab's header, the totals per fill and split, the rows, the replay's storage growth."""
     cases, sha256 = load_memory_cases(path)
     filled = filled_requests(cases, counter())
-    rows = {fill: [row for made, _, _, row in filled if made == fill] for fill in FILLS}
+    rows = {fill: [row for _, _, row in made] for fill, made in filled.items()}
     growth, sizes = replay_growth(cases['replay'])
     header = report_header(path, sha256, [], 'memory_eval.py', 'memory_store.py', 'memory_cases.py')
     header['environment'] |= {'sqlite': sqlite3.sqlite_version, 'replay_file_bytes': sizes}  # not a result
