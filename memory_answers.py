@@ -33,8 +33,7 @@ MEMORY_GRADES = common.HERE / 'memory-answer-grades.json'
 def planned_answers(cases: dict, model: dict) -> list[dict]:
     """Every request record sends, in order: fill, question, seed, each with memory_eval's graded row."""
     filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
-    filled.sort(key=lambda each: FILLS.index(each[0]))  # stable: questions stay in file order
-    return [item for fill, question, messages, row in filled
+    return [item for fill, made in filled.items() for question, messages, row in made
             for item in seeded_requests(model, fill, question, messages, row)]
 
 
@@ -61,9 +60,9 @@ def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | No
         keys = load_answer_keys(paths['keys'], cases['questions'], cases['questions'])
         if args.command == 'record':
             model = load_model(paths['model'])
+            plan = planned_answers(cases, model)
             chosen = {'split': 'all', 'sample': None, 'cases_sha256': cases_sha256}
-            record_answers(planned_answers(cases, model), client or OllamaClient(model), paths['result'], args.fresh,
-                           chosen, record)
+            record_answers(plan, client or OllamaClient(model), paths['result'], args.fresh, chosen, record)
             state['recorded'] = True
         elif not paths['result'].exists():
             model = load_model(paths['model'])
@@ -71,7 +70,8 @@ def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | No
                     f'{model["ollama_tag"]} at digest {model["ollama_digest"][:12]} and run `{record}` '
                     f'({len(FILLS) * len(cases["questions"]) * len(model["seeds"])} calls).')
         recorded = load_recording(paths['result'], redo)
-        plan = planned_answers(cases, recorded['model'])  # the recording's own pin
+        if args.command != 'record':  # else graded with the plan just recorded from, as answer_check does
+            plan = planned_answers(cases, recorded['model'])  # the recording's own pin
         check_complete(recorded, plan, paths['result'], paths['cases'], cases_sha256, redo, redo)
         grades = grade_recording(recorded, keys, plan)
         save(paths['grades'], grades, 'memory answer grades')

@@ -26,7 +26,7 @@ from memory_store import MemoryStore
 from runner import COUNTED_BY, counter_note, report_header
 from scorer import by_group, facts_in
 from shapes import allowance, escape
-from strategies import words
+from strategies import fit, words
 from text import markdown_table, plain_number
 from tokenizer import add_counter_option, choose_counter, counter
 
@@ -53,12 +53,9 @@ def kept_lines(facts: list[str], quota: int, cost) -> tuple[list[str], int]:
 
     With costs {'- a': 3, '- b': 5, '- c': 2} and quota 6, facts ['a', 'b', 'c'] give (['- a', '- c'], 5):
     c fits (2), b does not (7), a does (5)."""
-    kept, used = [], 0
-    for line in (f'- {fact}' for fact in reversed(facts)):
-        if used + (size := cost(line)) <= quota:
-            kept.insert(0, line)
-            used += size
-    return kept, used
+    lines = [f'- {fact}' for fact in facts]
+    kept, room = fit(list(reversed(range(len(lines)))), list(map(cost, lines)), quota)
+    return [lines[index] for index in sorted(kept)], quota - room
 
 
 def memory_request(instructions: str, question: str, lines: list[str]) -> list[dict]:
@@ -92,10 +89,11 @@ def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tup
     return stores
 
 
-def filled_requests(cases: dict, counting) -> list[tuple[str, dict, list[dict], dict]]:
-    """(fill, question, the request it sends, its graded row), question by question in file order, then fill by fill,
-    from fresh stores in a temporary folder; counting is a counter (tokenizer.loaded), for lines and requests alike."""
-    filled, cost = [], lambda line: len(counting.encode(line))  # a line's own tokens: no template, no delimiter
+def filled_requests(cases: dict, counting) -> dict[str, list[tuple[dict, list[dict], dict]]]:
+    """Each fill's (question, the request it sends, its graded row), questions in file order, from fresh stores in a
+    temporary folder; counting is a counter (tokenizer.loaded), for lines and requests alike."""
+    # cost is a line's own tokens: no template, no delimiter
+    filled, cost = {fill: [] for fill in FILLS}, lambda line: len(counting.encode(line))
     with tempfile.TemporaryDirectory(prefix='memory-eval-') as folder:
         for question in cases['questions']:
             events = [event for event in cases['users'][question['user']] if event['time'] <= question['time']]
@@ -103,7 +101,7 @@ def filled_requests(cases: dict, counting) -> list[tuple[str, dict, list[dict], 
             for fill in FILLS:
                 lines, tokens = kept_lines(offered(fill, question, managed, append_only), question['facts_quota'], cost)
                 request = memory_request(cases['instructions'], question['question'], lines)
-                filled.append((fill, question, request, graded(question, lines, tokens, counting(request))))
+                filled[fill].append((question, request, graded(question, lines, tokens, counting(request))))
             managed.close(), append_only.close()
     return filled
 
@@ -138,7 +136,7 @@ def memory_report(path: Path) -> dict:
     """The report: the lab's header, the totals per fill and split, the rows, the replay's storage growth."""
     cases, sha256 = load_memory_cases(path)
     filled = filled_requests(cases, counter())
-    rows = {fill: [row for made, _, _, row in filled if made == fill] for fill in FILLS}
+    rows = {fill: [row for _, _, row in made] for fill, made in filled.items()}
     growth, sizes = replay_growth(cases['replay'])
     header = report_header(path, sha256, [], 'memory_eval.py', 'memory_store.py', 'memory_cases.py')
     header['environment'] |= {'sqlite': sqlite3.sqlite_version, 'replay_file_bytes': sizes}  # not a result

@@ -35,7 +35,7 @@ from pathlib import Path
 import sqlite3
 
 from common import LabError
-from text import printable
+from text import clipped, printable
 
 # Set on every connection and read back; a test changes them to show that its byte check can fail.
 PRAGMAS = {'journal_mode': 'delete', 'secure_delete': '1', 'foreign_keys': '1'}
@@ -105,7 +105,7 @@ class MemoryStore:
     def apply(self, user: str, event: dict) -> None:
         """Applies one event at its time, in one transaction: all of it, or none if it cannot be applied."""
         time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
-        where = f'{self.path}: user {printable(repr(user))}, event {printable(repr(event))[:200]}'
+        where = f'{self.path}: user {printable(repr(user))}, event {clipped(printable(repr(event)), 200)}'
         if not isinstance(user, str) or type(time) is not int:
             raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
         action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')

@@ -194,6 +194,11 @@ class Refusals(StoreTest):
                     with self.subTest(managed=managed, event=event):
                         self.assertIn(expected, self.refusal(store, 'ana', event))
 
+    def test_a_long_event_is_named_in_its_first_200_characters_its_cut_marked(self):
+        with MemoryStore(self.tmp / 'store.db', managed=True) as store:
+            message = self.refusal(store, 'ana', {'time': 1, 'action': 'recall', 'fact': 'x' * 500})
+        self.assertIn(f"event {{'time': 1, 'action': 'recall', 'fact': '{'x' * 156}...: expected", message)
+
     def test_the_append_only_store_refuses_to_replace_or_forget_a_text_it_never_stored(self):
         with MemoryStore(self.tmp / 'store.db', managed=False) as store:
             store.apply('ana', ANA[0])
