@@ -14,7 +14,7 @@ from pathlib import Path
 from common import LabError
 from lab_files import field_gaps, read_json_file, unique_keys
 from scorer import invalid
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, \
+from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
     make_turn, turn_texts
 from tool_formats import CounterError, checked_message, checked_tools
 
@@ -56,8 +56,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     if not isinstance(history, list):
         raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
     for index, turn in enumerate(history):
-        if not isinstance(turn, dict) or turn.keys() != set(TURN_ROLES) \
-                or not all(isinstance(text, str) for text in turn.values()):
+        if not is_pair(turn):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
     pairs = tuple(map(turn_texts, history))

@@ -3,12 +3,12 @@
     .venv/bin/python evaluate.py --rules field_rules.py --format table
     .venv/bin/python evaluate.py --cases locomo-cases.json --rules field_rules.py --format table --group kind
 
-Each rule ranks the history's turns (user message, newline, assistant message) against the question, highest first,
-newer first on ties, and keeps each turn of that order that still fits, as `relevant` does: `bm25` by BM25 over
-stemmed words (turns scoring above 0), `dense` by WordLlama's cosine similarity (every turn), `fused` by
-reciprocal-rank fusion of the two (docs/rules.md). Indexes are cached per conversation, found by its text. The
-model is read from the wordllama package's own folder with downloads disabled: nothing is fetched at run time. The
-rules read no labels and write nothing.
+Each rule ranks the history's turns (their messages' texts, shapes.turn_texts, a newline between) against the
+question, highest first, newer first on ties, and keeps each turn of that order that still fits, as `relevant` does:
+`bm25` by BM25 over stemmed words (turns scoring above 0), `dense` by WordLlama's cosine similarity (every turn),
+`fused` by reciprocal-rank fusion of the two (docs/rules.md). Indexes are cached per conversation, found by its
+text. The model is read from the wordllama package's own folder with downloads disabled: nothing is fetched at run
+time. The rules read no labels and write nothing.
 """
 from functools import lru_cache, partial
 import logging
@@ -39,7 +39,7 @@ RRF_K = 60  # reciprocal-rank fusion constant, the usual value
 CONVERSATIONS_KEPT = 32
 QUESTIONS_KEPT = 2048  # reused by `fused` and across a sweep's budgets (LoCoMo's 1,534 fit, in about 40 MB)
 
-Turns = tuple[tuple[str, str], ...]  # a conversation as (user, assistant) texts: the cache key
+Turns = tuple[tuple[str, ...], ...]  # a conversation as its turns' texts (shapes.turn_texts): the cache key
 STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
 
 

@@ -27,7 +27,7 @@ import weakref
 from best_possible import LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import TURN_ROLES, selection, turn_key, turn_messages
+from shapes import is_pair, selection, turn_key, turn_messages
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -288,9 +288,8 @@ class Child:
                 self.last = asked['count'], count(asked['count'])
                 return {'answer': self.last[1]}
             turns = asked['turn_costs']  # all pairs, or all agent turns: their messages are the counter's to check
-            if not isinstance(turns, list) or not (all(type(turn) is list for turn in turns) or all(
-                    type(turn) is dict and turn.keys() == set(TURN_ROLES)
-                    and all(type(text) is str for text in turn.values()) for turn in turns)):
+            if not isinstance(turns, list) or not (all(type(turn) is list for turn in turns)
+                                                   or all(map(is_pair, turns))):
                 raise CounterError('turn_costs: expected a list of turns, all {"user": text, "assistant": text} '
                                    'or all lists of messages')
             return {'answer': count.turn_costs(turns)}

@@ -62,6 +62,12 @@ def turn_key(turn: dict | list) -> tuple[str, ...]:
         if type(turn) is list else pair_texts(turn)
 
 
+def is_pair(turn) -> bool:
+    """Whether a turn is a pair: an object of exactly the string fields user and assistant."""
+    return isinstance(turn, dict) and turn.keys() == set(TURN_ROLES) \
+        and all(isinstance(text, str) for text in turn.values())
+
+
 def make_turn(texts) -> dict:
     """A pair turn from its texts, as turn_texts reads them:
     make_turn(('Hi', 'Yes')) -> {'user': 'Hi', 'assistant': 'Yes'}"""

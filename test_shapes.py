@@ -6,7 +6,8 @@ Each test is named after the layout that would be wrong; every expected request 
 """
 import unittest
 
-from shapes import build_request, escape, holds_thinking_marker, make_turn, selection, turn_messages, turn_texts
+from shapes import (build_request, escape, holds_thinking_marker, is_pair, make_turn, selection, turn_messages,
+                    turn_texts)
 
 CASE = {'instructions': 'Answer.', 'current': 'Which database?',
         'history': [{'user': 'Use MySQL.', 'assistant': 'OK.'}, {'user': 'No, PostgreSQL.', 'assistant': 'Noted.'}]}
@@ -20,6 +21,12 @@ class ShapesTest(unittest.TestCase):
     def test_a_turn_made_from_its_texts_reads_back_as_them(self):
         self.assertEqual(make_turn(('Use MySQL.', 'OK.')), CASE['history'][0])
         self.assertEqual(turn_texts(make_turn(('a', 'b'))), ('a', 'b'))
+
+    def test_a_pair_is_exactly_the_string_fields_user_and_assistant(self):
+        self.assertTrue(is_pair(CASE['history'][0]))
+        for turn in ({'user': 'a'}, {'user': 'a', 'assistant': 'b', 'x': 'c'}, {'user': 'a', 'assistant': None},
+                     [{'role': 'user', 'content': 'a'}], 'a'):
+            self.assertFalse(is_pair(turn), turn)
 
     def test_kept_turns_go_oldest_first_between_the_instructions_and_the_question(self):
         self.assertEqual([message['content'] for message in build_request(CASE, [1, 0])],
