@@ -138,7 +138,7 @@ class Sample:
 
 def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str, skipped: Counter, golds) -> list[dict]:
     """The cases of one conversation, in qa order; skipped questions counted by reason, gold answers in golds."""
-    cases = []
+    cases, conversations = [], {}  # check_case's record: the history all the cases share is checked once
     for index, item in enumerate(sample.qa):
         where = f'qa[{index}]'
         if not isinstance(item, dict):
@@ -161,7 +161,8 @@ def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str,
         case = {'id': f'{sample.sample_id}-q{index}', 'split': split, 'kind': CATEGORIES[category],
                 'instructions': INSTRUCTIONS[category], 'current': current, 'history': sample.history,
                 'budget': budget, 'required': list(dict.fromkeys(sample.texts[key] for key in ids)), 'stale': []}
-        check_case(f'{sample.where}: question {where} as case {case["id"]}', case)  # what load_cases will demand
+        check_case(f'{sample.where}: question {where} as case {case["id"]}', case,  # what load_cases will demand
+                   conversations)
         if golds is not None:  # LoCoMo's scoring reads an answer as str() of it; a few are years, as integers
             gold = item.get('answer')
             if isinstance(gold, bool) or not isinstance(gold, (str, int)) or not str(gold).strip():

@@ -10,12 +10,9 @@ evaluation-result.json is), and the README's sentence about them is worked out
 from the recording.
 Files are only ever written into temporary directories.
 """
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,12 +28,12 @@ import budget_sweep
 from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, check_limits, parse_limits, picture, sweep_report, \
     sweep_table
 from case_set import load_cases
-import common
 from common import LabError
 from lab_files import sha256_file, to_json
 from shapes import build_request
 from strategies import RULES
 from test_support_fixtures import whole_count, with_recorded_environment
+from test_support_runs import lab_main
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
@@ -53,21 +50,6 @@ RULES = {'everything': everything}
 def points_by(report: dict) -> dict:
     """(context limit, rule) -> point."""
     return {(entry['context_limit'], entry['rule']): entry for entry in report['points']}
-
-
-def sweep_main(argv: list[str]) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `budget_sweep.py ARGV` through its entry point, run in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    handler = signal.getsignal(signal.SIGTERM)  # common.run handles SIGTERM as Ctrl-C from here on
-    try:
-        with mock.patch.object(sys, 'argv', ['budget_sweep.py', *argv]), contextlib.redirect_stdout(out), \
-                contextlib.redirect_stderr(err):
-            common.run(budget_sweep.main, 'nothing was written')
-    except SystemExit as exited:
-        status = exited.code
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-    return status, out.getvalue(), err.getvalue()
 
 
 class SweepTest(unittest.TestCase):
@@ -132,7 +114,8 @@ class SweepTest(unittest.TestCase):
                                  'which turn holds which fact, for 12 cases',
                                  'context limit 256 (128 input tokens): 5 rules on 12 cases',
                                  'context limit 512 (384 input tokens): 5 rules on 12 cases'])
-        status, _, err = sweep_main(['--context-limits', '256', '--output', str(Path(self.folder.name) / 'p.json')])
+        status, _, err = lab_main(budget_sweep, '--context-limits', '256',
+                                  '--output', str(Path(self.folder.name) / 'p.json'))
         self.assertEqual(status, 0)
         self.assertRegex(err.splitlines()[-1], r'^budget_sweep.py: context limit 256 \(128 input tokens\): '
                                                r'5 rules on 12 cases in \d+\.\d s \(\d+\.\d s CPU\)$')
@@ -146,7 +129,7 @@ class RefusalTest(unittest.TestCase):
 
     def refused(self, argv: list[str], written: bool = False) -> str:
         """The one error line of a refused run (after any progress lines); nothing written unless `written`."""
-        status, out, err = sweep_main([*argv, '--output', str(self.output)])
+        status, out, err = lab_main(budget_sweep, *argv, '--output', str(self.output))
         self.assertEqual((status, out), (2, ''))
         *progress, error = err.splitlines()
         for line in progress:
@@ -174,7 +157,7 @@ class RefusalTest(unittest.TestCase):
         self.assertEqual(self.refused(['--context-limits', '169,512']),
                          f'budget_sweep.py: {CASES}: case dev-spread: field budget allows 41 input tokens, but the '
                          'instructions and question alone need 42; the smallest limit every case fits is 170')
-        status, _, _ = sweep_main(['--context-limits', '170', '--output', str(self.output)])
+        status, _, _ = lab_main(budget_sweep, '--context-limits', '170', '--output', str(self.output))
         self.assertEqual(status, 0)  # the limit the message names does work
 
     def test_the_case_named_is_the_first_that_needs_most_worked_out_by_hand(self):
@@ -223,12 +206,13 @@ class RefusalTest(unittest.TestCase):
     def test_an_output_that_is_the_case_set_or_the_picture_is_refused_before_the_sweep(self):
         mine = Path(self.folder.name) / 'my.json'
         mine.write_bytes(CASES.read_bytes())
-        status, out, err = sweep_main(['--cases', str(mine), '--output', str(Path(self.folder.name) / '.' / 'my.json')])
+        status, out, err = lab_main(budget_sweep, '--cases', str(mine),
+                                    '--output', str(Path(self.folder.name) / '.' / 'my.json'))
         self.assertEqual((status, out, err), (2, '', f'budget_sweep.py: --output {mine}: the same file as --cases '
                                                      f'{mine}, which this run reads; write the output elsewhere\n'))
         self.assertEqual(mine.read_bytes(), CASES.read_bytes())
         plot = Path(self.folder.name) / 'p.png'
-        status, out, err = sweep_main(['--plot', str(plot), '--output', str(plot)])
+        status, out, err = lab_main(budget_sweep, '--plot', str(plot), '--output', str(plot))
         self.assertEqual((status, out, err), (2, '', f'budget_sweep.py: --plot {plot}: the same file as --output '
                                                      f'{plot}, which this run also writes; write the output elsewhere\n'))
         self.assertEqual(sorted(path.name for path in Path(self.folder.name).iterdir()), ['my.json'])
@@ -393,7 +377,7 @@ class RecordingTest(unittest.TestCase):
             recording, drawing = Path(folder) / 'budget-sweep.json', Path(folder) / 'budget-sweep.png'
             with mock.patch.object(budget_sweep, 'RECORDING', recording), \
                     mock.patch.object(budget_sweep, 'PICTURE', drawing):
-                status, out, _ = sweep_main([])
+                status, out, _ = lab_main(budget_sweep)
             # A bare run prints what it recorded: the table, a column per allowance of DEFAULT_LIMITS less 128.
             self.assertEqual((status, out.splitlines()[0]), (0, '| Rule | 64 | 128 | 256 | 512 | 640 | 896 |'))
             recorded = (HERE / 'budget-sweep.json').read_text(encoding='utf-8')
