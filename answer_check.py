@@ -27,7 +27,7 @@ import case_set
 import common
 from common import LabError
 import lab_files
-from ollama_client import OllamaClient, OllamaError
+from ollama_client import OllamaClient, OllamaError, pull_advice
 from rule_files import add_timeout_option, load_rule_files
 from runner import counter_note
 from scorer import graded_row
@@ -359,9 +359,8 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
     print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json'  # else the tables; file: both
           else grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\nTo record, start '
-          f'Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of `ollama list` starts with '
-          f'{model["ollama_digest"][:12]}, then run `{common.python_command()} answer_check.py record` '
-          f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
+          f'Ollama, {pull_advice(model["ollama_tag"], model["ollama_digest"])}; then run `{common.python_command()} '
+          f'answer_check.py record` ({len(rules) * len(cases) * len(model["seeds"])} calls).')
     return 0
 
 
