@@ -353,8 +353,8 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
     grades_path = grades_path if args.output is None else result_path.with_suffix(GRADES_SUFFIX)
     recording = [('--output', result_path), ('its partial file', result_path.with_suffix(PARTIAL_SUFFIX))]
     lab_files.check_outputs([('the grades', grades_path), *(recording if args.command else [])],
-                         [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
-                          *(('--rules', path) for path in args.rules), *([] if args.command else recording[:1])])
+                            [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
+                             *(('--rules', path) for path in args.rules), *([] if args.command else recording[:1])])
     grades, (model, rules, cases, _) = run_check(args, keys_path, result_path, grades_path, client)
     print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json'  # else the tables; file: both
           else grades_report(grades) if grades['answers_recorded'] else
