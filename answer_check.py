@@ -29,8 +29,7 @@ from common import LabError
 import lab_files
 from ollama_client import OllamaClient, OllamaError, pull_advice
 from rule_files import add_timeout_option, load_rule_files
-from runner import counter_note
-from scorer import graded_row
+from runner import case_selections, counter_note
 from strategies import RULES
 from text import counted
 import tokenizer
@@ -67,13 +66,12 @@ def seeded_requests(model: dict, strategy: str, case: dict, messages: list[dict]
 
 
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
-    """Every request record sends, sized by the pin's counter, in order: rule, case, seed."""
-    plan, count = [], tokenizer.loaded(pin_counter(model)[0])
-    for name, rule in rules.items():
-        for case in cases:
-            selected = rule(case, count)
-            plan += seeded_requests(model, name, case, selected['messages'], graded_row(case, selected))
-    return plan
+    """Every request record sends, sized by the pin's counter and selected as every report selects, in order: rule,
+    case, seed."""
+    count = tokenizer.loaded(pin_counter(model)[0])
+    selections = [case_selections(case, rules, count) for case in cases]  # (rule -> selection, rule -> graded row)
+    return [item for name in rules for case, (chosen, rows) in zip(cases, selections)
+            for item in seeded_requests(model, name, case, chosen[name]['messages'], rows[name])]
 
 
 def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool,
