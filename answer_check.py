@@ -27,10 +27,9 @@ import case_set
 import common
 from common import LabError
 import lab_files
-from ollama_client import OllamaClient, OllamaError
+from ollama_client import OllamaClient, OllamaError, pull_advice
 from rule_files import add_timeout_option, load_rule_files
-from runner import counter_note
-from scorer import graded_row
+from runner import case_selections, counter_note
 from strategies import RULES
 from text import counted
 import tokenizer
@@ -67,13 +66,12 @@ def seeded_requests(model: dict, strategy: str, case: dict, messages: list[dict]
 
 
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
-    """Every request record sends, sized by the pin's counter, in order: rule, case, seed."""
-    plan, count = [], tokenizer.loaded(pin_counter(model)[0])
-    for name, rule in rules.items():
-        for case in cases:
-            selected = rule(case, count)
-            plan += seeded_requests(model, name, case, selected['messages'], graded_row(case, selected))
-    return plan
+    """Every request record sends, sized by the pin's counter and selected as every report selects, in order: rule,
+    case, seed."""
+    count = tokenizer.loaded(pin_counter(model)[0])
+    selections = [case_selections(case, rules, count) for case in cases]  # (rule -> selection, rule -> graded row)
+    return [item for name in rules for case, (chosen, rows) in zip(cases, selections)
+            for item in seeded_requests(model, name, case, chosen[name]['messages'], rows[name])]
 
 
 def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool,
@@ -353,15 +351,14 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
     grades_path = grades_path if args.output is None else result_path.with_suffix(GRADES_SUFFIX)
     recording = [('--output', result_path), ('its partial file', result_path.with_suffix(PARTIAL_SUFFIX))]
     lab_files.check_outputs([('the grades', grades_path), *(recording if args.command else [])],
-                         [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
-                          *(('--rules', path) for path in args.rules), *([] if args.command else recording[:1])])
+                            [('--model', args.model), ('--cases', args.cases), ('--keys', keys_path),
+                             *(('--rules', path) for path in args.rules), *([] if args.command else recording[:1])])
     grades, (model, rules, cases, _) = run_check(args, keys_path, result_path, grades_path, client)
     print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json'  # else the tables; file: both
           else grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\nTo record, start '
-          f'Ollama, run `ollama pull {model["ollama_tag"]}`, check that the ID column of `ollama list` starts with '
-          f'{model["ollama_digest"][:12]}, then run `{common.python_command()} answer_check.py record` '
-          f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
+          f'Ollama, {pull_advice(model["ollama_tag"], model["ollama_digest"])}; then run `{common.python_command()} '
+          f'answer_check.py record` ({len(rules) * len(cases) * len(model["seeds"])} calls).')
     return 0
 
 

@@ -75,6 +75,12 @@ def reply_detail(body: str, payload: dict | None) -> str:
     return f'the body "{text}"' if text else 'an empty body'
 
 
+def pull_advice(tag: str, digest: str | None) -> str:
+    """How to get the pinned build of tag: `ollama pull`, then (once pinned) the digest `ollama list` must show."""
+    return f'run `ollama pull {tag}`' + (f', then check that the ID column of `ollama list` starts with {digest[:12]}, '
+                                         'the pinned build' if digest else '')
+
+
 def find_tag(listed, tag: str) -> dict | None:
     """The entry for tag in a model list of /api/tags or /api/ps, which name it under name or model."""
     entries = listed if isinstance(listed, list) else []
@@ -113,9 +119,7 @@ class OllamaClient:
         tag, expected = self.model['ollama_tag'], self.model['ollama_digest']  # None while pinning
         entry = find_tag(self._call('/api/tags').get('models'), tag)
         if entry is None:
-            raise OllamaError(f'Ollama at {self.host} has no {tag}: run `ollama pull {tag}`' + (
-                f', then check that the ID column of `ollama list` starts with {expected[:12]}, the pinned build'
-                if expected else ''))
+            raise OllamaError(f'Ollama at {self.host} has no {tag}: {pull_advice(tag, expected)}')
         if (digest := entry.get('digest')) != expected and expected is not None:
             raise OllamaError(f'Ollama at {self.host} has {tag} with digest {digest}, but the pinned build '
                               f'is {expected}: {moved}')
@@ -229,9 +233,8 @@ class OllamaClient:
         error = payload.get('error') if payload is not None else None
         detail = reply_detail(body, payload)
         if status == 404 and path == '/api/chat' and error is not None:
-            raise OllamaError(f'Ollama at {self.host} answered 404 to {path} ({error}): run `ollama pull '
-                              f'{self.model["ollama_tag"]}` and check that the ID column of `ollama list` '
-                              f'starts with {self.model["ollama_digest"][:12]}')
+            raise OllamaError(f'Ollama at {self.host} answered 404 to {path} ({error}): '
+                              f'{pull_advice(self.model["ollama_tag"], self.model["ollama_digest"])}')
         if status == 503:
             raise OllamaError(f'Ollama at {self.host} is busy (503: {detail}): wait for its other requests to end')
         if status == 400:
