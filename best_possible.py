@@ -85,9 +85,9 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
         return {**row, **dict.fromkeys(BEST_ROW_FIELDS[6:-1]), 'required_total': len(case['required']),
                 'not_searched': f'{len(candidates)} fact-holding turns without a stale fact; '
                                 f'the exact search stops at {MAX_CANDIDATES}'}
-    bare, cost = costs(case, count)
+    bare, cost = parts = costs(case, count)
     # A fact the instructions or the question already carry is no gain for any turn.
     already = frozenset(facts_in(case, build_request(case, []))[0])
     kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
-    graded = graded_row(case, chosen(case, count, kept))
+    graded = graded_row(case, chosen(case, count, kept, parts=parts))
     return {**row, **{key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, 'not_searched': None}

@@ -69,8 +69,8 @@ def fit(order: list[int], cost: list[int], room: int, stop_at_misfit: bool = Fal
 
 def fitting(case: dict, count, order, stop_at_misfit: bool = False) -> dict:
     """The request with each turn of `order` that fits (`fit`) in the allowance left after the bare request."""
-    bare, cost = costs(case, count)
-    return chosen(case, count, fit(order, cost, allowance(case) - bare, stop_at_misfit)[0])
+    parts = costs(case, count)
+    return chosen(case, count, fit(order, parts[1], allowance(case) - parts[0], stop_at_misfit)[0], parts=parts)
 
 
 def ranked(scores: dict[int, float]) -> list[int]:
@@ -100,11 +100,13 @@ def note_lines(case: dict, before: int):
                 yield f'- [turn {index + 1}, {message["role"]}] {sentence}'
 
 
-def chosen(case: dict, count, kept: list[int], notes: list[str] = ()) -> dict:
-    """What every rule returns (shapes.selection), its size counted whole and checked against its parts."""
-    request, cost = build_request(case, kept, notes), costs(case, count)[1]
-    size = count(request)
-    check_additive(case, size, count(build_request(case, [], notes)) + sum(cost[i] for i in kept))
+def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
+    """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs`,
+    which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole)."""
+    bare, cost = parts or costs(case, count)
+    size = count(request := build_request(case, kept, notes))
+    head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
+    check_additive(case, size, head + sum(cost[i] for i in kept))
     return selection(request, kept, len(notes), size)
 
 
@@ -117,14 +119,14 @@ def relevant(case: dict, count) -> dict:
 
 
 def notes(case: dict, count) -> dict:
-    bare, cost = costs(case, count)
+    bare, cost = parts = costs(case, count)
     kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
     turns, lines = sum(cost[index] for index in kept), []
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
         if turns + count(build_request(case, [], [line, *lines])) > allowance(case):
             break
         lines.insert(0, line)
-    return chosen(case, count, kept, lines)
+    return chosen(case, count, kept, lines, parts)
 
 
 def hybrid(case: dict, count) -> dict:  # the newest turn, if there is one, then the others by overlap

@@ -22,7 +22,7 @@ from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 
-from shapes import NOTES_HEADER, escape
+from shapes import NOTES_HEADER, build_request, escape
 from strategies import RULES, STOP_WORDS, note_lines
 from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, shipped_cases, whole_count
 from tokenizer import TokenCounter, count_request, counter
@@ -342,6 +342,24 @@ class LinearTimeTest(unittest.TestCase):
                 texts, selected = self.encoded(self.chat(turns, 1_000_000))
                 self.assertEqual(len(texts), 2 + 2 * turns)
                 self.assertEqual(selected['recent']['turns'], list(range(turns)))
+
+    def test_a_rule_counts_the_bare_request_and_its_own_request_once_each(self):
+        # With turn_costs, recent, relevant and hybrid need two counts: the bare request, then the one they return
+        # (counted whole and checked against its parts). An agent request is rendered whole at every count.
+        case, asked = self.chat(20, 1_000_000), []
+
+        class Spy:
+            turn_costs = staticmethod(count_request.turn_costs)
+
+            def __call__(self, messages):
+                asked.append(messages)
+                return count_request(messages)
+
+        for name in ('recent', 'relevant', 'hybrid'):
+            with self.subTest(name):
+                asked.clear()
+                selected = RULES[name](case, Spy())
+                self.assertEqual(asked, [build_request(case, []), selected['messages']])
 
     def test_a_tight_budget_adds_only_the_note_lines_tried_each_encoded_once(self):
         for turns in (200, 800):

@@ -31,8 +31,8 @@ def hypothesis_home_outside_the_tree():
 
 
 def rule_requests(count) -> list[list[dict]]:
-    """Every request the four rules count or return on the shipped cases, each turn costed as a difference of
-    whole requests (a plain count function, so every candidate request is seen), notes blocks included."""
+    """Every request the four rules count or return on the shipped cases, notes blocks included; with a plain count
+    function each turn is costed as a difference of whole requests, so every candidate request is seen."""
     from strategies import RULES  # here, not at the top: the oracle's users need no strategies
 
     seen = []
