@@ -18,6 +18,7 @@ from tokenizer import count_request
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
 LABEL = 'best possible (reads the labels)'  # its name in the table, the turn map and --show
+BEST = 'best possible'  # its name in the sweep's points and in --compare, and one no rule may take
 
 
 def search(candidates: dict[int, tuple[int, frozenset]], room: int) -> list[int]:

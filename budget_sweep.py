@@ -19,6 +19,7 @@ import sys
 import time
 
 import best_possible
+from best_possible import BEST
 from case_set import load_case_set
 from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
@@ -35,7 +36,6 @@ DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
 RECORDING = HERE / 'budget-sweep.json'
 PICTURE = HERE / 'budget-sweep.png'
 MAX_DIGITS = 9  # a context limit is below a billion tokens; longer digit strings are refused, not converted
-BEST = 'best possible'  # the best possible selection's `rule` in the points
 FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'cases_with_stale_facts', 'mean_input_tokens',
            'over_budget')
 # How the picture marks a point where some request carried a stale fact, or went over the allowance.

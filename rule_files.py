@@ -24,7 +24,7 @@ import time
 import traceback
 import weakref
 
-from best_possible import LABEL
+from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
 from shapes import is_pair, selection, turn_key, turn_messages
@@ -35,7 +35,7 @@ from tokenizer import CounterError
 RULE_TIMEOUT = 60.0  # seconds a rule may take on one case (and a file to import) unless --rule-timeout says
 VISIBLE = ('id', 'split', 'kind', 'instructions', 'current', 'budget', 'tools')  # with the history, all but labels
 LOOK_ALIKE = str.maketrans('I10', 'llo')  # what many fonts draw alike, folded before rule names are compared
-RESERVED = frozenset(name.translate(LOOK_ALIKE).casefold() for name in (*BUILT_IN, 'best possible', LABEL))
+RESERVED = frozenset(name.translate(LOOK_ALIKE).casefold() for name in (*BUILT_IN, BEST, LABEL))
 MARGIN = 1 << 20  # bytes a reply may hold beyond twice the case it answers: a request bigger is no choice of it
 SHOWN = 400  # characters of a rule's message the rules process sends; the lab shows twice as many at most
 CHILD = f'import sys; sys.path[0] = {str(Path(__file__).resolve().parent)!r}; import rule_files; rule_files.serve()'

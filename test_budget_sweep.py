@@ -25,7 +25,8 @@ import numpy
 
 import best_possible
 import budget_sweep
-from budget_sweep import BEST, DEFAULT_LIMITS, SweepError, check_limits, parse_limits, picture, sweep_report, \
+from best_possible import BEST
+from budget_sweep import DEFAULT_LIMITS, SweepError, check_limits, parse_limits, picture, sweep_report, \
     sweep_table
 from case_set import load_cases
 from common import LabError

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 import textwrap
 
+from best_possible import BEST
 from common import LabError
 from runner import COUNTED_BY, counter_note
 from scorer import by_group, check_additive, facts_in
@@ -260,7 +261,7 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
         lines += dict_changes(f'{key} ', before, after) if objects else dict_changes('', {key: before}, {key: after})
     parts = [(name, old['cases'].get(name), new['cases'].get(name), old['summary'].get(name, {}),
               new['summary'].get(name, {})) for name in dict.fromkeys([*old['cases'], *new['cases']])]
-    parts.append(('best possible', old['best_possible']['cases'], new['best_possible']['cases'],
+    parts.append((BEST, old['best_possible']['cases'], new['best_possible']['cases'],
                   old['best_possible']['summary'], new['best_possible']['summary']))
     for name, old_rows, new_rows, old_summary, new_summary in parts:
         if old_rows is None or new_rows is None:  # a rules file's rule run in one report only: one line
