@@ -9,7 +9,7 @@ from scorer import graded_row, invalid
 from shapes import build_request, selection, turn_texts
 from strategies import RULES
 from lab_files import to_json
-from test_support_fixtures import HERE, TempFolderTest, with_recorded_environment
+from test_support_fixtures import HERE, TempFolderTest, calling, read, result, user, with_recorded_environment
 from test_support_runs import evaluate_py
 from test_counters import counter_or_skip
 from test_tool_formats import official
@@ -28,19 +28,7 @@ CASE = {'id': 'one', 'split': 'dev', 'kind': 'k', 'messages': [
     {'role': 'assistant', 'content': 'You are welcome.'},
     {'role': 'user', 'content': 'Which port?'}],
     'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}, 'required': ['port = 8443'], 'stale': []}
-READ = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': {'path': 'a.ini'}}}
-
-
-def user(text: str) -> dict:
-    return {'role': 'user', 'content': text}
-
-
-def result(call_id: str, text: str = 'ok') -> dict:
-    return {'role': 'tool', 'tool_call_id': call_id, 'content': text}
-
-
-def calling(*ids: str) -> dict:
-    return {'role': 'assistant', 'content': '', 'tool_calls': [dict(READ, id=call_id) for call_id in ids]}
+READ = read('c1')
 
 
 class LoadTest(TempFolderTest):
@@ -123,7 +111,8 @@ class LoadTest(TempFolderTest):
 
 class ValidityTest(unittest.TestCase):
     def test_a_request_a_provider_accepts_is_valid(self):
-        self.assertIsNone(invalid([SYSTEM, user('a'), calling('c1', 'c2'), result('c2'), result('c1'), user('q')]))
+        self.assertIsNone(invalid([SYSTEM, user('a'), calling(read('c1'), read('c2')), result('c2'), result('c1'),
+                                   user('q')]))
         self.assertIsNone(invalid([SYSTEM, user('q')]))
 
     def test_each_broken_pair_is_named_by_the_message_that_breaks_it(self):
@@ -132,13 +121,13 @@ class ValidityTest(unittest.TestCase):
             ([SYSTEM, result('c1'), user('q')], 'message 1 is tool, not a user message'),
             ([SYSTEM, user('a'), result('c1'), user('q')],
              'message 2 (tool) answers no call of the assistant message before it'),
-            ([SYSTEM, user('a'), calling('c1', 'c2'), result('c1'), user('q')],
+            ([SYSTEM, user('a'), calling(read('c1'), read('c2')), result('c1'), user('q')],
              "message 2: call 'c2' has no result before message 4 (user)"),
-            ([SYSTEM, user('a'), calling('c1'), {'role': 'assistant', 'content': 'x'}, result('c1'), user('q')],
+            ([SYSTEM, user('a'), calling(read('c1')), {'role': 'assistant', 'content': 'x'}, result('c1'), user('q')],
              "message 2: call 'c1' has no result before message 3 (assistant)"),
-            ([SYSTEM, user('a'), calling('c1'), result('c1'), result('c1'), user('q')],
+            ([SYSTEM, user('a'), calling(read('c1')), result('c1'), result('c1'), user('q')],
              'message 4 (tool) answers no call of the assistant message before it'),
-            ([SYSTEM, user('a'), calling('c1'), result('c1'), calling('c1'), result('c1'), user('q')],
+            ([SYSTEM, user('a'), calling(read('c1')), result('c1'), calling(read('c1')), result('c1'), user('q')],
              "message 4: call id 'c1' is used twice in one turn"),
         ]
         for messages, reason in table:
@@ -146,7 +135,7 @@ class ValidityTest(unittest.TestCase):
                 self.assertEqual(invalid(messages), reason)
 
     def test_an_id_used_again_after_the_next_user_message_is_valid_as_real_logs_reuse_them(self):
-        self.assertIsNone(invalid([SYSTEM, user('a'), calling('c1'), result('c1'), user('b'), calling('c1'),
+        self.assertIsNone(invalid([SYSTEM, user('a'), calling(read('c1')), result('c1'), user('b'), calling(read('c1')),
                                    result('c1'), user('q')]))
 
 
@@ -255,7 +244,7 @@ class OtherCountersTest(unittest.TestCase):
 class GradedRowTest(unittest.TestCase):
     def setUp(self):
         self.case = {'id': 'one', 'split': 'dev', 'kind': 'k', 'instructions': 'Answer.', 'current': 'Which port?',
-                     'history': [[user('Read a.ini.'), calling('c1'), result('c1', 'port = 8443')]], 'tools': [],
+                     'history': [[user('Read a.ini.'), calling(read('c1')), result('c1', 'port = 8443')]], 'tools': [],
                      'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32},
                      'required': ['port = 8443', 'a.ini'], 'stale': []}
 

@@ -21,30 +21,11 @@ from evaluate import report
 from scorer import graded_row, invalid
 from shapes import build_request
 from strategies import recent
+from test_support_fixtures import calling, read, result, said, user
 from test_support_runs import evaluate_py
 from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
-
-
-def read(call_id: str, path: str) -> dict:
-    return {'id': call_id, 'type': 'function', 'function': {'name': 'read_file', 'arguments': {'path': path}}}
-
-
-def result(call_id: str, text: str) -> dict:
-    return {'role': 'tool', 'tool_call_id': call_id, 'content': text}
-
-
-def calling(*calls: dict) -> dict:
-    return {'role': 'assistant', 'content': '', 'tool_calls': list(calls)}
-
-
-def user(text: str) -> dict:
-    return {'role': 'user', 'content': text}
-
-
-def said(text: str) -> dict:
-    return {'role': 'assistant', 'content': text}
 
 
 SYSTEM = {'role': 'system', 'content': 'You are a coding agent.'}

@@ -112,6 +112,28 @@ def with_recorded_environment(fresh: dict, recorded: dict) -> dict:
     return {**fresh, 'environment': recorded['environment']}
 
 
+def user(text: str) -> dict:
+    return {'role': 'user', 'content': text}
+
+
+def said(text: str) -> dict:
+    return {'role': 'assistant', 'content': text}
+
+
+def read(call_id: str, path: str = 'a.ini') -> dict:
+    """A call of read_file: read('c1') -> {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', ...}}."""
+    return {'id': call_id, 'type': 'function', 'function': {'name': 'read_file', 'arguments': {'path': path}}}
+
+
+def calling(*calls: dict) -> dict:
+    """The assistant message that makes these calls."""
+    return {'role': 'assistant', 'content': '', 'tool_calls': list(calls)}
+
+
+def result(call_id: str, text: str = 'ok') -> dict:
+    return {'role': 'tool', 'tool_call_id': call_id, 'content': text}
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
