@@ -113,7 +113,10 @@ def own_set(**changes) -> dict:
 
 class OwnCasesTest(TempFolderTest):
     def write(self, name: str, data) -> Path:
-        (path := self.tmp / name).write_text(json.dumps(data), encoding='utf-8')
+        return self.write_text(name, json.dumps(data))
+
+    def write_text(self, name: str, text: str) -> Path:
+        (path := self.tmp / name).write_text(text, encoding='utf-8')
         return path
 
     def test_an_edited_memory_cases_json_is_run_without_re_recording_memory_result_json(self):
@@ -162,6 +165,14 @@ class OwnCasesTest(TempFolderTest):
                                       'and replaces nothing\n')
         self.assertEqual(sorted(os.listdir(self.tmp)), ['a-file', 'empty', 'full', 'link', 'mine.json'])
         self.assertEqual(os.listdir(full), ['notes.txt'])
+
+    def test_the_own_set_docs_memory_shows_loads_and_gives_the_table_shown_under_it(self):
+        part = (HERE / 'docs' / 'memory.md').read_text(encoding='utf-8').split('## Your own memory cases\n')[1]
+        example, table = part.split('```json\n')[1].split('```')[0], '| Fill |' + part.split('| Fill |')[1]
+        status, out, err = run_command(memory_eval.main, ['--cases', str(self.write_text('mine.json', example))],
+                                       'memory_eval.py')
+        self.assertEqual((status, err), (0, ''))
+        self.assertEqual((out, len(out.splitlines())), (table[:len(out)], 5))  # the header, its rule, three fills
 
     def test_a_question_id_names_no_file_outside_the_stores_folder(self):
         self.assertEqual([store_name(0, 'ana-city'), store_name(2, '../x y'), store_name(11, '/etc/passwd')],
