@@ -4,17 +4,19 @@ it, through Ollama, and grade them offline with fixed keys (docs/memory.md).
     .venv/bin/python memory_answers.py record           # needs Ollama with the pinned build, and prepare.py run
     .venv/bin/python memory_answers.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
+    .venv/bin/python memory_answers.py record --model pin.json --cases mine.json --keys keys.json --output my.json
 
 record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
 counter, to the build answer-model.json pins (digest checked), keeping each answer in memory-answer-result.partial.json
 to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
-memory-answer-keys.json's patterns and prints its tables. Recording, resuming and grading are answer_check.py's: it
-retries no call, and grades no recording missing an answer or holding one twice.
+memory-answer-keys.json's patterns and prints its tables. --model, --cases, --keys and --output are answer_check.py's:
+another pin, case set, keys, or recording (its grades then go beside it, NAME.grades.json). Recording, resuming and
+grading are answer_check.py's: it retries no call, and grades no recording missing an answer or holding one twice.
 """
 import argparse
 from pathlib import Path
 
-from answer_check import (PARTIAL_SUFFIX, check_complete, grade_recording, grades_report, record_answers,
+from answer_check import (GRADES_SUFFIX, PARTIAL_SUFFIX, check_complete, grade_recording, grades_report, record_answers,
                           seeded_requests, stops_told)
 from answer_keys import load_answer_keys
 from answer_model import MODEL_PATH, load_model, load_recording, pin_counter, save
@@ -43,6 +45,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('command', nargs='?', choices=['record'], help='record, then grade')
     parser.add_argument('--cases', type=Path, help='memory case set (default: memory-cases.json)')
     parser.add_argument('--keys', type=Path, help='their keys (default: memory-answer-keys.json)')
+    parser.add_argument('--model', type=Path, help="the pin (default answer-model.json; grading: the recording's)")
+    parser.add_argument('--output', type=Path, help='the recording (default memory-answer-result.json); its grades go '
+                        'beside it as NAME.grades.json')
     parser.add_argument('--format', choices=['table', 'json'], default='table', help='json: the grades on stdout')
     parser.add_argument('--fresh', action='store_true', help='with record: discard the partial file first')
     args = parser.parse_args(argv)  # a usage error exits 2
@@ -82,11 +87,12 @@ def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = 
          model_path: Path = MODEL_PATH, result_path: Path = MEMORY_RESULT, grades_path: Path = MEMORY_GRADES,
          client: OllamaClient | None = None) -> int:
     args = parse_args(argv)
-    paths = {'cases': args.cases or cases_path, 'keys': args.keys or keys_path, 'model': model_path,
-             'result': result_path, 'grades': grades_path}
+    result_path = args.output or result_path
+    paths = {'cases': args.cases or cases_path, 'keys': args.keys or keys_path, 'model': args.model or model_path,
+             'result': result_path, 'grades': result_path.with_suffix(GRADES_SUFFIX) if args.output else grades_path}
     recording = [('the recording', result_path), ('its partial file', result_path.with_suffix(PARTIAL_SUFFIX))]
-    lab_files.check_outputs([('the grades', grades_path), *(recording if args.command else [])],
-                            [('--cases', paths['cases']), ('--keys', paths['keys']), ('the pin', model_path),
+    lab_files.check_outputs([('the grades', paths['grades']), *(recording if args.command else [])],
+                            [('--cases', paths['cases']), ('--keys', paths['keys']), ('the pin', paths['model']),
                              *([] if args.command else recording[:1])])
     print(run_answers(args, paths, client))
     return 0

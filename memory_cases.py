@@ -7,20 +7,26 @@
 It writes memory-cases.json (or --output), the same bytes every run, from the data below: three users' memory
 events (remember, replace or forget an exact fact at a time), ten questions each with the facts it needs (required),
 those replaced before it (stale) and those the user asked to forget before it (forgotten), and a 200-turn replay of
-a fourth user's events for storage growth. The loader refuses, in one line naming file, user, question or event and
-field, what could make a result lie: a fact no event states, a replace or forget of a fact not current then, a
-question asked before its facts exist, and what cases.json refuses. It stores and counts nothing, calls no model.
+a fourth user's events for storage growth (a set of one's own may leave the replay out). The loader refuses, in one
+line naming file, user, question or event and field, what could make a result lie: a fact no event states, a replace
+or forget of a fact not current then (a forget also ends every fact of the user holding its text, as the managed
+store deletes them), a question asked before its facts exist, and what cases.json refuses; and what would not end:
+a time past MAX_TIME, a replay of more than MAX_REPLAY_TURNS turns. It stores and counts nothing, calls no model.
 """
 import argparse
 from pathlib import Path
 
 from case_set import CaseError, check_budget, check_encodable
-from common import HERE, run  # standard library only, as are the two below
+from common import HERE, run  # standard library only, as are the four below
 from lab_files import check_outputs, field_gaps, read_json_file, to_json, write_output
+from memory_store import MAX_TIME
 from shapes import SPLITS, THINKING_MARKERS, holds_thinking_marker
+from text import clipped
 
 # What a memory case set is. Changing any of these changes which files are accepted.
-TOP_FIELDS, REPLAY_FIELDS = ('instructions', 'users', 'questions', 'replay'), ('user', 'turns', 'events')
+TOP_FIELDS = ('instructions', 'users', 'questions', 'replay')  # replay is optional
+REPLAY_FIELDS = ('user', 'turns', 'events')
+MAX_REPLAY_TURNS = 1_000  # a replay's most turns, so events (each a write to disk, about 20 ms here) and samples
 QUESTION_FIELDS = ('id', 'user', 'time', 'split', 'kind', 'question', 'required', 'stale', 'forgotten',
                    'facts_quota', 'budget')
 ACTIONS = ('remember', 'replace', 'forget')
@@ -119,9 +125,11 @@ def check_text(where: str, name: str, value, fact: bool = False) -> str:
     return value
 
 
-def check_count(where: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CaseError(f'{where}: field {name} must be a positive integer, got {value!r}')
+def check_count(where: str, name: str, value, most: int | None = None) -> int:
+    """A positive integer, at most `most` if given: a time, a turn, a count."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or most is not None and value > most:
+        raise CaseError(f'{where}: field {name} must be a positive integer{f" of at most {most}" if most else ""}, '
+                        f'got {clipped(repr(value), 40)}')
     return value
 
 
@@ -149,7 +157,7 @@ def check_events(where: str, events, clock: str) -> dict[str, list]:
         if isinstance(event, dict) and action not in ACTIONS:
             raise CaseError(f'{at}: field action must be one of {list(ACTIONS)}, got {action!r}')
         exact_fields(at, f'a {action or "memory"} event', event, (clock, *EVENT_FIELDS[:2 + (action == 'replace')]))
-        if check_count(at, clock, event[clock]) <= time:
+        if check_count(at, clock, event[clock], MAX_TIME) <= time:
             raise CaseError(f"{at}: field {clock} is {event[clock]}, not after the previous event's {time}")
         time, fact = event[clock], check_text(at, 'fact', event['fact'], fact=True)
         old = check_text(at, 'replaces', event['replaces'], fact=True) if action == 'replace' else fact
@@ -161,6 +169,10 @@ def check_events(where: str, events, clock: str) -> dict[str, list]:
                                 f"{found if old in history else 'never remembered'} at {clock} {time}; only a "
                                 f'current fact can be {PAST[action]}')
             history[old].append((time, PAST[action]))
+        if action == 'forget':  # as the managed store does: every other fact holding its text goes with it
+            for other in history:
+                if fact in other and other != fact and status(history, other, time) != 'forgotten':
+                    history[other].append((time, 'forgotten'))
         if action != 'forget':
             history.setdefault(fact, []).append((time, 'current'))
     return history
@@ -174,7 +186,7 @@ def check_question(where: str, question, histories: dict[str, dict]) -> None:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {question["split"]!r}')
     if (user := question['user']) not in histories:
         raise CaseError(f'{where}: field user must be one of {list(histories)}, got {user!r}')
-    time = check_count(where, 'time', question['time'])
+    time = check_count(where, 'time', question['time'], MAX_TIME)
     check_count(where, 'facts_quota', question['facts_quota'])
     check_budget(where, question['budget'])
     for name, wanted in LABELS.items():
@@ -194,7 +206,8 @@ def check_question(where: str, question, histories: dict[str, dict]) -> None:
 
 def check_memory_cases(where: str, data) -> dict:
     """The case set, once every check passes; else CaseError for the first mistake, `where` naming the file."""
-    exact_fields(where, 'the top level', data, TOP_FIELDS)
+    exact_fields(where, 'the top level (replay is optional)', data,
+                 TOP_FIELDS[:3 + (isinstance(data, dict) and 'replay' in data)])
     check_text(where, 'instructions', data['instructions'])
     if not isinstance(data['users'], dict) or not data['users']:
         raise CaseError(f'{where}: field users must be a non-empty object of user names and their events')
@@ -209,14 +222,20 @@ def check_memory_cases(where: str, data) -> dict:
         if question['id'] in seen:
             raise CaseError(f'{at}: field id is a duplicate; every question id must be unique')
         seen.add(question['id'])
-    replay = exact_fields(f'{where}: replay', 'the replay', data['replay'], REPLAY_FIELDS)
-    check_text(f'{where}: replay', 'user', replay['user'])
-    turns = check_count(f'{where}: replay', 'turns', replay['turns'])
-    check_events(f'{where}: replay', replay['events'], 'turn')
-    if (last := replay['events'][-1]['turn']) > turns:
-        raise CaseError(f'{where}: replay: event {len(replay["events"]) - 1}: field turn is {last}, past the '
-                        f"replay's {turns} turns")
+    if 'replay' in data:
+        check_replay(f'{where}: replay', data['replay'])
     return data
+
+
+def check_replay(where: str, replay) -> None:
+    """A replay: a user, its number of turns, and its events, each at a turn within them."""
+    exact_fields(where, 'the replay', replay, REPLAY_FIELDS)
+    check_text(where, 'user', replay['user'])
+    turns = check_count(where, 'turns', replay['turns'], MAX_REPLAY_TURNS)
+    check_events(where, replay['events'], 'turn')
+    if (last := replay['events'][-1]['turn']) > turns:
+        raise CaseError(f'{where}: event {len(replay["events"]) - 1}: field turn is {last}, past the '
+                        f"replay's {turns} turns")
 
 
 def load_memory_cases(path: Path) -> tuple[dict, str]:

@@ -3,6 +3,7 @@ three ways, and grade each block (docs/memory.md).
 
     .venv/bin/python memory_eval.py                    # memory-cases.json -> memory-result.json, then the table
     .venv/bin/python memory_eval.py --cases FILE --output FILE.json --format table --counter qwen-2.5
+    .venv/bin/python memory_eval.py --cases FILE --stores DIR   # also keeps every store the run made in DIR
 
 For each question, fresh stores (SQLite files in a temporary folder, memory_store.py) hold its user's events up to
 the question's time. A fill offers lines ('- FACT') newest first and keeps each whose own count still fits the
@@ -10,18 +11,26 @@ question's facts quota; the block lists them oldest first. managed-all offers ev
 managed-relevant the current facts sharing a word with the question (strategies.words), append-all every fact
 ever stored. Graded by exact text: recall, usefulness (lines holding a required fact, of lines sent), stale lines,
 forgotten lines, memory tokens (the sum of the lines' own counts, as the memory lab defines them) and input
-tokens (the whole request, counted by the lab's counter, which must fit the allowance). The replay's stores are
-sampled every 20 turns. With no options it re-records memory-result.json; file sizes, which depend on SQLite,
-go in the environment block only. It calls no model, and keeps no store once it ends.
+tokens (the whole request, counted by the lab's counter; one over the allowance is graded all the same, and the
+table says so below it, as evaluate.py's does). The replay's stores, if the set has a replay, are sampled every 20
+turns. With no options it re-records memory-result.json, but only from the set memory_cases.py writes (an edited
+memory-cases.json gets its table and a note, and the recording is left alone); file sizes, which depend on SQLite,
+go in the environment block only. It calls no model, and keeps no store once it ends unless --stores names a new or
+empty folder, which then gets all of them (NN-QUESTION.managed.sqlite, .append.sqlite, replay.*) or none.
 """
 import argparse
+import contextlib
+import hashlib
+import os
 from pathlib import Path
+import re
 import sqlite3
+import sys
 import tempfile
 
-from common import HERE, run
+from common import HERE, LabError, run
 from lab_files import check_outputs, to_json, write_output
-from memory_cases import MEMORY_CASES, load_memory_cases
+from memory_cases import MEMORY_CASES, load_memory_cases, memory_cases
 from memory_store import MemoryStore
 from runner import COUNTED_BY, counter_note, report_header
 from scorer import by_group, facts_in
@@ -89,15 +98,48 @@ def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tup
     return stores
 
 
-def filled_requests(cases: dict, counting) -> dict[str, list[tuple[dict, list[dict], dict]]]:
-    """Each fill's (question, the request it sends, its graded row), questions in file order, from fresh stores in a
-    temporary folder; counting is a counter (tokenizer.loaded), for lines and requests alike."""
+def store_name(index: int, question_id: str) -> str:
+    """The name its stores' files start with: a question's place and its id in characters safe in any file name,
+    so that no id can name a file elsewhere: (0, 'ana-city') -> '01-ana-city', (2, '../x y') -> '03-.._x_y'."""
+    return f'{index + 1:02d}-' + re.sub(r'[^A-Za-z0-9._-]', '_', question_id)[:80]
+
+
+@contextlib.contextmanager
+def stores_folder(keep: Path | None):
+    """The folder a run's stores go in: a temporary one, removed at the end; or, with keep (a new or empty folder,
+    check_stores), one made beside keep that becomes keep once every store is written, so keep gets all or none."""
+    with tempfile.TemporaryDirectory(prefix=f'.{keep.name}.memory-' if keep else 'memory-eval-',
+                                     dir=keep.parent if keep else None) as folder:
+        (stores := Path(folder) / 'stores').mkdir()
+        yield stores
+        if keep is not None:
+            try:
+                os.rename(stores, keep)  # over an empty folder, or none: anything else is refused
+            except OSError as error:
+                raise LabError(f'--stores {keep}: cannot put the stores there: {error.strerror}') from None
+
+
+def check_stores(keep: Path) -> None:
+    """Refuse, before anything runs, a --stores that is not a new folder in an existing one or an empty folder."""
+    try:
+        usable = keep.parent.is_dir() and not keep.is_symlink() and (
+            not keep.exists() or keep.is_dir() and not any(keep.iterdir()))
+    except OSError as error:
+        raise LabError(f'--stores {keep}: cannot be looked at: {error.strerror}') from None
+    if not usable:
+        raise LabError(f'--stores {keep}: must be a new folder in an existing one, or an empty folder (not a link); '
+                       'it gets every store of the run and replaces nothing')
+
+
+def filled_requests(cases: dict, counting, folder: Path | None = None) -> dict[str, list[tuple[dict, list, dict]]]:
+    """Each fill's (question, the request it sends, its graded row), questions in file order, from fresh stores in
+    `folder` (default: a temporary one); counting is a counter (tokenizer.loaded), for lines and requests alike."""
     # cost is a line's own tokens: no template, no delimiter
     filled, cost = {fill: [] for fill in FILLS}, lambda line: len(counting.encode(line))
-    with tempfile.TemporaryDirectory(prefix='memory-eval-') as folder:
-        for question in cases['questions']:
+    with contextlib.nullcontext(folder) if folder else stores_folder(None) as folder:
+        for index, question in enumerate(cases['questions']):
             events = [event for event in cases['users'][question['user']] if event['time'] <= question['time']]
-            managed, append_only = filled_stores(Path(folder), question['id'], events, question['user'])
+            managed, append_only = filled_stores(folder, store_name(index, question['id']), events, question['user'])
             for fill in FILLS:
                 lines, tokens = kept_lines(offered(fill, question, managed, append_only), question['facts_quota'], cost)
                 request = memory_request(cases['instructions'], question['question'], lines)
@@ -118,28 +160,29 @@ def memory_totals(rows: list[dict]) -> dict:
     return {key: figures[key] for key in TOTALS}
 
 
-def replay_growth(replay: dict) -> tuple[list[dict], dict]:
+def replay_growth(replay: dict, folder: Path) -> tuple[list[dict], dict]:
     """(rows of each store every SAMPLE_EVERY turns of the replay, each store's file size in bytes at its end)."""
     events, samples = {event['turn']: event for event in replay['events']}, []  # turns increase: one event a turn
-    with tempfile.TemporaryDirectory(prefix='memory-eval-') as folder:
-        managed, append_only = filled_stores(Path(folder), 'replay', [], replay['user'])
-        for turn in range(1, replay['turns'] + 1):
-            if turn in events:
-                managed.apply(replay['user'], events[turn]), append_only.apply(replay['user'], events[turn])
-            if turn % SAMPLE_EVERY == 0:
-                samples.append({'turn': turn, 'managed': managed.counts(), 'append_only': append_only.counts()})
-        managed.close(), append_only.close()
-        return samples, {'managed': managed.path.stat().st_size, 'append': append_only.path.stat().st_size}
+    managed, append_only = filled_stores(folder, 'replay', [], replay['user'])
+    for turn in range(1, replay['turns'] + 1):
+        if turn in events:
+            managed.apply(replay['user'], events[turn]), append_only.apply(replay['user'], events[turn])
+        if turn % SAMPLE_EVERY == 0:
+            samples.append({'turn': turn, 'managed': managed.counts(), 'append_only': append_only.counts()})
+    managed.close(), append_only.close()
+    return samples, {'managed': managed.path.stat().st_size, 'append': append_only.path.stat().st_size}
 
 
-def memory_report(path: Path) -> dict:
-    """The report: the lab's header, the totals per fill and split, the rows, the replay's storage growth."""
+def memory_report(path: Path, keep: Path | None = None) -> dict:
+    """The report: the lab's header, the totals per fill and split, the rows, the replay's storage growth (null
+    without a replay); the stores are kept in `keep` if given."""
     cases, sha256 = load_memory_cases(path)
-    filled = filled_requests(cases, counter())
+    with stores_folder(keep) as folder:
+        filled = filled_requests(cases, counter(), folder)
+        growth, sizes = replay_growth(cases['replay'], folder) if 'replay' in cases else (None, None)
     rows = {fill: [row for _, _, row in made] for fill, made in filled.items()}
-    growth, sizes = replay_growth(cases['replay'])
     header = report_header(path, sha256, [], 'memory_eval.py', 'memory_store.py', 'memory_cases.py')
-    header['environment'] |= {'sqlite': sqlite3.sqlite_version, 'replay_file_bytes': sizes}  # not a result
+    header['environment'] |= {'sqlite': sqlite3.sqlite_version, **({'replay_file_bytes': sizes} if sizes else {})}
     summary = {fill: by_group(rows[fill], 'split', memory_totals) for fill in FILLS}
     return {**header, 'fills': list(FILLS), 'summary': summary, 'questions': rows, 'storage_growth': growth}
 
@@ -152,7 +195,10 @@ def memory_table(report: dict) -> str:
             for fill, splits in report['summary'].items() for split, s in splits.items()]
     header = ['Fill', 'Split', 'Required facts', 'Useful lines', 'Stale lines', 'Forgotten lines',
               'Mean memory tokens', 'Mean input tokens']
-    return markdown_table(header, rows) + counter_note(report, COUNTED_BY)
+    over = [f"{fill} {split.replace('_', '-')}: {s['over_budget']} of {s['questions']}"
+            for fill, splits in report['summary'].items() for split, s in splits.items() if s['over_budget']]
+    below = f"\nRequests over the input allowance (graded all the same): {'; '.join(over)}.\n" if over else ''
+    return markdown_table(header, rows) + below + counter_note(report, COUNTED_BY)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -161,6 +207,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--cases', type=Path, default=MEMORY_CASES, metavar='FILE',
                         help='memory case set (default: memory-cases.json)')
     parser.add_argument('--output', type=Path, metavar='FILE.json', help='write the report here')
+    parser.add_argument('--stores', type=Path, metavar='DIR', help='keep the stores the run makes in DIR, a new or '
+                        'empty folder')
     parser.add_argument('--format', choices=('json', 'table'), default='table', help='what goes to stdout')
     add_counter_option(parser)
     return parser.parse_args(argv)
@@ -170,8 +218,14 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     choose_counter(args.counter)
     output = MEMORY_RECORDING if not argv else args.output
-    check_outputs([('--output', output)], [('--cases', args.cases)])
-    report = memory_report(args.cases)
+    check_outputs([('--output', output), ('--stores', args.stores)], [('--cases', args.cases)])
+    if args.stores:
+        check_stores(args.stores)
+    report = memory_report(args.cases, args.stores)
+    if not argv and report['case_set_sha256'] != hashlib.sha256(to_json(memory_cases()).encode()).hexdigest():
+        output = None  # never re-record from a set that is not the lab's, unless --output asks for it
+        print(f'memory_eval.py: {args.cases.name} is not the set memory_cases.py writes, so {MEMORY_RECORDING.name}, '
+              'which records that set, is left as it is; to keep this report, add --output FILE.json', file=sys.stderr)
     if output:
         write_output(output, to_json(report), 'memory report')
     print(memory_table(report) if args.format == 'table' else to_json(report), end='')

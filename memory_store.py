@@ -10,27 +10,33 @@ An event is {"time" (or "turn"), "action": "remember" | "replace" | "forget", "f
 "replaces"}, as memory_cases.py checks it; an event the store cannot apply is one StoreError line.
 
 The managed store keeps current facts; a replace marks the old row superseded, with the time and the row that
-replaced it, as history; a forget deletes the fact with the history it replaced and any row holding its text, and
-leaves a deletion record of only the user, the time and how many rows went: no text and no hash of it (a phone
-number's hash is brute-forced in seconds). The append-only store is one table that triggers keep from being updated
-or deleted: a replace appends the new text, a forget changes nothing, so every row stays one a block may hold
-(current = stored). Standard library only; it writes nothing but the database file at `path`, and chooses no
-facts for a block (memory_eval.py does).
+replaced it, as history; a forget deletes the fact, the history it replaced, and every other row of that user whose
+text holds the fact's text (exactly, case and all), and leaves a deletion record of only the user, the time and how
+many rows went: no text and no hash of it (a phone number's hash is brute-forced in seconds). The append-only store
+is one table that triggers keep from being updated or deleted: a replace appends the new text, a forget changes
+nothing, so every row stays one a block may hold (current = stored). Standard library only; it writes nothing but
+the database file at `path` (and SQLite's journal beside it while a transaction runs), and chooses no facts for a
+block (memory_eval.py does).
 
-What SQLite does with deleted content, and what the store chooses so that a forgotten fact's text cannot be
-read from its file afterwards (test_memory_store reads the bytes):
+What SQLite does with deleted content, and what the store does so that a forgotten text cannot be read from its
+file afterwards (test_memory_store reads the bytes after every forget of random replays):
 - A deleted row's bytes stay in its page as free space, and a page left empty goes to the freelist with its old
   content, unless PRAGMA secure_delete is on, which overwrites both with zeros. Its default is a compile-time
   choice of each SQLite build, so the store sets it ON and checks that it took.
+- secure_delete is not enough: when a table grows past a page and SQLite rebalances it, cells are copied between
+  pages and old copies can stay in a page's unused space, where no delete ever zeros them. So after each forget
+  the managed store runs VACUUM, which rebuilds the file from the live rows alone, and then reads the file's bytes
+  (and any -journal, -wal or -shm beside it): a deleted text found there that a copy of the live rows rebuilt in
+  memory does not also hold (another row's text, or a few bytes of SQLite's own structure) is a StoreError.
 - A rollback journal holds the original content of every page a transaction changes, the forgotten text
   included, until the commit; journal_mode=DELETE then deletes it. PERSIST would leave that content in the
   -journal file and WAL would keep old page images in the -wal file until a checkpoint; the store sets DELETE,
   which also takes a file out of WAL mode.
-- VACUUM rebuilds the file from the live rows and gives the freelist back to the file system; with secure_delete
-  the free pages already hold zeros, so it would only shrink the file, and the store does not run it.
-Not covered: the disk blocks a deleted journal leaves, copies made by the file system or a backup, and the
+Not covered: the disk blocks a deleted journal leaves, a process killed between a forget's commit and its VACUUM
+(the text then stays in free space until the next forget), copies made by the file system or a backup, and the
 process's memory.
 """
+from contextlib import closing
 from pathlib import Path
 import sqlite3
 
@@ -49,14 +55,21 @@ CREATE TABLE facts (id INTEGER PRIMARY KEY, user TEXT NOT NULL, time INTEGER NOT
 CREATE TRIGGER never_updated BEFORE UPDATE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 CREATE TRIGGER never_deleted BEFORE DELETE ON facts BEGIN SELECT RAISE(ABORT, 'append-only'); END;
 """
-# A forget deletes the fact, every fact it replaced before it (its history: an old phone number is as private as
-# the new one), and any other row holding its text.
-FORGET = """
+# The rows a forget deletes: the fact, every fact it replaced before it (its history: an old phone number is as
+# private as the new one), and every other row of the user whose text holds it (instr: exact, case-sensitive).
+FORGOTTEN = """
 WITH RECURSIVE chain(id) AS (SELECT id FROM facts WHERE user = ? AND fact = ? AND superseded_at IS NULL
                              UNION SELECT facts.id FROM facts JOIN chain ON facts.replaced_by = chain.id)
-DELETE FROM facts WHERE id IN chain OR (user = ? AND fact = ?)
+SELECT id, fact FROM facts WHERE id IN chain OR (user = ? AND instr(fact, ?) > 0)
 """
+MAX_TIME = 2**63 - 1  # an event's latest time or turn: SQLite's largest integer, in which the store keeps it
+SIBLINGS = ('', '-journal', '-wal', '-shm')  # the database file and what SQLite may write beside it
 STORE_KINDS = {1: 'managed', 2: 'append-only'}  # a file's PRAGMA user_version: no file is opened as the other
+
+
+def stored_bytes(path: Path) -> bytes:
+    """The bytes of a store's file and of any journal, WAL or shared-memory file beside it."""
+    return b''.join(Path(f'{path}{end}').read_bytes() for end in SIBLINGS if Path(f'{path}{end}').exists())
 
 
 class StoreError(LabError):
@@ -106,8 +119,8 @@ class MemoryStore:
         """Applies one event at its time, in one transaction: all of it, or none if it cannot be applied."""
         time = event.get('time', event.get('turn')) if isinstance(event, dict) else None
         where = f'{self.path}: user {printable(repr(user))}, event {clipped(printable(repr(event)), 200)}'
-        if not isinstance(user, str) or type(time) is not int:
-            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn"')
+        if not isinstance(user, str) or type(time) is not int or not 1 <= time <= MAX_TIME:
+            raise StoreError(f'{where}: expected a user name and an integer "time" or "turn" from 1 to {MAX_TIME}')
         action, fact, replaces = event.get('action'), event.get('fact'), event.get('replaces')
         if action not in ('remember', 'replace', 'forget') or not isinstance(fact, str) or not fact:
             raise StoreError(f'{where}: expected "action" one of remember, replace, forget and a non-empty "fact"')
@@ -120,23 +133,50 @@ class MemoryStore:
             raise StoreError(f'{where}: cannot {action} {printable(repr(fact))}: it is already a current fact')
         self._db.execute('BEGIN IMMEDIATE')
         try:
-            self._write(user, time, action, fact, replaces)
+            gone = self._write(user, time, action, fact, replaces)
             self._db.execute('COMMIT')
         except BaseException:
             self._db.execute('ROLLBACK')
             raise
+        if gone:
+            self._erase(gone, where)
 
-    def _write(self, user: str, time: int, action: str, fact: str, replaces: str | None) -> None:
+    def _write(self, user: str, time: int, action: str, fact: str, replaces: str | None) -> list[str]:
+        """Writes one event; returns the texts of the rows a forget deleted (none for any other event)."""
         if action == 'forget':
-            if self.managed:
-                self._db.execute(FORGET, (user, fact, user, fact))
-                gone = self._db.execute('SELECT changes()').fetchone()[0]  # rowcount is -1 after a WITH
-                self._db.execute('INSERT INTO deletions (user, time, rows) VALUES (?, ?, ?)', (user, time, gone))
-            return
+            if not self.managed:
+                return []
+            rows = self._db.execute(FORGOTTEN, (user, fact, user, fact)).fetchall()
+            self._db.executemany('DELETE FROM facts WHERE id = ?', [(row_id,) for row_id, _ in rows])
+            self._db.execute('INSERT INTO deletions (user, time, rows) VALUES (?, ?, ?)', (user, time, len(rows)))
+            return [text for _, text in rows]
         new = self._db.execute('INSERT INTO facts (user, time, fact) VALUES (?, ?, ?)', (user, time, fact)).lastrowid
         if replaces is not None and self.managed:
             self._db.execute('UPDATE facts SET superseded_at = ?, replaced_by = ? WHERE user = ? AND fact = ? '
                              'AND superseded_at IS NULL', (time, new, user, replaces))
+        return []
+
+    def _erase(self, gone: list[str], where: str) -> None:
+        """Rebuilds the file from the live rows (VACUUM), then refuses if its bytes still hold a deleted text that a
+        copy of the live rows rebuilt in memory does not hold too."""
+        self._db.execute('VACUUM')
+        raw = stored_bytes(self.path)
+        live = self._rebuilt()
+        if left := [text for text in gone if text.encode() in raw and text.encode() not in live]:
+            example = clipped(printable(repr(left[0])), 80)
+            raise StoreError(f'{where}: the forget deleted {len(gone)} rows, but after VACUUM the file or one beside '
+                             f'it still holds {len(left)} of their texts, such as {example}')
+
+    def _rebuilt(self) -> bytes:
+        """The bytes of a new in-memory database holding this store's schema and live rows, and nothing else."""
+        with closing(sqlite3.connect(':memory:')) as copy:
+            copy.executescript(MANAGED_SCHEMA)
+            for table in ('facts', 'deletions'):
+                rows = self._db.execute(f'SELECT * FROM {table} ORDER BY id').fetchall()
+                if rows:
+                    copy.executemany(f'INSERT INTO {table} VALUES ({", ".join("?" * len(rows[0]))})', rows)
+            copy.commit()
+            return copy.serialize()
 
     def lines(self, user: str) -> list[str]:
         """The facts a memory block may hold for `user`, oldest first: the current ones, or (append-only) all."""

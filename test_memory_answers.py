@@ -10,13 +10,16 @@ states, and the line printed when nothing is recorded. Every file a test writes 
 """
 import hashlib
 import json
+import os
 from pathlib import Path
 import tempfile
 import unittest
+from unittest import mock
 
 from answer_model import load_model
 from common import python_command
 import memory_answers
+from ollama_client import OllamaClient
 from test_support import (FakeOllama, LOADED_CONTEXT, SERVER_VERSION, client_for, only_loopback, reply,
                           server_count)
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
@@ -193,6 +196,20 @@ class MemoryAnswersTest(unittest.TestCase):
                               "of the case's required facts, so no request could earn it; a key expects only what a "
                               'required fact states\n')
         self.assertEqual(sorted(p.name for p in self.folder.iterdir()), ['keys.json'])
+
+    def test_record_takes_another_pin_with_model_and_writes_where_output_says_its_grades_beside_it(self):
+        pin, output = self.folder / 'my-model.json', self.folder / 'my-answers.json'
+        pin.write_text(json.dumps({**load_model(), 'trials': 2, 'seeds': [7, 8]}))
+        with FakeOllama(chat=steady) as fake, mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
+            code, out, err = self.run_main(['record', '--model', str(pin), '--output', str(output)],
+                                           OllamaClient(load_model(pin)))  # the client record makes from --model
+        self.assertEqual((code, len(fake.chats())), (0, 60), err)  # 10 questions x 3 fills x the pin's 2 seeds
+        self.assertEqual({body['options']['seed'] for body in fake.chats()}, {7, 8})
+        self.assertEqual(sorted(p.name for p in self.folder.iterdir()),
+                         ['my-answers.grades.json', 'my-answers.json', 'my-model.json'])  # the defaults untouched
+        self.assertEqual(json.loads(output.read_text())['model']['seeds'], [7, 8])
+        code, again, err = self.run_main(['--output', str(output)])  # graded offline with the recording's own pin
+        self.assertEqual((code, err, again), (0, '', out))
 
     def test_with_no_recording_one_line_says_nothing_is_recorded_and_how_to_record(self):
         code, out, err = self.run_main([])

@@ -109,21 +109,30 @@ def timed_replay(data: dict) -> None:
     first['time'] = first.pop('turn')
 
 
-TOP = "['instructions', 'users', 'questions', 'replay']"
+def holder_required(data: dict) -> None:
+    """Ana also tells a fact holding her phone number's text before she asks to forget the number; a question
+    then requires it."""
+    data['users']['ana'].insert(5, {'time': 6, 'action': 'remember', 'fact': HOLDER})
+    data['questions'][2]['required'].append(HOLDER)
+
+
+TOP, THREE = "['instructions', 'users', 'questions', 'replay']", "['instructions', 'users', 'questions']"
+MOST = 2**63 - 1  # SQLite's largest integer, in which a store keeps an event's time
 QUESTION = ("['id', 'user', 'time', 'split', 'kind', 'question', 'required', 'stale', 'forgotten', 'facts_quota', "
             "'budget']")
 PHONE, PORTO, LISBON = "Ana's phone number is 555-0142", "Ana's home city is Porto", "Ana's home city is Lisbon"
 EMAIL = "Ana's work email is ana.souza@example.com"
+HOLDER = f'{PHONE}, after six only'
 MARKERS = "['<|channel>', '<channel|>']"
 # (what is wrong, the file's text or a change to the shipped set, the message after '{path}: ')
 REFUSALS = [
     ('invalid JSON', '{"users": ', 'invalid JSON at line 1 column 11: Expecting value'),
     ('a key twice', '{"users": 1, "users": 2}',
      "key 'users' appears twice in one object; a memory case set names each key once"),
-    ('top level a list', '[]', f'the top level must be an object with exactly the fields {TOP}; missing {TOP}, '
-     'unexpected []'),
-    ('no replay', lambda data: data.pop('replay'),
-     f"the top level must be an object with exactly the fields {TOP}; missing ['replay'], unexpected []"),
+    ('top level a list', '[]', f'the top level (replay is optional) must be an object with exactly the fields '
+     f'{THREE}; missing {THREE}, unexpected []'),
+    ('no users', lambda data: data.pop('users'), 'the top level (replay is optional) must be an object with exactly '
+     f"the fields {TOP}; missing ['users'], unexpected []"),
     ('empty instructions', lambda data: data.update(instructions=' '),
      "field instructions must be a non-empty string, got ' '"),
     ('thinking channel in the instructions', lambda data: data.update(instructions='<|channel>Answer.'),
@@ -143,9 +152,14 @@ REFUSALS = [
     ('a remember that replaces', ana(0, replaces=PORTO),
      "user ana: event 0: a remember event must be an object with exactly the fields ['time', 'action', 'fact']; "
      "missing [], unexpected ['replaces']"),
-    ('a time as text', ana(1, time='2'), "user ana: event 1: field time must be a positive integer, got '2'"),
+    ('a time as text', ana(1, time='2'),
+     f"user ana: event 1: field time must be a positive integer of at most {MOST}, got '2'"),
     ('a time that is a boolean', ana(0, time=True),
-     'user ana: event 0: field time must be a positive integer, got True'),
+     f'user ana: event 0: field time must be a positive integer of at most {MOST}, got True'),
+    ('a time past SQLite\'s integers', add_event(time=2**63, action='remember', fact='Ana is tall'),
+     f'user ana: event 10: field time must be a positive integer of at most {MOST}, got {2**63}'),
+    ('a time of 4000 digits', ana(0, time=10**3999),
+     f'user ana: event 0: field time must be a positive integer of at most {MOST}, got 1{"0" * 36}...'),
     ('a time not after the previous', ana(1, time=1), "user ana: event 1: field time is 1, not after the previous "
      "event's 1"),
     ('an empty fact', ana(0, fact=''), "user ana: event 0: field fact must be a non-empty string, got ''"),
@@ -189,7 +203,10 @@ REFUSALS = [
      "question ana-city: field user must be one of ['ana', 'bob', 'cleo'], got 'dan'"),
     ('a lone surrogate in a question', question(0, question='Where\ud800?'),
      'question ana-city: field question holds a lone surrogate, which is not text'),
-    ('a time of zero', question(0, time=0), 'question ana-city: field time must be a positive integer, got 0'),
+    ('a time of zero', question(0, time=0),
+     f'question ana-city: field time must be a positive integer of at most {MOST}, got 0'),
+    ('a time past every event', question(0, time=2**63),
+     f'question ana-city: field time must be a positive integer of at most {MOST}, got {2**63}'),
     ('a facts quota of zero', question(0, facts_quota=0),
      'question ana-city: field facts_quota must be a positive integer, got 0'),
     ('a facts quota that is a boolean', question(0, facts_quota=True),
@@ -225,7 +242,15 @@ REFUSALS = [
     ('a replay without turns', lambda data: data['replay'].pop('turns'),
      "replay: the replay must be an object with exactly the fields ['user', 'turns', 'events']; missing ['turns'], "
      'unexpected []'),
-    ('a replay of no turns', replay(turns=0), 'replay: field turns must be a positive integer, got 0'),
+    ('a replay of no turns', replay(turns=0),
+     'replay: field turns must be a positive integer of at most 1000, got 0'),
+    ('a replay of 30 million turns', replay(turns=30_000_000),
+     'replay: field turns must be a positive integer of at most 1000, got 30000000'),
+    ('a replay turn past SQLite\'s integers', lambda data: data['replay']['events'][-1].update(turn=2**63),
+     f'replay: event 59: field turn must be a positive integer of at most {MOST}, got {2**63}'),
+    ('a required fact that went with a forgotten fact it holds', holder_required,  # as the managed store forgets
+     f'question ana-contact: field required: fact "{HOLDER}" is forgotten at time 15; a required fact must be current '
+     'then'),
     ('an event past the last turn', replay(turns=150),
      "replay: event 59: field turn is 197, past the replay's 150 turns"),
     ('a replay event timed, not turned', timed_replay,
@@ -249,6 +274,13 @@ class RefusalTest(unittest.TestCase):
                 with self.assertRaises(LabError) as caught:  # a CaseError, or read_json_file's for what is not JSON
                     load_memory_cases(path)
                 self.assertEqual(str(caught.exception), f'{path}: {message}')
+
+    def test_a_set_of_ones_own_users_without_a_replay_loads(self):
+        data = changed(lambda data: data.pop('replay'))
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'mine.json'
+            path.write_text(json.dumps(data), encoding='utf-8')
+            self.assertEqual(list(load_memory_cases(path)[0]), ['instructions', 'users', 'questions'])
 
     def test_a_question_sees_the_events_of_its_own_time(self):
         # ana's home city is replaced at time 8: a question at 8 finds Lisbon current and Porto replaced.
