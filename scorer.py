@@ -68,10 +68,11 @@ def graded_row(case: dict, chosen: dict) -> dict:
 
 
 def totals(rows: list[dict]) -> dict:
-    """The figures of a group of graded rows: a rule's (RULE_TOTALS), or for rows of the best possible selection
-    (they have no within_budget) BEST_TOTALS. A row not searched adds its facts to the total, as the rules' rows of
-    that case do, but no facts found, complete case or tokens: rows of 1 of 1 facts in 40 tokens, 0 of 2 in 51
-    and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1, mean_input_tokens 45.5."""
+    """The figures of a group of graded rows: a rule's (RULE_TOTALS; AGENT_TOTALS if any row is an agent case's), or
+    for rows of the best possible selection (they have no within_budget) BEST_TOTALS. A row not searched adds its facts
+    to the total, as the rules' rows of that case do, but no facts found, complete case or tokens: rows of 1 of 1
+    facts in 40 tokens, 0 of 2 in 51 and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1,
+    mean_input_tokens 45.5."""
     searched = [row for row in rows if row['turns'] is not None]
     tokens = [row['input_tokens'] for row in searched]
     found, facts = sum(row['required_found'] for row in searched), sum(row['required_total'] for row in rows)
@@ -82,7 +83,9 @@ def totals(rows: list[dict]) -> dict:
                'over_budget': sum(1 for row in searched if not row.get('within_budget', True)),
                'invalid_requests': sum(1 for row in searched if row.get('invalid')),
                'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
-    kind = AGENT_TOTALS if 'invalid' in rows[0] else RULE_TOTALS if 'within_budget' in rows[0] else BEST_TOTALS
+    # A case set may mix pair and agent cases: any agent row (it has invalid) gives the group the agent totals.
+    kind = AGENT_TOTALS if any('invalid' in row for row in rows) else RULE_TOTALS if 'within_budget' in rows[0] \
+        else BEST_TOTALS
     return {key: figures[key] for key in kind}
 
 

@@ -48,6 +48,14 @@ class TotalsTest(unittest.TestCase):
             'cases': 2, 'facts_found': 1, 'facts_total': 3, 'fact_recall': 0.333, 'complete_cases': 1,
             'cases_with_stale_facts': 1, 'over_budget': 1, 'mean_input_tokens': 45.5})
 
+    def test_a_group_mixing_pair_and_agent_rows_counts_its_invalid_requests_whatever_row_comes_first(self):
+        agent = {**self.ROWS[0], 'case': 'g', 'invalid': 'the system message is not first', 'required_found': 0,
+                 'missing': ['f']}
+        for rows in ([self.ROWS[0], agent], [agent, self.ROWS[0]]):  # a pair case first hid the column
+            self.assertEqual(totals(rows), {
+                'cases': 2, 'facts_found': 1, 'facts_total': 2, 'fact_recall': 0.5, 'complete_cases': 1,
+                'cases_with_stale_facts': 0, 'over_budget': 0, 'invalid_requests': 1, 'mean_input_tokens': 40})
+
     def test_splits_come_in_the_labs_order_and_other_groups_in_row_order(self):
         self.assertEqual(list(by_group(self.ROWS, 'split')), ['dev', 'held_out'])  # held_out comes first in the rows
         self.assertEqual(list(by_group(self.ROWS, 'kind')), ['temporal', 'multi-hop'])
