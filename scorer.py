@@ -8,22 +8,26 @@
 
 A fact reaches a request when it appears, character for character, in one of its messages' texts
 (shapes.message_text: the content, and a call's name and arguments), or as the notes block quotes it (shapes.escape);
-an invalid request carries none. It reads the request, never a reply, and calls no model. Besides: the two
+only what the chosen counter's template writes counts (tool_formats.as_rendered: Llama 3's drops an assistant's text
+beside a call); an invalid request carries none. It reads the request, never a reply, and calls no model. Besides: the two
 checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
 prints and writes nothing.
 """
 from common import LabError
 from shapes import (AGENT_ROW_FIELDS, AGENT_TOTALS, BEST_TOTALS, ROW_FIELDS, RULE_TOTALS, SPLITS, allowance,
                     build_request, escape, message_text)
+from tokenizer import SELECTED
+from tool_formats import as_rendered
 
 
 def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
-    """(the required facts, the stale facts) that reach these messages, each in the case's order.
+    """(the required facts, the stale facts) that reach these messages as the chosen counter's template writes them
+    (tool_formats.as_rendered), each in the case's order.
 
     With required ['Use PostgreSQL'] and stale ['We will use MySQL'], messages holding 'We will use MySQL now.'
     give ([], ['We will use MySQL']); a note quoting 'a < b' as 'a &lt; b' carries the fact 'a < b'.
     """
-    text = '\n'.join(map(message_text, messages))
+    text = '\n'.join(map(message_text, as_rendered(SELECTED['name'], messages)))
     return tuple([fact for fact in case[key] if fact in text or escape(fact) in text] for key in ('required', 'stale'))
 
 
