@@ -416,6 +416,26 @@ long (held-out, chat), 50 turns
                       '                  |\n',
                       turn_map(report))
 
+    def test_an_invalid_request_is_marked_beside_its_facts_and_one_turn_is_not_turns(self):
+        best = {'case': 'one', 'split': 'dev', 'kind': 'agent', 'history_turns': 1, 'fact_turns': [0],
+                'stale_turns': [], 'turns': [0], 'required_found': 1, 'required_total': 1, 'stale_included': [],
+                'not_searched': None}
+        cut = {'case': 'one', 'turns': [0], 'notes': 0, 'invalid': 'the system message is not first',
+               'required_found': 0, 'required_total': 1, 'stale_included': []}
+        report = {'cases': {'trim-last': [cut]}, 'best_possible': {'label': 'best', 'cases': [best]}}
+        legend, shown = turn_map(report).split('\n\n', 1)
+        self.assertTrue(legend.endswith(' `invalid`: a provider would refuse the request (`--show` says why), so it '
+                                        'carries no fact. Facts found and stale facts sent are the whole request\'s, '
+                                        'the instructions and the question too.'), legend)
+        self.assertEqual(shown, '''\
+one (dev, agent), 1 turn
+
+| rule      | 1+ | notes | facts found     | stale facts sent |
+|-----------|----|-------|-----------------|------------------|
+| trim-last | x  | 0     | 0 of 1, invalid | 0                |
+| best      | x  | 0     | 1 of 1          | 0                |
+''')
+
 
 class CompareTest(unittest.TestCase):
     def test_compare_names_kept_turns_counting_from_1(self):

@@ -21,7 +21,7 @@ from common import LabError
 from runner import COUNTED_BY, counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
-from text import clipped, markdown_table, plain_number, printable, turn_runs
+from text import clipped, counted, markdown_table, plain_number, printable, turn_runs
 from tokenizer import agent_request, counter
 from tool_formats import as_rendered
 
@@ -36,6 +36,9 @@ REQUIRED_MARK, STALE_MARK = '+', '!'  # a message or turn holding a required / a
 STYLES = {'title': '1', 'required': '32', 'stale': '31', 'fold': '2'}  # ANSI: bold, green, red, dim
 MAP_LEGEND = (f'Turns are numbered from 1. `{KEPT}`: the turn is in the request; in the header, `{REQUIRED_MARK}`: '
               f'the turn holds a required fact, `{STALE_MARK}`: it holds a stale fact.')
+INVALID = 'invalid'  # beside the facts found of a request a provider would refuse
+AGENT_LEGEND = (f'`{INVALID}`: a provider would refuse the request (`--show` says why), so it carries no fact. Facts '
+                'found and stale facts sent are the whole request\'s, the instructions and the question too.')
 TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases with stale facts', 'Mean input tokens']
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
@@ -94,10 +97,11 @@ def case_map(best: dict, rule_rows: dict[str, dict], label: str) -> str:
     columns = turn_columns(best, [None if row['turns'] is None else set(row['turns']) for _, row in named])
     rows = [[name, *(cells[position] for _, cells in columns),
              *(('', f'not searched: {row["not_searched"]}', '') if row['turns'] is None else
-               (str(row.get('notes', 0)), f"{row['required_found']} of {row['required_total']}",
-                str(len(row['stale_included']))))] for position, (name, row) in enumerate(named)]
+               (str(row.get('notes', 0)), f"{row['required_found']} of {row['required_total']}"
+                + (f', {INVALID}' if row.get('invalid') else ''), str(len(row['stale_included']))))]
+            for position, (name, row) in enumerate(named)]
     title = printable(f"{best['case']} ({best['split'].replace('_', '-')}, {best['kind']}), "
-                      f"{best['history_turns']} turns")
+                      + counted(best['history_turns'], 'turn'))
     header = ['rule', *(heading for heading, _ in columns), 'notes', 'facts found', 'stale facts sent']
     return f'{title}\n\n' + markdown_table(header, rows, pad=True).rstrip('\n')
 
@@ -107,7 +111,9 @@ def turn_map(report: dict) -> str:
     by_case = {name: {row['case']: row for row in rows} for name, rows in report['cases'].items()}
     maps = [case_map(best, {name: rows[best['case']] for name, rows in by_case.items()},
                      report['best_possible']['label']) for best in report['best_possible']['cases']]
-    return '\n\n'.join([MAP_LEGEND + counter_note(report, COUNTED_BY).rstrip('\n'), *maps]) + '\n'
+    agent = any('invalid' in row for rows in report['cases'].values() for row in rows)
+    legend = MAP_LEGEND + (' ' + AGENT_LEGEND) * agent
+    return '\n\n'.join([legend + counter_note(report, COUNTED_BY).rstrip('\n'), *maps]) + '\n'
 
 
 def paint(text: str, style: str, colour: bool) -> str:
