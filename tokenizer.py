@@ -10,7 +10,7 @@
 A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the model's
 official template as tool_formats.py renders it, thinking off, its fixed inputs (Llama 3's date) filled in. Images
 and thinking are refused, not guessed. Rules read count(messages) -> int and count.turn_costs(history), the tokens
-each turn adds to any request.
+each turn adds to any request; the grader reads count.name (whose template it grades) and --show count.shares.
 
 A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per run,
 where `splits_cleanly` and `line_cuts` find the sum exact (docs/speed.md says why); an agent request whole. It
@@ -332,6 +332,10 @@ class LazyCount:
 
     def turn_costs(self, history: list[dict]) -> list[int]:
         return counter().turn_costs(history)
+
+    @property
+    def name(self) -> str:  # as a TokenCounter's, without loading it
+        return SELECTED['name']
 
 
 count_request = LazyCount()
