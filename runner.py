@@ -34,9 +34,10 @@ def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[s
 
 
 def case_selections(case: dict, rules: dict, count) -> tuple[dict, dict]:
-    """(rule -> selection, rule -> graded row) on one case."""
+    """(rule -> selection, rule -> graded row) on one case, graded as the counter that counted renders each request
+    (its name; the chosen counter's for a count without one)."""
     chosen = {name: rule(case, count) for name, rule in rules.items()}
-    return chosen, {name: graded_row(case, selected) for name, selected in chosen.items()}
+    return chosen, {name: graded_row(case, selected, getattr(count, 'name', None)) for name, selected in chosen.items()}
 
 
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:

@@ -3,27 +3,31 @@
     from scorer import facts_in, graded_row, totals
     facts_in(case, messages)        # (required facts in the messages, stale facts in them)
     invalid(messages)               # why a provider would refuse the request, or None
-    graded_row(case, selection)     # one report row (shapes.ROW_FIELDS)
+    graded_row(case, selection)     # one report row (shapes.ROW_FIELDS), graded as the chosen counter renders it
     totals(rows)                    # a rule's figures (shapes.RULE_TOTALS), or the best possible's
 
 A fact reaches a request when it appears, character for character, in one of its messages' texts
 (shapes.message_text: the content, and a call's name and arguments), or as the notes block quotes it (shapes.escape);
-an invalid request carries none. It reads the request, never a reply, and calls no model. Besides: the two
-checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
+only what the chosen counter's template writes counts (tool_formats.as_rendered: Llama 3's drops an assistant's text
+beside a call); an invalid request carries none. It reads the request, never a reply, and calls no model. Besides:
+the two checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
 prints and writes nothing.
 """
 from common import LabError
 from shapes import (AGENT_ROW_FIELDS, AGENT_TOTALS, BEST_TOTALS, ROW_FIELDS, RULE_TOTALS, SPLITS, allowance,
                     build_request, escape, message_text)
+from tokenizer import SELECTED
+from tool_formats import as_rendered
 
 
-def facts_in(case: dict, messages: list[dict]) -> tuple[list[str], list[str]]:
-    """(the required facts, the stale facts) that reach these messages, each in the case's order.
+def facts_in(case: dict, messages: list[dict], counter: str | None = None) -> tuple[list[str], list[str]]:
+    """(the required facts, the stale facts) that reach these messages as the template of `counter` (the chosen
+    counter's unless named) writes them (tool_formats.as_rendered), each in the case's order.
 
     With required ['Use PostgreSQL'] and stale ['We will use MySQL'], messages holding 'We will use MySQL now.'
     give ([], ['We will use MySQL']); a note quoting 'a < b' as 'a &lt; b' carries the fact 'a < b'.
     """
-    text = '\n'.join(map(message_text, messages))
+    text = '\n'.join(map(message_text, as_rendered(counter or SELECTED['name'], messages)))
     return tuple([fact for fact in case[key] if fact in text or escape(fact) in text] for key in ('required', 'stale'))
 
 
@@ -54,11 +58,12 @@ def invalid(messages: list[dict]) -> str | None:
     return None
 
 
-def graded_row(case: dict, chosen: dict) -> dict:
-    """One report row: which required and stale facts reached the selection's request (shapes.ROW_FIELDS; an agent
-    case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an invalid request reaches no fact)."""
+def graded_row(case: dict, chosen: dict, counter: str | None = None) -> dict:
+    """One report row: which required and stale facts reached the selection's request as `counter` renders it
+    (facts_in; shapes.ROW_FIELDS; an agent case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an
+    invalid request reaches no fact)."""
     why = invalid(chosen['messages']) if 'tools' in case else None
-    reached, stale = ([], []) if why else facts_in(case, chosen['messages'])
+    reached, stale = ([], []) if why else facts_in(case, chosen['messages'], counter)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'], 'invalid': why,
            'within_budget': chosen['input_tokens'] <= allowance(case), 'required_found': len(reached),
@@ -68,10 +73,11 @@ def graded_row(case: dict, chosen: dict) -> dict:
 
 
 def totals(rows: list[dict]) -> dict:
-    """The figures of a group of graded rows: a rule's (RULE_TOTALS), or for rows of the best possible selection
-    (they have no within_budget) BEST_TOTALS. A row not searched adds its facts to the total, as the rules' rows of
-    that case do, but no facts found, complete case or tokens: rows of 1 of 1 facts in 40 tokens, 0 of 2 in 51
-    and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1, mean_input_tokens 45.5."""
+    """The figures of a group of graded rows: a rule's (RULE_TOTALS; AGENT_TOTALS if any row is an agent case's), or
+    for rows of the best possible selection (they have no within_budget) BEST_TOTALS. A row not searched adds its facts
+    to the total, as the rules' rows of that case do, but no facts found, complete case or tokens: rows of 1 of 1
+    facts in 40 tokens, 0 of 2 in 51 and one not searched with 3 facts give facts_found 1 of 6, complete_cases 1,
+    mean_input_tokens 45.5."""
     searched = [row for row in rows if row['turns'] is not None]
     tokens = [row['input_tokens'] for row in searched]
     found, facts = sum(row['required_found'] for row in searched), sum(row['required_total'] for row in rows)
@@ -82,7 +88,9 @@ def totals(rows: list[dict]) -> dict:
                'over_budget': sum(1 for row in searched if not row.get('within_budget', True)),
                'invalid_requests': sum(1 for row in searched if row.get('invalid')),
                'mean_input_tokens': round(sum(tokens) / len(tokens), 1) if tokens else None}
-    kind = AGENT_TOTALS if 'invalid' in rows[0] else RULE_TOTALS if 'within_budget' in rows[0] else BEST_TOTALS
+    # A case set may mix pair and agent cases: any agent row (it has invalid) gives the group the agent totals.
+    kind = AGENT_TOTALS if any('invalid' in row for row in rows) else RULE_TOTALS if 'within_budget' in rows[0] \
+        else BEST_TOTALS
     return {key: figures[key] for key in kind}
 
 

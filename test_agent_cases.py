@@ -172,13 +172,14 @@ class CommandLineTest(TempFolderTest):
         done = evaluate_py('--cases', 'agent-cases.json', '--show', 'dev-agent-parallel', '--strategy', 'relevant')
         self.assertEqual(done.returncode, 0, done.stderr)
         lines = done.stdout.splitlines()
-        self.assertIn('[turn 1, assistant] · calls call_a read_file {"path": ".python-version"} · calls call_b '
-                      'read_file {"path": ".nvmrc"}', lines)
+        self.assertIn('[turn 1, assistant] 77 tokens · calls call_a read_file {"path": ".python-version"} · calls '
+                      'call_b read_file {"path": ".nvmrc"}', lines)
         self.assertEqual([line for line in lines if line.startswith('[turn 1, tool]')],
-                         ['[turn 1, tool] · answers call_a', '[turn 1, tool] · answers call_b'])
+                         [f'[turn 1, tool] 0 tokens · answers {call} · written in the share of its call'
+                          for call in ('call_a', 'call_b')])
         self.assertEqual(lines[-1], 'found 2 of 2 · missing: none · stale sent: none · 148 of 384 input tokens')
         tools = evaluate_py('--cases', 'agent-cases.json', '--show', 'dev-agent-tools', '--strategy', 'recent')
-        self.assertIn('[system] · declares 2 tools', tools.stdout.splitlines())
+        self.assertIn('[system] 137 tokens · declares 2 tools', tools.stdout.splitlines())
 
     def test_a_broken_agent_case_stops_evaluate_with_one_line_and_exit_2(self):
         case = copy.deepcopy(CASE)

@@ -679,11 +679,11 @@ class CommandTest(RulesFolder):
         self.assertIn('=== best possible (reads the labels): 57 input tokens ===\n<bos><|turn>system\n', result.stdout)
         self.assertEqual(result.stdout.count('=== '), 5)
 
-    def test_a_message_the_standard_layout_cannot_label_is_labelled_by_position(self):
+    def test_a_message_the_standard_layout_cannot_label_is_labelled_by_its_index_from_0(self):
         path = self.write('RULES = {"bare": lambda case, count: [{"role": "user", "content": case["current"]}]}\n')
         result = in_process(evaluate, '--rules', str(path), '--show', 'dev-correction', '--strategy', 'bare')
         self.assertEqual((result.returncode, result.stderr), (0, ''))
-        self.assertIn('\n[message 1, user] ', result.stdout)
+        self.assertIn('\n[message 0, user] ', result.stdout)
 
 
 if __name__ == '__main__':

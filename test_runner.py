@@ -10,9 +10,9 @@ import hashlib
 from pathlib import Path
 import unittest
 
-from runner import CODE_FILES, counter_note, report_header, run_rules
+from runner import CODE_FILES, case_selections, counter_note, report_header, run_rules
 from shapes import build_request, selection
-from test_support_fixtures import shipped_cases
+from test_support_fixtures import calling, read, result, said, shipped_cases, user
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,6 +30,29 @@ class RunTest(unittest.TestCase):
         self.assertEqual([row['case'] for row in rows['b']], ['dev-latest', 'dev-old-decision', 'dev-correction'])
         self.assertEqual((rows['a'][0]['input_tokens'], rows['a'][0]['turns'], rows['a'][0]['required_found']),
                          (10, [], 0))
+
+
+    def test_each_request_is_graded_as_the_counter_that_counted_it_renders_it(self):
+        # answer_check counts with a pin's counter, not the chosen one: Llama 3's drops the text beside a call.
+        case = {'id': 'c', 'split': 'dev', 'kind': 'k', 'instructions': 'i', 'current': 'q', 'tools': [],
+                'history': [[user('u'), {**calling(read('c1')), 'content': 'Deploy release-7.'}, result('c1'),
+                             said('ok')]], 'required': ['Deploy release-7.'], 'stale': [],
+                'budget': {'context_limit': 99, 'max_new_tokens': 1, 'margin': 1}}
+
+        class Named:  # a count function that says 10 for any request, and the counter it stands for
+            def __init__(self, name: str):
+                self.name = name
+
+            def __call__(self, messages: list[dict]) -> int:
+                return 10
+
+        def whole(case: dict, count) -> dict:
+            return selection(build_request(case, [0]), [0], 0, count(build_request(case, [0])))
+
+        found = {name: case_selections(case, {'whole': whole}, count)[1]['whole']['required_found']
+                 for name, count in (('llama-3.1', Named('llama-3.1')), ('qwen-2.5', Named('qwen-2.5')),
+                                     ('unnamed, the chosen gemma-4-e2b', lambda messages: 10))}
+        self.assertEqual(found, {'llama-3.1': 0, 'qwen-2.5': 1, 'unnamed, the chosen gemma-4-e2b': 1})
 
 
 class HeaderTest(unittest.TestCase):

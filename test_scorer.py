@@ -5,11 +5,17 @@
 Each test is named after the grade or figure that would be wrong; expected figures are worked out by hand.
 """
 from pathlib import Path
+import re
 import unittest
 
 from common import LabError
+from prepared_folder import DEFAULT
 from scorer import by_group, check_additive, check_fits, facts_in, graded_row, totals
-from shapes import allowance
+from shapes import allowance, message_text
+from test_support_fixtures import calling, read, result, said, user
+from test_tool_formats import NAMES, official, template_path
+import tokenizer
+from tool_formats import as_rendered
 
 CASE = {'id': 'c', 'split': 'dev', 'kind': 'k', 'required': ['a < b', 'Use PostgreSQL'], 'stale': ['use MySQL'],
         'budget': {'context_limit': 40, 'max_new_tokens': 4, 'margin': 2}}
@@ -37,6 +43,41 @@ class FactsTest(unittest.TestCase):
             'stale_included': []})
 
 
+BESIDE = {'role': 'assistant', 'content': 'Deploy from release-7.', 'tool_calls': [read('c1', 'deploy.ini')]}
+AGENT = [{'role': 'system', 'content': 'Use the tools.'}, user('Check the deploy.'), BESIDE, result('c1', 'ok'),
+         said('Done.'), user('Which branch?')]
+
+
+class RenderedTest(unittest.TestCase):
+    """Only what the chosen counter's template writes is graded: Llama 3's drops an assistant's text beside a call."""
+
+    def graded_under(self, name: str) -> int:
+        tokenizer.choose_counter(name)
+        self.addCleanup(tokenizer.choose_counter, DEFAULT)
+        case = {**CASE, 'required': ['Deploy from release-7.'], 'stale': [], 'tools': []}
+        return graded_row(case, {'messages': AGENT, 'turns': [0], 'notes': 0, 'input_tokens': 30})['required_found']
+
+    def test_a_fact_beside_a_call_is_found_where_the_template_writes_it_and_not_under_llama(self):
+        self.assertEqual({name: self.graded_under(name) for name in ('gemma-4-e2b', 'qwen-2.5', 'llama-3.1',
+                                                                      'llama-3.3')},
+                         {'gemma-4-e2b': 1, 'qwen-2.5': 1, 'llama-3.1': 0, 'llama-3.3': 0})
+
+    def test_each_part_the_view_keeps_is_in_the_official_render_and_each_part_it_drops_is_not(self):
+        """Every text of every message holds a word of its own; the official template is the oracle."""
+        request = [{'role': 'system', 'content': 'w0'}, user('w1'), {**calling(read('c1', 'w2')), 'content': 'w3'},
+                   result('c1', 'w4'), said('w5'), user('w6'), calling(read('c2', 'w7')), result('c2', 'w8'),
+                   user('w9')]
+        tools = [{'type': 'function', 'function': {'name': 'read_file', 'description': 'Read.', 'parameters': {}}}]
+        checked = [name for name in NAMES if template_path(name) is not None]
+        for name, listed in ((name, listed) for name in checked for listed in (None, tools)):
+            prompt, view = official(name, request, listed), as_rendered(name, request)
+            for message, kept in zip(request, view):
+                for word in re.findall(r'\bw\d\b', message_text(message)):
+                    self.assertEqual(word in message_text(kept), word in prompt, (name, word))
+        if not checked:
+            self.skipTest('no official template with tools is at hand')
+
+
 class TotalsTest(unittest.TestCase):
     ROWS = [{'case': 'a', 'split': 'held_out', 'kind': 'temporal', 'turns': [0], 'input_tokens': 40,
              'within_budget': True, 'required_found': 1, 'required_total': 1, 'missing': [], 'stale_included': []},
@@ -47,6 +88,14 @@ class TotalsTest(unittest.TestCase):
         self.assertEqual(totals(self.ROWS), {
             'cases': 2, 'facts_found': 1, 'facts_total': 3, 'fact_recall': 0.333, 'complete_cases': 1,
             'cases_with_stale_facts': 1, 'over_budget': 1, 'mean_input_tokens': 45.5})
+
+    def test_a_group_mixing_pair_and_agent_rows_counts_its_invalid_requests_whatever_row_comes_first(self):
+        agent = {**self.ROWS[0], 'case': 'g', 'invalid': 'the system message is not first', 'required_found': 0,
+                 'missing': ['f']}
+        for rows in ([self.ROWS[0], agent], [agent, self.ROWS[0]]):  # a pair case first hid the column
+            self.assertEqual(totals(rows), {
+                'cases': 2, 'facts_found': 1, 'facts_total': 2, 'fact_recall': 0.5, 'complete_cases': 1,
+                'cases_with_stale_facts': 0, 'over_budget': 0, 'invalid_requests': 1, 'mean_input_tokens': 40})
 
     def test_splits_come_in_the_labs_order_and_other_groups_in_row_order(self):
         self.assertEqual(list(by_group(self.ROWS, 'split')), ['dev', 'held_out'])  # held_out comes first in the rows

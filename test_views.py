@@ -27,15 +27,18 @@ import textwrap
 import unittest
 from unittest import mock
 
+import agent_rules
 from case_set import load_cases
 from scorer import graded_row
 from shapes import BEST_ROW_FIELDS
 import evaluate
 from strategies import RULES, build_request, notes
-from test_support_fixtures import DEV_CORRECTION_NOTES, shipped_cases, whole_count
+from test_support_fixtures import DEV_CORRECTION_NOTES, result, shipped_cases, user, whole_count
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
 from test_support_runs import in_process
-from tokenizer import count_request
+import tokenizer
+from tokenizer import CounterError, count_request
+from prepared_folder import DEFAULT
 from common import LabError
 from runner import case_selections
 import views
@@ -45,6 +48,7 @@ from views import MAX_LINE, compare, display_lines, message_labels, report_table
 HERE = Path(__file__).resolve().parent
 RECORDED = HERE / 'evaluation-result.json'
 SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens$', re.MULTILINE)  # '[turn 2, user] 12 tokens'; content is indented
+AGENT_SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens(?: · .*)?$', re.MULTILINE)  # and '· calls c1 ...' after
 
 NOTES_ON_DEV_CORRECTION = '''\
 notes on dev-correction (dev, corrected decision)
@@ -200,6 +204,61 @@ class ShowTest(unittest.TestCase):
                 self.assertIn('usage:', result.stderr)
 
 
+class AgentShowTest(unittest.TestCase):
+    """--show of agent requests: each message's share of the whole render, and messages numbered as refusals are."""
+
+    def test_each_agent_message_has_its_share_and_the_shares_add_up_to_the_official_count(self):
+        for case in load_cases(HERE / 'agent-cases.json'):
+            for name, rule in {**RULES, **agent_rules.RULES}.items():
+                with self.subTest(rule=name, case=case['id']):
+                    messages = rule(case, count_request)['messages']
+                    sizes = [int(size) for size in AGENT_SIZE_LINE.findall(show_case(case, {name: rule}, full=True))]
+                    self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
+                    self.assertEqual(sum(sizes), whole_count(messages))
+                    if OFFICIAL_TEMPLATE is not None:
+                        self.assertEqual(sum(sizes), official_count(messages))
+
+    def test_a_result_says_whether_the_template_writes_it_in_its_calls_turn_or_drops_it(self):
+        case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-parallel']
+        relevant = show_case(case, {'relevant': RULES['relevant']}).splitlines()
+        trimmed = agent_rules.RULES['trim-last'](case, count_request)['messages']
+        self.assertIn('[turn 1, tool] 0 tokens · answers call_a · written in the share of its call', relevant)
+        self.assertIn('[message 0, tool] 0 tokens · answers call_c · not sent: the template drops it',
+                      show_case(case, {'trim-last': agent_rules.RULES['trim-last']}).splitlines())
+        if OFFICIAL_TEMPLATE is not None:  # the oracle agrees: that result is nowhere in the prompt
+            self.assertNotIn(trimmed[0]['content'], official_render(trimmed))
+
+    def test_a_message_is_numbered_from_0_in_its_label_as_in_the_refusal_that_names_it(self):
+        case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-latest']
+        request = build_request(case, [])
+        request[1:1] = [user('Read it.'), result('call_9', 'stray')]  # a result that answers no call, message 2
+
+        def stray(case, count):
+            return {'messages': request, 'turns': [], 'notes': 0, 'input_tokens': count(request)}
+
+        lines = show_case(case, {'stray': stray}).splitlines()
+        self.assertIn('[message 2, tool] 0 tokens · answers call_9 · not sent: the template drops it', lines)
+        self.assertTrue(lines[-1].endswith('invalid: message 2 (tool) answers no call of the assistant message '
+                                           'before it'), lines[-1])
+
+    def test_text_beside_a_call_is_marked_not_sent_and_carries_no_fact_under_llama(self):
+        try:
+            tokenizer.loaded('llama-3.1')
+        except CounterError:
+            self.skipTest('llama-3.1 is not prepared')
+        tokenizer.choose_counter('llama-3.1')
+        self.addCleanup(tokenizer.choose_counter, DEFAULT)
+        case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-latest']
+        newest = case['history'][-1]  # recent keeps it: [user, a call of read_file, its result, an answer]
+        case = {**case, 'required': ['Reading it now.'], 'history': [
+            *case['history'][:-1], [newest[0], {**newest[1], 'content': 'Reading it now.'}, *newest[2:]]]}
+        shown = show_case(case, {'recent': RULES['recent']}).splitlines()
+        self.assertIn('[turn 2, assistant] 22 tokens · calls call_2 read_file {"path": ".ci/image"} · its text is '
+                      'not sent: llama-3.1 drops it beside a call', shown)
+        self.assertNotIn('  + required fact: "Reading it now."', shown)
+        self.assertTrue(shown[-1].startswith('found 0 of 1 · missing: "Reading it now."'), shown[-1])
+
+
 class ColourTest(unittest.TestCase):
     def test_plain_output_through_a_pipe_has_no_escape_codes(self):
         result = evaluate_once('--show', 'dev-correction')
@@ -256,7 +315,7 @@ class LayoutTest(unittest.TestCase):
                          ['system', 'turn 1, user', 'turn 1, assistant', 'turn 3, user', 'turn 3, assistant',
                           'notes and question, user'])
 
-    def test_a_request_not_laid_out_as_the_four_lay_theirs_is_labelled_by_position_and_role(self):
+    def test_a_request_not_laid_out_as_the_four_lay_theirs_is_labelled_by_index_from_0_as_refusals_count(self):
         case = shipped_cases()['dev-spread']
         for messages, turns in (
                 ([{'role': 'user', 'content': 'hi'}, {'role': 'assistant', 'content': 'hello'}], []),
@@ -264,7 +323,7 @@ class LayoutTest(unittest.TestCase):
                 (build_request(case, [1]), [0])):
             with self.subTest(messages=len(messages)):
                 self.assertEqual(message_labels(case, {'messages': messages, 'turns': turns, 'notes': 0}),
-                                 [f"message {n}, {message['role']}" for n, message in enumerate(messages, 1)])
+                                 [f"message {n}, {message['role']}" for n, message in enumerate(messages)])
 
     def test_short_content_is_not_folded_and_long_content_keeps_its_first_and_last_lines(self):
         self.assertEqual(display_lines(' one\ntwo ', full=False), ['    one', '    two'])
@@ -356,6 +415,26 @@ long (held-out, chat), 50 turns
         self.assertIn('| best | ?  | ?  |       | not searched: 21 fact-holding turns without a stale fact |'
                       '                  |\n',
                       turn_map(report))
+
+    def test_an_invalid_request_is_marked_beside_its_facts_and_one_turn_is_not_turns(self):
+        best = {'case': 'one', 'split': 'dev', 'kind': 'agent', 'history_turns': 1, 'fact_turns': [0],
+                'stale_turns': [], 'turns': [0], 'required_found': 1, 'required_total': 1, 'stale_included': [],
+                'not_searched': None}
+        cut = {'case': 'one', 'turns': [0], 'notes': 0, 'invalid': 'the system message is not first',
+               'required_found': 0, 'required_total': 1, 'stale_included': []}
+        report = {'cases': {'trim-last': [cut]}, 'best_possible': {'label': 'best', 'cases': [best]}}
+        legend, shown = turn_map(report).split('\n\n', 1)
+        self.assertTrue(legend.endswith(' `invalid`: a provider would refuse the request (`--show` says why), so it '
+                                        'carries no fact. Facts found and stale facts sent are the whole request\'s, '
+                                        'the instructions and the question too.'), legend)
+        self.assertEqual(shown, '''\
+one (dev, agent), 1 turn
+
+| rule      | 1+ | notes | facts found     | stale facts sent |
+|-----------|----|-------|-----------------|------------------|
+| trim-last | x  | 0     | 0 of 1, invalid | 0                |
+| best      | x  | 0     | 1 of 1          | 0                |
+''')
 
 
 class CompareTest(unittest.TestCase):

@@ -10,15 +10,17 @@
 A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the model's
 official template as tool_formats.py renders it, thinking off, its fixed inputs (Llama 3's date) filled in. Images
 and thinking are refused, not guessed. Rules read count(messages) -> int and count.turn_costs(history), the tokens
-each turn adds to any request.
+each turn adds to any request; the grader reads count.name (whose template it grades) and --show count.shares.
 
 A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per run,
 where `splits_cleanly` and `line_cuts` find the sum exact (docs/speed.md says why); an agent request whole. It
 reads prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 import argparse
+from bisect import bisect_right
 from collections.abc import Mapping
 from functools import cached_property, lru_cache
+from itertools import accumulate
 import json
 from operator import itemgetter
 from pathlib import Path
@@ -26,7 +28,7 @@ import re
 
 from common import run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key
-from tool_formats import CounterError, frame_span, prompt_text, turn_prompt_text
+from tool_formats import CounterError, frame_span, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, vocab_spec
 
@@ -71,6 +73,12 @@ def agent_request(messages) -> bool:
     """True for a list holding a tool message, a call or a tools list: what tool_formats.py renders."""
     return type(messages) is list and any(isinstance(message, Mapping) and (
         message.get('role') == 'tool' or 'tool_calls' in message or 'tools' in message) for message in messages)
+
+
+def tools_apart(messages) -> tuple[list, list | None]:
+    """An agent request as tool_formats reads it: its messages as dicts, and the tools its system message carries."""
+    request = [dict(message) if isinstance(message, Mapping) else message for message in messages]
+    return request, request[0].pop('tools', None) if type(request[0]) is dict else None
 
 
 def chat_format(definition: dict) -> dict:
@@ -136,9 +144,20 @@ class TokenCounter:
         would receive it, and counted whole."""
         if not agent_request(messages):
             return self.rendered(prompt_text, checked(messages))
-        request = [dict(message) if isinstance(message, Mapping) else message for message in messages]
-        tools = request[0].pop('tools', None) if type(request[0]) is dict else None
-        return self.rendered(prompt_text, request, tools)
+        return self.rendered(prompt_text, *tools_apart(messages))
+
+    def shares(self, messages: list[dict]) -> list[int]:
+        """An agent request's tokens part by part as the model receives it: [the prefix, the system message (and what
+        the template writes there: Gemma 4's and Qwen 2.5's tools), each message after it, the generation prompt]. A
+        token counts to the part its text starts in, so the shares sum to the count; a message the template writes
+        inside another's text (Gemma 4's results, in their call's turn) or drops has 0."""
+        prompt = self.prompt(messages)  # checked and refused as every count is
+        head, pieces, tail = request_parts(self.name, self.form, *tools_apart(messages))
+        ends = list(accumulate(map(len, [self.form['prefix'], head[len(self.form['prefix']):], *pieces, tail])))
+        shares = [0] * len(ends)
+        for start, _ in self.tokenizer.encode(prompt, add_special_tokens=False).offsets:
+            shares[bisect_right(ends, start)] += 1
+        return shares
 
     def refuse(self, content: str) -> None:
         """CounterError for text this counter's vocab reads otherwise than the model's own tokenizer does."""
@@ -313,6 +332,10 @@ class LazyCount:
 
     def turn_costs(self, history: list[dict]) -> list[int]:
         return counter().turn_costs(history)
+
+    @property
+    def name(self) -> str:  # as a TokenCounter's, without loading it
+        return SELECTED['name']
 
 
 count_request = LazyCount()

@@ -10,7 +10,9 @@ phi-3.5, whose template drops tool messages and tool_calls, refuses them. Additi
 assistant and tool messages after it): [system] + whole turns + [user question] renders as its head (the same
 request without turns, up to the question) + each turn's turn_prompt_text + the question's + the generation prompt,
 for gemma-4-e2b and qwen-2.5 with or without tools, llama-3.x without tools, and phi-3.5; a tools list Llama writes
-into the first message after the system message, whatever it is (turn_prompt_text None). No files, no token counts.
+into the first message after the system message, whatever it is (turn_prompt_text None). as_rendered(name, messages)
+leaves out what a template drops of a message (Llama 3 the text beside a call): what grading reads. No files, no
+token counts.
 """
 from itertools import takewhile
 import json
@@ -301,3 +303,14 @@ def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] 
         return None
     following = {'role': 'user', 'content': ''}  # what comes after a turn in a request: some user message
     return ''.join(request_parts(name, form, turn + [following], tools)[1][:len(turn)])
+
+
+def as_rendered(name: str, messages: list[dict]) -> list[dict]:
+    """The messages with what counter `name`'s template never writes of a message left out: what the grader reads
+    (scorer.facts_in). Only Llama 3's drops part of a message whatever surrounds it, an assistant message's text beside
+    its call (llama_message), so there that content becomes ''. What a template drops of a request out of order
+    (Gemma 4 a result whose call is gone, Llama 3 the calls of a message its tools list takes) is not here: in an
+    agent case scorer.invalid refuses such a request, which then carries no fact."""
+    if FAMILIES.get(name) is not llama_parts:
+        return messages
+    return [{**message, 'content': ''} if message.get('tool_calls') else message for message in messages]

@@ -7,7 +7,8 @@
 
 It only lays out what evaluate.py hands it (a report, or one case's selections and rows), so every figure shown is
 one the run made; --show adds each message's share of the count from the counter. Turns count from 1 here
-(`turns 3-15, 20`) while the report's stay 0-based. Plain text that also reads as Markdown, colour only when the
+(`turns 3-15, 20`) while the report's stay 0-based; a message is named by its index in the request, from 0, as
+refusals name it (`message 2, tool`). Plain text that also reads as Markdown, colour only when the
 caller asks. It writes nothing.
 """
 from itertools import accumulate, groupby
@@ -20,8 +21,9 @@ from common import LabError
 from runner import COUNTED_BY, counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
-from text import clipped, markdown_table, plain_number, printable, turn_runs
+from text import clipped, counted, markdown_table, plain_number, printable, turn_runs
 from tokenizer import agent_request, counter
+from tool_formats import as_rendered
 
 # What the views look like.
 WRAP = 96  # display width of message content; the exact text is what --prompt prints
@@ -34,6 +36,9 @@ REQUIRED_MARK, STALE_MARK = '+', '!'  # a message or turn holding a required / a
 STYLES = {'title': '1', 'required': '32', 'stale': '31', 'fold': '2'}  # ANSI: bold, green, red, dim
 MAP_LEGEND = (f'Turns are numbered from 1. `{KEPT}`: the turn is in the request; in the header, `{REQUIRED_MARK}`: '
               f'the turn holds a required fact, `{STALE_MARK}`: it holds a stale fact.')
+INVALID = 'invalid'  # beside the facts found of a request a provider would refuse
+AGENT_LEGEND = (f'`{INVALID}`: a provider would refuse the request (`--show` says why), so it carries no fact. Facts '
+                'found and stale facts sent are the whole request\'s, the instructions and the question too.')
 TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases with stale facts', 'Mean input tokens']
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
@@ -92,10 +97,11 @@ def case_map(best: dict, rule_rows: dict[str, dict], label: str) -> str:
     columns = turn_columns(best, [None if row['turns'] is None else set(row['turns']) for _, row in named])
     rows = [[name, *(cells[position] for _, cells in columns),
              *(('', f'not searched: {row["not_searched"]}', '') if row['turns'] is None else
-               (str(row.get('notes', 0)), f"{row['required_found']} of {row['required_total']}",
-                str(len(row['stale_included']))))] for position, (name, row) in enumerate(named)]
+               (str(row.get('notes', 0)), f"{row['required_found']} of {row['required_total']}"
+                + (f', {INVALID}' if row.get('invalid') else ''), str(len(row['stale_included']))))]
+            for position, (name, row) in enumerate(named)]
     title = printable(f"{best['case']} ({best['split'].replace('_', '-')}, {best['kind']}), "
-                      f"{best['history_turns']} turns")
+                      + counted(best['history_turns'], 'turn'))
     header = ['rule', *(heading for heading, _ in columns), 'notes', 'facts found', 'stale facts sent']
     return f'{title}\n\n' + markdown_table(header, rows, pad=True).rstrip('\n')
 
@@ -105,7 +111,9 @@ def turn_map(report: dict) -> str:
     by_case = {name: {row['case']: row for row in rows} for name, rows in report['cases'].items()}
     maps = [case_map(best, {name: rows[best['case']] for name, rows in by_case.items()},
                      report['best_possible']['label']) for best in report['best_possible']['cases']]
-    return '\n\n'.join([MAP_LEGEND + counter_note(report, COUNTED_BY).rstrip('\n'), *maps]) + '\n'
+    agent = any('invalid' in row for rows in report['cases'].values() for row in rows)
+    legend = MAP_LEGEND + (' ' + AGENT_LEGEND) * agent
+    return '\n\n'.join([legend + counter_note(report, COUNTED_BY).rstrip('\n'), *maps]) + '\n'
 
 
 def paint(text: str, style: str, colour: bool) -> str:
@@ -115,7 +123,8 @@ def paint(text: str, style: str, colour: bool) -> str:
 
 def message_labels(case: dict, chosen: dict) -> list[str]:
     """Where each message came from: ['system', 'turn 1, user', ..., 'question, user'] for a request laid out
-    as the four lay it out; else each message by position and role, since a rules file may send anything."""
+    as the four lay it out; else each message by its index in the request, from 0 as refusals count it (scorer.invalid
+    'message 2 (tool) ...'), and role, since a rules file may send anything."""
     messages, turns = chosen['messages'], sorted(chosen['turns'])
     history = build_request(case, turns)[1:-1]  # the turns' messages, as the four lay them out
     if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
@@ -123,7 +132,7 @@ def message_labels(case: dict, chosen: dict) -> list[str]:
         return ['system', *(f"turn {index + 1}, {message['role']}" for index in turns
                             for message in turn_messages(case['history'][index])),
                 'notes and question, user' if chosen['notes'] else 'question, user']
-    return [f"message {position}, {message['role']}" for position, message in enumerate(messages, 1)]
+    return [f"message {position}, {message['role']}" for position, message in enumerate(messages)]
 
 
 def display_lines(content: str, full: bool, colour: bool = False) -> list[str]:
@@ -144,22 +153,48 @@ def quoted(facts: list[str]) -> str:
 def request_text(case: dict, title: str, chosen: dict, row: dict, full: bool, colour: bool) -> str:
     """One request, message by message with each one's share of the count and its facts, then the figures."""
     count, out, messages = counter(), [paint(title, 'title', colour)], chosen['messages']
-    agent = agent_request(messages)  # a template writes calls and results into the model's turn: no share each
-    sizes = [None if agent else count.message_size(message['role'], message['content']) for message in messages]
-    if not agent:
-        check_additive(case, row['input_tokens'], count.fixed + sum(sizes))  # the shares shown must add up to it
-    for label, message, tokens in zip(message_labels(case, chosen), messages, sizes):
-        reached, sent = facts_in(case, [message])
-        out += ['', f'[{label}]' + ('' if agent else f' {tokens} tokens') + tool_parts(message)]
+    sizes, fixed, own = shares(case, messages, row['input_tokens'])
+    for position, (label, message, tokens) in enumerate(zip(message_labels(case, chosen), messages, sizes)):
+        reached, stale = facts_in(case, [message])
+        out += ['', f'[{label}] {tokens} tokens' + tool_parts(message) + not_sent(messages, position, tokens)]
         out += [paint(f'  {REQUIRED_MARK} required fact: "{fact}"', 'required', colour) for fact in reached]
-        out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in sent]
+        out += [paint(f'  {STALE_MARK} stale fact: "{fact}"', 'stale', colour) for fact in stale]
         out += display_lines(message['content'], full, colour)
-    out += [''] if agent else ['', f"[{count.form['prefix'] + ' and ' if count.form['prefix'] else ''}the "
-                                     f'generation prompt] {count.fixed} tokens', '']
+    prefix = count.form['prefix'] + ' and ' if count.form['prefix'] else ''
+    out += ['', f'[no system message sent: the template writes its own] {own} tokens'] if own else []
+    out += ['', f'[{prefix}the generation prompt] {fixed} tokens', '']
     out.append(f"found {row['required_found']} of {row['required_total']} · missing: {quoted(row['missing'])} · "
                f"stale sent: {quoted(row['stale_included'])} · {row['input_tokens']} of {allowance(case)} input tokens"
                + (f" · invalid: {row['invalid']}" if row.get('invalid') else ''))
     return '\n'.join(out) + '\n'
+
+
+def not_sent(messages: list[dict], position: int, tokens: int) -> str:
+    """What of a message the counter's template does not write where it stands, for its label ('' if nothing): Llama
+    3's text beside a call; a result of no tokens of its own, written in its call's turn (Gemma 4) or dropped: the
+    template's prompt without the message tells which."""
+    count, message = counter(), messages[position]
+    if as_rendered(count.name, [message])[0] != message:
+        return f' · its text is not sent: {count.name} drops it beside a call'
+    if tokens or message['role'] != 'tool' or len(messages) == 1:
+        return ''
+    written = count.prompt(messages[:position] + messages[position + 1:]) != count.prompt(messages)
+    return ' · written in the share of its call' if written else ' · not sent: the template drops it'
+
+
+def shares(case: dict, messages: list[dict], whole: int) -> tuple[list[int], int, int]:
+    """(each message's share of the count, the fixed part's, what a template writes for a system message not sent),
+    refused unless they add up to the request's count. A pair request is summed from its messages' spans, as rules
+    count it; an agent request, rendered whole, is split where each message's text starts (TokenCounter.shares)."""
+    count = counter()
+    if not agent_request(messages):
+        sizes = [count.message_size(message['role'], message['content']) for message in messages]
+        parts = (sizes, count.fixed, 0)
+    else:
+        prefix, head, *sizes, tail = count.shares(messages)
+        parts = ([head, *sizes], prefix + tail, 0) if messages[0]['role'] == 'system' else (sizes, prefix + tail, head)
+    check_additive(case, whole, sum(parts[0]) + parts[1] + parts[2])  # the shares shown must add up to it
+    return parts
 
 
 def tool_parts(message: dict) -> str:
