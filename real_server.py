@@ -81,6 +81,8 @@ def expected_record() -> dict:
 
 def check_server(folder: Path = SERVER) -> str:
     """'' if folder holds a finished build of the pinned inputs whose files are as recorded, else why not."""
+    if not os.path.lexists(folder / PREPARED_JSON):
+        return f'{folder} holds no finished build'
     try:
         record = read_json(folder / PREPARED_JSON, "real server's record")
     except LabError as error:
@@ -91,6 +93,8 @@ def check_server(folder: Path = SERVER) -> str:
     wanted = {BINARY, *(model['file'] for model in MODELS.values())}
     if not isinstance(files, dict) or set(files) != wanted or not all(isinstance(f, dict) for f in files.values()):
         return f"its record does not list exactly {', '.join(sorted(wanted))}"
+    if any(files[model['file']].get('sha256') != model['sha256'] for model in MODELS.values()):
+        return 'its record gives a model a sha256 other than the pinned one'
     for name, pin in files.items():
         path = folder / name
         if not path.is_file() or (path.stat().st_size, sha256_file(path)) != (pin.get('size'), pin.get('sha256')):
