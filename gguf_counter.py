@@ -86,6 +86,6 @@ def check_vocab(path: Path, fields: dict, tokenizer_json: Path, name: str, defin
 
 
 def served_profile(path: Path, name: str, counter_profile: dict) -> dict:
-    """What a count of this GGUF's requests is pinned to: the file's name, size and sha256, and the counter's profile."""
+    """What a count of this GGUF's requests is pinned to: its name, size and sha256, and the counter's profile."""
     return {'gguf': path.name, 'gguf_size': path.stat().st_size, 'gguf_sha256': sha256_file(path),
             'counter': name, **counter_profile}

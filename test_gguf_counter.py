@@ -86,7 +86,8 @@ class VocabularyTest(unittest.TestCase):
         texts = {index: text for text, index in tokenizer.get_vocab(with_added_tokens=True).items()}
         added = tokenizer.get_added_tokens_decoder()
         cls.fields = {'ggml.tokens': [texts[index] for index in range(len(texts))],
-                      'ggml.token_type': [(3 if added[i].special else 4) if i in added else 1 for i in range(len(texts))],
+                      'ggml.token_type': [(3 if added[i].special else 4) if i in added else 1
+                                          for i in range(len(texts))],
                       'ggml.merges': [' '.join(pair) for pair in json.loads(tokenizer.model.__getstate__())['merges']]}
 
     def difference(self, **changed) -> str:

@@ -126,7 +126,8 @@ class ServingTest(unittest.TestCase):
     def test_a_finished_build_is_recognised_and_a_changed_file_is_not(self) -> None:
         self.assertEqual(real_server.check_server(self.folder), '')
         (self.folder / 'smollm2-135m-instruct.gguf').write_bytes(b'GGUF, changed')
-        self.assertIn('smollm2-135m-instruct.gguf is missing or no longer matches', real_server.check_server(self.folder))
+        self.assertIn('smollm2-135m-instruct.gguf is missing or no longer matches',
+                      real_server.check_server(self.folder))
 
     def test_a_build_of_other_pinned_inputs_is_not_reused(self) -> None:
         (self.folder / PREPARED_JSON).write_text(to_json(self.record | {'cmake_flags': []}), encoding='utf-8')
