@@ -7,6 +7,7 @@ vocabulary tests take the prepared qwen-2.5 tokenizer as the GGUF's tokens and c
 """
 import json
 from pathlib import Path
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from tokenizers import Tokenizer
 from common import HERE, LabError
 import gguf_counter
 from prepared_folder import PREPARED_ENV, TEMPLATE_FILE, TOKENIZER_JSON, counter_folder, read_manifest
-from test_counters import counter_or_skip
+from test_support_fixtures import sha256
 
 MANIFEST = read_manifest()[0]
 QWEN = MANIFEST['counters']['qwen-2.5']
@@ -26,13 +27,17 @@ CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\
           "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
-def write_gguf(path: Path, template: str, model: str = 'gpt2', pre: str = 'qwen2', add_bos: bool = False) -> Path:
+def write_gguf(path: Path, template: str, model: str = 'gpt2', pre: str = 'qwen2', add_bos: bool = False,
+               vocabulary: dict | None = None) -> Path:
+    """A GGUF of tokenizer fields only: three tokens, or `vocabulary`'s tokens, types and merges."""
+    vocabulary = vocabulary or {'ggml.tokens': ['a', 'b', 'ab'], 'ggml.token_type': [1, 1, 1], 'ggml.merges': ['a b']}
     writer = GGUFWriter(str(path), arch='qwen2')
     writer.add_tokenizer_model(model)
     writer.add_tokenizer_pre(pre)
     writer.add_add_bos_token(add_bos)
-    writer.add_token_list(['a', 'b', 'ab'])
-    writer.add_token_types([1, 1, 1])
+    writer.add_token_list(vocabulary['ggml.tokens'])
+    writer.add_token_types(vocabulary['ggml.token_type'])
+    writer.add_token_merges(vocabulary['ggml.merges'])
     writer.add_chat_template(template)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -95,6 +100,21 @@ class VocabularyTest(unittest.TestCase):
         for key, (index, value) in changed.items():
             fields[f"ggml.{key}"][index] = value
         return gguf_counter.vocab_difference(fields, self.path, QWEN['not_counted'])
+
+    def test_counter_from_prepares_the_recognised_counter_and_prints_the_gguf_pinned_in_its_profile(self) -> None:
+        tmp = Path(self.enterContext(tempfile.TemporaryDirectory()))
+        shutil.copytree(counter_folder('qwen-2.5'), tmp / 'prepared-qwen-2.5')  # valid: made for this manifest
+        path = write_gguf(tmp / 'served.gguf', (counter_folder('qwen-2.5') / TEMPLATE_FILE).read_text('utf-8'),
+                          vocabulary=self.fields)
+        result = subprocess.run([sys.executable, 'prepare.py', '--counter-from', str(path)], cwd=HERE, text=True,
+                                capture_output=True, env={PREPARED_ENV: str(tmp / 'prepared'), 'PATH': ''})
+        self.assertEqual((result.returncode, result.stderr), (0, ''))
+        self.assertIn('prepared-qwen-2.5 is already complete and valid (qwen-2.5', result.stdout)
+        profile = json.loads(result.stdout[result.stdout.index('{'):])
+        shown = ('gguf', 'gguf_size', 'gguf_sha256', 'counter', 'template_sha256')
+        self.assertEqual({key: profile[key] for key in shown},
+                         {'gguf': 'served.gguf', 'gguf_size': path.stat().st_size,
+                          'gguf_sha256': sha256(path.read_bytes()), 'counter': 'qwen-2.5', 'template_sha256': QWEN['template']['sha256']})
 
     def test_the_prepared_vocabulary_itself_is_reproduced(self) -> None:
         self.assertEqual(self.difference(), '')
