@@ -114,7 +114,8 @@ class VocabularyTest(unittest.TestCase):
         shown = ('gguf', 'gguf_size', 'gguf_sha256', 'counter', 'template_sha256')
         self.assertEqual({key: profile[key] for key in shown},
                          {'gguf': 'served.gguf', 'gguf_size': path.stat().st_size,
-                          'gguf_sha256': sha256(path.read_bytes()), 'counter': 'qwen-2.5', 'template_sha256': QWEN['template']['sha256']})
+                          'gguf_sha256': sha256(path.read_bytes()), 'counter': 'qwen-2.5',
+                          'template_sha256': QWEN['template']['sha256']})
 
     def test_the_prepared_vocabulary_itself_is_reproduced(self) -> None:
         self.assertEqual(self.difference(), '')
