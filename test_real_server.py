@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m unittest -v test_real_server.py
 
 The end-to-end tests are opt-in: they run only where `real_server.py build` has built llama.cpp's server and the
-pinned models (about 11 minutes, once per machine; CI does not), and are skipped otherwise with that command in
+pinned models (12 to 17 minutes, once per machine; CI does not), and are skipped otherwise with that command in
 the reason. They start the server on 127.0.0.1 and count every request the four rules build on cases.json and
 agent-cases.json twice, with the lab's counter for the served GGUF and with the server's own
 /v1/chat/completions/input_tokens, and stop the server whatever happens. The other tests run a stand-in
@@ -82,7 +82,7 @@ def served_counter(model: str) -> TokenCounter:
 
 
 @unittest.skipIf(why := real_server.check_server(), f'the real server is not built ({why}): run '
-                 f'`{real_server.BUILD_COMMAND}` (about 11 minutes, once per machine)')
+                 f'`{real_server.BUILD_COMMAND}` (12 to 17 minutes, once per machine)')
 class RealServerTest(unittest.TestCase):
     def serve(self, model: str):
         log = tempfile.TemporaryFile()
