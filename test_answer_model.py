@@ -38,7 +38,7 @@ class CheckCommandTest(unittest.TestCase):
 
     def test_check_command_names_the_server_and_the_pinned_digest(self):
         with FakeOllama() as fake, mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
-            result = run_command(answer_model.main, [], 'answer_model.py')
+            result = run_answer_check(['check'])
         self.assertEqual(result, (0, f'Ollama {SERVER_VERSION} at {fake.host} has gemma4:e2b with the pinned digest '
                                      f'{PINNED}\n', ''))
         self.assertEqual([path for _, path, _ in fake.requests], ['/api/version', '/api/tags'])
@@ -50,7 +50,7 @@ class CheckCommandTest(unittest.TestCase):
             for digest, expected in ((OTHER, 0), (PINNED, 2)):
                 with self.subTest(digest=digest), FakeOllama(digest=digest, tags=('tiny:1b',)) as fake, \
                         mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
-                    code, out, err = run_command(answer_model.main, ['--model', str(pin)], 'answer_model.py')
+                    code, out, err = run_answer_check(['check', '--model', str(pin)])
                 self.assertEqual(code, expected, err)
                 if expected == 0:
                     self.assertEqual((out, err), (f'Ollama {SERVER_VERSION} at {fake.host} has tiny:1b with the '
