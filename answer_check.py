@@ -205,7 +205,9 @@ def pin(args: argparse.Namespace) -> int:
         client = OpenAIClient({'api': 'openai', 'base_url': base_url, 'model_id': args.tag})
         pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, asked, seeds,
                                                                  args.counter))
-        where = f'at {pinned["base_url"]} ({", ".join(f"{k} {v}" for k, v in pinned["server"].items())})'
+        server = pinned['server']
+        where = f'at {base_url}' + (f' (file {server["model_file"]}, build {server["build"]})' if 'build' in server
+                                    else '')
     else:
         client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
         pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, seeds, args.counter))

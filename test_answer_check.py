@@ -146,6 +146,14 @@ class InputFilesTest(AnswerFilesTest):
         self.assertTrue(err.startswith('answer_check.py: no Ollama server answers at http://127.0.0.1:'), err)
         self.assertEqual(err.count('\n'), 1)
 
+    def test_no_server_is_said_before_the_requests_are_counted(self):
+        # Counting the 120 requests loads the counter and runs every rule: seconds spent before saying there is no
+        # server, 6-7 s for a new user. The server is asked first.
+        with mock.patch.object(answer_check, 'planned_requests', side_effect=AssertionError('counted first')):
+            code, out, err = run_answer_check(['record'], result_path=self.result, grades_path=self.grades)
+        self.assertEqual((code, out), (2, ''))
+        self.assertTrue(err.startswith('answer_check.py: no Ollama server answers at http://127.0.0.1:'), err)
+
     def test_usage_errors_exit_2(self):
         for main, argv in ((answer_check.main, ['grade']), (answer_check.main, ['record', 'again']),
                            (answer_check.main, ['--fresh']), (answer_check.main, ['check', '--host'])):
