@@ -6,7 +6,8 @@ response, done_reason "length", a thinking field, the model named as the request
 details, /api/ps with or without context_length, and any version string. Its prompt_eval_count is
 official_count of the chat (test_support_oracle), never the lab's counter, so a recording test's prompt-token
 check compares the lab's count with an independent one; without the template file it leaves the count out, as a
-server that reports none would. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed
+server that reports none would. FakeLlamaServer speaks llama.cpp's llama-server (OpenAI-compatible, build 11434)
+and counts with the same oracle. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed
 bytes, one at a time if asked (a trickling server), then closes. Each test file calls only_loopback() from its
 setUpModule, so every HTTP request its tests make is checked to go to 127.0.0.1 and OLLAMA_HOST points at a
 closed loopback port: no test reaches a real server. The other support: test_support_oracle (the official
