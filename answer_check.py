@@ -32,7 +32,7 @@ import common
 from common import LabError
 import lab_files
 from ollama_client import OllamaClient, pull_advice
-from openai_client import BASE_URL, BASE_URL_VARIABLE, OpenAIClient
+from openai_client import BASE_URL, BASE_URL_VARIABLE, OpenAIClient, described
 from rule_files import add_timeout_option, load_rule_files
 from runner import case_selections, counter_note
 from strategies import RULES
@@ -205,9 +205,7 @@ def pin(args: argparse.Namespace) -> int:
         client = OpenAIClient({'api': 'openai', 'base_url': base_url, 'model_id': args.tag})
         pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, asked, seeds,
                                                                  args.counter))
-        server = pinned['server']
-        where = f'at {base_url}' + (f' (file {server["model_file"]}, build {server["build"]})' if 'build' in server
-                                    else '')
+        where = f'at {base_url}{described(pinned["server"])}'
     else:
         client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
         pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, seeds, args.counter))

@@ -287,8 +287,10 @@ def chat_body(model: dict, messages: list[dict], num_ctx: int, num_predict: int,
 
 
 def encode(body: dict) -> bytes:
-    """The one serialisation of a body: the bytes sent and the bytes hashed."""
-    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
+    """The one serialisation of a body: the bytes sent and the bytes hashed. Keys keep their order: a server's template
+    writes the tools' JSON in the order it reads it, so sorted keys would change the prompt the lab counted (measured
+    on llama.cpp's server with Qwen2.5-Coder: 252 tokens for 254)."""
+    return json.dumps(body, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
 
 
 def request_sha256(body: dict) -> str:

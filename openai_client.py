@@ -51,6 +51,11 @@ def split_base_url(value: str) -> tuple[str, str]:
     return f'{parts.scheme}://{host}' + (f':{port}' if port else ''), parts.path.rstrip('/')
 
 
+def described(server: dict) -> str:
+    """What a message says of what a server revealed: ' (file F, build B)' for llama.cpp's, else nothing."""
+    return f' (file {server["model_file"]}, build {server["build"]})' if 'build' in server else ''
+
+
 class OpenAIClient(ServerClient):
     SERVER, ADDRESS, EXAMPLE, ERROR = 'the server', "the pin's base_url", BASE_URL, OpenAIError
 
@@ -99,7 +104,7 @@ class OpenAIClient(ServerClient):
     def holds(self) -> str:
         """What check prints once the server serves the pinned model."""
         self.checked_model()
-        return f'the server at {self.host} serves {self.model["model_id"]} as pinned: {excerpt(self.model["server"])}'
+        return f'the server at {self.host} serves {self.model["model_id"]} as pinned{described(self.model["server"])}'
 
     def loaded_context_length(self) -> int | None:
         return self.context if type(self.context) is int and self.context > 0 else None

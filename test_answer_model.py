@@ -76,6 +76,14 @@ class RequestBodyTest(unittest.TestCase):
             'model': 'm', 'messages': messages[1:], 'stream': False, 'temperature': 0.7, 'top_p': 0.8, 'seed': 3,
             'max_tokens': 64})  # no tools field where the case has none, and no num_ctx: the server fixed it
 
+    def test_the_tools_are_sent_in_the_order_the_case_gives_their_keys(self):
+        # A template writes the tools' JSON as it reads it: sorted keys would be another prompt than the one counted.
+        tools = [{'type': 'function', 'function': {'name': 'run', 'parameters': {'type': 'object', 'properties': {}}}}]
+        body = answer_model.chat_body(load_model(), [{'role': 'system', 'content': 'x', 'tools': tools}], 384, 96, 1)
+        sent = json.loads(answer_model.encode(body))  # as a server reads it, in order
+        self.assertEqual(json.dumps(sent['tools']), json.dumps(tools))
+        self.assertEqual(list(sent), ['model', 'messages', 'stream', 'think', 'options', 'tools'])
+
     def test_closest_counter_is_the_tags_own_and_none_for_a_tag_outside_the_lab(self):
         for tag, family, expected in (('llama3.2:1b', 'llama', 'llama-3.2'), ('llama3.3:70b', 'llama', 'llama-3.3'),
                                       ('qwen2.5-coder:0.5b', 'qwen2', 'qwen-2.5'), ('tiny:1b', 'gemma4', 'gemma-4-e2b'),

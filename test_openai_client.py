@@ -155,6 +155,13 @@ class OpenAITest(AnswerFilesTest):
         self.assertEqual((code, out, err, fake.chats()), (2, '', f'answer_check.py: {refusal}\n', []))
         self.assertEqual(checked, (2, '', f'answer_check.py: {refusal}\n'))
 
+    def test_check_names_what_the_server_serves(self):
+        with FakeLlamaServer() as fake:
+            self.assertEqual(self.pin(fake)[0], 0)
+            checked = run_answer_check(['check', '--model', str(self.folder / 'pin.json')])
+        self.assertEqual(checked, (0, f'the server at {fake.base_url[:-3]} serves {LLAMA_MODEL} as pinned (file '
+                                      f'{LLAMA_MODEL}, build {LLAMA_BUILD})\n', ''))
+
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
     def test_a_failed_call_keeps_the_answers_so_far_and_the_next_record_resumes(self):
         def fails_third(body, number):
