@@ -69,7 +69,7 @@ class OpenAIClient(ServerClient):
         return {'Authorization': f'Bearer {key}'} if key else {}
 
     def reveal(self) -> dict:
-        """What the server says of the pinned model id: its /v1/models entry, and llama.cpp's /props where it has one."""
+        """What the server says of the pinned model id: its /v1/models entry, and llama.cpp's /props if it has one."""
         listed = self._call(f'{self.prefix}/models').get('data')
         entries = [entry for entry in listed if isinstance(entry, dict)] if isinstance(listed, list) else []
         entry = next((e for e in entries if e.get('id') == self.model['model_id']), None)

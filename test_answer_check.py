@@ -22,7 +22,6 @@ from unittest import mock
 from unittest.mock import ANY
 
 import answer_check
-import answer_model
 from answer_model import load_model
 from common import python_command
 from lab_files import sha256_file

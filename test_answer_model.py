@@ -1,4 +1,4 @@
-"""Tests for the pin and the shape of a recording (answer_model.py), and its check command.
+"""Tests for the pin and the shape of a recording (answer_model.py), its request bodies, and `answer_check.py check`.
 
     .venv/bin/python -m unittest -v test_answer_model.py
 
@@ -19,7 +19,7 @@ from answer_model import load_model, load_recording
 from common import python_command
 from test_support import FakeOllama, OTHER, PINNED, SERVER_VERSION, only_loopback
 from test_support_fixtures import Rejecting, recorded_answer as answer
-from test_support_runs import run_answer_check, run_command
+from test_support_runs import run_answer_check
 
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv

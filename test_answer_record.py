@@ -173,9 +173,8 @@ class RecordTest(AnswerFilesTest):
         # Named for what a count below the lab's means: the lab's count of that very request is the official one.
         self.assertIn("\n1 answer whose prompt_tokens differ from the lab's count (truncated: the server read fewer "
                       'tokens than the request holds, so it dropped part of it, as Ollama drops the oldest messages '
-                      'once a prompt exceeds num_ctx, or a server cuts what exceeds the context it loaded):\n'
-                      f'  recent held-old-decision seed 2: server read {counted - 7} tokens, the lab counted {counted}\n',
-                      out)
+                      'once a prompt exceeds num_ctx, or a server cuts what exceeds the context it loaded):\n  recent '
+                      f'held-old-decision seed 2: server read {counted - 7} tokens, the lab counted {counted}\n', out)
 
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)  # without it every seed-1 count would mismatch too
     def test_version_that_leaves_cached_tokens_out_is_named_before_the_first_call_and_marked(self):
