@@ -16,6 +16,7 @@ import unittest
 from unittest import mock
 
 from answer_model import PARTIAL_SUFFIX, load_model
+import ollama_client
 from openai_client import KEY_VARIABLE, split_base_url, OpenAIError
 from test_support import (FakeLlamaServer, LLAMA_BUILD, LLAMA_CONTEXT, LLAMA_MODEL, LLAMA_TEMPLATE, RawServer,
                           closed_port, completion, http_reply, llama_count, llama_error, only_loopback)
@@ -187,6 +188,15 @@ class OpenAITest(AnswerFilesTest):
         self.assertEqual((code, err), (2, f'answer_check.py: the server at {server.host} answered /v1/models with '
                                           'HTTP 302, a redirect to http://127.0.0.1:1/v1/models, which the lab never '
                                           "follows: set the pin's base_url to the server that answers itself\n"))
+
+    def test_a_server_that_trickles_is_stopped_at_the_deadline(self):
+        with RawServer(http_reply(b'{"object": "list", "data": []}'), delay=0.2) as server, \
+                mock.patch.object(ollama_client, 'CHECK_TIMEOUT', 0.5):
+            code, _, err = run_answer_check(['pin', 'm', '--api', 'openai', '--base-url', f'{server.host}/v1',
+                                             '--counter', 'qwen-2.5', '--output', str(self.folder / 'pin.json')])
+        self.assertEqual((code, err), (2, f'answer_check.py: the server at {server.host} did not answer /v1/models '
+                                          'within 0.5 s: check that the server is not stuck or overloaded, then run '
+                                          'again\n'))
 
     def test_no_server_and_a_reply_that_is_not_json_are_one_line(self):
         port = closed_port()
