@@ -60,7 +60,8 @@ def loopback_only(session, method, url, *args, **kwargs):
 def only_loopback():
     """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1 and wait TIMEOUT."""
     for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
-                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'}),
+                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}',  # and no key or URL
+                                                 'AI_CONTEXT_EVAL_API_KEY': '', 'AI_CONTEXT_EVAL_BASE_URL': ''}),
                     mock.patch.object(ollama_client, 'CHECK_TIMEOUT', TIMEOUT),
                     mock.patch.object(ollama_client, 'CHAT_TIMEOUT', TIMEOUT)):
         patcher.start()
