@@ -17,7 +17,7 @@ from unittest import mock
 
 from answer_model import PARTIAL_SUFFIX, load_model
 import ollama_client
-from openai_client import KEY_VARIABLE, split_base_url, OpenAIError
+from openai_client import BASE_URL_VARIABLE, KEY_VARIABLE, OpenAIError, split_base_url
 from test_support import (FakeLlamaServer, LLAMA_BUILD, LLAMA_CONTEXT, LLAMA_MODEL, LLAMA_TEMPLATE, RawServer,
                           closed_port, completion, http_reply, llama_count, llama_error, only_loopback)
 from test_support_fixtures import AnswerFilesTest
@@ -210,6 +210,12 @@ class OpenAITest(AnswerFilesTest):
         self.assertEqual((code, err), (2, f"answer_check.py: the server at {server.host} did not answer /models with a "
                                           "JSON object ('<html>'): check that the base URL is an OpenAI-compatible "
                                           'server\n'))
+
+    def test_pin_takes_the_base_url_from_the_environment_as_the_seed_sets_it(self):
+        with FakeLlamaServer() as fake, mock.patch.dict(os.environ, {BASE_URL_VARIABLE: fake.base_url}):
+            code, out, err = run_answer_check(['pin', LLAMA_MODEL, '--api', 'openai', '--counter', 'gemma-4-e2b',
+                                               '--output', str(self.folder / 'pin.json')])
+        self.assertEqual((code, load_model(self.folder / 'pin.json')['base_url']), (0, fake.base_url), err)
 
     def test_base_urls_read_as_the_seed_writes_them(self):
         self.assertEqual([split_base_url(url) for url in ('http://localhost:8080/v1', 'http://127.0.0.1:8080/v1/',
