@@ -8,11 +8,10 @@ The case format, and the validation that refuses whatever could make a result li
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
 check cases without the tokenizer. It prints and writes nothing; evaluate.py and the other scripts call it.
 """
-import json
 from pathlib import Path
 
 from common import LabError
-from lab_files import field_gaps, read_json_file, unique_keys
+from lab_files import field_gaps, parse_json, read_json_file
 from scorer import invalid
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
     make_turn, turn_texts
@@ -22,6 +21,10 @@ from tool_formats import CounterError, checked_message, checked_tools
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
 # An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
 AGENT_FIELDS = ('id', 'split', 'kind', 'messages', 'tools', 'budget', 'required', 'stale')
+# Fields of a message OpenAI's API returns and accepts, read as absent when they hold one of these values: no
+# template renders them. Any other value is refused (a refusal's text would be counted as nothing).
+EMPTY_FIELDS = {'refusal': [None], 'annotations': [None, []], 'audio': [None], 'function_call': [None],
+                'tool_calls': [None]}
 
 
 class CaseError(LabError):
@@ -71,21 +74,44 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     return pairs, checked[pairs]
 
 
+def joined_parts(where: str, role: str, content):
+    """Content given as OpenAI's text parts as one string, joined as Gemma 4's template (the one official template of
+    the six that reads parts) joins them: a tool result's texts as they are, a user's or assistant's each trimmed;
+    [{'type': 'text', 'text': ' Hi '}, {'type': 'text', 'text': 'there'}] -> 'Hithere'. Other content is returned."""
+    if not isinstance(content, list):
+        return content
+    for index, part in enumerate(content):
+        kind = part.get('type') if isinstance(part, dict) else None
+        if kind != 'text' or set(part) != {'type', 'text'} or not isinstance(part['text'], str):
+            raise CaseError(f'{where}: content part {index} is {kind!r}, not {{"type": "text", "text": string}}; the '
+                            'counters count text only (an image, audio or file is not counted by this lab)')
+    if role == 'system':  # Gemma 4's writes a space after each part, which a string cannot hold
+        raise CaseError(f'{where}: a system message\'s content must be a string, not parts')
+    return ''.join(part['text'] if role == 'tool' else part['text'].strip() for part in content)
+
+
 def as_counted(where: str, message):
     """A message as the counter reads it (tool_formats.checked_message): OpenAI's null content beside calls becomes
-    '', and a call's arguments held as a JSON string are parsed, as Ollama's OpenAI-compatible endpoint parses them:
-    {'role': 'assistant', 'content': None, 'tool_calls': [{..., 'arguments': '{"a": 1}'}]} -> content '', {'a': 1}."""
-    if not isinstance(message, dict) or not isinstance(message.get('tool_calls'), list):
+    '', text parts one string (joined_parts), the fields OpenAI returns empty (EMPTY_FIELDS) go, and a call's
+    arguments held as a JSON string are parsed, as Ollama's OpenAI-compatible endpoint parses them:
+    {'role': 'assistant', 'content': None, 'refusal': None, 'tool_calls': [{..., 'arguments': '{"a": 1}'}]} ->
+    content '', {'a': 1}."""
+    if not isinstance(message, dict):
+        return message
+    message = {key: value for key, value in message.items() if not (key in EMPTY_FIELDS and value in EMPTY_FIELDS[key])}
+    if 'content' in message:
+        message['content'] = joined_parts(where, message.get('role'), message['content'])
+    if not isinstance(message.get('tool_calls'), list):
         return message
     calls = []
     for index, call in enumerate(message['tool_calls']):
         function = call.get('function') if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get('arguments'), str):
-            try:
-                arguments = json.loads(function['arguments'], object_pairs_hook=unique_keys)
-            except ValueError as error:  # a repeated key too (DuplicateKey)
-                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: '
-                                f'{error}') from None
+            try:  # a repeated key, a nesting too deep to read: one line
+                arguments = parse_json(function['arguments'], f'{where}, tool call {index}: arguments',
+                                       "call's arguments string", line=False)
+            except LabError as error:
+                raise CaseError(str(error)) from None
             call = {**call, 'function': {**function, 'arguments': arguments}}
         calls.append(call)
     return {**message, 'content': '' if message.get('content') is None else message['content'], 'tool_calls': calls}
@@ -108,7 +134,6 @@ def agent_case(where: str, case: dict) -> dict:
         raise CaseError(f'{where}: field {field}: {error}') from None
     if why := invalid(plain):
         raise CaseError(f'{where}: field messages: {why}')
-    check_encodable(where, [('messages', json.dumps(plain, ensure_ascii=False))])
     turns = []
     for message in plain[1:-1]:
         turns += [[]] * (message['role'] == 'user')
