@@ -6,9 +6,12 @@
 
 The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md; how a
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
-check cases without the tokenizer. It prints and writes nothing; evaluate.py and the other scripts call it.
+check cases without the tokenizer. It writes nothing and prints only warn_quoted_stale's line on stderr;
+evaluate.py and the other scripts call it.
 """
+import json
 from pathlib import Path
+import sys
 
 from common import LabError
 from lab_files import field_gaps, parse_json, read_json_file
@@ -99,6 +102,10 @@ def as_counted(where: str, message):
     if not isinstance(message, dict):
         return message
     message = {key: value for key, value in message.items() if not (key in EMPTY_FIELDS and value in EMPTY_FIELDS[key])}
+    if full := [key for key in EMPTY_FIELDS if key in message and key != 'tool_calls']:
+        empty = ' or '.join(map(json.dumps, EMPTY_FIELDS[full[0]]))
+        raise CaseError(f'{where}: field {full[0]} is read only when empty ({empty}), since no official template '
+                        f'renders it; got {json.dumps(message[full[0]], ensure_ascii=False):.60}')
     if 'content' in message:
         message['content'] = joined_parts(where, message.get('role'), message['content'])
     if not isinstance(message.get('tool_calls'), list):
@@ -179,8 +186,31 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
             # A fact the conversation never states would look like a strategy failure. A fact without NUL found
             # in `joined` lies inside one message: no match spans a NUL.
             if fact not in joined or ('\0' in fact and not any(fact in text for pair in pairs for text in pair)):
-                raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history')
+                raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history'
+                                + json_hint(fact, joined) * ('tools' in case))
+    warn_quoted_stale(where, case, pairs)
     return case
+
+
+def json_hint(fact: str, joined: str) -> str:
+    """What an agent case's fact not found is told: the grader reads a call's arguments as JSON writes them."""
+    escaped = json.dumps(fact, ensure_ascii=False)[1:-1]
+    if escaped != fact and escaped in joined:
+        return f"; in a call's arguments it is written JSON-escaped: {escaped!r}"
+    return "; a fact in a call's arguments is written JSON-escaped, as json.dumps writes it (\\\" for \")"
+
+
+def warn_quoted_stale(where: str, case: dict, pairs: tuple) -> None:
+    """One line on stderr for each stale fact quoted again in a turn that states a required fact (a correction that
+    names what it replaces): a rule keeps whole turns, so every request carrying that fact sends the stale one."""
+    for stale in case['stale']:
+        for turn, texts in enumerate(pairs):
+            if any(stale in text for text in texts) and (required := next(
+                    (fact for fact in case['required'] if any(fact in text for text in texts)), None)):
+                print(f'{where}: warning: stale fact {stale!r} is quoted again in history turn {turn}, which states '
+                      f'the required fact {required!r}: every request carrying that turn sends both (docs/agents.md)',
+                      file=sys.stderr)
+                break
 
 
 def load_cases(path: Path) -> list[dict]:
