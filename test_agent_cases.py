@@ -108,7 +108,8 @@ class LoadTest(TempFolderTest):
             (lambda case: case.update(history=[]), "an agent case has exactly the fields ['id', 'split', 'kind', "
              "'messages', 'tools', 'budget', 'required', 'stale'] (tools optional); missing [], unexpected ['history']"),
             (lambda case: case.update(required=['port = 9']),
-             "field required: fact 'port = 9' does not occur in any message of the history"),
+             "field required: fact 'port = 9' does not occur in any message of the history; a fact in a call's "
+             'arguments is written JSON-escaped, as json.dumps writes it (\\" for ")'),
             (lambda case: case.update(messages=[SYSTEM, user('Which port?')]),
              'field history is empty; the required facts must be stated in its messages'),
         ]
