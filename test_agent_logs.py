@@ -1,9 +1,13 @@
 """Real agent logs as they come: a log shaped like tau-bench's published trajectories and an OpenAI export goes
 through chat_cases.py and the loader and is counted as each official template renders it; what a provider or the
 counter refuses is one line (case_set.as_counted, tool_formats.checked_tools, runner.counting)."""
+import contextlib
 import copy
+import io
 import json
 import unittest
+
+from jinja2.exceptions import TemplateError
 
 import chat_cases
 from case_set import CaseError, load_cases
@@ -182,6 +186,26 @@ class LogsTest(TempFolderTest):
         self.assertTrue(str(raised.exception).endswith(
             "field required: fact 'say \"hi\"' does not occur in any message of the history; in a call's arguments "
             "it is written JSON-escaped: 'say \\\\\"hi\\\\\"'"), str(raised.exception))
+
+
+    def test_a_stale_fact_quoted_again_beside_its_correction_is_warned_about_in_one_line(self):
+        log = copy.deepcopy(EXPORT)
+        log['messages'][4]['content'] = 'Not "cabin": "economy" any more: it is in business.'
+        path = self.convert([TAU_LIKE, log], [dict(LABELS[1], stale=['"cabin": "economy"'])])
+        with contextlib.redirect_stderr(io.StringIO()) as stderr:
+            load_cases(path)
+        self.assertEqual(stderr.getvalue(), f'{path}: case export: warning: stale fact \'"cabin": "economy"\' is '
+                         'quoted again in history turn 0, which states the required fact \'"cabin": "business"\': '
+                         'every request carrying that turn sends both (docs/agents.md)\n')
+
+    @unittest.skipIf(template_path('llama-3.1') is None, "no copy of Llama 3.1's official template")
+    def test_llama_refuses_a_request_of_only_the_system_message_and_tools_as_its_template_raises(self):
+        system = [{'role': 'system', 'content': 'Use the tools.'}]
+        with self.assertRaisesRegex(TemplateError, "Cannot put tools in the first user message when there's no"):
+            official('llama-3.1', system, TOOLS)
+        with self.assertRaisesRegex(CounterError, 'on a request of only the system message and tools \\(as a '
+                                                  'trimmer counting the system message alone sends'):
+            prompt_text('llama-3.1', FORMS['llama-3.1'], system, TOOLS)
 
 
 class NamedErrorTest(TempFolderTest):
