@@ -91,8 +91,9 @@ class LogsTest(TempFolderTest):
                 for request in [whole, *(rule(case, count)['messages'] for rule in RULES.values())]:
                     plain = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
                     text = official(name, plain, request[0].get('tools'))
+                    official_ids = count.tokenizer.encode(text, add_special_tokens=False).ids
                     with self.subTest(name, case=case['id']):
-                        self.assertEqual(count(request), len(count.tokenizer.encode(text, add_special_tokens=False).ids))
+                        self.assertEqual(count(request), len(official_ids))
 
     def test_evaluate_runs_the_converted_logs_under_each_counter(self):
         path = self.convert()
