@@ -12,7 +12,7 @@ user message in it that asks the question. A label's case has, in place of the t
 conversation's up to and including that one, copied exactly (the first must be the system message), and its "tools"
 if it has them. The cases are written whole, indented, in label order: the same input gives the same bytes. Bad input
 is one line naming the file, the line or index and the field, exit 2, nothing written; the output is never an input.
-It counts no tokens and checks neither messages nor facts: the loader does.
+It counts no tokens and checks neither messages nor facts: the loader does. docs/agents.md shows a labels file.
 """
 import argparse
 import json
