@@ -59,16 +59,19 @@ def nesting(value) -> int:
 def as_json(value, where: str):
     """A plain-JSON copy of value, or CounterError for what JSON would change (NaN, a tuple, a non-string key), what
     is no text (a lone surrogate) and what nests deeper than MOST_NESTING."""
-    if nesting(value) > MOST_NESTING:
-        raise CounterError(f'{where}: nests lists and objects more than {MOST_NESTING} levels deep '
-                           '(tool_formats.MOST_NESTING), which the lab does not render')
+    deep = CounterError(f'{where}: nests lists and objects more than {MOST_NESTING} levels deep '
+                        '(tool_formats.MOST_NESTING), which the lab does not render')
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
         text.encode('utf-8')
+    except RecursionError:
+        raise deep from None
     except UnicodeEncodeError:
         raise CounterError(f'{where}: holds a lone surrogate (half a UTF-16 pair), which is not text') from None
     except (TypeError, ValueError) as error:
         raise CounterError(f'{where}: not JSON ({error})') from None
+    if text.count('[') + text.count('{') > MOST_NESTING and nesting(value) > MOST_NESTING:  # a count is cheaper
+        raise deep
     if (copy := json.loads(text)) != value:
         raise CounterError(f'{where}: holds values JSON does not keep as they are (tuples, non-string keys)')
     return copy
