@@ -115,6 +115,17 @@ class LogsTest(TempFolderTest):
                          official('gemma-4-e2b', raw, TOOLS))
         self.assertEqual(case['history'][0][0]['content'], 'Look up reservationNO6JO3.')
 
+    def test_only_gemmas_template_reads_text_parts_so_the_lab_joins_them_as_it_does(self):
+        parts = [{'role': 'system', 'content': 's'}, {'role': 'user', 'content': text_parts('Hi')}]
+        for name in ('qwen-2.5', 'phi-3.5', 'llama-3.1'):
+            if template_path(name) is None:
+                continue
+            if name == 'llama-3.1':  # docs/agents.md says what each does
+                self.assertIn("[{'type': 'text', 'text': 'Hi'}]<|eot_id|>", official(name, parts))
+                continue
+            with self.subTest(name), self.assertRaisesRegex(TypeError, 'can only concatenate str'):
+                official(name, parts)
+
     def test_what_the_counters_cannot_count_is_refused_in_one_line(self):
         def changed(index: int, **fields) -> dict:
             log = copy.deepcopy(EXPORT)
