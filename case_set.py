@@ -6,13 +6,15 @@
 
 The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md; how a
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
-check cases without the tokenizer. It prints and writes nothing; evaluate.py and the other scripts call it.
+check cases without the tokenizer. It writes nothing and prints only warn_quoted_stale's line on stderr;
+evaluate.py and the other scripts call it.
 """
 import json
 from pathlib import Path
+import sys
 
 from common import LabError
-from lab_files import field_gaps, read_json_file, unique_keys
+from lab_files import field_gaps, parse_json, read_json_file
 from scorer import invalid
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
     make_turn, turn_texts
@@ -22,6 +24,10 @@ from tool_formats import CounterError, checked_message, checked_tools
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
 # An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
 AGENT_FIELDS = ('id', 'split', 'kind', 'messages', 'tools', 'budget', 'required', 'stale')
+# Fields of a message OpenAI's API returns and accepts, read as absent when they hold one of these values: no
+# template renders them. Any other value is refused (a refusal's text would be counted as nothing).
+EMPTY_FIELDS = {'refusal': [None], 'annotations': [None, []], 'audio': [None], 'function_call': [None],
+                'tool_calls': [None]}
 
 
 class CaseError(LabError):
@@ -71,21 +77,48 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     return pairs, checked[pairs]
 
 
+def joined_parts(where: str, role: str, content):
+    """Content given as OpenAI's text parts as one string, joined as Gemma 4's template (the one official template of
+    the six that reads parts) joins them: a tool result's texts as they are, a user's or assistant's each trimmed;
+    [{'type': 'text', 'text': ' Hi '}, {'type': 'text', 'text': 'there'}] -> 'Hithere'. Other content is returned."""
+    if not isinstance(content, list):
+        return content
+    for index, part in enumerate(content):
+        kind = part.get('type') if isinstance(part, dict) else None
+        if kind != 'text' or set(part) != {'type', 'text'} or not isinstance(part['text'], str):
+            raise CaseError(f'{where}: content part {index} is {kind!r}, not {{"type": "text", "text": string}}; the '
+                            'counters count text only (an image, audio or file is not counted by this lab)')
+    if role == 'system':  # Gemma 4's writes a space after each part, which a string cannot hold
+        raise CaseError(f'{where}: a system message\'s content must be a string, not parts')
+    return ''.join(part['text'] if role == 'tool' else part['text'].strip() for part in content)
+
+
 def as_counted(where: str, message):
     """A message as the counter reads it (tool_formats.checked_message): OpenAI's null content beside calls becomes
-    '', and a call's arguments held as a JSON string are parsed, as Ollama's OpenAI-compatible endpoint parses them:
-    {'role': 'assistant', 'content': None, 'tool_calls': [{..., 'arguments': '{"a": 1}'}]} -> content '', {'a': 1}."""
-    if not isinstance(message, dict) or not isinstance(message.get('tool_calls'), list):
+    '', text parts one string (joined_parts), the fields OpenAI returns empty (EMPTY_FIELDS) go, and a call's
+    arguments held as a JSON string are parsed, as Ollama's OpenAI-compatible endpoint parses them:
+    {'role': 'assistant', 'content': None, 'refusal': None, 'tool_calls': [{..., 'arguments': '{"a": 1}'}]} ->
+    content '', {'a': 1}."""
+    if not isinstance(message, dict):
+        return message
+    message = {key: value for key, value in message.items() if not (key in EMPTY_FIELDS and value in EMPTY_FIELDS[key])}
+    if full := [key for key in EMPTY_FIELDS if key in message and key != 'tool_calls']:
+        empty = ' or '.join(map(json.dumps, EMPTY_FIELDS[full[0]]))
+        raise CaseError(f'{where}: field {full[0]} is read only when empty ({empty}), since no official template '
+                        f'renders it; got {json.dumps(message[full[0]], ensure_ascii=False):.60}')
+    if 'content' in message:
+        message['content'] = joined_parts(where, message.get('role'), message['content'])
+    if not isinstance(message.get('tool_calls'), list):
         return message
     calls = []
     for index, call in enumerate(message['tool_calls']):
         function = call.get('function') if isinstance(call, dict) else None
         if isinstance(function, dict) and isinstance(function.get('arguments'), str):
-            try:
-                arguments = json.loads(function['arguments'], object_pairs_hook=unique_keys)
-            except ValueError as error:  # a repeated key too (DuplicateKey)
-                raise CaseError(f'{where}, tool call {index}: arguments is a string that is not JSON: '
-                                f'{error}') from None
+            try:  # a repeated key, a nesting too deep to read: one line
+                arguments = parse_json(function['arguments'], f'{where}, tool call {index}: arguments',
+                                       "call's arguments string", line=False)
+            except LabError as error:
+                raise CaseError(str(error)) from None
             call = {**call, 'function': {**function, 'arguments': arguments}}
         calls.append(call)
     return {**message, 'content': '' if message.get('content') is None else message['content'], 'tool_calls': calls}
@@ -108,7 +141,6 @@ def agent_case(where: str, case: dict) -> dict:
         raise CaseError(f'{where}: field {field}: {error}') from None
     if why := invalid(plain):
         raise CaseError(f'{where}: field messages: {why}')
-    check_encodable(where, [('messages', json.dumps(plain, ensure_ascii=False))])
     turns = []
     for message in plain[1:-1]:
         turns += [[]] * (message['role'] == 'user')
@@ -154,8 +186,31 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
             # A fact the conversation never states would look like a strategy failure. A fact without NUL found
             # in `joined` lies inside one message: no match spans a NUL.
             if fact not in joined or ('\0' in fact and not any(fact in text for pair in pairs for text in pair)):
-                raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history')
+                raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history'
+                                + json_hint(fact, joined) * ('tools' in case))
+    warn_quoted_stale(where, case, pairs)
     return case
+
+
+def json_hint(fact: str, joined: str) -> str:
+    """What an agent case's fact not found is told: the grader reads a call's arguments as JSON writes them."""
+    escaped = json.dumps(fact, ensure_ascii=False)[1:-1]
+    if escaped != fact and escaped in joined:
+        return f"; in a call's arguments it is written JSON-escaped: {escaped!r}"
+    return "; a fact in a call's arguments is written JSON-escaped, as json.dumps writes it (\\\" for \")"
+
+
+def warn_quoted_stale(where: str, case: dict, pairs: tuple) -> None:
+    """One line on stderr for each stale fact quoted again in a turn that states a required fact (a correction that
+    names what it replaces): a rule keeps whole turns, so every request carrying that fact sends the stale one."""
+    for stale in case['stale']:
+        for turn, texts in enumerate(pairs):
+            if any(stale in text for text in texts) and (required := next(
+                    (fact for fact in case['required'] if any(fact in text for text in texts)), None)):
+                print(f'{where}: warning: stale fact {stale!r} is quoted again in history turn {turn}, which states '
+                      f'the required fact {required!r}: every request carrying that turn sends both (docs/agents.md)',
+                      file=sys.stderr)
+                break
 
 
 def load_cases(path: Path) -> list[dict]:

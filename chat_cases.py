@@ -12,9 +12,10 @@ user message in it that asks the question. A label's case has, in place of the t
 conversation's up to and including that one, copied exactly (the first must be the system message), and its "tools"
 if it has them. The cases are written whole, indented, in label order: the same input gives the same bytes. Bad input
 is one line naming the file, the line or index and the field, exit 2, nothing written; the output is never an input.
-It counts no tokens and checks neither messages nor facts: the loader does.
+It counts no tokens and checks neither messages nor facts: the loader does. docs/agents.md shows a labels file.
 """
 import argparse
+import json
 from pathlib import Path
 
 from case_set import AGENT_FIELDS, CaseError
@@ -50,6 +51,10 @@ def conversations(path: Path) -> list[tuple[str, dict]]:
         if not isinstance(conversation.get('messages'), list):
             missing = '' if 'messages' in conversation else ', and is missing'
             raise CaseError(f'{where}: field messages must be a list of messages{missing}')
+        try:  # JSON's "\ud800" parses into a string no UTF-8 file can hold
+            json.dumps(conversation, ensure_ascii=False).encode('utf-8')
+        except UnicodeEncodeError:
+            raise CaseError(f'{where}: holds a lone surrogate (half a UTF-16 pair), which is not text') from None
     return found
 
 

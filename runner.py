@@ -9,12 +9,14 @@ evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py a
 that were parsed, the code that can change a row, the counter and the Python that ran it
 (docs/reviewing.md). It prints nothing but progress.
 """
+from contextlib import contextmanager
 import platform
 
 from common import HERE, progress
 from lab_files import path_text, sha256_file
 from scorer import graded_row
-from tokenizer import counter
+from shapes import build_request
+from tokenizer import CounterError, counter
 
 # Every module whose change can change a row (a report with --rules adds rule_files.py, which runs rules files).
 CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py', 'strategies.py', 'tokenizer.py',
@@ -38,6 +40,24 @@ def case_selections(case: dict, rules: dict, count) -> tuple[dict, dict]:
     (its name; the chosen counter's for a count without one)."""
     chosen = {name: rule(case, count) for name, rule in rules.items()}
     return chosen, {name: graded_row(case, selected, getattr(count, 'name', None)) for name, selected in chosen.items()}
+
+
+@contextmanager
+def counting(path, cases: list[dict], count):
+    """Run a block that counts these cases' requests; a CounterError it raises comes out naming the file, the case
+    and the message as the case numbers its messages: the first case whose whole request or turns `count` refuses
+    says what (a rule's request holds fewer messages, so its indexes would point elsewhere), else the file alone."""
+    counter()  # a counter that is not prepared is refused as it is, not as a case's fault
+    try:
+        yield
+    except CounterError as error:
+        for case in cases:
+            try:
+                count(build_request(case, range(len(case['history']))))
+                count.turn_costs(case['history'])
+            except CounterError as found:
+                raise CounterError(f'{path}: case {case["id"]}: {found}') from None
+        raise CounterError(f'{path}: {error}') from None
 
 
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:

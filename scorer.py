@@ -34,27 +34,25 @@ def facts_in(case: dict, messages: list[dict], counter: str | None = None) -> tu
 def invalid(messages: list[dict]) -> str | None:
     """Why a provider would refuse this request (docs/agents.md), or None. The system message comes first and a user
     message next, the question last; an assistant message's calls are answered by the tool messages right after it,
-    each once, and no call id repeats within a turn. [system, user, tool answering 'c1'] -> 'message 2 (tool) ...'."""
+    each once, a result answering the open call of its id, and no id is used again while a call of it is open (an id
+    answered may come back, as real logs have it). [system, user, tool answering 'c1'] -> 'message 2 (tool) ...'."""
     roles = [message['role'] for message in messages]
     if roles[0] != 'system' or len(roles) < 2:
         return 'the system message is not first' if roles[0] != 'system' else 'the request holds no question'
     for index in (1, len(roles) - 1):  # the first after the system message, and the question
         if roles[index] != 'user':
             return f'message {index} is {roles[index]}, not a user message'
-    open_calls, seen = {}, set()  # call id -> the message that made it; the ids made since the last user message
+    open_calls = {}  # call id -> the message that made it, until a result answers it
     for index, message in enumerate(messages):
         if message['role'] != 'tool' and open_calls:
             call, at = next(iter(open_calls.items()))
             return f'message {at}: call {call!r} has no result before message {index} ({message["role"]})'
-        if message['role'] == 'user':
-            seen = set()
         if message['role'] == 'tool' and open_calls.pop(message['tool_call_id'], None) is None:
             return f'message {index} (tool) answers no call of the assistant message before it'
         for call in message.get('tool_calls', ()):
-            if call['id'] in seen:
-                return f'message {index}: call id {call["id"]!r} is used twice in one turn'
+            if call['id'] in open_calls:
+                return f'message {index}: call id {call["id"]!r} is used twice while unanswered'
             open_calls[call['id']] = index
-            seen.add(call['id'])
     return None
 
 

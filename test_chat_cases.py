@@ -5,6 +5,8 @@
 Each test is named after the failure it pins. The expected case set and every refusal are written out by hand;
 files are only ever written into temporary folders.
 """
+import contextlib
+import io
 import json
 import os
 from pathlib import Path
@@ -184,8 +186,14 @@ class ChatCasesTest(TempFolderTest):
 
     def test_the_cases_it_writes_are_agent_cases_the_lab_loads(self):
         output = self.convert(jsonl(BUILD, EDIT), LABELS)[3]
-        self.assertEqual([(case['id'], len(case['history']), case['current']) for case in load_cases(output)],
+        with contextlib.redirect_stderr(io.StringIO()) as stderr:
+            cases = load_cases(output)
+        self.assertEqual([(case['id'], len(case['history']), case['current']) for case in cases],
                          [('green', 1, 'Which step failed?'), ('port', 1, 'Which port?')])
+        # EDIT's one tool result states the stale 'café' beside the required 'port 8080'
+        self.assertEqual(stderr.getvalue(), f"{output}: case port: warning: stale fact 'café' is quoted again in "
+                         "history turn 0, which states the required fact 'port 8080': every request carrying that "
+                         'turn sends both (docs/agents.md)\n')
 
     def test_a_json_list_of_the_same_conversations_gives_the_same_bytes(self):
         logs = '\ufeff\n ' + json.dumps([BUILD, EDIT], indent=2)  # a byte-order mark and space before the [

@@ -388,6 +388,17 @@ class AnythingGoesWrongTest(RulesFolder):
                                                                                     count_request)
         self.assertEqual(selected['messages'], [{'role': 'user', 'content': 'a\U0001F600'}])
 
+    def test_a_request_nested_past_what_the_counter_renders_is_refused_not_a_recursion_error_in_the_lab(self):
+        # 330 levels of call arguments went through JSON and ended the lab's own process in a RecursionError.
+        body = ('args = {}\nfor _ in range(330):\n    args = {"a": args}\n'
+                'call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": args}}\n'
+                'return [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, '
+                '{"role": "assistant", "content": "", "tool_calls": [call]}, '
+                '{"role": "tool", "tool_call_id": "c", "content": "r"}, {"role": "user", "content": "q"}]')
+        self.assertEqual(self.refusal(body).split(': ', 1)[1], 'rule mine: case dev-latest: returned a request the '
+                         'counter does not accept: message 2: nests lists and objects more than 100 levels deep '
+                         '(tool_formats.MOST_NESTING), which the lab does not render')
+
     def test_a_return_value_json_cannot_carry_is_one_line(self):
         self.assertTrue(self.refusal('return [{"role": "user", "content": {1, 2}}]').endswith(
             "returned what JSON cannot carry: TypeError: Object of type set is not JSON serializable"))

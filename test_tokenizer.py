@@ -331,6 +331,8 @@ class RefusalTest(unittest.TestCase):
              'message 2: two assistant messages in a row are not counted'),
             ('thinking channel', [{'role': 'assistant', 'content': '<|channel>thought\n<channel|>Hi'}],
              'message 0: assistant content with a thinking channel is not counted'),
+            ('a lone surrogate', [{'role': 'user', 'content': 'a\ud800'}],  # TypeError in the tokenizer before
+             'message 0: content: holds a lone surrogate (half a UTF-16 pair), which is not text'),
         ]
         for name, messages, message in table:
             for path in PATHS:

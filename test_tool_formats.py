@@ -280,8 +280,7 @@ OBJECTS = st.fixed_dictionaries({'type': st.just('object')}, optional={
 TOOL = st.builds(lambda name, extra: {'type': 'function', 'function': {'name': name, **extra}}, FUNCTIONS,
                  st.fixed_dictionaries({}, optional={'description': TEXT, 'parameters': st.one_of(st.fixed_dictionaries(
                      {'type': st.just('object'), 'properties': st.dictionaries(KEYS, SCHEMAS, min_size=1, max_size=3)},
-                     optional={'required': st.lists(KEYS, max_size=2)}), OBJECTS,
-                     st.just({'properties': {'q': {'type': 'string'}}}))}))
+                     optional={'required': st.lists(KEYS, max_size=2)}), OBJECTS)}))
 TOOL_LISTS = st.one_of(st.lists(TOOL, min_size=1, max_size=2), st.just([]))  # and None, in every example
 
 

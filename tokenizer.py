@@ -28,7 +28,7 @@ import re
 
 from common import run
 from shapes import TURN_ROLES, holds_thinking_marker, turn_key
-from tool_formats import CounterError, frame_span, prompt_text, request_parts, turn_prompt_text
+from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, vocab_spec
 
@@ -60,6 +60,8 @@ def checked(messages) -> list[dict]:
             raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
         if not isinstance(content, str):
             raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
+        if not content.isascii():  # a lone surrogate is no text: the tokenizer would raise TypeError
+            as_json(content, f'message {index}: content')
         if role == 'system' and index != 0:
             raise CounterError(f'message {index}: a system message may only come first')
         if index and role == 'assistant' == messages[index - 1]['role']:  # Gemma's official template would merge them

@@ -16,6 +16,7 @@ token counts.
 """
 from itertools import takewhile
 import json
+import re
 
 from common import LabError
 from shapes import holds_thinking_marker
@@ -24,6 +25,10 @@ from shapes import holds_thinking_marker
 MESSAGE_KEYS = {'system': ({'content'}, set()), 'user': ({'content'}, set()),
                 'assistant': ({'content'}, {'tool_calls'}), 'tool': ({'content', 'tool_call_id'}, {'name'})}
 FUNCTION_KEYS = {'name', 'description', 'parameters', 'strict'}
+TOOL_NAME = re.compile(r'[a-zA-Z0-9_-]{1,64}')  # what OpenAI accepts as a function's name, whole
+# Levels of lists and objects a message or a tools list may nest (a message is 1, its calls' arguments from 5): the
+# renderers recurse once or more per level, and Python's stack ends near 1,000 frames (~330 levels of a schema).
+MOST_NESTING = 100
 QUOTE = '<|"|>'  # Gemma 4's string delimiter in calls, results and declarations
 GEMMA_STANDARD_KEYS = ('description', 'type', 'properties', 'required', 'nullable')
 LLAMA_HEADER = '<|start_header_id|>{}<|end_header_id|>\n\n'
@@ -41,13 +46,35 @@ class CounterError(LabError):
     module reads, or (tokenizer.py) a counter that is not prepared."""
 
 
+def nesting(value) -> int:
+    """How many levels of lists and objects value nests, counted without recursion and at most MOST_NESTING + 1:
+    nesting({'a': [1, {}]}) -> 3."""
+    deepest, stack = 0, [(value, 1)]
+    while stack and deepest <= MOST_NESTING:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((inner, level + 1) for inner in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def as_json(value, where: str):
-    """A plain-JSON copy of value, or CounterError for what JSON would change (NaN, a tuple, a non-string key)."""
+    """A plain-JSON copy of value, or CounterError for what JSON would change (NaN, a tuple, a non-string key), what
+    is no text (a lone surrogate) and what nests deeper than MOST_NESTING."""
+    deep = CounterError(f'{where}: nests lists and objects more than {MOST_NESTING} levels deep '
+                        '(tool_formats.MOST_NESTING), which the lab does not render')
     try:
-        copy = json.loads(json.dumps(value, allow_nan=False))
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text.encode('utf-8')
+    except RecursionError:
+        raise deep from None
+    except UnicodeEncodeError:
+        raise CounterError(f'{where}: holds a lone surrogate (half a UTF-16 pair), which is not text') from None
     except (TypeError, ValueError) as error:
         raise CounterError(f'{where}: not JSON ({error})') from None
-    if copy != value:
+    if text.count('[') + text.count('{') > MOST_NESTING and nesting(value) > MOST_NESTING:  # a count is cheaper
+        raise deep
+    if (copy := json.loads(text)) != value:
         raise CounterError(f'{where}: holds values JSON does not keep as they are (tuples, non-string keys)')
     return copy
 
@@ -62,13 +89,15 @@ def checked_message(index: int, message) -> dict:
     if not needed <= keys <= needed | optional:
         raise CounterError(f'{where}: a {role} message holds {sorted(needed)} and may hold {sorted(optional)}, '
                            f'got {sorted(keys)}')
+    if not isinstance(message.get('tool_calls', [None]), list) or message.get('tool_calls') == []:
+        kind = type(message['tool_calls'])
+        got = {dict: 'an object', list: 'an empty list', str: 'a string', type(None): 'null'}.get(kind, kind.__name__)
+        raise CounterError(f'{where}: tool_calls must be a non-empty list of calls, got {got}')
     if not all(isinstance(message[key], str) and (message[key] or key == 'content')
                for key in ('content', 'tool_call_id', 'name') if key in message):
         raise CounterError(f'{where}: content must be a string, tool_call_id and name non-empty strings')
     if role == 'system' and index:
         raise CounterError(f'{where}: a system message may only come first')
-    if not isinstance(message.get('tool_calls', [None]), list) or message.get('tool_calls') == []:
-        raise CounterError(f'{where}: tool_calls must be a non-empty list of calls')
     if role == 'assistant' and holds_thinking_marker(message['content']):
         raise CounterError(f'{where}: assistant content with a thinking channel is not counted')
     for number, call in enumerate(message.get('tool_calls', ())):
@@ -95,6 +124,12 @@ def checked_tools(tools) -> list[dict] | None:
                 and isinstance(function.get('parameters', {}), dict)):
             raise CounterError(f'tools[{index}]: expected {{"type": "function", "function": {{"name": str, '
                                f'"description": str, "parameters": object}}}} (tools must be a list of them)')
+        if not TOOL_NAME.fullmatch(function['name']):
+            raise CounterError(f"tools[{index}]: name {function['name']!r} is not 1 to 64 letters, digits, _ or -, "
+                               'which OpenAI requires of a function name')
+        if function.get('parameters') and function['parameters'].get('type') != 'object':
+            raise CounterError(f'tools[{index}]: parameters must be a schema of type "object", as OpenAI requires; '
+                               f"its type is {json.dumps(function['parameters'].get('type'))}")
     return tools
 
 
@@ -169,8 +204,7 @@ def gemma_declaration(function: dict) -> str:
         text += ',parameters:{'
         text += 'properties:{' + gemma_properties(params['properties']) + '},' if params.get('properties') else ''
         text += 'required:[' + quoted_list(params['required']) + '],' if params.get('required') else ''
-        # without a type the template leaves the parameters' brace open
-        text += f"type:{QUOTE}{str(params['type']).upper()}{QUOTE}}}" if params.get('type') else ''
+        text += f'type:{QUOTE}OBJECT{QUOTE}}}'  # checked_tools refuses other types, as OpenAI does
     return '<|tool>' + text + '}<tool|>'
 
 
@@ -233,7 +267,8 @@ def llama_parts(form: dict, system: str | None, body: list[dict], tools) -> tupl
         form['open']['system'].replace('\n\n', '\n\nEnvironment: ipython\n', 1)  # after the system header
     if tools is not None and not body:
         raise CounterError("Llama 3's template raises \"Cannot put tools in the first user message when there's no "
-                           "first user message!\" on a request of only a system message")
+                           "first user message!\" on a request of only the system message and tools (as a trimmer "
+                           "counting the system message alone sends; docs/counters.md)")
     # the tools list goes into the first message after the system message, whatever its role (its calls are lost)
     first = [] if tools is None else [form['open']['user'] + LLAMA_TOOLS + ''.join(
         json.dumps(tool, ensure_ascii=False, indent=4) + '\n\n' for tool in tools) + body[0]['content'].strip()
