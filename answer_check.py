@@ -174,6 +174,12 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     parser.add_argument('--counter', type=lambda text: text if text == CLOSEST else tokenizer.counter_choice(text),
                         help=f"with pin: the counter, if not the model's own ({CLOSEST}: the nearest of its family)")
     args = parser.parse_args(argv)  # a usage error exits 2
+    refuse_combinations(parser, args)
+    return args
+
+
+def refuse_combinations(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2 with argparse's usage line for options given to a command they do not go with."""
     pin_only = args.seeds or args.counter or args.base_url or args.api != 'ollama' or any(
         getattr(args, option) is not None for option in (*SAMPLING_OPTIONS, 'repeat_penalty'))
     for wrong, message in (((args.command == 'pin') != (args.tag is not None), 'pin takes one TAG; only pin does'),
@@ -187,7 +193,6 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
                            (args.grader != 'f1' and args.f1_threshold != F1_RIGHT, '--f1-threshold goes with f1')):
         if wrong:
             parser.error(message)
-    return args
 
 
 def client_for(model: dict):
