@@ -7,8 +7,8 @@
 At each limit every case's budget.context_limit is replaced by it (its answer and margin tokens kept) and every
 rule runs on every case: the four, each --rules file's and the best possible selection, all loaded once. Each
 (limit, rule) point holds the figures evaluate.py reports for that rule (per split or kind too with --group), and
---plot draws them, the same figures giving the same bytes; a cell or point where a request sent a stale fact or
-went over the allowance is marked. The JSON goes to stdout or --output (with no options, to the two files above),
+--plot draws them, the same figures giving the same bytes; a cell or point where a request sent a stale fact, went
+over the allowance or was invalid (an agent case's, which reaches no fact) is marked. The JSON goes to stdout or --output (with no options, to the two files above),
 both or neither with --plot, never over an input; progress goes to stderr. A limit or case set it cannot sweep is
 one line, exit 2, and nothing written. It calls no model.
 """
@@ -38,9 +38,13 @@ PICTURE = HERE / 'budget-sweep.png'
 MAX_DIGITS = 9  # a context limit is below a billion tokens; longer digit strings are refused, not converted
 FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'cases_with_stale_facts', 'mean_input_tokens',
            'over_budget')
-# How the picture marks a point where some request carried a stale fact, or went over the allowance.
+# How the picture marks a point where some request carried a stale fact, went over the allowance, or was one a
+# provider would refuse (agent cases only: evaluate.py's invalid_requests, graded as reaching no fact).
 MARKS = {'cases_with_stale_facts': dict(marker='o', markersize=6, markerfacecolor='white', label='stale facts sent'),
-         'over_budget': dict(marker='x', markersize=8, color='red', label='requests over the allowance')}
+         'over_budget': dict(marker='x', markersize=8, color='red', label='requests over the allowance'),
+         'invalid_requests': dict(marker='s', markersize=6, markerfacecolor='none', color='black',
+                                  label='invalid requests (no fact counted)')}
+CELL_MARKS = (('cases_with_stale_facts', 'stale'), ('over_budget', 'over'), ('invalid_requests', 'invalid'))
 # The picture: fixed size, resolution and font, so the same figures give the same bytes.
 STYLE = {'font.family': 'DejaVu Sans', 'font.size': 9, 'svg.hashsalt': 'budget-sweep', 'svg.fonttype': 'path',
          'figure.dpi': 100, 'savefig.dpi': 100}
@@ -91,8 +95,10 @@ def at_limit(cases: list[dict], limit: int) -> list[dict]:
 
 
 def figures(summary: dict) -> dict:
-    """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched."""
-    return {key: summary.get(key) for key in (*FIGURES, 'not_searched') if key in FIGURES or key in summary}
+    """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched, and a
+    rule's on agent cases its invalid_requests."""
+    return {key: summary.get(key) for key in (*FIGURES, 'invalid_requests', 'not_searched')
+            if key in FIGURES or key in summary}
 
 
 def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None) -> dict:
@@ -152,13 +158,14 @@ def sweep_table(report: dict) -> str:
         f"{printable(report['case_set'])}{counter_note(report)}, at each input allowance (context limits "
         f"{', '.join(f'{limit:,}' for limit in limits)})" + ('; in brackets, the cases whose request carried a stale '
         'fact and the requests over the input allowance, graded all the same' if any(map(marked, report['points']))
-        else '') + '.\n')
+        else '') + (', and the invalid requests, which reach no fact' if any(
+            entry.get('invalid_requests') for entry in report['points']) else '') + '.\n')
 
 
 def marked(entry: dict) -> str:
-    """' (2 stale, 3 over)' for a point with stale facts sent or requests over the allowance, else ''."""
-    marks = [f'{entry[key]:,} {word}' for key, word in (('cases_with_stale_facts', 'stale'), ('over_budget', 'over'))
-             if entry.get(key)]
+    """' (2 stale, 3 over, 1 invalid)' for a point with stale facts sent, requests over the allowance or invalid
+    requests, else ''."""
+    marks = [f'{entry[key]:,} {word}' for key, word in CELL_MARKS if entry.get(key)]
     return f" ({', '.join(marks)})" if marks else ''
 
 
