@@ -127,6 +127,9 @@ class OutputTest(unittest.TestCase):
         printed = dict(match.group(2, 1) for match in map(named.match, tables) if match)
         shown = dict(match.group(2, 1) for match in map(named.match, docs) if match)
         self.assertEqual(sorted(printed), sorted(set(figures) - {'sweep', 'targets_met'}))  # every JSON figure named
+        self.assertEqual(sorted(figures['targets_met']), ['agent_over_pair', 'budget_growth', 'fast_over_bound',
+                                                          'turns_growth', 'worst_over_bound'])  # speedup has none
+        self.assertNotIn('target', next(line for line in tables if '(`speedup`)' in line))
         self.assertEqual(shown, printed)
 
 
