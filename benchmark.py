@@ -45,8 +45,9 @@ SWEEP_CASES = 100  # cases per setting; every setting of one history length uses
 MAX_SWEEP_CASES = 2_000  # --sweep-cases: 1,200 turns each, about 0.5 GB of text
 SWEEP = ((4096, 300), (16384, 300), (65536, 300), (4096, 1200))  # (context_limit, turns per case)
 PASSES = ('first pass', 'second pass')  # --cases: a rule's calls over every case, twice
-# What the issue asks of a run on the 2-core machine: figure -> ('at least' or 'at most', threshold).
-TARGETS = {'speedup': ('at least', 10), 'fast_over_bound': ('at most', 2), 'worst_over_bound': ('at most', 2),
+# What issues 30 and 43 ask of a run on the 2-core machine: figure -> ('at least' or 'at most', threshold). The
+# speedup over the full count has none: the full count got faster, the cached one sits at its bound (issue 43).
+TARGETS = {'fast_over_bound': ('at most', 1.5), 'agent_over_pair': ('at most', 2), 'worst_over_bound': ('at most', 2),
            'budget_growth': ('at most', 2), 'turns_growth': ('at most', 5)}
 
 # The tables' names of the figures, as in docs/speed.md (a sweep setting's: its keys in order); JSON keeps the keys.
@@ -235,7 +236,7 @@ def main(argv: list[str]) -> int:
         figures.update(speed_sweep(args.sweep_cases))
     figures['peak_rss_mb'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # whole run, KiB
     figures['targets_met'] = {name: (figures[name] >= limit if bound == 'at least' else figures[name] <= limit)
-                              for name, (bound, limit) in TARGETS.items() if name in figures}
+                              for name, (bound, limit) in TARGETS.items() if figures.get(name) is not None}
     print(summary_table(figures, rows))
     print(json.dumps(figures))
     return 0 if figures.get('identical_selections', True) else 1

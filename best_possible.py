@@ -11,7 +11,7 @@ writes nothing.
 """
 from itertools import accumulate
 
-from scorer import facts_in, graded_row
+from scorer import facts_in, graded_row, holders
 from shapes import BEST_ROW_FIELDS, allowance, build_request, turn_messages
 from strategies import chosen, costs
 from tokenizer import count_request
@@ -56,6 +56,9 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     """For each turn holding facts: index -> the required facts it holds, and index -> the stale facts it holds.
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
     ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})"""
+    if 'tools' not in case:  # a pair turn's facts are found once per conversation
+        return tuple(by_turn({fact: holders(case['history'], fact) for fact in case[kind]})
+                     for kind in ('required', 'stale'))
     turns = list(map(turn_messages, case['history']))  # as build_request lays them out, oldest first
     messages, starts = [message for turn in turns for message in turn], list(accumulate(map(len, turns), initial=0))
     held = {}  # index -> (required facts, stale facts) of each turn holding either
@@ -73,6 +76,16 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
 
     visit(0, len(turns))
     return tuple({index: frozenset(facts[kind]) for index, facts in held.items() if facts[kind]} for kind in (0, 1))
+
+
+def by_turn(turns_of: dict[str, frozenset]) -> dict[int, frozenset]:
+    """Fact -> its turns, as turn -> its facts, in the order facts were given: by_turn({'a': {2}, 'b': {0, 2}}) ->
+    {0: frozenset({'b'}), 2: frozenset({'a', 'b'})}"""
+    held = {}
+    for fact, turns in turns_of.items():
+        for index in turns:
+            held.setdefault(index, []).append(fact)
+    return {index: frozenset(held[index]) for index in sorted(held)}
 
 
 def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dict:

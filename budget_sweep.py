@@ -7,10 +7,13 @@
 At each limit every case's budget.context_limit is replaced by it (its answer and margin tokens kept) and every
 rule runs on every case: the four, each --rules file's and the best possible selection, all loaded once. Each
 (limit, rule) point holds the figures evaluate.py reports for that rule (per split or kind too with --group), and
---plot draws them, the same figures giving the same bytes; a cell or point where a request sent a stale fact or
-went over the allowance is marked. The JSON goes to stdout or --output (with no options, to the two files above),
-both or neither with --plot, never over an input; progress goes to stderr. A limit or case set it cannot sweep is
-one line, exit 2, and nothing written. It calls no model.
+--plot draws them, the same figures giving the same bytes; a cell or point where a request sent a stale fact, went
+over the allowance or was invalid (an agent case's, which reaches no fact) is marked. With several counters
+(--counter gemma-4-e2b,qwen-2.5,llama-3.1) it sweeps under each in turn, the work no counter changes done once:
+the JSON is the list of the reports each counter alone would give, the table one table each, the picture a row of
+panels each. The JSON goes to stdout or --output (with no options, to the two files above), both or neither with
+--plot, never over an input; progress goes to stderr. A limit or case set it cannot sweep is one line, exit 2, and
+nothing written. It calls no model.
 """
 import argparse
 import io
@@ -29,7 +32,8 @@ from scorer import by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
 from text import clipped, counted, markdown_table, printable
-from tokenizer import add_counter_option, choose_counter, count_request
+from prepared_folder import DEFAULT
+from tokenizer import choose_counter, count_request, counter_choice
 
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
 DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
@@ -38,9 +42,13 @@ PICTURE = HERE / 'budget-sweep.png'
 MAX_DIGITS = 9  # a context limit is below a billion tokens; longer digit strings are refused, not converted
 FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'cases_with_stale_facts', 'mean_input_tokens',
            'over_budget')
-# How the picture marks a point where some request carried a stale fact, or went over the allowance.
+# How the picture marks a point where some request carried a stale fact, went over the allowance, or was one a
+# provider would refuse (agent cases only: evaluate.py's invalid_requests, graded as reaching no fact).
 MARKS = {'cases_with_stale_facts': dict(marker='o', markersize=6, markerfacecolor='white', label='stale facts sent'),
-         'over_budget': dict(marker='x', markersize=8, color='red', label='requests over the allowance')}
+         'over_budget': dict(marker='x', markersize=8, color='red', label='requests over the allowance'),
+         'invalid_requests': dict(marker='s', markersize=6, markerfacecolor='none', color='black',
+                                  label='invalid requests (no fact counted)')}
+CELL_MARKS = (('cases_with_stale_facts', 'stale'), ('over_budget', 'over'), ('invalid_requests', 'invalid'))
 # The picture: fixed size, resolution and font, so the same figures give the same bytes.
 STYLE = {'font.family': 'DejaVu Sans', 'font.size': 9, 'svg.hashsalt': 'budget-sweep', 'svg.fonttype': 'path',
          'figure.dpi': 100, 'savefig.dpi': 100}
@@ -91,8 +99,10 @@ def at_limit(cases: list[dict], limit: int) -> list[dict]:
 
 
 def figures(summary: dict) -> dict:
-    """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched."""
-    return {key: summary.get(key) for key in (*FIGURES, 'not_searched') if key in FIGURES or key in summary}
+    """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched, and a
+    rule's on agent cases its invalid_requests."""
+    return {key: summary.get(key) for key in (*FIGURES, 'invalid_requests', 'not_searched')
+            if key in FIGURES or key in summary}
 
 
 def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None) -> dict:
@@ -105,28 +115,47 @@ def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None)
 
 def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
                  progress=lambda done, started, cpu: None) -> dict:
-    """The sweep's report for a case set: where the figures come from, and the points of every rule (the four, then
-    `rules`, then the best possible) at every limit, limit by limit."""
+    """The sweep's report for a case set with the chosen counter: where the figures come from, and the points of every
+    rule (the four, then `rules`, then the best possible) at every limit, limit by limit."""
+    return sweep_reports(path, limits, rules, files, group, progress)[0]
+
+
+def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
+                  progress=lambda done, started, cpu: None, counters: list[str] = ()) -> list[dict]:
+    """sweep_report() under each of `counters` in turn (none: the chosen one), each the report a run with that
+    --counter alone makes: the cases, the rules and which turn holds which fact, which no counter changes, are
+    loaded and worked out once, and the rules' caches of each conversation serve every counter."""
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
     check_reserved(path, cases)
-    check_limits(path, cases, limits)
+    for name in counters or [None]:  # every counter's refusal before any counter's work
+        choose_counter(name) if name else None
+        check_limits(path, cases, limits)
     progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
     started, cpu = time.perf_counter(), time.process_time()
     facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
     progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
-    points = []
-    for limit in limits:
-        started, cpu = time.perf_counter(), time.process_time()
-        limited = at_limit(cases, limit)
-        room = allowance(limited[0])
-        rows = {**run_rules(limited, {**RULES, **rules}, count_request),  # no rules file may name a rule BEST
-                BEST: [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]}
-        points += [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
-        progress(f'context limit {limit} ({room} input tokens): {len(rows)} rules on {len(cases)} cases',
-                 started, cpu)
-    return {**report_header(path, case_set_sha256, files, Path(__file__).name), 'context_limits': limits,
-            'group': group, 'points': points}
+    reports = []
+    for name in counters or [None]:
+        choose_counter(name) if name else None
+        points = [entry for limit in limits for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group,
+                                                                      progress, f' counted by {name}' * bool(name))]
+        reports.append({**report_header(path, case_set_sha256, files, Path(__file__).name),
+                        'context_limits': limits, 'group': group, 'points': points})
+    return reports
+
+
+def limit_points(cases: list[dict], limit: int, rules: dict, facts: dict, group: str | None, progress,
+                 note: str) -> list[dict]:
+    """The points of every rule, then the best possible, at one limit (no rules file may name a rule BEST)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    limited = at_limit(cases, limit)
+    room = allowance(limited[0])
+    rows = {**run_rules(limited, rules, count_request),
+            BEST: [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]}
+    progress(f'context limit {limit} ({room} input tokens): {len(rows)} rules on {len(cases)} cases{note}',
+             started, cpu)
+    return [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]
 
 
 def report_progress(done: str, started: float, cpu: float) -> None:
@@ -152,13 +181,14 @@ def sweep_table(report: dict) -> str:
         f"{printable(report['case_set'])}{counter_note(report)}, at each input allowance (context limits "
         f"{', '.join(f'{limit:,}' for limit in limits)})" + ('; in brackets, the cases whose request carried a stale '
         'fact and the requests over the input allowance, graded all the same' if any(map(marked, report['points']))
-        else '') + '.\n')
+        else '') + (', and the invalid requests, which reach no fact' if any(
+            entry.get('invalid_requests') for entry in report['points']) else '') + '.\n')
 
 
 def marked(entry: dict) -> str:
-    """' (2 stale, 3 over)' for a point with stale facts sent or requests over the allowance, else ''."""
-    marks = [f'{entry[key]:,} {word}' for key, word in (('cases_with_stale_facts', 'stale'), ('over_budget', 'over'))
-             if entry.get(key)]
+    """' (2 stale, 3 over, 1 invalid)' for a point with stale facts sent, requests over the allowance or invalid
+    requests, else ''."""
+    marks = [f'{entry[key]:,} {word}' for key, word in CELL_MARKS if entry.get(key)]
     return f" ({', '.join(marks)})" if marks else ''
 
 
@@ -194,39 +224,55 @@ def draw_panel(axes, report: dict, name: str, pick) -> None:
                             *(f"\n{' = '.join(rules)}" for rules in same.values() if len(rules) > 1)]), fontsize=9)
 
 
-def draw(report: dict):
-    """The picture of a sweep report: the whole set, then with a group one panel per split or kind."""
+def draw(report: dict | list[dict]):
+    """The picture of a sweep report: the whole set, then with a group one panel per split or kind; of several
+    reports (one per counter), a row of those panels for each, its panels named after its counter."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    first = report['points'][0]
-    panels = [('all cases', lambda entry: entry)]
-    panels += [(value, lambda entry, value=value: entry['groups'][value]) for value in first.get('groups', {})]
-    columns = min(PANEL_COLUMNS, len(panels))
+    reports = report if type(report) is list else [report]
+    panels = [panel for each in reports for panel in report_panels(each, len(reports) > 1)]
+    columns = len(panels) // len(reports) if len(reports) > 1 else min(PANEL_COLUMNS, len(panels))
     rows = -(-len(panels) // columns)
     figure = Figure(figsize=(PANEL_INCHES[0] * columns + LEGEND_INCHES, PANEL_INCHES[1] * rows + 0.8),
                     layout='constrained')
     grid = figure.subplots(rows, columns, squeeze=False)
-    for axes, (name, pick) in zip(grid.flat, panels):
-        draw_panel(axes, report, name, pick)
+    for axes, (name, each, pick) in zip(grid.flat, panels):
+        draw_panel(axes, each, name, pick)
     for axes in grid.flat[len(panels):]:
         axes.set_axis_off()
     for axes in grid[:, 0]:
         axes.set_ylabel('required facts found')
+    first = reports[0]['points'][0]
     reserve = first['context_limit'] - first['allowance']
     for axes in grid[-1, :]:
         axes.set_xlabel(f'input allowance in tokens (context limit - {reserve:,}), log scale')
     # Right of the panels, clear of the title.
     handles = grid.flat[0].get_legend_handles_labels()[0]
     handles += [Line2D([], [], linestyle='', **{'color': 'black', **mark}) for key, mark in MARKS.items()
-                if any(entry.get(key) for entry in report['points'])]  # only marks the picture holds
+                if any(entry.get(key) for each in reports for entry in each['points'])]  # only marks it holds
     figure.legend(handles=handles, loc='outside right center', frameon=False)
-    figure.suptitle(f"Required facts found at each input allowance: {report['case_set']}{counter_note(report)}")
+    counted_by = f", counted by {', '.join(map(counter_name, reports))}" if len(reports) > 1 else counter_note(reports[0])
+    figure.suptitle(f"Required facts found at each input allowance: {reports[0]['case_set']}{counted_by}")
     return figure
 
 
-def picture(report: dict, kind: str) -> bytes:
-    """The picture as PNG or SVG bytes, the same bytes for the same figures."""
+def report_panels(report: dict, named: bool) -> list[tuple]:
+    """(title, report, pick) of each panel of one report: all cases, then each split or kind; `named`: each title
+    opens with the report's counter."""
+    opening = f'{counter_name(report)}: ' if named else ''
+    return [(f'{opening}all cases', report, lambda entry: entry)] + [
+        (f'{opening}{value}', report, lambda entry, value=value: entry['groups'][value])
+        for value in report['points'][0].get('groups', {})]
+
+
+def counter_name(report: dict) -> str:
+    """The name of the counter a report was made with (the default's profile, as recorded, holds none)."""
+    return report.get('counter', {}).get('name', DEFAULT)
+
+
+def picture(report: dict | list[dict], kind: str) -> bytes:
+    """The picture (draw) as PNG or SVG bytes, the same bytes for the same figures."""
     import matplotlib
 
     with matplotlib.rc_context(STYLE):
@@ -248,13 +294,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--format', choices=('json', 'table'), default='json',
                         help='what goes to stdout: json, the points (default; not with --output), or table, the '
                              'required facts each rule found at each limit as a Markdown table')
-    add_counter_option(parser)
+    parser.add_argument('--counter', metavar='NAME[,NAME...]', type=counter_names, default=[DEFAULT],
+                        help=f'count with this model\'s counter (default: {DEFAULT}); several, comma-separated, sweep '
+                             'under each in one run: a JSON list of their reports, a table each, a row of panels each; '
+                             'list names every counter (docs/counters.md)')
     return parser.parse_args(argv)
+
+
+def counter_names(text: str) -> list[str]:
+    """--counter's value: counter names, each once: 'qwen-2.5,llama-3.1' -> ['qwen-2.5', 'llama-3.1']."""
+    names = [counter_choice(name.strip()) for name in text.split(',')]
+    if len(set(names)) < len(names):
+        raise SweepError(f'--counter {text}: a counter is given twice')
+    return names
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    choose_counter(args.counter)
+    choose_counter(args.counter[0])
     record = not argv  # no options at all: the committed recording
     output, plot = (RECORDING, PICTURE) if record else (args.output, args.plot)
     limits = parse_limits(args.context_limits)
@@ -264,13 +321,15 @@ def main(argv: list[str]) -> int:
     check_outputs([('--output', output), ('--plot', plot)],
                   [('--cases', args.cases), *(('--rules', path) for path in args.rules)])
     rules, files = load_rule_files(args.rules, args.rule_timeout)
-    report = sweep_report(args.cases, limits, rules, files, args.group, report_progress)
+    reports = sweep_reports(args.cases, limits, rules, files, args.group, report_progress,
+                            args.counter if len(args.counter) > 1 else [])
+    report = reports if len(reports) > 1 else reports[0]  # one counter: its report, as it always was
     drawn = picture(report, kind) if plot else None  # drawn before anything is written
     written = [(output, to_json(report), 'sweep')] * bool(output) + [(plot, drawn, 'picture')] * bool(plot)
     if written:
         write_output(*written[0], *written[1:])  # both or neither
     if args.format == 'table' or record:  # a bare run says what it recorded
-        print(sweep_table(report), end='')
+        print('\n'.join(map(sweep_table, reports)), end='')
     elif not output:
         print(to_json(report), end='')
     return 0

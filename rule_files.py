@@ -27,7 +27,7 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import is_pair, selection, turn_key, turn_messages
+from shapes import is_pair, message_keys, selection, turn_key, turn_messages
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -311,11 +311,11 @@ def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[i
 
     With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
     give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2]."""
-    taken = set()
-    lengths = sorted({len(key) for key in where})
-    for start in (index for index, message in enumerate(messages) if message['role'] == 'user'):
-        for part in (messages[start:start + length] for length in lengths):
-            taken.update([index for index in where.get(turn_key(part), ()) if index not in taken][:1])
+    taken, keys = set(), message_keys(messages)  # each message keyed once, not once per turn length
+    for length in set(map(len, where)):  # a turn's copies are all of one length: no other length takes them
+        for start, found in enumerate(map(where.get, zip(*(keys[offset:] for offset in range(length))))):
+            if found and messages[start]['role'] == 'user':
+                taken.add(next((index for index in found if index not in taken), found[0]))  # found[0]: taken
     return sorted(taken)
 
 

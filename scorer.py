@@ -13,11 +13,17 @@ beside a call); an invalid request carries none. It reads the request, never a r
 the two checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
 prints and writes nothing.
 """
+from bisect import bisect_right
+from itertools import accumulate, chain
+from operator import itemgetter
+
 from common import LabError
 from shapes import (AGENT_ROW_FIELDS, AGENT_TOTALS, BEST_TOTALS, ROW_FIELDS, RULE_TOTALS, SPLITS, allowance,
-                    build_request, escape, message_text)
+                    build_request, escape, message_text, pair_texts, per_history, turn_texts)
 from tokenizer import SELECTED
 from tool_formats import as_rendered
+
+CONTENT = itemgetter('content')
 
 
 def facts_in(case: dict, messages: list[dict], counter: str | None = None) -> tuple[list[str], list[str]]:
@@ -29,6 +35,50 @@ def facts_in(case: dict, messages: list[dict], counter: str | None = None) -> tu
     """
     text = '\n'.join(map(message_text, as_rendered(counter or SELECTED['name'], messages)))
     return tuple([fact for fact in case[key] if fact in text or escape(fact) in text] for key in ('required', 'stale'))
+
+
+def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple[list[str], list[str]]:
+    """facts_in(case, chosen['messages'], counter), read from each kept turn's facts (holders) where the request is the
+    system message, the kept turns of a pair case in order and the question: a fact without a newline lies in one
+    message, and every template writes a message of only a role and a text whole (tool_formats.as_rendered)."""
+    messages, history, kept = chosen['messages'], case.get('history'), chosen['turns']
+    middle = messages[1:-1]  # read in C: a request holds hundreds of messages
+    if 'tools' in case or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
+            or any('\n' in fact for fact in case['stale']) or set(map(len, middle)) - {2} \
+            or list(map(CONTENT, middle)) != list(chain.from_iterable(map(pair_texts, map(history.__getitem__, kept)))):
+        return facts_in(case, messages, counter)  # a message holding more than its role and text (a call) is read whole
+    ends, kept = f'{message_text(messages[0])}\n{message_text(messages[-1])}', set(kept)
+    return tuple([fact for fact in case[key] if fact in ends or escape(fact) in ends
+                  or not holders(history, fact).isdisjoint(kept)] for key in ('required', 'stale'))
+
+
+def holders(history: list, fact: str) -> frozenset[int]:
+    """The turns holding a fact as facts_in finds it in the turn's messages alone, each fact searched once per
+    conversation: in [{'user': 'a < b', 'assistant': 'ok'}, {'user': 'a &lt; b', ...}] 'a < b' is held by {0, 1}."""
+    texts, joined, starts, known = turn_places(history)
+    if (found := known.get(fact)) is None:
+        found = known[fact] = frozenset(index for form in {fact, escape(fact)}
+                                        for index in places(texts, joined, starts, form))
+    return found
+
+
+@per_history
+def turn_places(history: list) -> tuple[list[str], str, list[int], dict]:
+    """Each turn's text (its messages' texts, a newline between, as facts_in joins them), all of them joined by NUL,
+    where each starts in that, and the holders found so far (fact -> turns)."""
+    texts = ['\n'.join(turn_texts(turn)) for turn in history]
+    return texts, '\0'.join(texts), [*accumulate((len(text) + 1 for text in texts), initial=0)], {}
+
+
+def places(texts: list[str], joined: str, starts: list[int], form: str) -> list[int]:
+    """The turns whose text holds `form`; found in the NUL-joined text, where a form without NUL lies in one turn."""
+    if '\0' in form:
+        return [index for index, text in enumerate(texts) if form in text]
+    found, at = [], joined.find(form)
+    while at >= 0:
+        found.append(index := bisect_right(starts, at) - 1)
+        at = joined.find(form, starts[index + 1])
+    return found
 
 
 def invalid(messages: list[dict]) -> str | None:
@@ -61,7 +111,7 @@ def graded_row(case: dict, chosen: dict, counter: str | None = None) -> dict:
     (facts_in; shapes.ROW_FIELDS; an agent case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an
     invalid request reaches no fact)."""
     why = invalid(chosen['messages']) if 'tools' in case else None
-    reached, stale = ([], []) if why else facts_in(case, chosen['messages'], counter)
+    reached, stale = ([], []) if why else request_facts(case, chosen, counter)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'], 'invalid': why,
            'within_budget': chosen['input_tokens'] <= allowance(case), 'required_found': len(reached),

@@ -22,7 +22,7 @@ from functools import lru_cache
 import re
 
 from scorer import check_additive
-from shapes import allowance, build_request, escape, message_text, selection, turn_messages, turn_texts
+from shapes import allowance, build_request, escape, message_text, per_history, selection, turn_messages, turn_texts
 
 # What is measured. Changing any of these (or shapes.NOTES_HEADER) changes the recorded report.
 NOTES_RESERVE = 64  # tokens `notes` keeps free of recent turns, for the notes block
@@ -37,7 +37,7 @@ CUES = re.compile(
 SENTENCE_BREAK = re.compile(r'(?<=[.!?])\s+')  # whitespace after ., ! or ?
 
 
-@lru_cache(maxsize=1 << 16)  # a turn's words are read once per conversation, not once per question
+@lru_cache(maxsize=1 << 16)  # a question's words are read once, not once per rule and budget
 def words(text: str) -> frozenset[str]:
     """Content words of a text: words('Which database will we use?') -> frozenset({'database', 'use'})"""
     return frozenset(WORD.findall(text.lower())) - STOP_WORDS
@@ -81,8 +81,14 @@ def ranked(scores: dict[int, float]) -> list[int]:
 def by_overlap(case: dict, before: int) -> list[int]:
     """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
     asked = words(case['current'])
-    return ranked({index: shared for index, turn in enumerate(case['history'][:before])
-                   if (shared := len(asked & words(' '.join(turn_texts(turn)))))})
+    return ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
+                   if (shared := len(asked & turn))})
+
+
+@per_history
+def turn_words(history: list) -> list[frozenset[str]]:
+    """Each turn's content words (its messages' texts, a space between), worked out once per conversation."""
+    return [words(' '.join(turn_texts(turn))) for turn in history]
 
 
 @lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question

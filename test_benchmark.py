@@ -127,6 +127,9 @@ class OutputTest(unittest.TestCase):
         printed = dict(match.group(2, 1) for match in map(named.match, tables) if match)
         shown = dict(match.group(2, 1) for match in map(named.match, docs) if match)
         self.assertEqual(sorted(printed), sorted(set(figures) - {'sweep', 'targets_met'}))  # every JSON figure named
+        self.assertEqual(sorted(figures['targets_met']), ['agent_over_pair', 'budget_growth', 'fast_over_bound',
+                                                          'turns_growth', 'worst_over_bound'])  # speedup has none
+        self.assertNotIn('target', next(line for line in tables if '(`speedup`)' in line))
         self.assertEqual(shown, printed)
 
 
@@ -201,3 +204,17 @@ class SizeTest(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class ReadmeTimingsTest(unittest.TestCase):
+    # A time the README states: '54 s and 57 s', '12 to 13 s', 'about 3 minutes'; not a setting ('60 s a case').
+    TIME = re.compile(r'(?:about )?\d[\d,.]*(?: s)?(?: (?:and|to) \d[\d,.]*)? (?:s|minutes)\b(?! a case)')
+
+    def test_each_time_the_readme_states_is_one_docs_speed_records_with_its_command_and_date(self):
+        readme = (HERE / 'README.md').read_text(encoding='utf-8')
+        speed = (HERE / 'docs' / 'speed.md').read_text(encoding='utf-8')
+        table = speed[speed.index('## Timings the README states'):]
+        recorded = re.findall(r'^\| `([^`]+)` \| .+ \| (2026-\d\d-\d\d)[^|]* \| [^|]+ \|$', table, re.MULTILINE)
+        stated = [match for line in readme.splitlines() if not line.startswith(('      {', '.venv'))
+                  for match in self.TIME.findall(line)]
+        self.assertEqual(sorted(stated), sorted(phrase for phrase, _ in recorded))

@@ -12,12 +12,10 @@ import itertools
 from pathlib import Path
 import random
 import unittest
-from unittest import mock
 
-import best_possible
-from best_possible import MAX_CANDIDATES, best_row, search
+from best_possible import MAX_CANDIDATES, best_row, search, turn_facts
 from scorer import facts_in, graded_row, totals
-from shapes import build_request
+from shapes import build_request, turn_messages
 from test_support_fixtures import shipped_cases, whole_count
 
 HERE = Path(__file__).resolve().parent
@@ -138,19 +136,19 @@ class BestRowTest(unittest.TestCase):
                          (None, None, None, None))
         self.assertEqual((row['required_total'], row['fact_turns']), (21, list(range(21))))
 
-    def test_a_long_history_with_few_evidence_turns_is_graded_a_few_dozen_times_not_once_per_turn(self):
-        # The shape of a LoCoMo case: 300 short turns, 3 of them evidence.
+    def test_a_long_historys_fact_turns_are_the_turns_whose_messages_alone_hold_each_fact(self):
+        # The shape of a LoCoMo case: 300 short turns, 4 of them evidence; the stale 'Reply 29' is in turns 29 and
+        # 290 to 299, so the search leaves out turn 290 and its fact.
         history = [{'user': f'Message {n} about the weekend.', 'assistant': f'Reply {n}.'} for n in range(300)]
-        facts = ['Message 17 about', 'Message 150 about', 'Message 290 about']
-        case = dict(copy.deepcopy(shipped_cases()['dev-latest']), history=history, required=facts)
-        with mock.patch.object(best_possible, 'facts_in', wraps=facts_in) as grading:
-            row = best_row(case)
-        self.assertEqual((row['turns'], row['required_found'], row['fact_turns']), ([17, 150, 290], 3, [17, 150, 290]))
-        # Halving [0, 300) down to each fact's turn passes 9 runs holding a fact on the way to turn 17 ([0, 300),
-        # [0, 150), [0, 75), [0, 37), [0, 18), [9, 18), [13, 18), [15, 18), [16, 18)), 7 more to turn 150 and 6
-        # more to turn 290: 22 runs split in two, so 1 + 2 * 22 = 45 gradings, then the bare request (the chosen
-        # one is graded as a rule's row is, by scorer.graded_row).
-        self.assertEqual(grading.call_count, 45 + 1)
+        facts = ['Message 17 about', 'Message 150 about', 'Message 290 about', 'Reply 3.']
+        case = dict(copy.deepcopy(shipped_cases()['dev-latest']), history=history, required=facts,
+                    stale=['Reply 29'])
+        row = best_row(case)
+        self.assertEqual((row['turns'], row['required_found'], row['fact_turns'], row['stale_turns']),
+                         ([3, 17, 150], 3, [3, 17, 150, 290], [29, *range(290, 300)]))
+        by_hand = [{fact for fact in case[kind] if facts_in(case, turn_messages(turn))[kind == 'stale'].count(fact)}
+                   for turn in history for kind in ('required', 'stale')]
+        self.assertEqual([set(facts.get(index, ())) for index in range(300) for facts in turn_facts(case)], by_hand)
 
 
 class SummaryTest(unittest.TestCase):

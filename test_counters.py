@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 
@@ -364,3 +365,14 @@ class ReportTest(CounterTest):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class SharedCostsTest(unittest.TestCase):
+    def test_the_questions_of_one_conversation_have_its_turn_costs_worked_out_once_until_forgotten(self):
+        count, history = tokenizer.counter(), [dict(turn) for turn in load_cases(HERE / 'cases.json')[0]['history']]
+        with mock.patch.object(count, 'costs_by_text', wraps=count.costs_by_text) as by_text:
+            costs = [count.turn_costs(history) for _ in range(3)]
+            count.forget()
+            costs.append(count.turn_costs(history))
+            costs.append(count.turn_costs(list(history)))  # a copy: found by its texts, not taken for the first
+        self.assertEqual((by_text.call_count, costs[1:]), (3, [costs[0]] * 4))

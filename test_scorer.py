@@ -4,14 +4,17 @@
 
 Each test is named after the grade or figure that would be wrong; expected figures are worked out by hand.
 """
+from itertools import combinations
 from pathlib import Path
 import re
 import unittest
+from unittest import mock
 
 from common import LabError
 from prepared_folder import DEFAULT
-from scorer import by_group, check_additive, check_fits, facts_in, graded_row, totals
-from shapes import allowance, message_text
+import scorer
+from scorer import by_group, check_additive, check_fits, facts_in, graded_row, holders, request_facts, totals
+from shapes import allowance, build_request, message_text
 from test_support_fixtures import calling, read, result, said, user
 from test_tool_formats import NAMES, official, template_path
 import tokenizer
@@ -76,6 +79,42 @@ class RenderedTest(unittest.TestCase):
                     self.assertEqual(word in message_text(kept), word in prompt, (name, word))
         if not checked:
             self.skipTest('no official template with tools is at hand')
+
+
+# Facts inside a turn, its escaped form, a NUL, one turn repeated, and one running from a turn into the next.
+HISTORY = [{'user': 'Keep a < b.', 'assistant': 'ok'}, {'user': 'x &lt; y', 'assistant': 'Use\0it'},
+           {'user': 'Keep a < b.', 'assistant': 'ok'}, {'user': 'end of', 'assistant': 'line'}]
+TURN_CASE = dict(CASE, history=HISTORY, instructions='Answer.', current='What?',
+                 required=['a < b', 'x < y', 'Use\0it', 'ok\nend'], stale=['line\nWhat'])
+
+
+class TurnFactsTest(unittest.TestCase):
+    def test_a_facts_turns_are_those_whose_messages_alone_hold_it_raw_or_escaped(self):
+        self.assertEqual([holders(HISTORY, fact) for fact in ('a < b', 'x < y', 'Use\0it', 'ok\nend', 'of\nline')],
+                         [{0, 2}, {1}, {1}, set(), {3}])
+
+    def test_facts_read_from_whole_turns_are_the_facts_the_whole_request_holds(self):
+        for kept in (kept for size in range(5) for kept in combinations(range(4), size)):
+            for notes in ([], ['- [turn 1, user] Keep a &lt; b.']):
+                for case in (TURN_CASE, dict(TURN_CASE, required=['a < b', 'x < y', 'Use\0it'], stale=['ok']),
+                             dict(TURN_CASE, required=['x < y'])):
+                    chosen = {'messages': build_request(case, kept, notes), 'turns': list(kept)}
+                    self.assertEqual(request_facts(case, chosen), facts_in(case, chosen['messages']), (kept, notes))
+
+    def test_a_request_that_is_not_its_turns_is_graded_by_its_messages(self):
+        request = build_request(TURN_CASE, [1])
+        for messages in (request[:1] + request[3:], [request[0], {**request[1], 'content': 'a < b'}, *request[2:]]):
+            self.assertEqual(request_facts(TURN_CASE, {'messages': messages, 'turns': [1]}),
+                             facts_in(TURN_CASE, messages))
+        self.assertEqual(request_facts(TURN_CASE, {'messages': request[:1] + request[3:], 'turns': [1]}), ([], []))
+
+    def test_each_fact_is_searched_once_per_conversation_not_once_per_question(self):
+        history = [dict(turn) for turn in HISTORY]  # a list of its own: no other test has searched it
+        with mock.patch.object(scorer, 'places', wraps=scorer.places) as search:
+            for kept in ([0], [1, 2], [3]):
+                request_facts(dict(TURN_CASE, history=history, required=['a < b'], stale=[]),
+                              {'messages': build_request(dict(TURN_CASE, history=history), kept), 'turns': kept})
+        self.assertEqual(search.call_count, 2)  # 'a < b' and 'a &lt; b', once
 
 
 class TotalsTest(unittest.TestCase):

@@ -6,8 +6,8 @@ Each test is named after the layout that would be wrong; every expected request 
 """
 import unittest
 
-from shapes import (build_request, escape, holds_thinking_marker, is_pair, make_turn, selection, turn_messages,
-                    turn_texts)
+from shapes import (HISTORIES_KEPT, build_request, escape, holds_thinking_marker, is_pair, make_turn, message_keys,
+                    per_history, selection, turn_messages, turn_texts)
 
 CASE = {'instructions': 'Answer.', 'current': 'Which database?',
         'history': [{'user': 'Use MySQL.', 'assistant': 'OK.'}, {'user': 'No, PostgreSQL.', 'assistant': 'Noted.'}]}
@@ -49,3 +49,29 @@ class ShapesTest(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class HistoryCacheTest(unittest.TestCase):
+    def test_what_depends_on_a_conversation_is_worked_out_once_per_history_list_and_anew_for_another(self):
+        calls = []
+        lengths = per_history(lambda history, extra: calls.append(extra) or len(history) + extra)
+        shared, copy = CASE['history'], list(CASE['history'])
+        self.assertEqual([lengths(shared, 1), lengths(shared, 1), lengths(shared, 2), lengths(copy, 1)], [3, 3, 4, 3])
+        self.assertEqual(calls, [1, 2, 1])  # the copy is another list: worked out again, never taken for the first
+
+    def test_a_history_cache_keeps_only_the_newest_histories(self):
+        calls = []
+        first = per_history(lambda history: calls.append(history) or len(calls))
+        histories = [[] for _ in range(HISTORIES_KEPT + 1)]
+        [first(history) for history in histories]
+        self.assertEqual((first(histories[-1]), first(histories[0])), (HISTORIES_KEPT + 1, HISTORIES_KEPT + 2))
+
+
+class MessageKeyTest(unittest.TestCase):
+    def test_a_message_of_a_role_and_a_text_is_keyed_by_them_and_any_other_by_its_json(self):
+        call = {'role': 'assistant', 'content': '', 'tool_calls': [{'function': {'name': 'f', 'arguments': {}}}]}
+        self.assertEqual(message_keys([{'role': 'user', 'content': 'Hi'}, {'content': 'Yes', 'role': 'assistant'}]),
+                         [('user', 'Hi'), ('assistant', 'Yes')])
+        self.assertEqual(message_keys([{'role': 'user', 'content': 'Hi'}, call, {'role': 'tool', 'content': None}]), [
+            ('user', 'Hi'), '{"content": "", "role": "assistant", "tool_calls": [{"function": {"arguments": {}, '
+            '"name": "f"}}]}', '{"content": null, "role": "tool"}'])

@@ -23,6 +23,7 @@ from unittest import mock
 from hypothesis import given, settings, strategies as st
 
 from shapes import NOTES_HEADER, build_request, escape
+import strategies
 from strategies import RULES, STOP_WORDS, note_lines
 from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, shipped_cases, whole_count
 from tokenizer import TokenCounter, count_request, counter
@@ -377,3 +378,13 @@ class LinearTimeTest(unittest.TestCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class SharedWordsTest(unittest.TestCase):
+    def test_a_conversations_turn_words_are_read_once_for_all_its_questions(self):
+        case = shipped_cases()['dev-correction']
+        history = [dict(turn) for turn in case['history']]  # a list of its own, read by no other test
+        with mock.patch.object(strategies, 'words', wraps=strategies.words) as reading:
+            for question in ('Which database?', 'Which one?', 'Why MySQL?'):
+                RULES['relevant'](dict(case, history=history, current=question), count_request)
+        self.assertEqual(reading.call_count, len(history) + 3)

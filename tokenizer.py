@@ -27,7 +27,7 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import TURN_ROLES, holds_thinking_marker, turn_key
+from shapes import TURN_ROLES, holds_thinking_marker, per_history, turn_key
 from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, vocab_spec
@@ -223,6 +223,9 @@ class TokenCounter:
         worked out once per conversation: cases of one conversation, and copies of it, share one entry."""
         if not self.fast:
             raise CounterError('this tokenizer cannot be counted turn by turn')
+        return shared_costs(history, self)  # the cases sharing a history list find it without reading its turns
+
+    def costs_by_text(self, history: list) -> list[int]:
         key = tuple(map(turn_key, history))
         if (costs := self.turns.get(key)) is None:
             costs = [len(self.encode(self.rendered(turn_prompt_text, turn))) for turn in history] \
@@ -243,6 +246,12 @@ class TokenCounter:
     def forget(self) -> None:
         """Empty every cache, the BPE model's too, as in a fresh process (benchmark.py times from here)."""
         self.sizes.clear(), self.lines.clear(), self.turns.clear(), self.tokenizer.model._clear_cache()
+        shared_costs.cache_clear()
+
+
+@per_history
+def shared_costs(history: list, counter: TokenCounter) -> list[int]:
+    return counter.costs_by_text(history)
 
 
 def splits_cleanly(tokenizer, form: dict) -> bool:

@@ -1,0 +1,67 @@
+"""Tests for budget_sweep.py under several counters in one run (--counter a,b,c).
+
+    .venv/bin/python -m unittest -v test_budget_sweep_counters   (about half a minute; needs the counters prepared)
+
+Each counter's report must be byte for byte the one a run with that counter alone writes, its table the one such
+a run prints, and the picture a row of panels per counter. A counter not prepared skips, naming its command. Each
+test is named after the failure it pins; outputs go to a temporary folder.
+"""
+import json
+from pathlib import Path
+import tempfile
+import unittest
+
+import budget_sweep
+from test_counters import counter_or_skip
+from test_support_runs import lab_main
+import tokenizer
+
+HERE = Path(__file__).resolve().parent
+COUNTERS = ('gemma-4-e2b', 'qwen-2.5', 'llama-3.1')
+ARGS = ('--cases', str(HERE / 'cases.json'), '--context-limits', '256,640', '--group', 'split')
+
+
+class SeveralCountersTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.folder = tempfile.TemporaryDirectory()
+        cls.runs = {}
+        for names in (*COUNTERS, ','.join(COUNTERS)):
+            output = Path(cls.folder.name) / f'{names}.json'
+            status, out, _ = lab_main(budget_sweep, *ARGS, '--counter', names, '--output', str(output),
+                                      '--format', 'table')
+            cls.runs[names] = status, out, output.read_bytes() if output.exists() else None
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.folder.cleanup()
+        tokenizer.choose_counter(tokenizer.DEFAULT)
+
+    def setUp(self):
+        for name in COUNTERS:
+            counter_or_skip(self, name)
+
+    def test_each_counters_report_and_table_are_those_of_a_run_with_that_counter_alone(self):
+        status, table, together = self.runs[','.join(COUNTERS)]
+        alone = [self.runs[name] for name in COUNTERS]
+        self.assertEqual(status, 0)
+        self.assertEqual([budget_sweep.to_json(report).encode() for report in json.loads(together)],
+                         [written for _, _, written in alone])  # byte for byte, code hashes and counter too
+        self.assertEqual(table, '\n'.join(out for _, out, _ in alone))
+        self.assertEqual([report['counter'].get('name') for report in json.loads(together)],
+                         [None, 'qwen-2.5', 'llama-3.1'])  # the default's profile, as recorded, has no name
+
+    def test_the_picture_has_a_row_of_panels_per_counter_each_named(self):
+        figure = budget_sweep.draw(json.loads(self.runs[','.join(COUNTERS)][2]))
+        titles = [axes.get_title().split(' (')[0] for axes in figure.axes if axes.axison]
+        self.assertEqual(titles, [f'{name}: {panel}' for name in COUNTERS for panel in ('all cases', 'dev', 'held_out')])
+        self.assertTrue(figure.get_suptitle().endswith('cases.json, counted by gemma-4-e2b, qwen-2.5, llama-3.1'))
+
+    def test_a_counter_given_twice_is_refused_in_one_line(self):
+        status, out, err = lab_main(budget_sweep, *ARGS, '--counter', 'qwen-2.5,qwen-2.5')
+        self.assertEqual((status, out, err), (2, '', 'budget_sweep.py: --counter qwen-2.5,qwen-2.5: a counter is '
+                                                     'given twice\n'))
+
+
+if __name__ == '__main__':
+    unittest.main()

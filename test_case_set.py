@@ -1,0 +1,32 @@
+"""Tests for case_set.py's sharing: what LoCoMo's 1,534 questions on 10 conversations repeat is checked once.
+
+    .venv/bin/python -m unittest -v test_case_set   (under a second)
+
+What a case set may hold, and each refusal, is tested through evaluate.py (test_evaluate.py); each test here is
+named after the cost or the sharing that would be lost. Nothing is written to disk.
+"""
+import copy
+import unittest
+from unittest import mock
+
+import case_set
+from case_set import CaseError, check_case
+from test_support_fixtures import shipped_cases
+
+
+class CheckedOnceTest(unittest.TestCase):
+    def test_a_conversation_shared_by_several_questions_is_checked_once_and_refused_every_time(self):
+        case = shipped_cases()['dev-correction']
+        history, checked = case['history'], {}
+        with mock.patch.object(case_set, 'is_pair', wraps=case_set.is_pair) as pair_checks:
+            for question in range(3):  # each case as parsed: equal texts, objects of its own
+                check_case(f'case {question}', copy.deepcopy(dict(case, id=f'q{question}')), checked)
+        self.assertEqual((pair_checks.call_count, len(checked)), (len(history), 1))
+        broken = dict(case, history=[*history[:-1], dict(history[-1], assistant='<|channel>x')])
+        for _ in range(2):
+            with self.assertRaisesRegex(CaseError, r'history\[2\]\.assistant contains a thinking-channel marker'):
+                check_case('case q', copy.deepcopy(broken), checked)
+
+
+if __name__ == '__main__':
+    unittest.main()
