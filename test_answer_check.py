@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 import re
 import shlex
+import shutil
 import tempfile
 import unittest
 from unittest import mock
@@ -36,6 +37,7 @@ HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 PY = ['.venv/bin/python', 'answer_check.py']  # how the docs start the answer check
+QWEN_RESULT = HERE / 'qwen-answer-result.json'  # the real recording from llama.cpp's server (docs/answer-check.md)
 # A user's own material, written for these tests: two held-out cases and a development one, their keys, and a
 # rule that sends only the last turn of the conversation.
 TURN = 'Answer only from the conversation.'
@@ -573,6 +575,19 @@ class ShippedFilesTest(unittest.TestCase):
                                               grades_path=Path(folder) / 'answer-grades.json')
         self.assertEqual((code, err), (0, ''))
         self.assertEqual(json.loads((HERE / 'answer-grades.json').read_text()), json.loads(out))
+
+    def test_the_real_qwen_recording_grades_offline_into_its_shipped_grades_byte_for_byte(self):
+        prepared_or_skip(self, 'qwen-2.5')
+        with tempfile.TemporaryDirectory() as folder:
+            result = Path(folder) / QWEN_RESULT.name
+            shutil.copyfile(QWEN_RESULT, result)
+            code, out, err = run_answer_check(['--output', str(result)])  # no server: OLLAMA_HOST is closed
+            self.assertEqual((code, err), (0, ''))
+            self.assertEqual(result.with_suffix('.grades.json').read_bytes(),
+                             QWEN_RESULT.with_suffix('.grades.json').read_bytes())
+        self.assertIn("Every answer's prompt_tokens equal the counted input tokens.", out)  # 0 count mismatches
+        page = (HERE / 'docs' / 'answer-check.md').read_text(encoding='utf-8')
+        self.assertIn(f'```text\n{out}```', page)  # the page's table is what grading prints
 
     def test_nothing_recorded_says_so_and_shows_how_to_record(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -6,13 +6,19 @@ The end-to-end tests are opt-in: they run only where `real_server.py build` has 
 pinned models (12 to 17 minutes, once per machine; CI does not), and are skipped otherwise with that command in
 the reason. They start the server on 127.0.0.1 and count every request the four rules build on cases.json and
 agent-cases.json twice, with the lab's counter for the served GGUF and with the server's own
-/v1/chat/completions/input_tokens, and stop the server whatever happens. The other tests run a stand-in
-`llama-server` (a small Python script) from a temp folder.
+/v1/chat/completions/input_tokens (through the lab's client); they pin it, record a sample through
+`answer_check.py record`, kill the recording part-way, resume it and grade it; and they stop the server whatever
+happens. The other tests run a stand-in `llama-server` (a small Python script) from a temp folder.
 """
+import contextlib
 import hashlib
+import json
+import os
 from pathlib import Path
+import signal
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,18 +27,25 @@ from unittest import mock
 
 import requests
 
+from answer_model import PARTIAL_SUFFIX, chat_body, each_answer
 from case_set import load_cases
 from common import HERE, LabError
 import gguf_counter
 from lab_files import PREPARED_JSON, to_json
+from openai_client import OpenAIClient
 from prepared_folder import TOKENIZER_JSON, counter_folder, read_manifest
 import real_server
 from strategies import RULES
 from tokenizer import TokenCounter
 
 CASE_SETS = ('cases.json', 'agent-cases.json')
-TOKENS_PATH = '/v1/chat/completions/input_tokens'  # llama.cpp's tools/server/server.cpp; reply: {"input_tokens": N}
-COUNT_SECONDS = 30  # the longest a count may take
+QWEN = 'qwen2.5-coder-0.5b-instruct'
+# qwen-answer-model.json's counter and options (docs/answer-check.md), with two seeds: record --sample 1 then asks
+# for SAMPLE answers, 4 rules x 1 case x 2 seeds.
+PIN_OPTIONS = ('--counter', 'qwen-2.5', '--temperature', '0.7', '--top-p', '0.8', '--top-k', '20',
+               '--repeat-penalty', '1.1', '--seeds', '1', '2')
+SAMPLE = 8
+RECORD_SECONDS = 900  # the longest a pin, a record or a grading may take on a loaded 2-core machine
 # A stand-in server: answers /health, starts a child of its own (the real one has none, but a group must stop
 # whole), writes its pid and the child's, then serves until stopped.
 FAKE_SERVER = """#!{python}
@@ -48,28 +61,50 @@ http.server.HTTPServer((argv[argv.index('--host') + 1], int(argv[argv.index('--p
 """
 
 
-def server_count(base: str, messages: list[dict]) -> int:
-    """The server's count of a chat request (tools travel on the system message in the lab, at the top here)."""
-    request = [dict(message) for message in messages]
-    tools = request[0].pop('tools', None)
-    reply = requests.post(base + TOKENS_PATH, json={'messages': request, **({'tools': tools} if tools else {})},
-                          timeout=COUNT_SECONDS)
-    if reply.status_code != 200 or not isinstance(count := reply.json().get('input_tokens'), int):
-        raise LabError(f'{TOKENS_PATH} answered HTTP {reply.status_code}: {reply.text[:200]}')
-    return count
-
-
 def count_mismatches(base: str, count) -> tuple[int, list[tuple]]:
-    """(requests counted, [(case set, case, rule, lab's count, server's count)] where the two differ)."""
+    """(requests counted, [(case set, case, rule, lab's count, server's count)] where the two differ), the server's
+    count asked for by the lab's own client."""
+    client = OpenAIClient(model := {'api': 'openai', 'base_url': base + '/v1', 'model_id': None, 'options': {}})
     counted, differ = 0, []
     for case_set in CASE_SETS:
         for case in load_cases(HERE / case_set):
             for rule, choose in RULES.items():
                 messages = choose(case, count)['messages']
-                counted, lab, server = counted + 1, count(messages), server_count(base, messages)
+                counted, lab, server = counted + 1, count(messages), client.count(chat_body(model, messages, 0, 0, 0))
                 if lab != server:
                     differ.append((case_set, case['id'], rule, lab, server))
     return counted, differ
+
+
+def answer_check(*argv: str) -> subprocess.CompletedProcess:
+    """`answer_check.py ARGV` in a process of its own, as a user runs it."""
+    return subprocess.run([sys.executable, 'answer_check.py', *argv], cwd=HERE, capture_output=True, text=True,
+                          timeout=RECORD_SECONDS)
+
+
+def answers_in(partial: Path) -> list[dict]:
+    """The answers a partial recording keeps; a line a kill cut off is none."""
+    kept = []
+    for line in partial.read_text(encoding='utf-8').splitlines()[1:] if partial.exists() else []:
+        with contextlib.suppress(ValueError):
+            kept += [entry['answer'] for entry in [json.loads(line)] if 'answer' in entry]
+    return kept
+
+
+def killed_part_way(argv: tuple, partial: Path) -> tuple[int, list[dict]]:
+    """Run `answer_check.py ARGV` and SIGKILL it once partial keeps an answer: (its exit status, the answers kept)."""
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen([sys.executable, 'answer_check.py', *argv], cwd=HERE, stdout=log, stderr=log,
+                                   start_new_session=True)
+        try:
+            deadline = time.monotonic() + RECORD_SECONDS
+            while not answers_in(partial) and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode, answers_in(partial)
 
 
 def served_counter(model: str) -> TokenCounter:
@@ -90,9 +125,33 @@ class RealServerTest(unittest.TestCase):
         return real_server.serving(model, output=log)
 
     def test_qwen_gguf_counter_and_the_server_differ_on_no_rule_request_of_either_case_set(self) -> None:
-        count = served_counter('qwen2.5-coder-0.5b-instruct')
-        with self.serve('qwen2.5-coder-0.5b-instruct') as (base, _):
+        count = served_counter(QWEN)
+        with self.serve(QWEN) as (base, _):
             self.assertEqual(count_mismatches(base, count), (96, []))
+
+    def test_a_sample_recorded_through_answer_check_resumes_after_a_kill_and_is_graded_offline(self) -> None:
+        folder = Path(self.enterContext(tempfile.TemporaryDirectory()))
+        pin, result = folder / 'pin.json', folder / 'result.json'
+        partial, record = result.with_suffix(PARTIAL_SUFFIX), ('record', '--model', str(pin), '--sample', '1',
+                                                               '--output', str(result))
+        with self.serve(QWEN) as (base, _):
+            pinned = answer_check('pin', QWEN, '--api', 'openai', '--base-url', base + '/v1', *PIN_OPTIONS,
+                                  '--output', str(pin))
+            self.assertEqual(pinned.returncode, 0, pinned.stderr)
+            status, kept = killed_part_way(record, partial)
+            self.assertEqual((status, result.exists()), (-signal.SIGKILL, False))
+            self.assertTrue(0 < len(kept) < SAMPLE, kept)
+            resumed = answer_check(*record)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertIn(f'reusing {len(kept)} answers from {partial.name}; asking for {SAMPLE - len(kept)} of '
+                      f'{SAMPLE}', resumed.stderr)
+        answers = [answer for *_, answer in each_answer(json.loads(result.read_text(encoding='utf-8')))]
+        self.assertEqual((len(answers), [answer for answer in kept if answer not in answers]), (SAMPLE, []))
+        graded = answer_check('--output', str(result), '--format', 'json')  # the server is stopped: offline
+        self.assertEqual(graded.returncode, 0, graded.stderr)
+        grades = json.loads(graded.stdout)
+        self.assertEqual((grades['answers_recorded'], grades['prompt_token_mismatches']), (SAMPLE, []))
+        self.assertFalse(partial.exists())
 
     def test_smollm2_gguf_is_refused_naming_its_template_not_counted_wrongly(self) -> None:
         path = real_server.SERVER / real_server.MODELS['smollm2-135m-instruct']['file']
