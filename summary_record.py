@@ -1,0 +1,156 @@
+"""The summary calls of summaries.py recorded once from a model and replayed offline, each keyed by its request body.
+
+    .venv/bin/python summary_record.py record --cases agent-cases.json [--output FILE] [--fresh]
+    .venv/bin/python summary_record.py show --cases agent-cases.json      # each case's telemetry, from the recording
+
+A call's request body is its messages and options as compact JSON (`body`); the recording maps the body's sha256 to
+the reply. Replay looks each call up: a merge's prompt is built from the part summaries the recording returned, so
+replay sends the same bytes it recorded. A call the recording lacks is one LabError naming the case and this
+command (exit 2); no summary is invented. A failed call is recorded as one, so that its fallback replays too.
+
+`record` keeps every call the file already holds (resume) unless --fresh, and writes the file after each case, whole;
+Ctrl-C leaves what the finished calls recorded and no summary. It needs a live model: `live` is the seam
+(messages, options -> reply), which the answer check's client fills once it can; until then record refuses in one
+line. It writes only --output (summary-recording.json); `show` writes nothing.
+"""
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import common
+from common import LabError
+from case_set import load_cases
+import lab_files
+from summaries import TELEMETRY, CallFailed, compact
+
+RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, which summary_rules.py replays
+RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
+RECORD = '.venv/bin/python summary_record.py record --cases {cases}'  # what records a missing call
+SOME_CASES = 'CASE_FILE'  # what RECORD names where the case file is not known (in the rules process)
+REPLY_FIELDS = ('text', 'prompt_tokens', 'completion_tokens', 'elapsed_ms')  # a recorded reply; or 'failed' alone
+CALL_FIELDS = ('messages', 'options', 'reply')  # a recorded call: what was asked, for a reader, and the reply
+
+
+class MissingCall(LabError):
+    """The recording has no reply to a call the rules make: the message names the case and how to record it."""
+
+
+def body(messages: list[dict], options: dict) -> bytes:
+    """A summary call's request body: body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
+    b'{"messages":[{"role":"user","content":"a"}],"options":{"max_tokens":64}}'"""
+    return json.dumps({'messages': messages, 'options': options}, ensure_ascii=False, separators=(',', ':')).encode()
+
+
+def key(messages: list[dict], options: dict) -> str:
+    return hashlib.sha256(body(messages, options)).hexdigest()
+
+
+def answered(reply: dict) -> dict:
+    """A recorded reply as summaries.py's call returns it; a recorded failure raises CallFailed again."""
+    if 'failed' in reply:
+        raise CallFailed(reply['failed'])
+    return reply
+
+
+def replaying(calls: dict, case_id: str, cases: str):
+    """The call that answers from a recording's calls, for one case; a call not there raises MissingCall."""
+    def call(messages: list[dict], options: dict) -> dict:
+        if (name := key(messages, options)) not in calls:
+            raise MissingCall(f'case {case_id}: the summary recording has no reply to call {name[:16]}; record it '
+                              f'with `{RECORD.format(cases=cases)}`')
+        return answered(calls[name]['reply'])
+    return call
+
+
+def recording(live, calls: dict):
+    """The call that answers from calls where it can (resume) and asks `live` otherwise, adding its reply."""
+    def call(messages: list[dict], options: dict) -> dict:
+        if (name := key(messages, options)) not in calls:
+            try:
+                reply = live(messages, options)
+                reply = {field: reply[field] for field in REPLY_FIELDS}
+            except CallFailed as failure:
+                reply = {'failed': str(failure)}
+            calls[name] = {'messages': messages, 'options': options, 'reply': reply}
+        return answered(calls[name]['reply'])
+    return call
+
+
+def check_call(where: str, entry) -> None:
+    """Refuse a recorded call that is not {messages, options, reply} with a reply of REPLY_FIELDS or one 'failed'."""
+    if not isinstance(entry, dict) or list(entry) != list(CALL_FIELDS):
+        raise LabError(f'{where}: expected the fields {list(CALL_FIELDS)}')
+    reply = entry['reply']
+    failed = isinstance(reply, dict) and list(reply) == ['failed'] and isinstance(reply['failed'], str)
+    if not failed and not (isinstance(reply, dict) and list(reply) == list(REPLY_FIELDS)
+                           and isinstance(reply['text'], str) and type(reply['elapsed_ms']) is int and all(
+                               reply[field] is None or type(reply[field]) is int for field in REPLY_FIELDS[1:3])):
+        raise LabError(f'{where}.reply: expected {list(REPLY_FIELDS)} (a string, two integers or nulls, an integer) '
+                       'or {"failed": reason}')
+    if key(entry['messages'], entry['options']) != where.rsplit('.', 1)[1]:
+        raise LabError(f'{where}: the key is not the sha256 of the call\'s request body')
+
+
+def load(path: Path) -> dict:
+    """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
+    advice = f'record it again with `{RECORD.format(cases=SOME_CASES)} --fresh`'
+    recorded = lab_files.read_json(path, 'summary recording', advice)
+    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not isinstance(
+            recorded['calls'], dict):
+        raise LabError(f'{path}: expected an object of "model" and "calls"; {advice}')
+    for name, entry in recorded['calls'].items():
+        check_call(f'{path}: calls.{name}', entry)
+    return recorded
+
+
+def recording_path() -> Path:
+    return Path(os.environ.get(RECORDING_ENV) or RECORDING)
+
+
+def record(cases: list[dict], count, live, recorded: dict, save) -> None:
+    """Every summary call the rule makes on the cases, asked of `live` unless recorded; save(recorded) after each."""
+    try:
+        for case in cases:
+            compact(case, count, recording(live, recorded['calls']))
+            save(recorded)
+    finally:
+        save(recorded)  # a call finished before Ctrl-C is a real reply; an interrupted one left nothing
+
+
+def telemetry_rows(cases: list[dict], count, calls: dict, cases_name: str) -> list[list]:
+    """Each case's telemetry (summaries.TELEMETRY) replayed from the calls, after its id."""
+    return [[case['id'], *compact(case, count, replaying(calls, case['id'], cases_name))[1].values()]
+            for case in cases]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('command', choices=('record', 'show'))
+    parser.add_argument('--cases', type=Path, default=common.DEFAULT_CASES)
+    parser.add_argument('--output', type=Path, default=None, help='the recording (default summary-recording.json)')
+    parser.add_argument('--fresh', action='store_true', help='record every call again, keeping none')
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str], live=None) -> int:
+    from tokenizer import count_request
+    options = parse_args(argv)
+    path, cases = options.output or recording_path(), load_cases(options.cases)
+    if options.command == 'show':
+        rows = telemetry_rows(cases, count_request, load(path)['calls'], str(options.cases))
+        print('\t'.join(('case', *TELEMETRY)))
+        print('\n'.join('\t'.join(map(str, row)) for row in rows))
+        return 0
+    if live is None:
+        raise LabError('record needs the answer check\'s client for a live model, which this branch does not have '
+                       'yet; replay needs no model')
+    recorded = {'model': {}, 'calls': {}} if options.fresh or not path.exists() else load(path)
+    record(cases, count_request, live, recorded,
+           lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'))
+    return 0
+
+
+if __name__ == '__main__':
+    common.run(main)
