@@ -66,13 +66,13 @@ def part_target(target: int) -> int:
     return min(target, clamp(target // 2, 1, MOST_PART_TARGET))
 
 
-def source_text(case: dict, before: int, prior: str | None = None) -> str:
-    """The turns [0, before) as lines to summarise, each message after its turn and role, after a previous summary:
+def source_text(case: dict, before: int, prior: str | None = None, start: int = 0) -> str:
+    """The turns [start, before) as lines to summarise, each message after its turn and role, after a previous summary:
     a turn 0 {'user': 'Use Postgres.', 'assistant': 'OK.'} -> '[turn 1, user] Use Postgres.\\n[turn 1, assistant] OK.'
     An assistant's calls are their message_text (name and arguments), a tool's result its content."""
     lines = [f'{EARLIER} {prior}'] if prior else []
     lines += [f'[turn {index + 1}, {message["role"]}] {message_text(message) or ""}'
-              for index in range(before) for message in turn_messages(case['history'][index])]
+              for index in range(start, before) for message in turn_messages(case['history'][index])]
     return '\n'.join(lines)
 
 
@@ -195,9 +195,10 @@ def telemetry(outcome: str, case: dict, whole: int, size: int, work: Work | None
             'server_completion_tokens': work.server['completion_tokens'], 'elapsed_ms': work.elapsed_ms}
 
 
-def compact(case: dict, count, call, prior: str | None = None, requested: int = REQUESTED) -> tuple[dict, dict]:
+def compact(case: dict, count, call, prior: str | None = None, start: int = 0,
+            requested: int = REQUESTED) -> tuple[dict, dict]:
     """The summary rule on one case: (its selection, as every rule returns, with the request's telemetry). `prior`
-    is a previous generation's summary, summarised again with the turns removed now."""
+    is a previous generation's summary of the turns before `start`, summarised again with the turns removed now."""
     room, parts = allowance(case), costs(case, count)
     whole = count(build_request(case, range(len(case['history']))))
     target = summary_target(room, case['budget']['max_new_tokens'], requested)
@@ -209,7 +210,7 @@ def compact(case: dict, count, call, prior: str | None = None, requested: int = 
         return plain, telemetry('disabled', case, whole, plain['input_tokens'])
     kept, _ = fit(reversed(range(len(parts[1]))), parts[1], room - target - parts[0], stop_at_misfit=True)
     plain, work = chosen(case, count, kept, parts=parts), Work(count, call, room)
-    text = source_text(case, len(parts[1]) - len(kept), prior)
+    text = source_text(case, len(parts[1]) - len(kept), prior, start)
     source = count(prompt(text, target)) - count(prompt('', target))
     try:
         summary = summarise(text, target, work)

@@ -109,11 +109,14 @@ def recording_path() -> Path:
     return Path(os.environ.get(RECORDING_ENV) or RECORDING)
 
 
-def record(cases: list[dict], count, live, recorded: dict, save) -> None:
-    """Every summary call the rule makes on the cases, asked of `live` unless recorded; save(recorded) after each."""
+def record(cases: list[dict], count, live, recorded: dict, save, more=None) -> None:
+    """Every summary call the rule makes on the cases, and `more(case, call)` (the generations), asked of `live`
+    unless recorded; save(recorded) after each case."""
     try:
         for case in cases:
-            compact(case, count, recording(live, recorded['calls']))
+            compact(case, count, call := recording(live, recorded['calls']))
+            if more:
+                more(case, call)
             save(recorded)
     finally:
         save(recorded)  # a call finished before Ctrl-C is a real reply; an interrupted one left nothing
@@ -131,6 +134,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--cases', type=Path, default=common.DEFAULT_CASES)
     parser.add_argument('--output', type=Path, default=None, help='the recording (default summary-recording.json)')
     parser.add_argument('--fresh', action='store_true', help='record every call again, keeping none')
+    parser.add_argument('--keys', type=Path, help="continuation keys: record the cases' summary generations too")
     return parser.parse_args(argv)
 
 
@@ -147,8 +151,13 @@ def main(argv: list[str], live=None) -> int:
         raise LabError('record needs the answer check\'s client for a live model, which this branch does not have '
                        'yet; replay needs no model')
     recorded = {'model': {}, 'calls': {}} if options.fresh or not path.exists() else load(path)
+    more = None
+    if options.keys:
+        import continuation  # it imports this module
+        keys = continuation.load_keys(options.keys, cases)
+        more = lambda case, call: continuation.generations(case, keys[case['id']]['segments'], count_request, call)
     record(cases, count_request, live, recorded,
-           lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'))
+           lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'), more)
     return 0
 
 
