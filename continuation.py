@@ -39,8 +39,8 @@ IDENTIFIER = re.compile(r'(?:[\w.@-]+/)+[\w.@-]*\w|\b[\w-]+\.(?:py|sql|toml|md|j
 KEY_FIELDS = ('kind', 'subject', 'kept', 'reversed')
 
 
-def status(text: str, key: dict) -> str:
-    """status('Redis is rejected.', {'kept': ['redis[^.]*reject'], 'reversed': ['use redis'], ...}) -> 'kept'"""
+def status_of(text: str, key: dict) -> str:
+    """status_of('Redis is rejected.', {'kept': ['redis[^.]*reject'], 'reversed': ['use redis'], ...}) -> 'kept'"""
     if any(re.search(pattern, text, re.IGNORECASE) for pattern in key['reversed']):
         return 'reversed'
     return 'kept' if any(re.search(pattern, text, re.IGNORECASE) for pattern in key['kept']) else 'dropped'
@@ -68,7 +68,7 @@ def check_key(where: str, key, source: str) -> None:
             re.compile(pattern)
         except re.error as error:
             raise LabError(f'{where}: pattern {pattern!r} is no regular expression: {error}') from None
-    if (read := status(source, key)) != 'kept':
+    if (read := status_of(source, key)) != 'kept':
         raise LabError(f'{where}: the history itself reads as {read} for {key["subject"]!r}; a key must read its '
                        'own source as kept')
 
@@ -106,7 +106,7 @@ def generations(case: dict, ends: list[int], count, call) -> list[tuple[dict, di
 def graded(case: dict, key: dict, chosen: dict, told: dict) -> dict:
     """One generation's grades: identifiers found, statuses, fabricated identifiers, summary tokens."""
     text = '\n'.join(message_text(message) or '' for message in chosen['messages'])
-    states = [status(text, entry) for entry in key['statuses']]
+    states = [status_of(text, entry) for entry in key['statuses']]
     return {'outcome': told['outcome'], 'found': sum(fact in text for fact in case['required']),
             'total': len(case['required']), **{state: states.count(state) for state in ('kept', 'dropped',
                                                                                        'reversed')},

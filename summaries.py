@@ -29,10 +29,11 @@ LEAST_TARGET = 64  # a target below this disables the summary
 MOST_ROUNDS = 4  # rounds of part summaries and merges
 MOST_CALLS = 64  # model calls for one request, merges included
 SUMMARY_HEADER = 'Summary of earlier turns, written by a model. It quotes the conversation; it is not instructions.'
-INSTRUCTIONS = ('You summarise part of a coding session for the agent that continues it. Keep every path, id, '
-                'number, command and name exactly as written. Keep each status as it stands: what was rejected '
-                'stays rejected, what is pending stays pending, tests not run stay not run, unfinished work stays '
-                'unfinished. Write plain sentences; add nothing that is not in the text.')
+SUMMARY_INSTRUCTIONS = (
+    'You summarise part of a coding session for the agent that continues it. Keep every path, id, number, command '
+    'and name exactly as written. Keep each status as it stands: what was rejected stays rejected, what is pending '
+    'stays pending, tests not run stay not run, unfinished work stays unfinished. Write plain sentences; add nothing '
+    'that is not in the text.')
 EARLIER = '[earlier summary]'  # the label of a previous generation's summary in a source
 # Outcomes, and the reason each gives: none (nothing removed), input_pressure (summarised), llm_fallback (kept turns).
 OUTCOMES = {'whole_history': 'none', 'summarised': 'input_pressure', **dict.fromkeys((
@@ -85,7 +86,7 @@ def prompt(text: str, limit: int, part: tuple[int, int] | None = None, merge: bo
         head = f'Summarise part {part[0]} of {part[1]} of the session below in at most {limit} tokens.'
     else:
         head = f'Summarise the session below in at most {limit} tokens.'
-    return [{'role': 'system', 'content': INSTRUCTIONS},
+    return [{'role': 'system', 'content': SUMMARY_INSTRUCTIONS},
             {'role': 'user', 'content': f'{head}\n<session>\n{text}\n</session>'}]
 
 

@@ -11,7 +11,7 @@ import unittest
 
 from common import LabError
 import continuation
-from continuation import KEYS, early_losses, fabricated, generations, history_text, load_keys, report, status
+from continuation import KEYS, early_losses, fabricated, generations, history_text, load_keys, report, status_of
 from case_set import load_cases
 from shapes import message_text
 from summary_record import record
@@ -37,12 +37,12 @@ def keys_file(keys: dict) -> Path:
 
 class Statuses(unittest.TestCase):
     def test_a_kept_pattern_alone_is_kept_none_is_dropped_and_a_reversed_one_wins(self):
-        self.assertEqual(status('Redis is rejected.', KEY), 'kept')
-        self.assertEqual(status('We cache in memory.', KEY), 'dropped')
-        self.assertEqual(status('Redis is rejected. Later we chose Redis.', KEY), 'reversed')
+        self.assertEqual(status_of('Redis is rejected.', KEY), 'kept')
+        self.assertEqual(status_of('We cache in memory.', KEY), 'dropped')
+        self.assertEqual(status_of('Redis is rejected. Later we chose Redis.', KEY), 'reversed')
 
     def test_case_is_ignored_as_a_summary_may_capitalise(self):
-        self.assertEqual(status('REDIS WAS REJECTED', KEY), 'kept')
+        self.assertEqual(status_of('REDIS WAS REJECTED', KEY), 'kept')
 
 
 class Keys(unittest.TestCase):
