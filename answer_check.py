@@ -1,9 +1,13 @@
-"""Record a pinned model's answers to each rule's requests through Ollama, and grade them offline.
+"""Record a pinned model's answers to each rule's requests through Ollama or an OpenAI-compatible server, and grade
+them offline.
 
     .venv/bin/python answer_check.py record           # needs Ollama with the pinned build, and prepare.py run
     .venv/bin/python answer_check.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python answer_check.py                  # offline: re-grades answer-result.json; calls no model
     .venv/bin/python answer_check.py pin TAG --output my-model.json       # pin a model Ollama holds
+    .venv/bin/python answer_check.py pin ID --api openai --base-url http://127.0.0.1:8080/v1 --counter qwen-2.5 \
+        --output my-model.json                                            # pin the model such a server serves
+    .venv/bin/python answer_check.py check --model my-model.json          # does the server hold it? sends no chat
     .venv/bin/python answer_check.py record --model my-model.json --cases my-cases.json --rules my_rules.py
 
 By default record asks for 4 rules x 6 held-out cases x 5 seeds = 120 answers, kept one by one in
@@ -12,22 +16,23 @@ answer-grades.json (NAME.grades.json beside --output) and prints its tables (doc
 call, and reuses or grades no answer of another build, nor a recording missing an answer or holding one twice.
 """
 import argparse
-from collections import Counter, deque
+from collections import Counter
 import contextlib
+import os
 from pathlib import Path
 import random
-import time
 
 import answer_f1
 import answer_keys
-from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, SAMPLING_OPTIONS, append, chat_body, check_model,
-                          check_pinned, each_answer, kept_answers, load_model, load_recording, pin_counter, recording,
-                          request_sha256, save, tell, undercounts_cached_prompt)
+from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, PARTIAL_SUFFIX, SAMPLING_OPTIONS, api,
+                          check_model, check_pinned, each_answer, load_model, load_recording, model_name, pin_counter,
+                          ready_partial, record_answers, save, seeded_requests, undercounts_cached_prompt)
 import case_set
 import common
 from common import LabError
 import lab_files
-from ollama_client import OllamaClient, OllamaError, pull_advice
+from ollama_client import OllamaClient, pull_advice
+from openai_client import BASE_URL, BASE_URL_VARIABLE, OpenAIClient, described
 from rule_files import add_timeout_option, load_rule_files
 from runner import case_selections, counter_note
 from strategies import RULES
@@ -37,32 +42,20 @@ import tokenizer
 KEYS_PATH = common.HERE / 'answer-keys.json'
 RESULT_PATH = common.HERE / 'answer-result.json'
 GRADES_PATH = common.HERE / 'answer-grades.json'
-PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
 GRADES_SUFFIX = '.grades.json'  # where the grades of an --output recording go
 DEFAULT_SPLIT = 'held_out'  # the split sent by default: the rules were written while looking at the others
 F1_RIGHT = 0.5  # --grader f1 counts an answer right at this F1 or above (--f1-threshold)
 SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading draw the same cases
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
-RECENT_CALLS = 10  # the time left is estimated from these last calls, where a server or machine slowing down shows
 CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
 NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
 MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grading says it (docs/answer-check.md)
     'cache accounting': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
+    'truncation': 'truncated: the server read fewer tokens than the request holds, so it dropped part of it, as Ollama '
+    'drops the oldest messages once a prompt exceeds num_ctx, or a server cuts what exceeds the context it loaded',
     NO_REQUEST: "the original's format names no request; the server read another text than today's, as "
     "the original's 120 answered its own cases.json (sha256 30d77344...) of other histories (docs/counter.md)",
     'unexplained': 'unexplained: the server read another prompt than the lab counted for the very request sent'}
-
-
-def seeded_requests(model: dict, strategy: str, case: dict, messages: list[dict], row: dict) -> list[dict]:
-    """The request for each of the pin's seeds, with its fact-recall row (scorer.graded_row's shape). A key joins rule
-    and case to the body's sha256 (with the seed): 30 of the default 120 repeat another rule's."""
-    budget, requests = case['budget'], []
-    for seed in model['seeds']:
-        body = chat_body(model, messages, budget['context_limit'], budget['max_new_tokens'], seed)
-        sha256 = request_sha256(body)
-        requests.append({'strategy': strategy, 'case': case['id'], 'seed': seed, 'body': body, 'request_sha256': sha256,
-                         'key': (strategy, case['id'], sha256), 'input_tokens': row['input_tokens'], 'row': row})
-    return requests
 
 
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
@@ -72,74 +65,6 @@ def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
     selections = [case_selections(case, rules, count) for case in cases]  # (rule -> selection, rule -> graded row)
     return [item for name in rules for case, (chosen, rows) in zip(cases, selections)
             for item in seeded_requests(model, name, case, chosen[name]['messages'], rows[name])]
-
-
-def open_partial(partial: Path, client: OllamaClient, plan: list[dict], fresh: bool,
-                 record_command: str) -> tuple[dict, dict, int | None]:
-    """(this server's model block, the answers partial keeps for the plan, the loaded context), the server checked."""
-    if partial.exists() and not partial.is_file():
-        raise LabError(f'{partial}: not a file, so it cannot keep the answers so far; move it away, then run again')
-    if fresh and partial.exists():
-        partial.unlink()
-        tell(f'discarded {partial.name}')
-    version, pinned = client.verify(), client.model['ollama_version']
-    if version != pinned:
-        tell(f'note: the server is Ollama {version}, not the pinned {pinned}, with the pinned digest; it is recorded.')
-    if undercounts_cached_prompt(version):
-        tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
-             'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
-    model = {**client.model, 'ollama_version': version}
-    kept = kept_answers(partial, model, plan, f'discard it with `{record_command} --fresh`')
-    if kept is None:
-        save(partial, {'model': model}, 'partial recording', None)  # one line, as append() writes
-    return model, *(kept or ({}, None))
-
-
-def note_loaded_context(client: OllamaClient, partial: Path, num_ctx: int) -> int | None:
-    """The context /api/ps says the model is loaded with, kept in partial; None where it says none, or fails."""
-    try:
-        length = client.loaded_context_length()
-    except OllamaError as error:  # it costs only the note
-        tell(f'the server did not say what context it loaded the model with ({error}); recording goes on')
-        return None
-    if length:
-        tell(f'the server loaded {client.model["ollama_tag"]} with a context of {length} tokens; '
-             f'num_ctx {num_ctx} only decides which old messages it would drop')
-        append(partial, {'loaded_context_length': length})
-    return length
-
-
-def record_answers(plan: list[dict], client: OllamaClient, result_path: Path, fresh: bool, chosen: dict,
-                   record_command: str) -> None:
-    """Ask for every planned answer not kept; write result_path, carrying chosen, once all are in."""
-    partial = result_path.with_suffix(PARTIAL_SUFFIX)
-    model, answers, context_length = open_partial(partial, client, plan, fresh, record_command)
-    asking, recent, last = len(plan) - len(answers), deque(maxlen=RECENT_CALLS), time.monotonic()
-    tell(f'reusing {len(answers)} answers from {partial.name}; asking for {asking} of {len(plan)}' if answers
-         else f'asking for {asking} answers; the first call may also load the model')
-    for number, item in enumerate(plan, 1):
-        if item['key'] in answers:
-            continue
-        label = f'{item["strategy"]} {item["case"]} seed {item["seed"]}'
-        try:
-            reply = client.answer(item['body'])
-        except OllamaError as error:
-            kept = f'the {len(answers)} answers so far are kept in {partial.name}' if answers else 'no answer is kept'
-            raise OllamaError(f'call {number} of {len(plan)} ({label}): {error}; {kept}') from None
-        answer = answers[item['key']] = {**reply, 'request_sha256': item['request_sha256'],
-                                         'input_tokens': item['input_tokens']}
-        # Kept before anything else is asked, so no later failure can lose this answer.
-        append(partial, {'strategy': item['strategy'], 'case': item['case'], 'answer': answer})
-        asked = len(answers) - (len(plan) - asking)
-        if asked == 1:  # the model is loaded now, so /api/ps can say with what context
-            context_length = note_loaded_context(client, partial, item['body']['options']['num_ctx']) or context_length
-        recent.append(time.monotonic() - last)  # the call's seconds, writing included
-        last += recent[-1]
-        minutes, rest = divmod(round(sum(recent) / len(recent) * (asking - asked)), 60)
-        left = f'{minutes} min {rest} s' if minutes else f'{rest} s'
-        tell(f'call {number} of {len(plan)}: {label}: {recent[-1]:.1f} s, about {left} left')
-    save(result_path, recording(model, context_length, chosen, plan, answers), 'recording')
-    partial.unlink(missing_ok=True)
 
 
 def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str, hint: str,
@@ -164,7 +89,8 @@ def grade_recording(recorded: dict, keys: dict, plan: list[dict], f1: tuple[dict
     """The grades file's content; a planned request's fact-recall row joins an answer given that very request. With f1
     ({case_id: kind}, threshold), keys are gold answers scored by F1."""
     model, current = recorded['model'], {(item['strategy'], item['case'], item['seed']): item for item in plan}
-    undercounts, compared = undercounts_cached_prompt(model['ollama_version']), pin_counter(model)[1]
+    undercounts = api(model) == 'ollama' and undercounts_cached_prompt(model['ollama_version'])
+    compared = pin_counter(model)[1]
     mismatches, cut_off, outdated, joined = [], [], [], []
     for strategy, case_id, answer in each_answer(recorded):
         where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
@@ -174,7 +100,8 @@ def grade_recording(recorded: dict, keys: dict, plan: list[dict], f1: tuple[dict
         joined.append((strategy, case_id, answer, today['row'] if same else None))
         count, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
         if compared and read != count:  # prompt_tokens are held only to the served model's own counter
-            cause = 'cache accounting' if undercounts and read < count else 'unexplained' if sent else NO_REQUEST
+            cause = ('cache accounting' if undercounts and read < count else NO_REQUEST if not sent else
+                     'truncation' if read < count else 'unexplained')
             mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': count, 'cause': cause})
         if answer['done_reason'] == CUT_OFF:
             cut_off.append(where)
@@ -193,7 +120,7 @@ def grades_report(grades: dict) -> str:
     """The grader's tables and lists, then the checks kept apart."""
     cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
         f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
-    (name, own), tag = pin_counter(grades['model']), grades['model']['ollama_tag']
+    (name, own), tag = pin_counter(grades['model']), model_name(grades['model'])
     # A report leaves the default counter unnamed; a counter that is not the served model's own is named too.
     note = counter_note({'counter': {} if own and name == tokenizer.DEFAULT else {'name': name}})
     lines = [*([f'Answers of {tag}{note}{", not its own counter" * (not own)}:'] if note else []),
@@ -201,7 +128,7 @@ def grades_report(grades: dict) -> str:
     for cause, meaning in MISMATCH_CAUSES.items():
         if found := [m for m in grades['prompt_token_mismatches'] if m['cause'] == cause]:
             lines.append(f'{counted(len(found), "answer")} whose prompt_tokens differ from the lab\'s count ('
-                         f'{meaning.format(grades["model"]["ollama_version"])}):')
+                         f'{meaning.format(grades["model"].get("ollama_version"))}):')
             lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
                       f'the lab counted {m["input_tokens"]}' for m in found]
     if not grades['prompt_token_mismatches']:
@@ -221,8 +148,13 @@ def grades_report(grades: dict) -> str:
 def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade recorded answers offline, record them '
                                      'from the pinned model through Ollama first, or pin a model.')
-    parser.add_argument('command', nargs='?', choices=['record', 'pin'], help='record, then grade; or pin TAG')
-    parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b')
+    parser.add_argument('command', nargs='?', choices=['record', 'pin', 'check'],
+                        help='record, then grade; pin TAG; or check that the server holds the pinned model (no chat)')
+    parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b, or the model id')
+    parser.add_argument('--api', choices=['ollama', 'openai'], default='ollama',
+                        help='with pin: openai for a server of /v1/chat/completions (llama.cpp, vLLM, LM Studio)')
+    parser.add_argument('--base-url', help=f'with pin --api openai: its base URL (default ${BASE_URL_VARIABLE}, '
+                        f'else {BASE_URL})')
     parser.add_argument('--model', type=Path, help="the pin (default answer-model.json; grading: the recording's)")
     common.add_input_options(parser, cases_path)
     add_timeout_option(parser)
@@ -235,18 +167,22 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     parser.add_argument('--format', choices=['table', 'json'], default='table', help='json: the grades on stdout')
     parser.add_argument('--yes', action='store_true', help=f'with record: make more than {ASK_ABOVE} calls')
     parser.add_argument('--fresh', action='store_true', help='with record: discard the partial file first')
-    for option in SAMPLING_OPTIONS:
+    for option in (*SAMPLING_OPTIONS, 'repeat_penalty'):
         parser.add_argument(f'--{option.replace("_", "-")}', type=int if option == 'top_k' else float,
                             help=f'with pin: {option} (default: that of --model)')
     parser.add_argument('--seeds', type=int, nargs='+', help='with pin: seeds such as 1 2 3, one trial each')
     parser.add_argument('--counter', type=lambda text: text if text == CLOSEST else tokenizer.counter_choice(text),
                         help=f"with pin: the counter, if not the model's own ({CLOSEST}: the nearest of its family)")
     args = parser.parse_args(argv)  # a usage error exits 2
-    pin_only = args.seeds or args.counter or any(getattr(args, option) is not None for option in SAMPLING_OPTIONS)
+    pin_only = args.seeds or args.counter or args.base_url or args.api != 'ollama' or any(
+        getattr(args, option) is not None for option in (*SAMPLING_OPTIONS, 'repeat_penalty'))
     for wrong, message in (((args.command == 'pin') != (args.tag is not None), 'pin takes one TAG; only pin does'),
                            (args.command == 'pin' and args.output is None, 'pin needs --output FILE'),
                            ((args.fresh or args.yes) and args.command != 'record', '--fresh and --yes go with record'),
-                           (pin_only and args.command != 'pin', '--seeds, --counter and sampling options go with pin'),
+                           (pin_only and args.command != 'pin',
+                            '--api, --base-url, --seeds, --counter and sampling options go with pin'),
+                           ((args.base_url or args.repeat_penalty is not None) and args.api != 'openai',
+                            '--base-url and --repeat-penalty go with --api openai'),
                            (args.grader == 'f1' and args.keys is None, '--grader f1 needs --keys GOLD.json'),
                            (args.grader != 'f1' and args.f1_threshold != F1_RIGHT, '--f1-threshold goes with f1')):
         if wrong:
@@ -254,16 +190,36 @@ def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     return args
 
 
+def client_for(model: dict):
+    """The client of the API the pin names: both answer chat_body's requests, checked, in the same shape."""
+    return OpenAIClient(model) if api(model) == 'openai' else OllamaClient(model)
+
+
 def pin(args: argparse.Namespace) -> int:
     defaults = load_model(args.model)
-    options = {**defaults['options'], **{o: v for o in SAMPLING_OPTIONS if (v := getattr(args, o)) is not None}}
+    asked = {o: v for o in (*SAMPLING_OPTIONS, 'repeat_penalty') if (v := getattr(args, o)) is not None}
     lab_files.check_outputs([('--output', args.output)], [('--model', args.model)])
-    client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
-    pinned = check_model(f'{args.output}: pin', client.pin(options, args.seeds or defaults['seeds'], args.counter))
+    seeds = args.seeds or defaults['seeds']
+    if args.api == 'openai':
+        base_url = args.base_url or os.environ.get(BASE_URL_VARIABLE) or BASE_URL
+        client = OpenAIClient({'api': 'openai', 'base_url': base_url, 'model_id': args.tag})
+        pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, asked, seeds,
+                                                                 args.counter))
+        where = f'at {base_url}{described(pinned["server"])}'
+    else:
+        client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
+        pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, seeds, args.counter))
+        where = f'at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}'
     save(args.output, pinned, 'answer model pin')
     note = '' if pin_counter(pinned)[1] else ', not its own counter, so prompt_tokens will not be compared'
-    print(f'{args.output}: pins {args.tag} at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}, '
-          f'counted by {pinned["counter"]}{note}')
+    print(f'{args.output}: pins {args.tag} {where}, counted by {pinned["counter"]}{note}')
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    """Whether the server holds the pinned model, as record checks it first; no chat, nothing written."""
+    client = client_for(load_model(args.model))
+    print(client.holds())
     return 0
 
 
@@ -315,12 +271,15 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
         model, rules, cases, keys = inputs = load_inputs(args, keys_path, recorded, result_path)
         plan = []
         if args.command == 'record':
-            plan = planned_requests(cases, rules, model)
-            if len(plan) > ASK_ABOVE and not args.yes:
-                raise LabError(f'record would make {len(plan):,} calls ({len(rules)} rules x {len(cases)} cases x '
+            if (calls := len(rules) * len(cases) * len(model['seeds'])) > ASK_ABOVE and not args.yes:
+                raise LabError(f'record would make {calls:,} calls ({len(rules)} rules x {len(cases)} cases x '
                                f'{len(model["seeds"])} seeds); add --yes to make them, or choose fewer with --sample N')
+            ready_partial(result_path.with_suffix(PARTIAL_SUFFIX), args.fresh)
+            client = client or client_for(model)
+            client.checked_model()  # a server that is not there says so before the requests are counted (seconds)
+            plan = planned_requests(cases, rules, model)
             chosen = {'split': args.split, 'sample': args.sample, 'cases_sha256': args.cases_sha256}
-            record_answers(plan, client or OllamaClient(model), result_path, args.fresh, chosen, record)
+            record_answers(plan, client, result_path, args.fresh, chosen, record)
             state['recorded'] = True
             recorded = load_recording(result_path, redo)
         if args.model is not None:
@@ -340,13 +299,20 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
     return grades, inputs
 
 
+def server_advice(model: dict) -> str:
+    """What to start before a recording: the pinned server and model, or Ollama with the pinned build."""
+    if api(model) == 'openai':
+        return f'the server at {model["base_url"]} with {model["model_id"]}'
+    return f'Ollama, {pull_advice(model["ollama_tag"], model["ollama_digest"])}'
+
+
 def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path: Path = KEYS_PATH,
          model_path: Path = MODEL_PATH, result_path: Path = RESULT_PATH, grades_path: Path = GRADES_PATH,
-         client: OllamaClient | None = None) -> int:
+         client=None) -> int:
     args = parse_args(argv, cases_path)
     args.model = args.model or (model_path if args.command else None)  # grading takes the recording's own pin
-    if args.command == 'pin':
-        return pin(args)
+    if args.command in ('pin', 'check'):
+        return pin(args) if args.command == 'pin' else check(args)
     result_path, keys_path = args.output or result_path, args.keys or keys_path
     grades_path = grades_path if args.output is None else result_path.with_suffix(GRADES_SUFFIX)
     recording = [('--output', result_path), ('its partial file', result_path.with_suffix(PARTIAL_SUFFIX))]
@@ -357,8 +323,8 @@ def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path:
     print(grades_path.read_text(encoding='utf-8').rstrip('\n') if args.format == 'json'  # else the tables; file: both
           else grades_report(grades) if grades['answers_recorded'] else
           f'Nothing is recorded: {result_path.name} holds the pinned model block and no answers.\nTo record, start '
-          f'Ollama, {pull_advice(model["ollama_tag"], model["ollama_digest"])}; then run `{common.python_command()} '
-          f'answer_check.py record` ({len(rules) * len(cases) * len(model["seeds"])} calls).')
+          f'{server_advice(model)}; then run `{common.python_command()} answer_check.py record` '
+          f'({len(rules) * len(cases) * len(model["seeds"])} calls).')
     return 0
 
 

@@ -16,15 +16,15 @@ grading are answer_check.py's: it retries no call, and grades no recording missi
 import argparse
 from pathlib import Path
 
-from answer_check import (GRADES_SUFFIX, PARTIAL_SUFFIX, check_complete, grade_recording, grades_report, record_answers,
-                          seeded_requests, stops_told)
+from answer_check import (GRADES_SUFFIX, check_complete, client_for, grade_recording, grades_report, server_advice,
+                          stops_told)
 from answer_keys import load_answer_keys
-from answer_model import MODEL_PATH, load_model, load_recording, pin_counter, save
+from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, load_model, load_recording, pin_counter, record_answers, save,
+                          seeded_requests)
 import common
 import lab_files
 from memory_cases import MEMORY_CASES, load_memory_cases
 from memory_eval import FILLS, filled_requests
-from ollama_client import OllamaClient
 import tokenizer
 
 MEMORY_KEYS = common.HERE / 'memory-answer-keys.json'
@@ -56,7 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | None) -> str:
+def run_answers(args: argparse.Namespace, paths: dict, client) -> str:
     """What to print: the grades, after recording if args say so, or how to record when nothing is recorded."""
     record = f'{common.python_command()} memory_answers.py record'
     redo = f'record again with `{record}`'
@@ -67,12 +67,12 @@ def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | No
             model = load_model(paths['model'])
             plan = planned_answers(cases, model)
             chosen = {'split': 'all', 'sample': None, 'cases_sha256': cases_sha256}
-            record_answers(plan, client or OllamaClient(model), paths['result'], args.fresh, chosen, record)
+            record_answers(plan, client or client_for(model), paths['result'], args.fresh, chosen, record)
             state['recorded'] = True
         elif not paths['result'].exists():
             model = load_model(paths['model'])
-            return (f'Nothing is recorded: there is no {paths["result"].name}. To record, start Ollama with '
-                    f'{model["ollama_tag"]} at digest {model["ollama_digest"][:12]} and run `{record}` '
+            return (f'Nothing is recorded: there is no {paths["result"].name}. To record, start '
+                    f'{server_advice(model)}; then run `{record}` '
                     f'({len(FILLS) * len(cases["questions"]) * len(model["seeds"])} calls).')
         recorded = load_recording(paths['result'], redo)
         if args.command != 'record':  # else graded with the plan just recorded from, as answer_check does
@@ -85,7 +85,7 @@ def run_answers(args: argparse.Namespace, paths: dict, client: OllamaClient | No
 
 def main(argv: list[str], *, cases_path: Path = MEMORY_CASES, keys_path: Path = MEMORY_KEYS,
          model_path: Path = MODEL_PATH, result_path: Path = MEMORY_RESULT, grades_path: Path = MEMORY_GRADES,
-         client: OllamaClient | None = None) -> int:
+         client=None) -> int:
     args = parse_args(argv)
     result_path = args.output or result_path
     paths = {'cases': args.cases or cases_path, 'keys': args.keys or keys_path, 'model': args.model or model_path,

@@ -12,7 +12,7 @@ import shutil
 import threading
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, MODEL_CHECKS, encode, excerpt, new_pin_counter
+from answer_model import ANSWER_CHECKS, MODEL_CHECKS, encode, excerpt, new_pin_counter, tell, undercounts_cached_prompt
 from common import LabError
 from text import clipped
 
@@ -68,9 +68,12 @@ def ollama_host(value: str | None) -> str:
 
 
 def reply_detail(body: str, payload: dict | None) -> str:
-    """What a reply said, for a message: its error, else its body quoted and cut short, or 'an empty body'."""
-    if payload is not None and isinstance(payload.get('error'), str):
-        return payload['error']
+    """What a reply said, for a message: its error (Ollama's string, or the message of an OpenAI-compatible server's
+    object), else its body quoted and cut short, or 'an empty body'."""
+    error = payload.get('error') if payload is not None else None
+    error = error.get('message') if isinstance(error, dict) else error
+    if isinstance(error, str):
+        return error
     text = clipped(' '.join(body.split()), BODY_QUOTED)
     return f'the body "{text}"' if text else 'an empty body'
 
@@ -87,13 +90,111 @@ def find_tag(listed, tag: str) -> dict | None:
     return next((m for m in entries if isinstance(m, dict) and tag in (m.get('name'), m.get('model'))), None)
 
 
-class OllamaClient:
-    def __init__(self, model: dict):
+class ServerClient:
+    """What both clients share: requests with a deadline for the whole reply, bounded, never redirected. A client
+    names its server (SERVER), where its address is set (ADDRESS, like EXAMPLE), and its error class (ERROR)."""
+    SERVER, ADDRESS, EXAMPLE, ERROR = 'Ollama', 'OLLAMA_HOST', DEFAULT_HOST, OllamaError
+
+    def __init__(self, model: dict, host: str):
         import requests  # here, not at the top: a missing package is then common.run's one line
-        self.model, self.host = model, ollama_host(os.environ.get('OLLAMA_HOST'))
+        self.model, self.host, self.checked = model, host, None  # checked: the model block once the server passed
         self.session = requests.Session()
         self.session.trust_env = False  # the server is local: a proxy from the environment must not carry requests
+
+    def headers(self) -> dict:
+        return {}
+
+    def unreachable(self) -> str:
+        return f'nothing answers at {self.host}: start the server, or set {self.ADDRESS} to the address it listens on'
+
+    def _fetch(self, path: str, data: bytes | None, timeout: float) -> tuple:
+        """(response, its body inflated to REPLY_LIMIT + 1 bytes at most) within timeout seconds, or one self.ERROR."""
+        import requests
+        from urllib3.exceptions import HTTPError, ProtocolError
+        done: dict = {}
+
+        def send() -> None:  # in a thread of its own, so that a reply trickling in cannot outlast the deadline
+            try:  # no redirect is followed: its target's build is unchecked
+                done['response'] = response = self.session.request(
+                    'POST' if data else 'GET', self.host + path, data=data, timeout=timeout, stream=True,
+                    allow_redirects=False,
+                    headers={**self.headers(), **({'Content-Type': 'application/json'} if data else {})})
+                with response:  # inflated only up to the limit, so a small compressed body cannot fill the memory
+                    done['body'] = response.raw.read(REPLY_LIMIT + 1, decode_content=True)
+            except BaseException as error:  # raised below, in the caller's thread
+                done['error'] = error
+        worker = threading.Thread(target=send, daemon=True)
+        worker.start()
+        worker.join(timeout)
+        error = requests.Timeout() if worker.is_alive() else done.get('error')
+        cause = error.args[0] if isinstance(error, requests.RequestException) and error.args else error
+        if isinstance(error, requests.Timeout):
+            raise self.ERROR(f'{self.SERVER} at {self.host} did not answer {path} within {timeout:g} s: '
+                             'check that the server is not stuck or overloaded, then run again')
+        if isinstance(cause, ProtocolError):  # it accepted the connection, then closed it before the reply ended
+            raise self.ERROR(f'{self.SERVER} at {self.host} broke off its reply to {path} ({cause.args[0]}): '
+                             'run again, and read the server log if it happens again')
+        if isinstance(error, requests.ConnectionError):
+            raise self.ERROR(self.unreachable())
+        if isinstance(error, HTTPError):  # such as a body that does not decompress
+            raise self.ERROR(f'{self.SERVER} at {self.host} sent a reply to {path} that cannot be read '
+                             f'({error.args[0]})')
+        if isinstance(error, requests.RequestException):
+            raise self.ERROR(f'cannot send a request to {self.host} ({error}): set {self.ADDRESS} like {self.EXAMPLE}')
+        if error is not None:
+            raise error
+        return done['response'], done['body']
+
+    def _send(self, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
+        """(status, body, the body if a JSON object); a reply too large or a redirect is one self.ERROR."""
+        response, body = self._fetch(path, data, timeout)
+        if len(body) > REPLY_LIMIT:
+            raise self.ERROR(f'{self.SERVER} at {self.host} answered {path} with more than {REPLY_LIMIT >> 20} MiB '
+                             f'once decompressed, so the reply was refused: check what serves at {self.ADDRESS}')
+        if response.is_redirect:
+            raise self.ERROR(f'{self.SERVER} at {self.host} answered {path} with HTTP {response.status_code}, a '
+                             f'redirect to {response.headers["Location"]}, which the lab never follows: set '
+                             f'{self.ADDRESS} to the server that answers itself')
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):  # not JSON at all, or nested too deeply to read
+            payload = None
+        return response.status_code, body.decode('utf-8', 'replace'), payload if isinstance(payload, dict) else None
+
+
+class OllamaClient(ServerClient):
+    def __init__(self, model: dict):
+        super().__init__(model, ollama_host(os.environ.get('OLLAMA_HOST')))
         self.version: str | None = None  # set once verify() has passed
+
+    def unreachable(self) -> str:
+        # Without the ollama command there is nothing to start: say so before the start advice.
+        install = ('' if shutil.which('ollama') else
+                   ', and no `ollama` command is on PATH: install Ollama (from its download page), then')
+        return (f'no Ollama server answers at {self.host}{install or ":"} start it with `ollama serve`, or set '
+                'OLLAMA_HOST to the address it listens on')
+
+    def checked_model(self) -> dict:
+        """The model block a recording keeps: the pin with the server's version, the digest checked; noted once."""
+        if self.checked is None:
+            version, pinned = self.verify(), self.model['ollama_version']
+            if version != pinned:
+                tell(f'note: the server is Ollama {version}, not the pinned {pinned}, with the pinned digest; it is '
+                     'recorded.')
+            if undercounts_cached_prompt(version):
+                tell(f'note: Ollama {version} leaves cached prompt tokens out of prompt_eval_count, so the second '
+                     'and later seeds of each request will show as prompt-token mismatches; grading marks them so.')
+            self.checked = {**self.model, 'ollama_version': version}
+        return self.checked
+
+    def holds(self) -> str:
+        """What check prints once the server holds the pinned build."""
+        return (f'Ollama {self.verify()} at {self.host} has {self.model["ollama_tag"]} '
+                f'with the pinned digest {self.model["ollama_digest"]}')
+
+    def count(self, body: dict) -> None:
+        """Ollama cannot count a request without answering it: record compares prompt_eval_count after."""
+        return None
 
     def verify(self) -> str:
         """Check the server and the pinned digest once; return the server's version."""
@@ -170,62 +271,6 @@ class OllamaClient:
         """The context /api/ps says the tag was loaded with; None where it says none (0, or before 0.9.7)."""
         length = (find_tag(self._call('/api/ps').get('models'), self.model['ollama_tag']) or {}).get('context_length')
         return length if type(length) is int and length > 0 else None
-
-    def _fetch(self, path: str, data: bytes | None, timeout: float) -> tuple:
-        """(response, its body inflated to REPLY_LIMIT + 1 bytes at most) within timeout seconds, or one OllamaError."""
-        import requests
-        from urllib3.exceptions import HTTPError, ProtocolError
-        done: dict = {}
-
-        def send() -> None:  # in a thread of its own, so that a reply trickling in cannot outlast the deadline
-            try:  # no redirect is followed: its target's build is unchecked
-                done['response'] = response = self.session.request(
-                    'POST' if data else 'GET', self.host + path, data=data, timeout=timeout, stream=True,
-                    allow_redirects=False, headers={'Content-Type': 'application/json'} if data else {})
-                with response:  # inflated only up to the limit, so a small compressed body cannot fill the memory
-                    done['body'] = response.raw.read(REPLY_LIMIT + 1, decode_content=True)
-            except BaseException as error:  # raised below, in the caller's thread
-                done['error'] = error
-        worker = threading.Thread(target=send, daemon=True)
-        worker.start()
-        worker.join(timeout)
-        error = requests.Timeout() if worker.is_alive() else done.get('error')
-        cause = error.args[0] if isinstance(error, requests.RequestException) and error.args else error
-        if isinstance(error, requests.Timeout):
-            raise OllamaError(f'Ollama at {self.host} did not answer {path} within {timeout:g} s: '
-                              'check that the server is not stuck or overloaded, then run again')
-        if isinstance(cause, ProtocolError):  # it accepted the connection, then closed it before the reply ended
-            raise OllamaError(f'Ollama at {self.host} broke off its reply to {path} ({cause.args[0]}): '
-                              'run again, and read the server log if it happens again')
-        if isinstance(error, requests.ConnectionError):
-            # Without the ollama command there is nothing to start: say so before the start advice.
-            install = ('' if shutil.which('ollama') else
-                       ', and no `ollama` command is on PATH: install Ollama (from its download page), then')
-            raise OllamaError(f'no Ollama server answers at {self.host}{install or ":"} start it with '
-                              '`ollama serve`, or set OLLAMA_HOST to the address it listens on')
-        if isinstance(error, HTTPError):  # such as a body that does not decompress
-            raise OllamaError(f'Ollama at {self.host} sent a reply to {path} that cannot be read ({error.args[0]})')
-        if isinstance(error, requests.RequestException):
-            raise OllamaError(f'cannot send a request to {self.host} ({error}): set OLLAMA_HOST like {DEFAULT_HOST}')
-        if error is not None:
-            raise error
-        return done['response'], done['body']
-
-    def _send(self, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
-        """(status, body, the body if a JSON object); a reply too large or a redirect is one OllamaError."""
-        response, body = self._fetch(path, data, timeout)
-        if len(body) > REPLY_LIMIT:
-            raise OllamaError(f'Ollama at {self.host} answered {path} with more than {REPLY_LIMIT >> 20} MiB once '
-                              'decompressed, so the reply was refused: check what serves at OLLAMA_HOST')
-        if response.is_redirect:
-            raise OllamaError(f'Ollama at {self.host} answered {path} with HTTP {response.status_code}, a redirect to '
-                              f'{response.headers["Location"]}, which the lab never follows: set OLLAMA_HOST to the '
-                              'server that answers itself')
-        try:
-            payload = json.loads(body)
-        except (ValueError, RecursionError):  # not JSON at all, or nested too deeply to read
-            payload = None
-        return response.status_code, body.decode('utf-8', 'replace'), payload if isinstance(payload, dict) else None
 
     def _call(self, path: str, data: bytes | None = None, timeout: float = CHECK_TIMEOUT) -> dict:
         """One request whose answer must be a JSON object; every way it can fail is one OllamaError."""

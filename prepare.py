@@ -1,6 +1,7 @@
 """Fetch the pinned tokenizer into prepared/, checked byte for byte, so that tokenizer.py can count offline.
 
     .venv/bin/python prepare.py [--source hub|pypi]   # the Hub; the PyPI mirror only if the Hub cannot be reached
+    .venv/bin/python prepare.py --counter-from MODEL.gguf   # the counter that counts a served GGUF (gguf_counter.py)
 
 From the Hub: the publisher's tokenizer.json and chat_template.jinja. From PyPI: the pinned llama-cpp-python
 sdist (kept in .prepared.archive/ beside the folder, and reused while its sha256 is the pinned one); tokenizer.json
@@ -26,10 +27,11 @@ import time
 import zlib
 
 from common import LabError, run
-from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders
+from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders, to_json
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, vocab_spec)
+import gguf_counter
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
@@ -94,37 +96,52 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 
-def download_sdist(workdir: Path, mirror: dict) -> Path:
-    """pip download the pinned sdist into workdir, pip's TMPDIR inside it; pip refuses any other bytes."""
-    requirement = f"{mirror['package']}=={mirror['version']}"
-    say(f'downloading the {requirement} sdist with pip (about 77 MB) ...')
-    started = time.monotonic()
-    pinned, downloads, tmp = workdir / 'sdist-requirement.txt', workdir / 'download', workdir / 'pip-tmp'
-    pinned.write_text(f"{requirement} --hash=sha256:{mirror['sdist_sha256']}\n", encoding='utf-8')
-    tmp.mkdir()
-    # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
-    # too (~3.5 min, not ~6 s). pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
-    process = subprocess.Popen([sys.executable, '-m', 'pip', 'download', '--no-deps', '--no-binary', mirror['package'],
-                                '--require-hashes', '--quiet', '--dest', str(downloads), '-r', str(pinned)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               errors='replace', env=os.environ | {'TMPDIR': str(tmp)}, start_new_session=True)
+def run_group(command: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[str, int]:
+    """Run a command in a session of its own, its output read through a pipe: (output, exit status). Ctrl-C reaches
+    only this script, which then stops the command and every process it started before anything is removed."""
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors='replace', env=env, cwd=cwd, start_new_session=True)
     try:
-        said, status = process.communicate()[0], process.returncode
-        print(said, end='', file=sys.stderr, flush=True)
+        return process.communicate()[0], process.returncode
     except BaseException:
-        # pip has a session of its own, so Ctrl-C reaches only this script, which stops pip and every build
-        # process it started before the temporary folder is removed: nothing keeps writing there afterwards.
         with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         raise
+
+
+def pip_download(workdir: Path, pinned: dict[str, str], options: list[str], what: str, advice: str,
+                 elsewhere: str = ELSEWHERE) -> Path:
+    """pip download each pinned requirement ('name==version' -> sha256) into workdir/download, pip's TMPDIR inside
+    workdir; pip refuses any other bytes. `what` names the download in messages, `advice` ends a failed one's and
+    `elsewhere` says where else the folder can go."""
+    downloads, tmp, requirements = workdir / 'download', workdir / 'pip-tmp', workdir / 'pinned-requirements.txt'
+    requirements.write_text(''.join(f'{name} --hash=sha256:{sha256}\n' for name, sha256 in pinned.items()),
+                            encoding='utf-8')
+    tmp.mkdir()
+    # pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
+    said, status = run_group([sys.executable, '-m', 'pip', 'download', '--no-deps', *options, '--require-hashes',
+                              '--quiet', '--dest', str(downloads), '-r', str(requirements)],
+                             env=os.environ | {'TMPDIR': str(tmp)})
+    print(said, end='', file=sys.stderr, flush=True)
     if status != 0 and os.strerror(errno.ENOSPC) in said:
-        raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}): the disk is full (pip's "
-                           f'message is above); free space in {workdir.parent}, where pip downloads and builds, or '
-                           f'{ELSEWHERE}')
+        raise PrepareError(f"pip download of {what} failed (exit {status}): the disk is full (pip's message is "
+                           f'above); free space in {workdir.parent}, where pip downloads and builds, or {elsewhere}')
     if status != 0:
-        raise PrepareError(f"pip download of the {requirement} sdist failed (exit {status}, pip's message is above);"
-                           " check pip's index configuration (pip config list) or try --source hub")
+        raise PrepareError(f"pip download of {what} failed (exit {status}, pip's message is above); check pip's index "
+                           f'configuration (pip config list){advice}')
+    return downloads
+
+
+def download_sdist(workdir: Path, mirror: dict) -> Path:
+    """pip download the pinned sdist into workdir; pip refuses any other bytes."""
+    requirement = f"{mirror['package']}=={mirror['version']}"
+    say(f'downloading the {requirement} sdist with pip (about 77 MB) ...')
+    started = time.monotonic()
+    # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
+    # too (~3.5 min, not ~6 s).
+    downloads = pip_download(workdir, {requirement: mirror['sdist_sha256']}, ['--no-binary', mirror['package']],
+                             f'the {requirement} sdist', ' or try --source hub')
     if not (sdist := downloads / mirror['sdist']).is_file():
         raise PrepareError(f"pip download did not produce {mirror['sdist']} in {downloads}")
     say(f'downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({seconds(started)})')
@@ -244,6 +261,15 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                            f'folder (free space, permissions, nothing in the way) or {ELSEWHERE}') from error
 
 
+def served_counter(path: Path, fields: dict, name: str, manifest: dict) -> str:
+    """The GGUF's profile once its vocabulary is checked against the prepared counter's, as JSON."""
+    from tokenizer import TokenCounter
+
+    gguf_counter.check_vocab(path, fields, counter_folder(name, PREPARED) / TOKENIZER_JSON, name,
+                             manifest['counters'][name])
+    return to_json(gguf_counter.served_profile(path, name, TokenCounter(name=name).profile()))
+
+
 def after_interrupt(dest: Path, before: tuple | None) -> str:
     """What is true after an interrupt, read from the disk (before: dest's identity when the run started)."""
     state = (f'{dest} is as it was' if file_identity(dest) == before
@@ -260,6 +286,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument('--source', choices=SOURCES, help='use only this source (default: hub, else pypi)')
     parser.add_argument('--manifest', type=Path, default=MANIFEST,
                         help='pinned identity to prepare (default: tokenizer-manifest.json beside this script)')
+    parser.add_argument('--counter-from', type=Path, metavar='FILE.gguf', help='prepare the counter that counts this '
+                        "GGUF model exactly, recognised by its own template and vocabulary (gguf_counter.py), and "
+                        "print the GGUF's profile; refused in one line if no counter reproduces it")
     parser.add_argument('--counter', default=DEFAULT, metavar='NAME', help=f'prepare this counter (default: {DEFAULT}) '
                         'or, with all, every counter, from one download; a counter other than the default comes from '
                         'the PyPI archive only, into a folder beside prepared/ named after it (prepared-llama-3.1/)')
@@ -268,6 +297,10 @@ def main(argv: list[str]) -> int:
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
+        if served := args.counter_from and (args.counter_from, gguf_counter.read_gguf(args.counter_from)):
+            if args.counter != DEFAULT:
+                raise LabError('--counter-from chooses the counter itself; give it without --counter')
+            names = [gguf_counter.counter_for(*served, manifest)]
         if not set(names) <= set(manifest['counters']):
             raise LabError(f"--counter {args.counter}: no such counter; the counters are: "
                            f"{', '.join(manifest['counters'])} (or all)")
@@ -280,6 +313,8 @@ def main(argv: list[str]) -> int:
             print(f"prepared{' ' + name if named else ''} from {source} in {seconds(started)}: {files} and "
                   f'{PREPARED_JSON} in {where}' if downloaded else f'{where} is already complete and valid '
                   f"({name + ', ' if named else ''}source: {source}: {files}); nothing downloaded", flush=True)
+        if served:
+            print(served_counter(*served, names[0], manifest), end='')
     except LabError as error:
         raise LabError(f'error: {error}') from None  # progress lines start with 'prepare.py: ' too
     except KeyboardInterrupt:

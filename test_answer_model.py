@@ -1,4 +1,4 @@
-"""Tests for the pin and the shape of a recording (answer_model.py), and its check command.
+"""Tests for the pin and the shape of a recording (answer_model.py), its request bodies, and `answer_check.py check`.
 
     .venv/bin/python -m unittest -v test_answer_model.py
 
@@ -9,6 +9,7 @@ and OLLAMA_HOST points at a closed loopback port, so no test can reach a real se
 import json
 import os
 from pathlib import Path
+import re
 import tempfile
 import unittest
 from unittest import mock
@@ -18,8 +19,9 @@ from answer_model import load_model, load_recording
 from common import python_command
 from test_support import FakeOllama, OTHER, PINNED, SERVER_VERSION, only_loopback
 from test_support_fixtures import Rejecting, recorded_answer as answer
-from test_support_runs import run_answer_check, run_command
+from test_support_runs import run_answer_check
 
+HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
 REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 
@@ -38,7 +40,7 @@ class CheckCommandTest(unittest.TestCase):
 
     def test_check_command_names_the_server_and_the_pinned_digest(self):
         with FakeOllama() as fake, mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
-            result = run_command(answer_model.main, [], 'answer_model.py')
+            result = run_answer_check(['check'])
         self.assertEqual(result, (0, f'Ollama {SERVER_VERSION} at {fake.host} has gemma4:e2b with the pinned digest '
                                      f'{PINNED}\n', ''))
         self.assertEqual([path for _, path, _ in fake.requests], ['/api/version', '/api/tags'])
@@ -50,13 +52,51 @@ class CheckCommandTest(unittest.TestCase):
             for digest, expected in ((OTHER, 0), (PINNED, 2)):
                 with self.subTest(digest=digest), FakeOllama(digest=digest, tags=('tiny:1b',)) as fake, \
                         mock.patch.dict(os.environ, {'OLLAMA_HOST': fake.host}):
-                    code, out, err = run_command(answer_model.main, ['--model', str(pin)], 'answer_model.py')
+                    code, out, err = run_answer_check(['check', '--model', str(pin)])
                 self.assertEqual(code, expected, err)
                 if expected == 0:
                     self.assertEqual((out, err), (f'Ollama {SERVER_VERSION} at {fake.host} has tiny:1b with the '
                                                   f'pinned digest {OTHER}\n', ''))
                 else:
                     self.assertIn(f'has tiny:1b with digest {PINNED}, but the pinned build is {OTHER}', err)
+
+
+class RequestBodyTest(unittest.TestCase):
+    def test_an_agent_cases_tools_go_at_the_top_level_where_both_apis_read_them(self):
+        tools = [{'type': 'function', 'function': {'name': 'run_tests', 'parameters': {'type': 'object'}}}]
+        messages = [{'role': 'system', 'content': 'Be brief.', 'tools': tools}, {'role': 'user', 'content': 'Go.'}]
+        openai = {'api': 'openai', 'model_id': 'm', 'options': {'temperature': 0.7, 'top_p': 0.8}}
+        for model in (load_model(), openai):
+            with self.subTest(api=answer_model.api(model)):
+                body = answer_model.chat_body(model, messages, 4096, 64, 3)
+                self.assertEqual((body['tools'], body['messages']),
+                                 (tools, [{'role': 'system', 'content': 'Be brief.'}, messages[1]]))
+        self.assertEqual(messages[0]['tools'], tools)  # the case's own messages are left as they were
+        self.assertEqual(answer_model.chat_body(openai, messages[1:], 4096, 64, 3), {
+            'model': 'm', 'messages': messages[1:], 'stream': False, 'temperature': 0.7, 'top_p': 0.8, 'seed': 3,
+            'max_tokens': 64})  # no tools field where the case has none, and no num_ctx: the server fixed it
+
+    def test_the_tools_are_sent_in_the_order_the_case_gives_their_keys(self):
+        # A template writes the tools' JSON as it reads it: sorted keys would be another prompt than the one counted.
+        tools = [{'type': 'function', 'function': {'name': 'run', 'parameters': {'type': 'object', 'properties': {}}}}]
+        body = answer_model.chat_body(load_model(), [{'role': 'system', 'content': 'x', 'tools': tools}], 384, 96, 1)
+        sent = json.loads(answer_model.encode(body))  # as a server reads it, in order
+        self.assertEqual(json.dumps(sent['tools']), json.dumps(tools))
+        self.assertEqual(list(sent), ['model', 'messages', 'stream', 'think', 'options', 'tools'])
+
+    def test_closest_counter_is_the_tags_own_and_none_for_a_tag_outside_the_lab(self):
+        for tag, family, expected in (('llama3.2:1b', 'llama', 'llama-3.2'), ('llama3.3:70b', 'llama', 'llama-3.3'),
+                                      ('qwen2.5-coder:0.5b', 'qwen2', 'qwen-2.5'), ('tiny:1b', 'gemma4', 'gemma-4-e2b'),
+                                      ('mistral:7b', 'llama', None), ('llama3:8b', 'llama', None)):
+            with self.subTest(tag=tag):
+                self.assertEqual(answer_model.closest_counter(tag, family), expected)
+        with self.assertRaisesRegex(answer_model.LabError, r'closest finds none: the family llama holds llama-3\.1, '
+                                    r'llama-3\.2, llama-3\.3, and Ollama reports it for other models too$'):
+            answer_model.new_pin_counter('mistral:7b', 'llama', answer_model.CLOSEST)
+
+    def test_the_recording_imports_no_client(self):
+        imported = re.findall(r'^\s*(?:from|import) (\w+)', (HERE / 'answer_model.py').read_text(), re.MULTILINE)
+        self.assertEqual({'ollama_client', 'openai_client'} & set(imported), set())
 
 
 def one_answer_recording(model: dict | None = None) -> dict:

@@ -33,6 +33,7 @@ from unittest import mock
 
 import answer_check
 import answer_keys
+import answer_model
 from answer_model import load_model
 from common import python_command
 from ollama_client import OllamaClient
@@ -168,11 +169,12 @@ class RecordTest(AnswerFilesTest):
         grades = json.loads(self.grades.read_text())
         self.assertEqual(grades['prompt_token_mismatches'], [
             {'strategy': 'recent', 'case': 'held-old-decision', 'seed': 2,
-             'prompt_tokens': counted - 7, 'input_tokens': counted, 'cause': 'unexplained'}])
-        # Listed with what is known: the lab's count of that very request is the official one, so nothing explains it.
-        self.assertIn("\n1 answer whose prompt_tokens differ from the lab's count (unexplained: the server read another "
-                      'prompt than the lab counted for the very request sent):\n  recent held-old-decision seed 2: '
-                      f'server read {counted - 7} tokens, the lab counted {counted}\n', out)
+             'prompt_tokens': counted - 7, 'input_tokens': counted, 'cause': 'truncation'}])
+        # Named for what a count below the lab's means: the lab's count of that very request is the official one.
+        self.assertIn("\n1 answer whose prompt_tokens differ from the lab's count (truncated: the server read fewer "
+                      'tokens than the request holds, so it dropped part of it, as Ollama drops the oldest messages '
+                      'once a prompt exceeds num_ctx, or a server cuts what exceeds the context it loaded):\n  recent '
+                      f'held-old-decision seed 2: server read {counted - 7} tokens, the lab counted {counted}\n', out)
 
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)  # without it every seed-1 count would mismatch too
     def test_version_that_leaves_cached_tokens_out_is_named_before_the_first_call_and_marked(self):
@@ -360,7 +362,7 @@ class RecordTest(AnswerFilesTest):
     def test_ctrl_c_while_a_file_is_written_keeps_both_files_valid(self):
         # The partial file is replaced once, for its model block; answer-result.json is the second replacement.
         # In between, Ctrl-C cuts the line of the 60th answer half-way, as a kill while writing would.
-        whole, real_replace, real_append = self.uninterrupted(), os.replace, answer_check.append
+        whole, real_replace, real_append = self.uninterrupted(), os.replace, answer_model.append
         for stop_at, kept in (('replace 1', 0), ('answer 60', 59), ('replace 2', 120)):
             with self.subTest(stop_at=stop_at):
                 replaced, answered = [], []
@@ -380,7 +382,7 @@ class RecordTest(AnswerFilesTest):
                             raise KeyboardInterrupt
                     real_append(path, entry)
                 with (FakeOllama(chat=steady_reply) as fake, mock.patch.object(os, 'replace', replace),
-                      mock.patch.object(answer_check, 'append', append)):
+                      mock.patch.object(answer_model, 'append', append)):
                     code, out, err = self.run_main(['record'], fake.host)
                 self.assertEqual(code, 130, err)
                 self.assertFalse(self.result.exists())
@@ -601,7 +603,7 @@ class RecordTest(AnswerFilesTest):
         def timed(body, number):
             clock.now += 1 if number <= 10 else 60
             return steady_reply(body, number)
-        with mock.patch.object(answer_check, 'time', clock):
+        with mock.patch.object(answer_model, 'time', clock):
             code, out, err, fake = self.sampled(['--sample', '2'], timed)  # 40 calls
         self.assertEqual(code, 0, err)
         calls = [line for line in err.splitlines() if line.startswith('call ')]
@@ -611,12 +613,12 @@ class RecordTest(AnswerFilesTest):
     def test_time_left_counts_the_seconds_spent_writing_too(self):
         one_seed = self.folder / 'one-seed.json'
         one_seed.write_text(json.dumps({**load_model(), 'seeds': [1], 'trials': 1}))
-        real_append = answer_check.append
+        real_append = answer_model.append
 
         def slow_disk(path, entry):
             time.sleep(0.5)
             real_append(path, entry)
-        with mock.patch.object(answer_check, 'append', slow_disk):
+        with mock.patch.object(answer_model, 'append', slow_disk):
             code, out, err, fake = self.sampled(['--model', str(one_seed)])
         self.assertEqual(code, 0, err)
         first = next(line for line in err.splitlines() if line.startswith('call 1 of 4: '))

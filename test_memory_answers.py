@@ -20,10 +20,10 @@ from answer_model import load_model
 from common import python_command
 import memory_answers
 from ollama_client import OllamaClient
-from test_support import (FakeOllama, LOADED_CONTEXT, SERVER_VERSION, client_for, only_loopback, reply,
-                          server_count)
+from test_support import (FakeLlamaServer, FakeOllama, LLAMA_MODEL, LOADED_CONTEXT, SERVER_VERSION, client_for,
+                          only_loopback, reply, server_count)
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
-from test_support_runs import run_command
+from test_support_runs import run_answer_check, run_command
 
 HERE = Path(__file__).parent
 FILLS = ['managed-all', 'managed-relevant', 'append-all']
@@ -214,9 +214,21 @@ class MemoryAnswersTest(unittest.TestCase):
     def test_with_no_recording_one_line_says_nothing_is_recorded_and_how_to_record(self):
         code, out, err = self.run_main([])
         self.assertEqual((code, err), (0, ''))
-        self.assertEqual(out, 'Nothing is recorded: there is no memory-answer-result.json. To record, start Ollama '
-                              f'with gemma4:e2b at digest b37049369adf and run `{PYTHON_RECORD}` (150 calls).\n')
+        self.assertEqual(out, 'Nothing is recorded: there is no memory-answer-result.json. To record, start Ollama'
+                              ', run `ollama pull gemma4:e2b`, then check that the ID column of `ollama list` starts '
+                              f'with b37049369adf, the pinned build; then run `{PYTHON_RECORD}` (150 calls).\n')
         self.assertEqual(list(self.folder.iterdir()), [])
+
+    def test_with_no_recording_an_openai_pin_names_its_server_not_an_ollama_tag(self):
+        pin = self.folder / 'pin.json'
+        with FakeLlamaServer() as fake:
+            code, _, err = run_answer_check(['pin', LLAMA_MODEL, '--api', 'openai', '--base-url', fake.base_url,
+                                             '--counter', 'gemma-4-e2b', '--output', str(pin), '--seeds', '1'])
+        self.assertEqual((code, err), (0, ''))
+        code, out, err = self.run_main(['--model', str(pin)])  # a KeyError on ollama_tag before
+        self.assertEqual((code, err), (0, ''))
+        self.assertEqual(out, 'Nothing is recorded: there is no memory-answer-result.json. To record, start the server '
+                              f'at {fake.base_url} with {LLAMA_MODEL}; then run `{PYTHON_RECORD}` (30 calls).\n')
 
 
 if __name__ == '__main__':

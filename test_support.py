@@ -6,7 +6,8 @@ response, done_reason "length", a thinking field, the model named as the request
 details, /api/ps with or without context_length, and any version string. Its prompt_eval_count is
 official_count of the chat (test_support_oracle), never the lab's counter, so a recording test's prompt-token
 check compares the lab's count with an independent one; without the template file it leaves the count out, as a
-server that reports none would. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed
+server that reports none would. FakeLlamaServer speaks llama.cpp's llama-server (OpenAI-compatible, build 11434)
+and counts with the same oracle. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed
 bytes, one at a time if asked (a trickling server), then closes. Each test file calls only_loopback() from its
 setUpModule, so every HTTP request its tests make is checked to go to 127.0.0.1 and OLLAMA_HOST points at a
 closed loopback port: no test reaches a real server. The other support: test_support_oracle (the official
@@ -40,6 +41,10 @@ TIMEOUT = 15.0  # seconds for every request a test makes; the fake answers in mi
 DETAILS = {'parent_model': '', 'format': 'gguf', 'family': 'gemma4', 'families': ['gemma4'], 'parameter_size': '5.1B',
            'quantization_level': 'Q4_K_M'}
 LICENSE = '\n  Apache License\n  Version 2.0, January 2004\n'
+LLAMA_MODEL = 'gemma-4-E2B-it-Q4_K_M.gguf'  # the model file the fake llama-server serves, and so its model id
+LLAMA_BUILD = 'b11434-f00dcafe'  # its /props build_info and system_fingerprint
+LLAMA_TEMPLATE = '{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}'  # its /props chat_template
+LLAMA_CONTEXT = 8192  # the context it says it loaded (/v1/models meta.n_ctx, /props default_generation_settings)
 
 
 REAL_REQUEST = requests.Session.request
@@ -55,7 +60,8 @@ def loopback_only(session, method, url, *args, **kwargs):
 def only_loopback():
     """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1 and wait TIMEOUT."""
     for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
-                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}'}),
+                    mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}',  # and no key or URL
+                                                 'AI_CONTEXT_EVAL_API_KEY': '', 'AI_CONTEXT_EVAL_BASE_URL': ''}),
                     mock.patch.object(ollama_client, 'CHECK_TIMEOUT', TIMEOUT),
                     mock.patch.object(ollama_client, 'CHAT_TIMEOUT', TIMEOUT)):
         patcher.start()
@@ -92,6 +98,23 @@ def server_count(messages: list[dict]) -> int | None:
 def counted_reply(body: dict, number: int) -> tuple[int, dict]:
     """A reply whose prompt_eval_count is the server's own count of the prompt it received."""
     return 200, reply(f'answer {number}', server_count(body['messages']) or 0, 3)
+
+
+class JsonHandler(http.server.BaseHTTPRequestHandler):
+    """What the fake servers' handlers share: a JSON reply, and no log."""
+    def send_json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header('Content-Type', 'application/json; charset=utf-8')
+        self.send_header('Content-Length', str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client already gave up, as in the timeout test
+
+    def log_message(self, *args):
+        pass  # keep test output clean
 
 
 class LoopbackServer:
@@ -135,18 +158,7 @@ class FakeOllama(LoopbackServer):
                 entry['context_length'] = context_length
             return [entry]
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def send_json(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header('Content-Type', 'application/json; charset=utf-8')
-                self.send_header('Content-Length', str(len(data)))
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client already gave up, as in the timeout test
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 fake.requests.append(('GET', self.path, b''))
                 if self.path == '/api/version':
@@ -176,9 +188,6 @@ class FakeOllama(LoopbackServer):
                     status, payload = chat(body, len(fake.chats()))
                     self.send_json(status, {'model': body['model'], **payload} if status == 200 else payload)
 
-            def log_message(self, *args):
-                pass  # keep test output clean
-
         self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05},
@@ -190,6 +199,91 @@ class FakeOllama(LoopbackServer):
 
     def chats(self) -> list[dict]:
         return [json.loads(raw) for method, path, raw in self.requests if path == '/api/chat']
+
+
+def llama_count(body: dict) -> int | None:
+    """usage.prompt_tokens as llama-server with the official template reports it: the body's tools rendered as the
+    template's tools; None without that template."""
+    messages = body['messages']
+    if body.get('tools'):
+        messages = [{**messages[0], 'tools': body['tools']}, *messages[1:]]
+    return server_count(messages)
+
+
+def completion(content: str, prompt_tokens: int, answer_tokens: int = 3, finish_reason: str = 'stop') -> dict:
+    """A non-streamed chat.completion as llama-server writes it (server-task.cpp, to_json_oaicompat_chat); the fake
+    adds model."""
+    return {'choices': [{'finish_reason': finish_reason, 'index': 0,
+                         'message': {'role': 'assistant', 'content': content}}],
+            'created': 1796342400, 'system_fingerprint': LLAMA_BUILD, 'object': 'chat.completion',
+            'usage': {'completion_tokens': answer_tokens, 'prompt_tokens': prompt_tokens,
+                      'total_tokens': prompt_tokens + answer_tokens, 'prompt_tokens_details': {'cached_tokens': 0}},
+            'id': 'chatcmpl-0'}
+
+
+def llama_error(status: int, message: str, kind: str) -> tuple[int, dict]:
+    """An error as llama-server sends it (server-common.cpp, format_error_response)."""
+    return status, {'error': {'code': status, 'message': message, 'type': kind}}
+
+
+class FakeLlamaServer(LoopbackServer):
+    """A stand-in for llama.cpp's llama-server at build 11434 on 127.0.0.1, its JSON as tools/server writes it: the
+    routes of server.cpp, /v1/models and /props of server-context.cpp, a chat completion of server-task.cpp and
+    errors of server-common.cpp. It serves fake.model_file (its id: a model started without an alias is named by its
+    file) and counts each prompt with llama_count. chat(body, number) -> (status, payload) answers the number-th
+    /v1/chat/completions; counts false drops /v1/chat/completions/input_tokens and props false drops /props, as vLLM
+    and LM Studio serve neither; key is the API key it requires (--api-key), if any."""
+
+    def __init__(self, chat=None, counts: bool = True, props: bool = True, key: str | None = None,
+                 count=llama_count):
+        self.requests: list[tuple[str, str, bytes, str | None]] = []
+        self.model_file, self.alias, fake = LLAMA_MODEL, None, self  # alias: its --alias, which names the model
+
+        def info() -> dict:
+            return {'id': fake.alias or fake.model_file, 'aliases': [], 'tags': [], 'object': 'model',
+                    'created': 1796342400, 'owned_by': 'llamacpp',
+                    'meta': {'vocab_type': 1, 'n_vocab': 262144, 'n_ctx': LLAMA_CONTEXT, 'n_ctx_train': 131072,
+                             'n_params': 4647450147}}
+        routes = {'/v1/models': lambda: {'object': 'list', 'data': [info()]},
+                  '/props': lambda: {'default_generation_settings': {'n_ctx': LLAMA_CONTEXT}, 'total_slots': 1,
+                                     'model_path': f'/srv/models/{fake.model_file}', 'chat_template': LLAMA_TEMPLATE,
+                                     'build_info': LLAMA_BUILD, 'is_sleeping': False}}
+        chat = chat or (lambda body, number: (200, completion(f'answer {number}', count(body) or 0)))
+
+        class Handler(JsonHandler):
+            def answer(self, raw: bytes) -> tuple[int, dict]:
+                if key is not None and self.headers.get('Authorization') != f'Bearer {key}':
+                    return llama_error(401, 'Invalid API Key', 'authentication_error')
+                if self.path in routes and (props or self.path != '/props') and self.command == 'GET':
+                    return 200, routes[self.path]()
+                if self.path == '/v1/chat/completions/input_tokens' and counts and raw:
+                    return 200, {'input_tokens': count(json.loads(raw))}
+                if self.path == '/v1/chat/completions' and raw:
+                    status, payload = chat(json.loads(raw), len(fake.chats()))
+                    named = {**payload, 'model': fake.alias or fake.model_file}
+                    return status, named if status == 200 else payload
+                return llama_error(404, 'File Not Found', 'not_found_error')
+
+            def do_GET(self):
+                fake.requests.append(('GET', self.path, b'', self.headers.get('Authorization')))
+                self.send_json(*self.answer(b''))
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get('Content-Length', 0)))
+                fake.requests.append(('POST', self.path, raw, self.headers.get('Authorization')))
+                self.send_json(*self.answer(raw))
+
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={'poll_interval': 0.05},
+                                       daemon=True)
+        self.base_url = f'http://127.0.0.1:{self.server.server_address[1]}/v1'
+
+    def chats(self) -> list[dict]:
+        return [json.loads(raw) for _, path, raw, _ in self.requests if path == '/v1/chat/completions']
+
+    def paths(self) -> list[str]:
+        return [path for _, path, _, _ in self.requests]
 
 
 class NotOllama(LoopbackServer):

@@ -1,0 +1,171 @@
+"""Tests for real_server.py, and the real server end to end: each test is named after the failure it pins.
+
+Run: .venv/bin/python -m unittest -v test_real_server.py
+
+The end-to-end tests are opt-in: they run only where `real_server.py build` has built llama.cpp's server and the
+pinned models (12 to 17 minutes, once per machine; CI does not), and are skipped otherwise with that command in
+the reason. They start the server on 127.0.0.1 and count every request the four rules build on cases.json and
+agent-cases.json twice, with the lab's counter for the served GGUF and with the server's own
+/v1/chat/completions/input_tokens, and stop the server whatever happens. The other tests run a stand-in
+`llama-server` (a small Python script) from a temp folder.
+"""
+import hashlib
+from pathlib import Path
+import socket
+import stat
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+import requests
+
+from case_set import load_cases
+from common import HERE, LabError
+import gguf_counter
+from lab_files import PREPARED_JSON, to_json
+from prepared_folder import TOKENIZER_JSON, counter_folder, read_manifest
+import real_server
+from strategies import RULES
+from tokenizer import TokenCounter
+
+CASE_SETS = ('cases.json', 'agent-cases.json')
+TOKENS_PATH = '/v1/chat/completions/input_tokens'  # llama.cpp's tools/server/server.cpp; reply: {"input_tokens": N}
+COUNT_SECONDS = 30  # the longest a count may take
+# A stand-in server: answers /health, starts a child of its own (the real one has none, but a group must stop
+# whole), writes its pid and the child's, then serves until stopped.
+FAKE_SERVER = """#!{python}
+import http.server, subprocess, sys
+argv = sys.argv
+child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])
+open(argv[0] + '.pids', 'w').write(f'{{child.pid}}\\n')
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == '/health' else 404); self.end_headers()
+    def log_message(self, *args): pass
+http.server.HTTPServer((argv[argv.index('--host') + 1], int(argv[argv.index('--port') + 1])), Health).serve_forever()
+"""
+
+
+def server_count(base: str, messages: list[dict]) -> int:
+    """The server's count of a chat request (tools travel on the system message in the lab, at the top here)."""
+    request = [dict(message) for message in messages]
+    tools = request[0].pop('tools', None)
+    reply = requests.post(base + TOKENS_PATH, json={'messages': request, **({'tools': tools} if tools else {})},
+                          timeout=COUNT_SECONDS)
+    if reply.status_code != 200 or not isinstance(count := reply.json().get('input_tokens'), int):
+        raise LabError(f'{TOKENS_PATH} answered HTTP {reply.status_code}: {reply.text[:200]}')
+    return count
+
+
+def count_mismatches(base: str, count) -> tuple[int, list[tuple]]:
+    """(requests counted, [(case set, case, rule, lab's count, server's count)] where the two differ)."""
+    counted, differ = 0, []
+    for case_set in CASE_SETS:
+        for case in load_cases(HERE / case_set):
+            for rule, choose in RULES.items():
+                messages = choose(case, count)['messages']
+                counted, lab, server = counted + 1, count(messages), server_count(base, messages)
+                if lab != server:
+                    differ.append((case_set, case['id'], rule, lab, server))
+    return counted, differ
+
+
+def served_counter(model: str) -> TokenCounter:
+    """The lab's counter for the served GGUF, recognised and checked as prepare.py --counter-from does."""
+    path = real_server.SERVER / real_server.MODELS[model]['file']
+    fields, manifest = gguf_counter.read_gguf(path), read_manifest()[0]
+    name = gguf_counter.counter_for(path, fields, manifest)
+    gguf_counter.check_vocab(path, fields, counter_folder(name) / TOKENIZER_JSON, name, manifest['counters'][name])
+    return TokenCounter(name=name)
+
+
+@unittest.skipIf(why := real_server.check_server(), f'the real server is not built ({why}): run '
+                 f'`{real_server.BUILD_COMMAND}` (12 to 17 minutes, once per machine)')
+class RealServerTest(unittest.TestCase):
+    def serve(self, model: str):
+        log = tempfile.TemporaryFile()
+        self.addCleanup(log.close)
+        return real_server.serving(model, output=log)
+
+    def test_qwen_gguf_counter_and_the_server_differ_on_no_rule_request_of_either_case_set(self) -> None:
+        count = served_counter('qwen2.5-coder-0.5b-instruct')
+        with self.serve('qwen2.5-coder-0.5b-instruct') as (base, _):
+            self.assertEqual(count_mismatches(base, count), (96, []))
+
+    def test_smollm2_gguf_is_refused_naming_its_template_not_counted_wrongly(self) -> None:
+        path = real_server.SERVER / real_server.MODELS['smollm2-135m-instruct']['file']
+        with self.assertRaisesRegex(LabError, r'its chat template \(sha256 872be49dbb638044ad01b60388f48d469ff2980e5f0d'
+                                    r'ccdc22ec907db54d0788\) is none of the official templates'):
+            gguf_counter.counter_for(path, gguf_counter.read_gguf(path), read_manifest()[0])
+
+    def test_the_real_server_is_stopped_when_the_block_fails(self) -> None:
+        with self.assertRaises(ZeroDivisionError), self.serve('smollm2-135m-instruct') as (base, process):
+            self.assertEqual(requests.get(base + '/health', timeout=5).status_code, 200)
+            1 / 0
+        self.assertIsNotNone(process.poll())
+
+
+class ServingTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.folder = Path(self.enterContext(tempfile.TemporaryDirectory()))
+        binary = self.folder / real_server.BINARY
+        binary.write_text(FAKE_SERVER.format(python=sys.executable), encoding='utf-8')
+        binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+        models = {name: model | {'size': 4, 'sha256': hashlib.sha256(b'GGUF').hexdigest()}  # stand-in models
+                  for name, model in real_server.MODELS.items()}
+        self.enterContext(mock.patch.object(real_server, 'MODELS', models))
+        for model in models.values():
+            (self.folder / model['file']).write_bytes(b'GGUF')
+        files = {path.name: {'size': path.stat().st_size, 'sha256': real_server.sha256_file(path)}
+                 for path in self.folder.iterdir()}
+        self.record = real_server.expected_record() | {'files': files}
+        (self.folder / PREPARED_JSON).write_text(to_json(self.record), encoding='utf-8')
+
+    def test_a_finished_build_is_recognised_and_a_changed_file_is_not(self) -> None:
+        self.assertEqual(real_server.check_server(self.folder), '')
+        (self.folder / 'smollm2-135m-instruct.gguf').write_bytes(b'GGUF, changed')
+        self.assertIn('smollm2-135m-instruct.gguf is missing or no longer matches',
+                      real_server.check_server(self.folder))
+
+    def test_a_build_of_other_pinned_inputs_is_not_reused(self) -> None:
+        (self.folder / PREPARED_JSON).write_text(to_json(self.record | {'cmake_flags': []}), encoding='utf-8')
+        self.assertIn('was made from other pinned inputs', real_server.check_server(self.folder))
+
+    def test_the_server_binds_loopback_only_with_the_pinned_options_whatever_the_environment_says(self) -> None:
+        command = real_server.server_command(self.folder, 'qwen2.5-coder-0.5b-instruct', 18080)
+        self.assertEqual(command[command.index('--host') + 1], '127.0.0.1')
+        self.assertEqual(command[command.index('--temp') + 1:command.index('--temp') + 6:2], ['0.7', '0.8', '1.1'])
+        with mock.patch.dict('os.environ', {'LLAMA_ARG_HOST': '0.0.0.0', 'LLAMA_ARG_TEMP': '0'}):
+            self.assertFalse([name for name in real_server.clean_environment() if name.startswith('LLAMA_')])
+
+    def test_the_server_and_what_it_started_are_stopped_when_the_block_fails(self) -> None:
+        with self.assertRaises(ZeroDivisionError), real_server.serving(folder=self.folder) as (base, process):
+            self.assertEqual(requests.get(base + '/health', timeout=5).status_code, 200)
+            1 / 0
+        self.assertIsNotNone(process.poll())
+        child, deadline = int((self.folder / f'{real_server.BINARY}.pids').read_text()), time.monotonic() + 5
+        while status_of(child) not in ('gone', 'Z') and time.monotonic() < deadline:
+            time.sleep(0.05)  # the signal reached the child with its parent; it may take a moment to end
+        self.assertIn(status_of(child), ('gone', 'Z'))
+        with self.assertRaises(OSError):
+            socket.create_connection(('127.0.0.1', int(base.rsplit(':', 1)[1])), timeout=2).close()
+
+    def test_an_unbuilt_folder_names_the_build_command(self) -> None:
+        (self.folder / PREPARED_JSON).unlink()
+        with self.assertRaisesRegex(LabError, r'the real server is not built in .*: run `.*real_server.py build`'):
+            with real_server.serving(folder=self.folder):
+                pass
+
+
+def status_of(pid: int) -> str:
+    """The state letter of a process (Z: a zombie, ended but not yet reaped by its parent)."""
+    try:
+        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return 'gone'
+
+
+if __name__ == '__main__':
+    unittest.main()
