@@ -1,6 +1,7 @@
 """The summary calls of summaries.py recorded once from a model and replayed offline, each keyed by its request body.
 
-    .venv/bin/python summary_record.py record --cases agent-cases.json [--output FILE] [--fresh]
+    .venv/bin/python summary_record.py record --cases agent-cases.json [--model PIN] [--output FILE] [--fresh]
+    .venv/bin/python summary_record.py record --cases continuation-cases.json --keys continuation-keys.json
     .venv/bin/python summary_record.py show --cases agent-cases.json      # each case's telemetry, from the recording
 
 A call's request body is its messages and options as compact JSON (`body`); the recording maps the body's sha256 to
@@ -8,17 +9,22 @@ the reply. Replay looks each call up: a merge's prompt is built from the part su
 replay sends the same bytes it recorded. A call the recording lacks is one LabError naming the case and this
 command (exit 2); no summary is invented. A failed call is recorded as one, so that its fallback replays too.
 
-`record` keeps every call the file already holds (resume) unless --fresh, and writes the file after each case, whole;
-Ctrl-C leaves what the finished calls recorded and no summary. It needs a live model: `live` is the seam
-(messages, options -> reply), which the answer check's client fills once it can; until then record refuses in one
-line. It writes only --output (summary-recording.json); `show` writes nothing.
+`record` asks the model a pin names (answer-model.json, or --model: `answer_check.py pin`, Ollama or an
+OpenAI-compatible server such as real_server.py's) through the answer check's client, with the pin's options and its
+first seed, max_tokens the call's target; the client's refusals (a moved model, a reply that is no answer) stop it
+in one line, and no failure is recorded. It keeps every call the file already holds (resume) unless --fresh, and
+refuses to resume a recording made with another pin; it writes the file after each case, whole, and Ctrl-C leaves
+the calls finished before it and no summary. It writes only --output (summary-recording.json); `show` writes
+nothing.
 """
 import argparse
 import hashlib
 import json
 import os
 from pathlib import Path
+import time
 
+from answer_model import MODEL_PATH, chat_body, load_model
 import common
 from common import LabError
 from case_set import load_cases
@@ -109,6 +115,17 @@ def recording_path() -> Path:
     return Path(os.environ.get(RECORDING_ENV) or RECORDING)
 
 
+def live_call(model: dict, client, num_ctx: int):
+    """The seam to a pinned model: a summary call as the answer check's chat body (first seed, max_tokens the
+    call's limit), answered by its client, with the elapsed time."""
+    def call(messages: list[dict], options: dict) -> dict:
+        started = time.monotonic()
+        reply = client.answer(chat_body(model, messages, num_ctx, options['max_tokens'], model['seeds'][0]))
+        return {'text': reply['answer'], 'prompt_tokens': reply['prompt_tokens'],
+                'completion_tokens': reply['answer_tokens'], 'elapsed_ms': round((time.monotonic() - started) * 1000)}
+    return call
+
+
 def record(cases: list[dict], count, live, recorded: dict, save, more=None) -> None:
     """Every summary call the rule makes on the cases, and `more(case, call)` (the generations), asked of `live`
     unless recorded; save(recorded) after each case."""
@@ -134,6 +151,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--cases', type=Path, default=common.DEFAULT_CASES)
     parser.add_argument('--output', type=Path, default=None, help='the recording (default summary-recording.json)')
     parser.add_argument('--fresh', action='store_true', help='record every call again, keeping none')
+    parser.add_argument('--model', type=Path, default=MODEL_PATH, help='the pin to record from (answer-model.json)')
     parser.add_argument('--keys', type=Path, help="continuation keys: record the cases' summary generations too")
     return parser.parse_args(argv)
 
@@ -147,10 +165,14 @@ def main(argv: list[str], live=None) -> int:
         print('\t'.join(('case', *TELEMETRY)))
         print('\n'.join('\t'.join(map(str, row)) for row in rows))
         return 0
+    model = load_model(options.model)
+    recorded = {'model': model, 'calls': {}} if options.fresh or not path.exists() else load(path)
+    if differ := sorted(f for f in set(recorded['model']) | set(model) if recorded['model'].get(f) != model.get(f)):
+        raise LabError(f'{path}: recorded with another pin than {options.model} ({", ".join(differ)} differ), so '
+                       'its calls are not resumed: record with --fresh, or name its pin with --model')
     if live is None:
-        raise LabError('record needs the answer check\'s client for a live model, which this branch does not have '
-                       'yet; replay needs no model')
-    recorded = {'model': {}, 'calls': {}} if options.fresh or not path.exists() else load(path)
+        from answer_check import client_for  # the client of the pin's API
+        live = live_call(model, client_for(model), max(case['budget']['context_limit'] for case in cases))
     more = None
     if options.keys:
         import continuation  # it imports this module

@@ -18,7 +18,13 @@ from common import LabError
 from summaries import CallFailed, compact
 import summary_record
 from summary_record import MissingCall, body, key, load, record, recording, replaying
+from test_support import FakeLlamaServer, LLAMA_MODEL, llama_count, only_loopback
+from test_support_runs import run_answer_check, run_command
 from tokenizer import count_request
+
+
+def setUpModule():
+    only_loopback()
 
 HERE = Path(__file__).resolve().parent
 CASES = load_cases(HERE / 'agent-cases.json')[:3]
@@ -136,11 +142,42 @@ class Files(unittest.TestCase):
         self.assertEqual(runs[0].stdout, runs[1].stdout)
         self.assertIn('"llm-summary"', runs[0].stdout)
 
-    def test_record_without_a_live_model_refuses_in_one_line(self):
-        with self.assertRaisesRegex(LabError, r'^record needs'):
-            summary_record.main(['record', '--cases', 'agent-cases.json', '--output', str(self.folder / 'r.json')])
-        self.assertEqual(list(self.folder.iterdir()), [])
+    def pinned(self, fake) -> Path:
+        code, _, err = run_answer_check(['pin', LLAMA_MODEL, '--api', 'openai', '--base-url', fake.base_url,
+                                         '--counter', 'gemma-4-e2b', '--output', str(self.folder / 'pin.json'),
+                                         '--seeds', '7'])
+        self.assertEqual((code, err), (0, ''))
+        return self.folder / 'pin.json'
 
+    def test_record_asks_an_openai_compatible_server_through_the_answer_checks_client_and_keeps_its_counts(self):
+        output = self.folder / 'rec.json'
+        with FakeLlamaServer() as fake:
+            pin = self.pinned(fake)
+            code, out, err = run_command(summary_record.main, ['record', '--cases', 'agent-cases.json', '--model',
+                                                               str(pin), '--output', str(output)], 'summary_record.py')
+        self.assertEqual((code, out, err), (0, '', ''))
+        recorded = load(output)
+        self.assertEqual(recorded['model'], json.loads(pin.read_text()))
+        bodies = [json.loads(raw) for method, path, raw, _ in fake.requests if path == '/v1/chat/completions']
+        self.assertEqual(len(bodies), len(recorded['calls']))
+        self.assertEqual({(body['seed'], body['model']) for body in bodies}, {(7, LLAMA_MODEL)})
+        first = next(iter(recorded['calls'].values()))
+        self.assertEqual(bodies[0]['messages'], first['messages'])
+        self.assertEqual(bodies[0]['max_tokens'], first['options']['max_tokens'])
+        self.assertEqual(first['reply']['text'], 'answer 1')  # the fake's first answer
+        self.assertEqual(first['reply']['prompt_tokens'], llama_count(bodies[0]))
+
+    def test_resuming_a_recording_made_with_another_pin_is_refused_in_one_line(self):
+        output = self.write({'model': {'api': 'openai', 'model_id': 'other'}, 'calls': {}})
+        with FakeLlamaServer() as fake:
+            pin = self.pinned(fake)
+            code, out, err = run_command(summary_record.main, ['record', '--cases', 'agent-cases.json', '--model',
+                                                               str(pin), '--output', str(output)], 'summary_record.py')
+        self.assertEqual((code, out), (2, ''))
+        self.assertRegex(err, r'^summary_record\.py: .*rec\.json: recorded with another pin than .*pin\.json \(.*'
+                              r'model_id.* differ\), so its calls are not resumed: record with --fresh, or name '
+                              r'its pin with --model\n$')
+        self.assertEqual([p for m, p, *_ in fake.requests if p == '/v1/chat/completions'], [])
 
 if __name__ == '__main__':
     unittest.main()
