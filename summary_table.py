@@ -10,7 +10,6 @@ agent cases, which have none), fabricated identifiers (in a summary, absent from
 """
 import argparse
 
-import agent_rules
 from best_possible import best_row
 import common
 from case_set import load_cases
@@ -30,6 +29,7 @@ HEADER = ['Cases', 'Rule', 'Facts found', 'Complete cases', 'Statuses kept', 'Dr
 
 def rules(calls: dict, cases_name: str) -> dict:
     """The rules of the table, name -> function(case, count) -> (selection, summary calls)."""
+    import agent_rules  # langchain-core: imported once the locked packages are known to be there (common.run)
     plain = {'recent': recent, 'notes': notes, 'clear-tool-results': agent_rules.RULES['clear-tool-results'],
              'trim_messages': agent_rules.RULES['trim-last-human']}
     made = {name: (lambda rule: lambda case, count: (rule(case, count), 0))(rule) for name, rule in plain.items()}
