@@ -127,8 +127,8 @@ def live_call(model: dict, client, num_ctx: int):
 
 
 def record(cases: list[dict], count, live, recorded: dict, save, more=None) -> None:
-    """Every summary call the rule makes on the cases, and `more(case, call)` (the generations), asked of `live`
-    unless recorded; save(recorded) after each case."""
+    """Every summary call the rule makes on the cases, and `more(case, call)` (LangChain's summariser, the
+    generations), asked of `live` unless recorded; save(recorded) after each case."""
     try:
         for case in cases:
             compact(case, count, call := recording(live, recorded['calls']))
@@ -173,11 +173,14 @@ def main(argv: list[str], live=None) -> int:
     if live is None:
         from answer_check import client_for  # the client of the pin's API
         live = live_call(model, client_for(model), max(case['budget']['context_limit'] for case in cases))
-    more = None
-    if options.keys:
-        import continuation  # it imports this module
-        keys = continuation.load_keys(options.keys, cases)
-        more = lambda case, call: continuation.generations(case, keys[case['id']]['segments'], count_request, call)
+    import continuation  # it imports this module
+    import langchain_summary
+    keys = continuation.load_keys(options.keys, cases) if options.keys else {}
+
+    def more(case: dict, call) -> None:  # LangChain's summariser, and the generations of a continuation case
+        langchain_summary.summarised(case, count_request, call)
+        if keys:
+            continuation.generations(case, keys[case['id']]['segments'], count_request, call)
     record(cases, count_request, live, recorded,
            lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'), more)
     return 0

@@ -5,8 +5,9 @@ cases and the agent cases, then the continuation cases' generation table, all re
 
 Each rule's request is graded as evaluate.py grades it (scorer.graded_row: required facts by exact text, as the
 counter renders them), with the new columns: statuses kept, dropped and reversed (continuation keys; '-' for the
-agent cases, which have none), fabricated identifiers (in a summary, absent from the history) and summary calls.
-`trim_messages` is agent_rules.py's trim-last-human; best possible reads the labels. It prints; it writes nothing.
+agent cases, which have none), fabricated identifiers (in a summary, absent from the history), summary calls and
+requests over the allowance. `trim_messages` is agent_rules.py's trim-last-human; SummarizationMiddleware is
+langchain_summary.py's; best possible reads the labels. It prints; it writes nothing.
 """
 import argparse
 
@@ -14,6 +15,7 @@ from best_possible import best_row
 import common
 from case_set import load_cases
 import continuation
+import langchain_summary
 from scorer import graded_row
 from shapes import message_text
 from strategies import notes, recent
@@ -24,7 +26,7 @@ from text import markdown_table
 AGENT_CASES = common.HERE / 'agent-cases.json'
 SUMMARY = 'llm-summary (seed 001)'
 HEADER = ['Cases', 'Rule', 'Facts found', 'Complete cases', 'Statuses kept', 'Dropped', 'Reversed',
-          'Fabricated identifiers', 'Summary calls', 'Mean input tokens']
+          'Fabricated identifiers', 'Summary calls', 'Over budget', 'Mean input tokens']
 
 
 def rules(calls: dict, cases_name: str) -> dict:
@@ -37,7 +39,8 @@ def rules(calls: dict, cases_name: str) -> dict:
     def summary(case: dict, count) -> tuple[dict, int]:
         chosen, told = compact(case, count, summary_record.replaying(calls, case['id'], cases_name))
         return chosen, told['calls']
-    return {**made, SUMMARY: summary}
+    return {**made, SUMMARY: summary, langchain_summary.NAME: lambda case, count: langchain_summary.summarised(
+        case, count, summary_record.replaying(calls, case['id'], cases_name))}
 
 
 def row(label: str, name: str, cases: list[dict], keys: dict | None, results: list[tuple[dict, int]]) -> list[str]:
@@ -52,14 +55,15 @@ def row(label: str, name: str, cases: list[dict], keys: dict | None, results: li
                for case, (chosen, _) in zip(cases, results))
     return [label, name, f'{sum(g["required_found"] for g in graded)} of {sum(g["required_total"] for g in graded)}',
             f'{sum(not g["missing"] for g in graded)} of {len(cases)}', *shown, str(made),
-            str(sum(calls for _, calls in results)), f'{sum(g["input_tokens"] for g in graded) / len(cases):.1f}']
+            str(sum(calls for _, calls in results)), str(sum(not g['within_budget'] for g in graded)),
+            f'{sum(g["input_tokens"] for g in graded) / len(cases):.1f}']
 
 
 def best(label: str, cases: list[dict], count) -> list[str]:
     rows = [best_row(case, count) for case in cases]
     return [label, 'best possible (reads the labels)',
             f'{sum(r["required_found"] for r in rows)} of {sum(r["required_total"] for r in rows)}',
-            f'{sum(not r["missing"] for r in rows)} of {len(cases)}', '-', '-', '-', '-', '0',
+            f'{sum(not r["missing"] for r in rows)} of {len(cases)}', '-', '-', '-', '-', '0', '0',
             f'{sum(r["input_tokens"] for r in rows) / len(cases):.1f}']
 
 

@@ -13,6 +13,7 @@ import unittest
 
 from case_set import load_cases
 import continuation
+import langchain_summary
 from summaries import compact
 import summary_record
 import summary_table
@@ -30,7 +31,8 @@ def inventing(messages, options):
 
 def recorded(cases: list[dict]) -> dict:
     calls = {'model': {}, 'calls': {}}
-    summary_record.record(cases, count_request, inventing, calls, lambda value: None)
+    summary_record.record(cases, count_request, inventing, calls, lambda value: None,
+                          lambda case, call: langchain_summary.summarised(case, count_request, call))
     return calls['calls']
 
 
