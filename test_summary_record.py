@@ -142,6 +142,19 @@ class Files(unittest.TestCase):
         self.assertEqual(runs[0].stdout, runs[1].stdout)
         self.assertIn('"llm-summary"', runs[0].stdout)
 
+    def test_show_prints_each_cases_telemetry_as_the_replay_gives_it(self):
+        cases = load_cases(HERE / 'agent-cases.json')
+        recorded, _ = recorded_calls(cases)
+        path = self.write(recorded)
+        code, out, err = run_command(summary_record.main, ['show', '--cases', 'agent-cases.json', '--output',
+                                                           str(path)], 'summary_record.py')
+        self.assertEqual((code, err), (0, ''))
+        lines = out.splitlines()
+        self.assertEqual(lines[0].split('\t'), ['case', *summary_record.TELEMETRY])
+        told = compact(cases[0], count_request, replaying(recorded['calls'], cases[0]['id'], 'c.json'))[1]
+        self.assertEqual(lines[1].split('\t'), [cases[0]['id'], *map(str, told.values())])
+        self.assertEqual(len(lines), 1 + len(cases))
+
     def pinned(self, fake) -> Path:
         code, _, err = run_answer_check(['pin', LLAMA_MODEL, '--api', 'openai', '--base-url', fake.base_url,
                                          '--counter', 'gemma-4-e2b', '--output', str(self.folder / 'pin.json'),
