@@ -6,10 +6,10 @@
 The middleware gets the request's history and question as LangChain messages (convert_to_messages, each one's id its
 place in the request), the lab's exact counter as token_counter (the request counted with its system message, as it
 would be sent), trigger ('tokens', allowance) and keep ('tokens', allowance less summaries.py's target), and a chat
-model that asks `call` (max_tokens the target). Everything else is LangChain's: its summary prompt, its cut (which
-keeps a call with its results), its trimming of what it summarises (4,000 tokens), and its summary message, a user
-message 'Here is a summary of the conversation to date:' with the summary unquoted. The request is the system
-message, then what before_model leaves. It reads and writes nothing; langchain is imported on first use.
+model that asks `call` (max_tokens the target), and trims what it summarises to the allowance (as the seed's prompts
+must fit it; LangChain's default is 4,000 tokens). Everything else is LangChain's: its summary prompt, its cut (which
+keeps a call with its results) and its summary message, a user message 'Here is a summary of the conversation to
+date:' with the summary unquoted. The request is the system message, then what before_model leaves. It reads and writes nothing; langchain is imported on first use.
 """
 from shapes import allowance, build_request, selection, turn_messages
 from summaries import summary_target
@@ -35,10 +35,16 @@ def chat_model(call, limit: int):
 
 
 def as_request(request: list[dict], messages) -> list[dict]:
-    """The request's own message for each LangChain message whose id is its place, and the middleware's own
-    messages (its summary) as the user messages they are."""
-    return [request[int(message.id)] if (message.id or '').isdigit() else {'role': 'user', 'content': message.text}
-            for message in messages]
+    """The request's own message for each LangChain message whose id is its place (with the text LangChain left of
+    it, where its trimming cut one), in the request's order, after the middleware's own messages (its summary) as the
+    user messages they are. Order, since trim_messages' 'last' counts its candidates newest first (agent_rules.py)."""
+    def own(message) -> dict:
+        if not (message.id or '').isdigit():
+            return {'role': 'user', 'content': message.text}
+        original = request[int(message.id)]
+        return original if message.text == (original['content'] or '') else {**original, 'content': message.text}
+    place = (lambda message: int(message.id) if (message.id or '').isdigit() else -1)
+    return [own(message) for message in sorted(messages, key=place)]
 
 
 def summarised(case: dict, count, call) -> tuple[dict, int]:
@@ -52,7 +58,8 @@ def summarised(case: dict, count, call) -> tuple[dict, int]:
     counted = (lambda messages, options: made.append(1) or call(messages, options))
     middleware = SummarizationMiddleware(
         model=chat_model(counted, target), trigger=('tokens', room), keep=('tokens', room - target),
-        token_counter=lambda messages: count([request[0], *as_request(request, messages)]))
+        token_counter=lambda messages: count([request[0], *as_request(request, messages)]),
+        trim_tokens_to_summarize=room)
     history = convert_to_messages([{**message, 'id': str(place)} for place, message in enumerate(request) if place])
     update = middleware.before_model({'messages': history}, None)
     kept = history if update is None else update['messages'][1:]  # the first removes every message before

@@ -126,14 +126,12 @@ def live_call(model: dict, client, num_ctx: int):
     return call
 
 
-def record(cases: list[dict], count, live, recorded: dict, save, more=None) -> None:
-    """Every summary call the rule makes on the cases, and `more(case, call)` (LangChain's summariser, the
-    generations), asked of `live` unless recorded; save(recorded) after each case."""
+def record(cases: list[dict], count, live, recorded: dict, save, runs=None) -> None:
+    """Every summary call `runs(case, call)` makes (by default the summary rule's on the case), asked of `live`
+    unless recorded; save(recorded) after each case."""
     try:
         for case in cases:
-            compact(case, count, call := recording(live, recorded['calls']))
-            if more:
-                more(case, call)
+            (runs or (lambda case, call: compact(case, count, call)))(case, recording(live, recorded['calls']))
             save(recorded)
     finally:
         save(recorded)  # a call finished before Ctrl-C is a real reply; an interrupted one left nothing
@@ -177,12 +175,14 @@ def main(argv: list[str], live=None) -> int:
     import langchain_summary
     keys = continuation.load_keys(options.keys, cases) if options.keys else {}
 
-    def more(case: dict, call) -> None:  # LangChain's summariser, and the generations of a continuation case
-        langchain_summary.summarised(case, count_request, call)
+    def runs(case: dict, call) -> None:  # the generations of a continuation case, else the rule; LangChain's
         if keys:
             continuation.generations(case, keys[case['id']]['segments'], count_request, call)
+        else:
+            compact(case, count_request, call)
+        langchain_summary.summarised(case, count_request, call)
     record(cases, count_request, live, recorded,
-           lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'), more)
+           lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'), runs)
     return 0
 
 

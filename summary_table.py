@@ -7,7 +7,8 @@ Each rule's request is graded as evaluate.py grades it (scorer.graded_row: requi
 counter renders them), with the new columns: statuses kept, dropped and reversed (continuation keys; '-' for the
 agent cases, which have none), fabricated identifiers (in a summary, absent from the history), summary calls and
 requests over the allowance. `trim_messages` is agent_rules.py's trim-last-human; SummarizationMiddleware is
-langchain_summary.py's; best possible reads the labels. It prints; it writes nothing.
+langchain_summary.py's; best possible reads the labels. On the continuation cases the summary row is the request of
+the last of the four generations (continuation.py), so that no source passes 2,000 tokens. It prints; it writes nothing.
 """
 import argparse
 
@@ -29,16 +30,21 @@ HEADER = ['Cases', 'Rule', 'Facts found', 'Complete cases', 'Statuses kept', 'Dr
           'Fabricated identifiers', 'Summary calls', 'Over budget', 'Mean input tokens']
 
 
-def rules(calls: dict, cases_name: str) -> dict:
-    """The rules of the table, name -> function(case, count) -> (selection, summary calls)."""
+def rules(calls: dict, cases_name: str, keys: dict | None) -> dict:
+    """The rules of the table, name -> function(case, count) -> (selection, summary calls). With continuation
+    keys, the summary rule's request is the last generation's, and its calls all four generations'."""
     import agent_rules  # langchain-core: imported once the locked packages are known to be there (common.run)
     plain = {'recent': recent, 'notes': notes, 'clear-tool-results': agent_rules.RULES['clear-tool-results'],
              'trim_messages': agent_rules.RULES['trim-last-human']}
     made = {name: (lambda rule: lambda case, count: (rule(case, count), 0))(rule) for name, rule in plain.items()}
 
     def summary(case: dict, count) -> tuple[dict, int]:
-        chosen, told = compact(case, count, summary_record.replaying(calls, case['id'], cases_name))
-        return chosen, told['calls']
+        call = summary_record.replaying(calls, case['id'], cases_name)
+        if keys:
+            told = continuation.generations(case, keys[case['id']]['segments'], count, call)
+            return told[-1][0], sum(telemetry['calls'] for _, telemetry in told)
+        chosen, telemetry = compact(case, count, call)
+        return chosen, telemetry['calls']
     return {**made, SUMMARY: summary, langchain_summary.NAME: lambda case, count: langchain_summary.summarised(
         case, count, summary_record.replaying(calls, case['id'], cases_name))}
 
@@ -70,7 +76,7 @@ def best(label: str, cases: list[dict], count) -> list[str]:
 def table(sets: list[tuple[str, list[dict], dict | None]], count, calls: dict) -> str:
     lines = []
     for label, cases, keys in sets:
-        for name, rule in rules(calls, label).items():
+        for name, rule in rules(calls, label, keys).items():
             lines.append(row(label, name, cases, keys, [rule(case, count) for case in cases]))
         lines.append(best(label, cases, count))
     return markdown_table(HEADER, lines)

@@ -14,6 +14,7 @@ import continuation
 from continuation import KEYS, early_losses, fabricated, generations, history_text, load_keys, report, status_of
 from case_set import load_cases
 from shapes import message_text
+from summaries import compact
 from summary_record import record
 from tokenizer import count_request
 
@@ -115,6 +116,8 @@ class Generations(unittest.TestCase):
         for case in CASES:
             made = generations(case, SHIPPED[case['id']]['segments'], count_request, first_lines)
             self.assertLess(max(told['source_tokens'] for _, told in made), 2000, case['id'])
+        for case in load_cases(HERE / 'agent-cases.json'):  # the agent cases' one summary each
+            self.assertLess(compact(case, count_request, first_lines)[1]['source_tokens'], 2000, case['id'])
 
     def test_a_case_losing_every_early_fact_at_once_is_named_with_its_generation(self):
         case = {'required': ['A-1', 'B-2'], 'history': [{'user': 'A-1', 'assistant': 'B-2'}]}

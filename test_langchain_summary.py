@@ -9,7 +9,7 @@ from pathlib import Path
 import unittest
 
 from case_set import load_cases
-from langchain_summary import summarised
+from langchain_summary import as_request, summarised
 from shapes import allowance, build_request
 from summary_record import recording, replaying
 from tokenizer import count_request
@@ -57,9 +57,25 @@ class Middleware(unittest.TestCase):
 
     def test_it_keeps_a_long_tool_result_whole_and_can_send_more_than_the_allowance(self):
         # keep=('tokens', U - target) cuts at a message boundary that keeps a call with its result (measured:
-        # 1,236 tokens for dev-agent-latest's allowance of 384).
+        # 1,229 tokens for dev-agent-latest's allowance of 384).
         chosen, _ = summarised(AGENT[0], count_request, answering('s', []))
         self.assertGreater(chosen['input_tokens'], allowance(AGENT[0]))
+
+    def test_every_prompt_it_sends_stays_under_2000_tokens_as_its_trimming_counts_in_request_order(self):
+        # trim_messages' 'last' hands the counter its candidates newest first; counted so, a reversed agent history
+        # came to 164 tokens and nothing was trimmed (prompts of 2,448 tokens on the continuation cases).
+        sent = []
+        for case in [*load_cases(HERE / 'continuation-cases.json'), *AGENT]:
+            summarised(case, count_request, answering('s', sent))
+        self.assertLess(max(count_request(messages) for messages, _ in sent), 2000)
+
+    def test_a_message_trimming_cut_is_counted_as_cut_and_in_the_requests_order(self):
+        from langchain_core.messages import convert_to_messages
+        request = build_request(AGENT[1], range(len(AGENT[1]['history'])))
+        history = convert_to_messages([{**m, 'id': str(place)} for place, m in enumerate(request) if place])
+        history[0].content = 'cut'
+        self.assertEqual(as_request(request, list(reversed(history[:3]))),
+                         [{**request[1], 'content': 'cut'}, request[2], request[3]])
 
     def test_replay_from_a_recording_gives_the_same_request(self):
         calls = {}

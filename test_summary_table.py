@@ -32,7 +32,8 @@ def inventing(messages, options):
 def recorded(cases: list[dict]) -> dict:
     calls = {'model': {}, 'calls': {}}
     summary_record.record(cases, count_request, inventing, calls, lambda value: None,
-                          lambda case, call: langchain_summary.summarised(case, count_request, call))
+                          lambda case, call: [compact(case, count_request, call),
+                                              langchain_summary.summarised(case, count_request, call)])
     return calls['calls']
 
 
@@ -51,7 +52,7 @@ class Table(unittest.TestCase):
 
     def test_a_summary_naming_a_file_no_history_holds_counts_once_a_summarised_case(self):
         calls = recorded(AGENT)
-        results = [summary_table.rules(calls, 'agent')[summary_table.SUMMARY](case, count_request) for case in AGENT]
+        results = [summary_table.rules(calls, 'agent', None)[summary_table.SUMMARY](case, count_request) for case in AGENT]
         summarised = sum('summary' in chosen for chosen, _ in results)
         asked = []  # every call the rule makes, asked of the model itself rather than replayed
         for case in AGENT:
@@ -65,6 +66,17 @@ class Table(unittest.TestCase):
         results = [(summary_table.recent(case, count_request), 0) for case in CASES]
         cells = summary_table.row('c', 'recent', CASES, keys, results)
         self.assertEqual(sum(map(int, cells[4:7])), sum(len(entry['statuses']) for entry in keys.values()))
+
+    def test_on_the_continuation_cases_the_summary_row_is_the_fourth_generations_request_and_all_their_calls(self):
+        keys = continuation.load_keys(continuation.KEYS, CASES)
+        calls = {'model': {}, 'calls': {}}
+        summary_record.record(CASES[:2], count_request, inventing, calls, lambda value: None,
+                              lambda case, call: continuation.generations(case, keys[case['id']]['segments'],
+                                                                          count_request, call))
+        rule = summary_table.rules(calls['calls'], 'c', keys)[summary_table.SUMMARY]
+        for case in CASES[:2]:
+            made = continuation.generations(case, keys[case['id']]['segments'], count_request, inventing)
+            self.assertEqual(rule(case, count_request), (made[-1][0], sum(told['calls'] for _, told in made)))
 
 
 if __name__ == '__main__':
