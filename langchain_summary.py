@@ -9,7 +9,8 @@ would be sent), trigger ('tokens', allowance) and keep ('tokens', allowance less
 model that asks `call` (max_tokens the target), and trims what it summarises to the allowance (as the seed's prompts
 must fit it; LangChain's default is 4,000 tokens). Everything else is LangChain's: its summary prompt, its cut (which
 keeps a call with its results) and its summary message, a user message 'Here is a summary of the conversation to
-date:' with the summary unquoted. The request is the system message, then what before_model leaves. It reads and writes nothing; langchain is imported on first use.
+date:' with the summary unquoted. The request is the system message, then what before_model leaves. It reads and
+writes nothing; langchain is imported on first use.
 """
 from shapes import allowance, build_request, selection, turn_messages
 from summaries import summary_target

@@ -52,7 +52,8 @@ class Table(unittest.TestCase):
 
     def test_a_summary_naming_a_file_no_history_holds_counts_once_a_summarised_case(self):
         calls = recorded(AGENT)
-        results = [summary_table.rules(calls, 'agent', None)[summary_table.SUMMARY](case, count_request) for case in AGENT]
+        rule = summary_table.rules(calls, 'agent', None)[summary_table.SUMMARY]
+        results = [rule(case, count_request) for case in AGENT]
         summarised = sum('summary' in chosen for chosen, _ in results)
         asked = []  # every call the rule makes, asked of the model itself rather than replayed
         for case in AGENT:
