@@ -101,7 +101,7 @@ def check_call(where: str, entry) -> None:
 
 def load(path: Path) -> dict:
     """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
-    advice = f'record it again with `{RECORD.format(cases=SOME_CASES)} --fresh`'
+    advice = f'record it with `{RECORD.format(cases=SOME_CASES)}` (--fresh to start over)'
     recorded = lab_files.read_json(path, 'summary recording', advice)
     if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not isinstance(
             recorded['calls'], dict):
