@@ -1,0 +1,97 @@
+"""The summary rules' table (issue 42 §5): the seed's LLM-summary compaction beside the lab's rules on the continuation
+cases and the agent cases, then the continuation cases' generation table, all replayed from the summary recording.
+
+    .venv/bin/python summary_table.py            # summary-recording.json ($CONTEXT_LAB_SUMMARIES names another)
+
+Each rule's request is graded as evaluate.py grades it (scorer.graded_row: required facts by exact text, as the
+counter renders them), with the new columns: statuses kept, dropped and reversed (continuation keys; '-' for the
+agent cases, which have none), fabricated identifiers (in a summary, absent from the history), summary calls and
+requests over the allowance. `trim_messages` is agent_rules.py's trim-last-human; SummarizationMiddleware is
+langchain_summary.py's; best possible reads the labels. On the continuation cases the summary row is the request of
+the last of the four generations (continuation.py), so that no source passes 2,000 tokens. It prints; it writes nothing.
+"""
+import argparse
+
+from best_possible import best_row
+import common
+from case_set import load_cases
+import continuation
+import langchain_summary
+from scorer import graded_row
+from shapes import message_text
+from strategies import notes, recent
+from summaries import compact
+import summary_record
+from text import markdown_table
+
+AGENT_CASES = common.HERE / 'agent-cases.json'
+SUMMARY = 'llm-summary (seed 001)'
+HEADER = ['Cases', 'Rule', 'Facts found', 'Complete cases', 'Statuses kept', 'Dropped', 'Reversed',
+          'Fabricated identifiers', 'Summary calls', 'Over budget', 'Mean input tokens']
+
+
+def rules(calls: dict, cases_name: str, keys: dict | None) -> dict:
+    """The rules of the table, name -> function(case, count) -> (selection, summary calls). With continuation
+    keys, the summary rule's request is the last generation's, and its calls all four generations'."""
+    import agent_rules  # langchain-core: imported once the locked packages are known to be there (common.run)
+    plain = {'recent': recent, 'notes': notes, 'clear-tool-results': agent_rules.RULES['clear-tool-results'],
+             'trim_messages': agent_rules.RULES['trim-last-human']}
+    made = {name: (lambda rule: lambda case, count: (rule(case, count), 0))(rule) for name, rule in plain.items()}
+
+    def summary(case: dict, count) -> tuple[dict, int]:
+        call = summary_record.replaying(calls, case['id'], cases_name)
+        if keys:
+            told = continuation.generations(case, keys[case['id']]['segments'], count, call)
+            return told[-1][0], sum(telemetry['calls'] for _, telemetry in told)
+        chosen, telemetry = compact(case, count, call)
+        return chosen, telemetry['calls']
+    return {**made, SUMMARY: summary, langchain_summary.NAME: lambda case, count: langchain_summary.summarised(
+        case, count, summary_record.replaying(calls, case['id'], cases_name))}
+
+
+def row(label: str, name: str, cases: list[dict], keys: dict | None, results: list[tuple[dict, int]]) -> list[str]:
+    """One rule's row over the cases, from (selection, calls) per case."""
+    graded = [graded_row(case, chosen) for case, (chosen, _) in zip(cases, results)]
+    states = []
+    for case, (chosen, _) in zip(cases, results):
+        text = '\n'.join(message_text(message) or '' for message in chosen['messages'])
+        states += [continuation.status_of(text, key) for key in (keys or {}).get(case['id'], {}).get('statuses', ())]
+    shown = [str(states.count(state)) if keys else '-' for state in ('kept', 'dropped', 'reversed')]
+    made = sum(len(continuation.fabricated(chosen.get('summary', ''), continuation.history_text(case)))
+               for case, (chosen, _) in zip(cases, results))
+    return [label, name, f'{sum(g["required_found"] for g in graded)} of {sum(g["required_total"] for g in graded)}',
+            f'{sum(not g["missing"] for g in graded)} of {len(cases)}', *shown, str(made),
+            str(sum(calls for _, calls in results)), str(sum(not g['within_budget'] for g in graded)),
+            f'{sum(g["input_tokens"] for g in graded) / len(cases):.1f}']
+
+
+def best(label: str, cases: list[dict], count) -> list[str]:
+    rows = [best_row(case, count) for case in cases]
+    return [label, 'best possible (reads the labels)',
+            f'{sum(r["required_found"] for r in rows)} of {sum(r["required_total"] for r in rows)}',
+            f'{sum(not r["missing"] for r in rows)} of {len(cases)}', '-', '-', '-', '-', '0', '0',
+            f'{sum(r["input_tokens"] for r in rows) / len(cases):.1f}']
+
+
+def table(sets: list[tuple[str, list[dict], dict | None]], count, calls: dict) -> str:
+    lines = []
+    for label, cases, keys in sets:
+        for name, rule in rules(calls, label, keys).items():
+            lines.append(row(label, name, cases, keys, [rule(case, count) for case in cases]))
+        lines.append(best(label, cases, count))
+    return markdown_table(HEADER, lines)
+
+
+def main(argv: list[str]) -> int:
+    from tokenizer import count_request
+    argparse.ArgumentParser(description=__doc__.split('\n\n')[0]).parse_args(argv)
+    cases, agent = load_cases(continuation.CASES), load_cases(AGENT_CASES)
+    keys = continuation.load_keys(continuation.KEYS, cases)
+    calls = summary_record.load(summary_record.recording_path())['calls']
+    print(table([(continuation.CASES.name, cases, keys), (AGENT_CASES.name, agent, None)], count_request, calls))
+    print(continuation.report(cases, keys, count_request, calls, continuation.CASES.name), end='')
+    return 0
+
+
+if __name__ == '__main__':
+    common.run(main)
