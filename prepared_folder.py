@@ -24,6 +24,7 @@ PREPARED = Path(os.path.realpath(os.environ.get(PREPARED_ENV) or HERE / 'prepare
 MANIFEST = HERE / 'tokenizer-manifest.json'  # the pinned identity; no script edits it
 TOKENIZER_JSON = 'tokenizer.json'
 SOURCES = ('hub', 'pypi')
+SERVED = 'gguf'  # the source of a counter built from the GGUF it counts (served): prepare.py --counter-from
 HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared from the Hub holds
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
 DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
@@ -43,8 +44,10 @@ MANIFEST_KEYS = {
 }
 COUNTER_KEYS = FORMAT_KEYS | {'publisher_model': str, 'vocab': str, 'fixed_inputs': dict, 'not_counted': tuple,
                               'template': {'path': str} | PIN}  # another counter's format and pins
-VOCAB_KEYS = VOCAB_PINS | {'split': None, 'ignore_merges': bool, 'nfc': bool, 'prepend_space': bool, 'rstrip': tuple,
+VOCAB_KEYS = VOCAB_PINS | {'split': tuple, 'ignore_merges': bool, 'nfc': bool, 'prepend_space': bool, 'rstrip': tuple,
                            'added_tokens': 'objects'}
+# A served vocab (test_vectors 0): the GGUF it is built from is its only member, its path the GGUF's file name
+SERVED_VOCAB_KEYS = VOCAB_KEYS | {'members': {'vocab': {'path': str} | PIN}}
 ADDED_FLAGS = ('special', 'normalized', 'lstrip', 'rstrip', 'single_word')  # an added token's, as tokenizer.json has
 ADDED_KEYS = {'id': int, 'content': str, **dict.fromkeys(ADDED_FLAGS, bool)}
 # A kind in the tables above -> (what a message calls it, the type a value must be, the type of each list item).
@@ -72,7 +75,7 @@ def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
             if counter['vocab'] not in manifest['vocabs']:
                 raise LabError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
-        check_keys(path, vocab, VOCAB_KEYS, ('vocabs', name))
+        check_keys(path, vocab, SERVED_VOCAB_KEYS if vocab.get('test_vectors') == 0 else VOCAB_KEYS, ('vocabs', name))
         for index, token in enumerate(vocab['added_tokens']):
             check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
     if (built := manifest['pypi_mirror']['built_tokenizer']['file']) != TOKENIZER_JSON:
@@ -96,11 +99,20 @@ def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
             raise LabError(f'{path}: {name} is not {described}; {RESTORE}')
 
 
-def prepare_command(name: str = DEFAULT) -> str:
+def prepare_command(name: str = DEFAULT, gguf: str | None = None) -> str:
     """The command that prepares counter `name` where this run reads it: the folder too when $CONTEXT_LAB_PREPARED
-    chose it, which may have been set for this run only ('CONTEXT_LAB_PREPARED=/tmp/p .venv/bin/python prepare.py')."""
+    chose it, which may have been set for this run only ('CONTEXT_LAB_PREPARED=/tmp/p .venv/bin/python prepare.py');
+    --counter-from for a counter built from the GGUF it counts (`gguf`, its file name: served_gguf)."""
     where = f'{PREPARED_ENV}={shlex.quote(str(PREPARED))} ' if os.environ.get(PREPARED_ENV) else ''
-    return f'{where}{python_command()} prepare.py' + ('' if name == DEFAULT else f' --counter {name}')
+    chosen = f' --counter-from {shlex.quote(gguf)}' if gguf else '' if name == DEFAULT else f' --counter {name}'
+    return f'{where}{python_command()} prepare.py{chosen}'
+
+
+def served_gguf(manifest: dict, name: str) -> str | None:
+    """The file name of the GGUF counter `name` is built from (its vocab has no test vectors), None for the others,
+    which come from the archive (or the Hub)."""
+    vocab = manifest['vocabs'].get(manifest['counters'][name].get('vocab'), {})
+    return vocab['members']['vocab']['path'] if vocab.get('test_vectors') == 0 else None
 
 
 def counter_folder(name: str, base: Path = PREPARED) -> Path:
@@ -141,7 +153,8 @@ def pins(manifest: dict, source: str, name: str = DEFAULT) -> dict[str, tuple[st
     spec = vocab_spec(manifest, name)
     template = {} if name == DEFAULT else {TEMPLATE_FILE: (f'counters.{name}.template', spec['members']['template'])}
     return {TOKENIZER_JSON: (f"{spec['at']}.built_tokenizer", spec['built_tokenizer'])} | template | {
-        file: (f"{spec['at']}.members.{key}", spec['members'][key]) for key, file in VECTOR_FILES.items()}
+        file: (f"{spec['at']}.members.{key}", spec['members'][key]) for key, file in VECTOR_FILES.items()
+        if key in spec['members']}  # a served vocab has none
 
 
 def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: str | None = None,
@@ -156,7 +169,8 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
         return None, str(error)
     if not isinstance(record, dict):
         return None, f'{record_path} is not a JSON object'
-    if record.get('source') not in (SOURCES if name == DEFAULT else SOURCES[1:]):  # only the default is on the Hub
+    known = SOURCES if name == DEFAULT else (SERVED,) if served_gguf(manifest, name) else SOURCES[1:]
+    if record.get('source') not in known:  # only the default is on the Hub, only a served counter from its GGUF
         return None, f'{record_path} names no known source'
     if source is not None and record['source'] != source:
         return None, f"it was prepared from {record['source']}, and --source {source} was asked for"
@@ -190,12 +204,13 @@ def counter_list(manifest: dict, manifest_sha256: str) -> str:
     """Each counter: its model, whether it is prepared (else the command that prepares it) and what it pins."""
     out = []
     for name, definition in manifest['counters'].items():
-        folder, spec = counter_folder(name), vocab_spec(manifest, name)
+        folder, spec, gguf = counter_folder(name), vocab_spec(manifest, name), served_gguf(manifest, name)
         state = f'prepared in {folder}' if check_prepared(folder, manifest, manifest_sha256, name=name)[0] \
-            else f'not prepared: run `{prepare_command(name)}`'
+            else f'not prepared: run `{prepare_command(name, gguf)}`'
         fixed = definition.get('fixed_inputs', {'enable_thinking': manifest['chat_format']['enable_thinking']})
         out += [f"{name}: {definition.get('publisher_model', manifest['publisher_model'])}; {state}",
-                *(f"  {key}: {member['path']} in {spec['sdist']}, sha256 {member['sha256']}"
+                *(f"  {key}: {member['path']}{'' if member['path'] == gguf else ' in ' + (gguf or spec['sdist'])}, "
+                  f"sha256 {member['sha256']}"
                   for key, member in spec['members'].items() if key in ('vocab', 'template')),
                 *(f"  {file}: sha256 {pin['sha256']} ({at})" for file, (at, pin) in pins(manifest, 'pypi', name).items()
                   if file != TEMPLATE_FILE), f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']

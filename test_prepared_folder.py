@@ -77,7 +77,13 @@ class ReadManifestTest(TempFolderTest):
             (('counters', 'phi-3.5', 'vocab'), 'phi-4', 'counters.phi-3.5.vocab names no entry of vocabs'),
             (('counters', '../x'), {}, "counter name '../x' is not lowercase letters, digits, dots and dashes"),
             (('counters', 'gemma-4-e2b'), delete, 'missing key counters.gemma-4-e2b.format.prefix'),
-            (('vocabs', 'qwen2', 'split'), None, None),  # null: not a byte-level vocab, still a manifest
+            (('vocabs', 'qwen2', 'split'), [], None),  # none: not a byte-level vocab, still a manifest
+            (('vocabs', 'qwen2', 'split'), 'x', 'vocabs.qwen2.split is not a list of strings'),
+            # a vocab of the archive must pin its test vectors; a served one (test_vectors 0) pins its GGUF only
+            (('vocabs', 'qwen2', 'members', 'vectors_input'), delete,
+             'missing key vocabs.qwen2.members.vectors_input.path'),
+            (('vocabs', 'smollm', 'members', 'vocab', 'sha256'), delete,
+             'missing key vocabs.smollm.members.vocab.sha256'),
             (('vocabs', 'qwen2', 'nfc'), delete, 'missing key vocabs.qwen2.nfc'),
             (('vocabs', 'phi-3', 'added_tokens'), [[151657]], 'vocabs.phi-3.added_tokens is not a list of objects'),
             (('vocabs', 'qwen2', 'added_tokens', 1, 'id'), '151658',

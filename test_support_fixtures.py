@@ -30,8 +30,8 @@ def hypothesis_home_outside_the_tree():
     return set_up, tear_down
 
 
-def rule_requests(count) -> list[list[dict]]:
-    """Every request the four rules count or return on the shipped cases, notes blocks included; with a plain count
+def rule_requests(count, case_set: str = 'cases.json') -> list[list[dict]]:
+    """Every request the four rules count or return on a shipped case set, notes blocks included; with a plain count
     function each turn is costed as a difference of whole requests, so every candidate request is seen."""
     from strategies import RULES  # here, not at the top: the oracle's users need no strategies
 
@@ -41,7 +41,7 @@ def rule_requests(count) -> list[list[dict]]:
         seen.append(messages)
         return count(messages)
 
-    for case in load_cases(HERE / 'cases.json'):
+    for case in load_cases(HERE / case_set):
         for rule in RULES.values():
             seen.append(rule(case, recording)['messages'])
     return seen

@@ -22,10 +22,11 @@ from shapes import holds_thinking_marker
 import test_support_oracle
 from test_support_fixtures import hypothesis_home_outside_the_tree
 from tokenizer import chat_format
-from tool_formats import CounterError, prompt_text, turn_prompt_text
+from tool_formats import CounterError, as_rendered, prompt_text, turn_prompt_text
 
 MANIFEST = read_manifest()[0]
-NAMES = ('gemma-4-e2b', 'llama-3.1', 'llama-3.2', 'llama-3.3', 'qwen-2.5')  # the families that render tools
+# The families that render tool messages (SmolLM2's as any other message; its prepared template is its GGUF's)
+NAMES = ('gemma-4-e2b', 'llama-3.1', 'llama-3.2', 'llama-3.3', 'qwen-2.5', 'smollm2-135m')
 FORMS = {name: chat_format(MANIFEST['counters'][name]) for name in (*NAMES, 'phi-3.5')}
 EXAMPLES = settings(max_examples=120, deadline=None, database=None)
 
@@ -127,6 +128,15 @@ EXPECTED = {
         ([SYSTEM, QUESTION], TOOLS, '<|im_start|>system\nUse the tools.' + QWEN_TOOLS + '<|im_end|>\n<|im_start|>user\n'
          'When do we ship?<|im_end|>\n<|im_start|>assistant\n')]}
 EXPECTED['llama-3.2'] = EXPECTED['llama-3.3'] = EXPECTED['llama-3.1']
+# SmolLM2's plain ChatML: a tool message under its own role; the tools list, the calls and their arguments dropped.
+EXPECTED['smollm2-135m'] = [
+    (CHAT, TOOLS, '<|im_start|>system\nUse the tools.<|im_end|>\n<|im_start|>user\nWhat is in notes.txt?<|im_end|>\n'
+     '<|im_start|>assistant\n<|im_end|>\n<|im_start|>tool\nShip on Friday.<|im_end|>\n<|im_start|>assistant\nIt says '
+     'to ship on Friday.<|im_end|>\n<|im_start|>user\nWhen do we ship?<|im_end|>\n<|im_start|>assistant\n'),
+    (PARALLEL[1:], None, '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face'
+     '<|im_end|>\n<|im_start|>user\nWhat is in notes.txt?<|im_end|>\n<|im_start|>assistant\nReading both.<|im_end|>\n'
+     '<|im_start|>tool\nFriday<|im_end|>\n<|im_start|>tool\nA<|im_end|>\n<|im_start|>user\nWhen do we ship?'
+     '<|im_end|>\n<|im_start|>assistant\n')]
 
 
 class ToolFormatTest(unittest.TestCase):
@@ -229,6 +239,10 @@ class HandWrittenTest(ToolFormatTest):
         self.assertIn('response:read_file{value:<|"|>Ship on Friday.<|"|>}<tool_response|><|tool_response>'
                       'response:unknown{', text)
         self.assert_official('gemma-4-e2b', messages, None, text)
+
+    def test_smollm2_is_graded_without_the_calls_its_template_drops(self):
+        self.assertEqual(as_rendered('smollm2-135m', CHAT)[1:4], [ASK, {'role': 'assistant', 'content': ''}, RESULT])
+        self.assertEqual(as_rendered('qwen-2.5', CHAT), CHAT)
 
     def test_phi_refuses_tools_because_its_template_drops_them(self):
         if template_path('phi-3.5') is not None:

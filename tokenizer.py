@@ -30,7 +30,7 @@ from common import run
 from shapes import TURN_ROLES, holds_thinking_marker, per_history, turn_key
 from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
-    counter_list, prepare_command, read_manifest, vocab_spec
+    counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
@@ -105,7 +105,7 @@ class TokenCounter:
 
         manifest, manifest_sha256 = read_manifest()
         folder = counter_folder(name) if folder is None else folder
-        advice = f'run `{prepare_command(name)}`'
+        advice = f'run `{prepare_command(name, served_gguf(manifest, name))}`'
         if not (folder / PREPARED_JSON).exists():
             raise CounterError(f'the tokenizer is not prepared ({folder / PREPARED_JSON} is missing): {advice}')
         if why := check_prepared(folder, manifest, manifest_sha256, name=name)[1]:

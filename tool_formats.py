@@ -6,13 +6,14 @@ maybe tool_calls [{"id", "type": "function", "function": {"name", "arguments": a
 {"role": "tool", "tool_call_id", "name" (optional), "content"}, in any order (a result without its call, a call
 without its result, no user message first), rendered as the model receives them. Where a template raises (Gemma 4
 on string arguments, Llama 3 on two calls in one message) this raises a one-line CounterError naming the message;
-phi-3.5, whose template drops tool messages and tool_calls, refuses them. Additive per turn (a user message and the
-assistant and tool messages after it): [system] + whole turns + [user question] renders as its head (the same
-request without turns, up to the question) + each turn's turn_prompt_text + the question's + the generation prompt,
-for gemma-4-e2b and qwen-2.5 with or without tools, llama-3.x without tools, and phi-3.5; a tools list Llama writes
-into the first message after the system message, whatever it is (turn_prompt_text None). as_rendered(name, messages)
-leaves out what a template drops of a message (Llama 3 the text beside a call): what grading reads. No files, no
-token counts.
+phi-3.5, whose template drops tool messages and tool_calls, refuses them; smollm2-135m's plain ChatML writes a
+tool message under its own role and drops tools and tool_calls. Additive per turn (a user message and the assistant
+and tool messages after it): [system] + whole turns + [user question] renders as its head (the same request without
+turns, up to the question) + each turn's turn_prompt_text + the question's + the generation prompt, for
+gemma-4-e2b, qwen-2.5 and smollm2-135m with or without tools, llama-3.x without tools, and phi-3.5; a tools list
+Llama writes into the first message after the system message, whatever it is (turn_prompt_text None).
+as_rendered(name, messages) leaves out what a template drops of a message (Llama 3 the text beside a call, SmolLM2
+the calls): what grading reads. No files, no token counts.
 """
 from itertools import takewhile
 import json
@@ -298,6 +299,14 @@ def qwen_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple
     return form['prefix'] + frame_span(form, 'system', system), pieces, form['suffix']
 
 
+def chatml_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
+    """SmolLM2's plain ChatML: its default system message where there is none, then each message framed by its own
+    role, a tool message's too (open.tool); the template has no place for tools or calls, so it drops them."""
+    system = form['no_system'] if system is None else system
+    return form['prefix'] + frame_span(form, 'system', system), \
+        [frame_span(form, message['role'], message['content']) for message in body], form['suffix']
+
+
 def phi_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[str, list[str], str]:
     if tools or any(message['role'] == 'tool' or 'tool_calls' in message for message in body):
         raise CounterError("phi-3.5 does not count tools: its official template drops every tool message and "
@@ -307,7 +316,7 @@ def phi_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[
 
 
 FAMILIES = {'gemma-4-e2b': gemma_parts, 'llama-3.1': llama_parts, 'llama-3.2': llama_parts, 'llama-3.3': llama_parts,
-            'qwen-2.5': qwen_parts, 'phi-3.5': phi_parts}
+            'qwen-2.5': qwen_parts, 'phi-3.5': phi_parts, 'smollm2-135m': chatml_parts}
 
 
 def request_parts(name: str, form: dict, messages: list[dict], tools) -> tuple[str, list[str], str]:
@@ -342,10 +351,13 @@ def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] 
 
 def as_rendered(name: str, messages: list[dict]) -> list[dict]:
     """The messages with what counter `name`'s template never writes of a message left out: what the grader reads
-    (scorer.facts_in). Only Llama 3's drops part of a message whatever surrounds it, an assistant message's text beside
-    its call (llama_message), so there that content becomes ''. What a template drops of a request out of order
+    (scorer.facts_in). Only two drop part of a message whatever surrounds it: Llama 3's an assistant message's text
+    beside its call (llama_message), so there that content becomes '', and SmolLM2's every call (chatml_parts), so
+    there tool_calls go. What a template drops of a request out of order
     (Gemma 4 a result whose call is gone, Llama 3 the calls of a message its tools list takes) is not here: in an
     agent case scorer.invalid refuses such a request, which then carries no fact."""
+    if FAMILIES.get(name) is chatml_parts:
+        return [{key: value for key, value in message.items() if key != 'tool_calls'} for message in messages]
     if FAMILIES.get(name) is not llama_parts:
         return messages
     return [{**message, 'content': ''} if message.get('tool_calls') else message for message in messages]
