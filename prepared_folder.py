@@ -184,20 +184,27 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
     if not isinstance(files, dict) or sorted(files) != sorted(wanted):
         return None, f"its record does not list exactly {', '.join(wanted)}"
     for file, (pinned_at, pin) in wanted.items():
-        entry = files[file] if isinstance(files[file], dict) else {}
-        if not all(isinstance(entry.get(key), kind) for key, kind in PIN.items()):
-            return None, f'its record gives no size and sha256 for {file}'
-        if not (path := Path(folder) / file).is_file():
-            return None, f'{path} is missing'
-        try:
-            actual = path.stat().st_size, sha256_file(path)
-        except OSError as error:
-            return None, f'{path} is unreadable ({error.strerror})'
-        if actual != (entry['size'], entry['sha256']):
-            return None, f'{path} no longer matches its recorded size and sha256'
-        if actual != (pin['size'], pin['sha256']):  # read_manifest checked their kinds
-            return None, f"{path} does not match the manifest's sha256 ({pinned_at})"
+        if why := file_problem(Path(folder) / file, files[file], pin, pinned_at):
+            return None, why
     return record['source'], ''
+
+
+def file_problem(path: Path, entry, pin: dict, pinned_at: str) -> str | None:
+    """Why a prepared file is not the one its record (entry) and the manifest (pin, at pinned_at) name, or None."""
+    entry = entry if isinstance(entry, dict) else {}
+    if not all(isinstance(entry.get(key), kind) for key, kind in PIN.items()):
+        return f'its record gives no size and sha256 for {path.name}'
+    if not path.is_file():
+        return f'{path} is missing'
+    try:
+        actual = path.stat().st_size, sha256_file(path)
+    except OSError as error:
+        return f'{path} is unreadable ({error.strerror})'
+    if actual != (entry['size'], entry['sha256']):
+        return f'{path} no longer matches its recorded size and sha256'
+    if actual != (pin['size'], pin['sha256']):  # read_manifest checked their kinds
+        return f"{path} does not match the manifest's sha256 ({pinned_at})"
+    return None
 
 
 def counter_list(manifest: dict, manifest_sha256: str) -> str:
