@@ -252,7 +252,8 @@ def draw(report: dict | list[dict]):
     handles += [Line2D([], [], linestyle='', **{'color': 'black', **mark}) for key, mark in MARKS.items()
                 if any(entry.get(key) for each in reports for entry in each['points'])]  # only marks it holds
     figure.legend(handles=handles, loc='outside right center', frameon=False)
-    counted_by = f", counted by {', '.join(map(counter_name, reports))}" if len(reports) > 1 else counter_note(reports[0])
+    counted_by = f", counted by {', '.join(map(counter_name, reports))}" if len(reports) > 1 \
+        else counter_note(reports[0])
     figure.suptitle(f"Required facts found at each input allowance: {reports[0]['case_set']}{counted_by}")
     return figure
 

@@ -54,7 +54,8 @@ class SeveralCountersTest(unittest.TestCase):
     def test_the_picture_has_a_row_of_panels_per_counter_each_named(self):
         figure = budget_sweep.draw(json.loads(self.runs[','.join(COUNTERS)][2]))
         titles = [axes.get_title().split(' (')[0] for axes in figure.axes if axes.axison]
-        self.assertEqual(titles, [f'{name}: {panel}' for name in COUNTERS for panel in ('all cases', 'dev', 'held_out')])
+        self.assertEqual(titles, [f'{name}: {panel}' for name in COUNTERS
+                                  for panel in ('all cases', 'dev', 'held_out')])
         self.assertTrue(figure.get_suptitle().endswith('cases.json, counted by gemma-4-e2b, qwen-2.5, llama-3.1'))
 
     def test_a_counter_given_twice_is_refused_in_one_line(self):
