@@ -123,8 +123,9 @@ def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], 
 def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
                   progress=lambda done, started, cpu: None, counters: list[str] = ()) -> list[dict]:
     """sweep_report() under each of `counters` in turn (none: the chosen one), each the report a run with that
-    --counter alone makes: the cases, the rules and which turn holds which fact, which no counter changes, are
-    loaded and worked out once, and the rules' caches of each conversation serve every counter."""
+    --counter alone makes: the cases and the rules, which no counter changes, are loaded once, and the rules' caches
+    of each conversation serve every counter. Which turn holds which fact is worked out under each counter, since
+    what a template writes decides it (Llama 3's drops an agent's text beside a call; a pair turn's are cached)."""
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
     check_reserved(path, cases)
@@ -132,14 +133,15 @@ def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict],
         choose_counter(name) if name else None
         check_limits(path, cases, limits)
     progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    started, cpu = time.perf_counter(), time.process_time()
-    facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
-    progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
     reports = []
     for name in counters or [None]:
         choose_counter(name) if name else None
-        points = [entry for limit in limits for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group,
-                                                                      progress, f' counted by {name}' * bool(name))]
+        note = f' counted by {name}' * bool(name)
+        started, cpu = time.perf_counter(), time.process_time()
+        facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
+        progress(f'which turn holds which fact, for {len(cases)} cases{note}', started, cpu)
+        points = [entry for limit in limits
+                  for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group, progress, note)]
         reports.append({**report_header(path, case_set_sha256, files, Path(__file__).name),
                         'context_limits': limits, 'group': group, 'points': points})
     return reports

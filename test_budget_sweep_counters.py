@@ -64,5 +64,26 @@ class SeveralCountersTest(unittest.TestCase):
                                                      'given twice\n'))
 
 
+class AgentFactsTest(unittest.TestCase):
+    def test_which_turn_holds_a_fact_is_worked_out_under_each_counter_as_a_run_with_it_alone_does(self):
+        # Llama 3's template drops the text beside a call: under it no turn holds the fact 'Reading it now.'
+        for name in ('gemma-4-e2b', 'llama-3.1'):
+            counter_or_skip(self, name)
+        self.addCleanup(tokenizer.choose_counter, tokenizer.DEFAULT)
+        case = next(case for case in json.loads((HERE / 'agent-cases.json').read_text(encoding='utf-8'))
+                    if case['id'] == 'dev-agent-latest')
+        case['messages'][2]['content'], case['required'] = 'Reading it now.', ['Reading it now.']
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'beside.json'
+            path.write_text(json.dumps([case]), encoding='utf-8')
+            alone = {name: budget_sweep.sweep_reports(path, [2048], {}, [], counters=[name])[0]
+                     for name in ('gemma-4-e2b', 'llama-3.1')}
+            for names in (['gemma-4-e2b', 'llama-3.1'], ['llama-3.1', 'gemma-4-e2b']):
+                together = dict(zip(names, budget_sweep.sweep_reports(path, [2048], {}, [], counters=names)))
+                self.assertEqual(together, alone, names)
+        self.assertEqual([entry['facts_found'] for name in ('gemma-4-e2b', 'llama-3.1')
+                          for entry in alone[name]['points'] if entry['rule'] == budget_sweep.BEST], [1, 0])
+
+
 if __name__ == '__main__':
     unittest.main()
