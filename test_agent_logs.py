@@ -186,7 +186,7 @@ class LogsTest(TempFolderTest):
             load_cases(path)
         log = copy.deepcopy(EXPORT)
         log['tools'] = surrogate
-        with self.assertRaisesRegex(CaseError, r'logs.jsonl: line 1: holds a lone surrogate'):
+        with self.assertRaisesRegex(CaseError, r'logs.jsonl: line 1: field tools holds a lone surrogate'):
             self.convert([log], [dict(LABELS[1], conversation=0)])
 
     def test_a_fact_in_arguments_written_unescaped_is_refused_with_its_json_escaped_form(self):
