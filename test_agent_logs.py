@@ -1,6 +1,9 @@
 """Real agent logs as they come: a log shaped like tau-bench's published trajectories and an OpenAI export goes
 through chat_cases.py and the loader and is counted as each official template renders it; what a provider or the
-counter refuses is one line (case_set.as_counted, tool_formats.checked_tools, runner.counting)."""
+counter refuses is one line (case_set.as_counted, tool_formats.checked_tools, runner.counting).
+
+    .venv/bin/python -m unittest -v test_agent_logs   (about ten seconds; a counter not prepared skips)
+"""
 import contextlib
 import copy
 import io
@@ -198,7 +201,6 @@ class LogsTest(TempFolderTest):
         self.assertTrue(str(raised.exception).endswith(
             "field required: fact 'say \"hi\"' does not occur in any message of the history; in a call's arguments "
             "it is written JSON-escaped: 'say \\\\\"hi\\\\\"'"), str(raised.exception))
-
 
     def test_a_stale_fact_quoted_again_beside_its_correction_is_warned_about_in_one_line(self):
         log = copy.deepcopy(EXPORT)
