@@ -27,7 +27,7 @@ from case_set import load_case_set
 from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
-from runner import counter_note, report_header, run_rules
+from runner import counter_note, counting, report_header, run_rules
 from scorer import by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
@@ -129,21 +129,22 @@ def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict],
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
     check_reserved(path, cases)
-    for name in counters or [None]:  # every counter's refusal before any counter's work
-        choose_counter(name) if name else None
-        check_limits(path, cases, limits)
-    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    reports = []
-    for name in counters or [None]:
-        choose_counter(name) if name else None
-        note = f' counted by {name}' * bool(name)
-        started, cpu = time.perf_counter(), time.process_time()
-        facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
-        progress(f'which turn holds which fact, for {len(cases)} cases{note}', started, cpu)
-        points = [entry for limit in limits
-                  for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group, progress, note)]
-        reports.append({**report_header(path, case_set_sha256, files, Path(__file__).name),
-                        'context_limits': limits, 'group': group, 'points': points})
+    with counting(path, cases, count_request):  # a request a counter cannot count: named by file, case, message
+        for name in counters or [None]:  # every counter's refusal before any counter's work
+            choose_counter(name) if name else None
+            check_limits(path, cases, limits)
+        progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
+        reports = []
+        for name in counters or [None]:
+            choose_counter(name) if name else None
+            note = f' counted by {name}' * bool(name)
+            started, cpu = time.perf_counter(), time.process_time()
+            facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
+            progress(f'which turn holds which fact, for {len(cases)} cases{note}', started, cpu)
+            points = [entry for limit in limits
+                      for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group, progress, note)]
+            reports.append({**report_header(path, case_set_sha256, files, Path(__file__).name),
+                            'context_limits': limits, 'group': group, 'points': points})
     return reports
 
 

@@ -85,5 +85,17 @@ class AgentFactsTest(unittest.TestCase):
                           for entry in alone[name]['points'] if entry['rule'] == budget_sweep.BEST], [1, 0])
 
 
+class CounterRefusalTest(unittest.TestCase):
+    def test_a_request_a_counter_cannot_count_names_the_file_the_case_and_the_message_as_the_case_numbers_it(self):
+        counter_or_skip(self, 'llama-3.1')
+        self.addCleanup(tokenizer.choose_counter, tokenizer.DEFAULT)
+        path = str(HERE / 'agent-cases.json')
+        for names in ('llama-3.1', 'gemma-4-e2b,llama-3.1'):
+            status, out, err = lab_main(budget_sweep, '--cases', path, '--context-limits', '512', '--counter', names)
+            self.assertEqual((status, out, err.splitlines()[-1]), (2, '', f'budget_sweep.py: {path}: case '
+                             'dev-agent-parallel: message 2: Llama 3\'s template raises "This model only supports '
+                             'single tool-calls at once!" on 2 calls in one message'), names)
+
+
 if __name__ == '__main__':
     unittest.main()
