@@ -140,6 +140,10 @@ class LogsTest(TempFolderTest):
             (changed(1, content=[*text_parts('See'), image]), "field messages: message 1: content part 1 is "
              "'image_url', not {\"type\": \"text\", \"text\": string}; the counters count text only (an image, "
              'audio or file is not counted by this lab)'),
+            (changed(1, content=['See']), 'field messages: message 1: content part 0 is a str, not {"type": "text", '
+             '"text": string}; the counters count text only (an image, audio or file is not counted by this lab)'),
+            (changed(1, content=[{'type': 'text', 'text': 5}]), 'field messages: message 1: content part 0 must be '
+             '{"type": "text", "text": string}, got {"type": "text", "text": 5}'),
             (changed(0, content=text_parts('You are')), "field messages: message 0: a system message's content must "
              'be a string, not parts'),
             (changed(4, refusal='I cannot help.'), 'field messages: message 4: field refusal is read only when empty '
