@@ -27,7 +27,7 @@ from case_set import load_case_set
 from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
-from runner import counter_note, report_header, run_rules
+from runner import counter_note, counting, report_header, run_rules
 from scorer import by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
@@ -123,25 +123,28 @@ def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], 
 def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,
                   progress=lambda done, started, cpu: None, counters: list[str] = ()) -> list[dict]:
     """sweep_report() under each of `counters` in turn (none: the chosen one), each the report a run with that
-    --counter alone makes: the cases, the rules and which turn holds which fact, which no counter changes, are
-    loaded and worked out once, and the rules' caches of each conversation serve every counter."""
+    --counter alone makes: the cases and the rules, which no counter changes, are loaded once, and the rules' caches
+    of each conversation serve every counter. Which turn holds which fact is worked out under each counter, since
+    what a template writes decides it (Llama 3's drops an agent's text beside a call; a pair turn's are cached)."""
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
     check_reserved(path, cases)
-    for name in counters or [None]:  # every counter's refusal before any counter's work
-        choose_counter(name) if name else None
-        check_limits(path, cases, limits)
-    progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
-    started, cpu = time.perf_counter(), time.process_time()
-    facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
-    progress(f'which turn holds which fact, for {len(cases)} cases', started, cpu)
-    reports = []
-    for name in counters or [None]:
-        choose_counter(name) if name else None
-        points = [entry for limit in limits for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group,
-                                                                      progress, f' counted by {name}' * bool(name))]
-        reports.append({**report_header(path, case_set_sha256, files, Path(__file__).name),
-                        'context_limits': limits, 'group': group, 'points': points})
+    with counting(path, cases, count_request):  # a request a counter cannot count: named by file, case, message
+        for name in counters or [None]:  # every counter's refusal before any counter's work
+            choose_counter(name) if name else None
+            check_limits(path, cases, limits)
+        progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
+        reports = []
+        for name in counters or [None]:
+            choose_counter(name) if name else None
+            note = f' counted by {name}' * bool(name)
+            started, cpu = time.perf_counter(), time.process_time()
+            facts = {case['id']: best_possible.turn_facts(case) for case in cases}  # the same at every limit
+            progress(f'which turn holds which fact, for {len(cases)} cases{note}', started, cpu)
+            points = [entry for limit in limits
+                      for entry in limit_points(cases, limit, {**RULES, **rules}, facts, group, progress, note)]
+            reports.append({**report_header(path, case_set_sha256, files, Path(__file__).name),
+                            'context_limits': limits, 'group': group, 'points': points})
     return reports
 
 
@@ -252,7 +255,8 @@ def draw(report: dict | list[dict]):
     handles += [Line2D([], [], linestyle='', **{'color': 'black', **mark}) for key, mark in MARKS.items()
                 if any(entry.get(key) for each in reports for entry in each['points'])]  # only marks it holds
     figure.legend(handles=handles, loc='outside right center', frameon=False)
-    counted_by = f", counted by {', '.join(map(counter_name, reports))}" if len(reports) > 1 else counter_note(reports[0])
+    counted_by = f", counted by {', '.join(map(counter_name, reports))}" if len(reports) > 1 \
+        else counter_note(reports[0])
     figure.suptitle(f"Required facts found at each input allowance: {reports[0]['case_set']}{counted_by}")
     return figure
 

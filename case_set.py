@@ -90,10 +90,13 @@ def joined_parts(where: str, role: str, content):
     if not isinstance(content, list):
         return content
     for index, part in enumerate(content):
-        kind = part.get('type') if isinstance(part, dict) else None
-        if kind != 'text' or set(part) != {'type', 'text'} or not isinstance(part['text'], str):
-            raise CaseError(f'{where}: content part {index} is {kind!r}, not {{"type": "text", "text": string}}; the '
+        kind = repr(part.get('type')) if isinstance(part, dict) else f'a {type(part).__name__}'
+        if kind != "'text'":
+            raise CaseError(f'{where}: content part {index} is {kind}, not {{"type": "text", "text": string}}; the '
                             'counters count text only (an image, audio or file is not counted by this lab)')
+        if set(part) != {'type', 'text'} or not isinstance(part['text'], str):
+            raise CaseError(f'{where}: content part {index} must be {{"type": "text", "text": string}}, got '
+                            f'{json.dumps(part, ensure_ascii=False):.60}')
     if role == 'system':  # Gemma 4's writes a space after each part, which a string cannot hold
         raise CaseError(f'{where}: a system message\'s content must be a string, not parts')
     return ''.join(part['text'] if role == 'tool' else part['text'].strip() for part in content)

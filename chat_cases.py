@@ -18,7 +18,7 @@ import argparse
 import json
 from pathlib import Path
 
-from case_set import AGENT_FIELDS, CaseError
+from case_set import AGENT_FIELDS, CaseError, check_encodable
 from common import run  # standard library only, as are the two below
 from lab_files import (check_outputs, field_gaps, file_identity, output_help, parse_json, read_json, read_text, to_json,
                        write_output)
@@ -51,10 +51,7 @@ def conversations(path: Path) -> list[tuple[str, dict]]:
         if not isinstance(conversation.get('messages'), list):
             missing = '' if 'messages' in conversation else ', and is missing'
             raise CaseError(f'{where}: field messages must be a list of messages{missing}')
-        try:  # JSON's "\ud800" parses into a string no UTF-8 file can hold
-            json.dumps(conversation, ensure_ascii=False).encode('utf-8')
-        except UnicodeEncodeError:
-            raise CaseError(f'{where}: holds a lone surrogate (half a UTF-16 pair), which is not text') from None
+        check_written(where, conversation, [name for name in ('messages', 'tools') if name in conversation])
     return found
 
 
@@ -73,11 +70,18 @@ def labels_of(path: Path) -> list[tuple[str, dict]]:
         for name in INDEX_FIELDS:
             if type(label[name]) is not int or label[name] < 0:  # not True, not 1.0
                 raise CaseError(f'{where}: field {name} must be a 0-based index, got {label[name]!r}')
+        check_written(where, label, LABEL_FIELDS)
         if isinstance(label['id'], str) and label['id'] in seen:  # any other id is the loader's to refuse
             raise CaseError(f'{where}: field id {label["id"]!r} repeats an earlier label; every case id is unique')
         seen.add(label['id'] if isinstance(label['id'], str) else None)
         found.append((where, label))
     return found
+
+
+def check_written(where: str, item: dict, fields) -> None:
+    """Refuse, naming the field, a lone surrogate (JSON's "\\ud800") in a field the case set will hold: no UTF-8
+    file can hold it."""
+    check_encodable(where, [(name, json.dumps(item[name], ensure_ascii=False)) for name in fields])
 
 
 def role(message) -> object:

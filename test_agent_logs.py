@@ -1,6 +1,9 @@
 """Real agent logs as they come: a log shaped like tau-bench's published trajectories and an OpenAI export goes
 through chat_cases.py and the loader and is counted as each official template renders it; what a provider or the
-counter refuses is one line (case_set.as_counted, tool_formats.checked_tools, runner.counting)."""
+counter refuses is one line (case_set.as_counted, tool_formats.checked_tools, runner.counting).
+
+    .venv/bin/python -m unittest -v test_agent_logs   (about ten seconds; a counter not prepared skips)
+"""
 import contextlib
 import copy
 import io
@@ -137,6 +140,10 @@ class LogsTest(TempFolderTest):
             (changed(1, content=[*text_parts('See'), image]), "field messages: message 1: content part 1 is "
              "'image_url', not {\"type\": \"text\", \"text\": string}; the counters count text only (an image, "
              'audio or file is not counted by this lab)'),
+            (changed(1, content=['See']), 'field messages: message 1: content part 0 is a str, not {"type": "text", '
+             '"text": string}; the counters count text only (an image, audio or file is not counted by this lab)'),
+            (changed(1, content=[{'type': 'text', 'text': 5}]), 'field messages: message 1: content part 0 must be '
+             '{"type": "text", "text": string}, got {"type": "text", "text": 5}'),
             (changed(0, content=text_parts('You are')), "field messages: message 0: a system message's content must "
              'be a string, not parts'),
             (changed(4, refusal='I cannot help.'), 'field messages: message 4: field refusal is read only when empty '
@@ -186,7 +193,7 @@ class LogsTest(TempFolderTest):
             load_cases(path)
         log = copy.deepcopy(EXPORT)
         log['tools'] = surrogate
-        with self.assertRaisesRegex(CaseError, r'logs.jsonl: line 1: holds a lone surrogate'):
+        with self.assertRaisesRegex(CaseError, r'logs.jsonl: line 1: field tools holds a lone surrogate'):
             self.convert([log], [dict(LABELS[1], conversation=0)])
 
     def test_a_fact_in_arguments_written_unescaped_is_refused_with_its_json_escaped_form(self):
@@ -198,7 +205,6 @@ class LogsTest(TempFolderTest):
         self.assertTrue(str(raised.exception).endswith(
             "field required: fact 'say \"hi\"' does not occur in any message of the history; in a call's arguments "
             "it is written JSON-escaped: 'say \\\\\"hi\\\\\"'"), str(raised.exception))
-
 
     def test_a_stale_fact_quoted_again_beside_its_correction_is_warned_about_in_one_line(self):
         log = copy.deepcopy(EXPORT)

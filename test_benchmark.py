@@ -202,10 +202,6 @@ class SizeTest(unittest.TestCase):
         self.assertEqual(printed[2:], rows)
 
 
-if __name__ == '__main__':
-    unittest.main()
-
-
 class ReadmeTimingsTest(unittest.TestCase):
     # A time the README states: '54 s and 57 s', '12 to 13 s', 'about 3 minutes'; not a setting ('60 s a case').
     TIME = re.compile(r'(?:about )?\d[\d,.]*(?: s)?(?: (?:and|to) \d[\d,.]*)? (?:s|minutes)\b(?! a case)')
@@ -218,3 +214,7 @@ class ReadmeTimingsTest(unittest.TestCase):
         stated = [match for line in readme.splitlines() if not line.startswith(('      {', '.venv'))
                   for match in self.TIME.findall(line)]
         self.assertEqual(sorted(stated), sorted(phrase for phrase, _ in recorded))
+
+
+if __name__ == '__main__':
+    unittest.main()

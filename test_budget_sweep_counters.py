@@ -54,13 +54,47 @@ class SeveralCountersTest(unittest.TestCase):
     def test_the_picture_has_a_row_of_panels_per_counter_each_named(self):
         figure = budget_sweep.draw(json.loads(self.runs[','.join(COUNTERS)][2]))
         titles = [axes.get_title().split(' (')[0] for axes in figure.axes if axes.axison]
-        self.assertEqual(titles, [f'{name}: {panel}' for name in COUNTERS for panel in ('all cases', 'dev', 'held_out')])
+        self.assertEqual(titles, [f'{name}: {panel}' for name in COUNTERS
+                                  for panel in ('all cases', 'dev', 'held_out')])
         self.assertTrue(figure.get_suptitle().endswith('cases.json, counted by gemma-4-e2b, qwen-2.5, llama-3.1'))
 
     def test_a_counter_given_twice_is_refused_in_one_line(self):
         status, out, err = lab_main(budget_sweep, *ARGS, '--counter', 'qwen-2.5,qwen-2.5')
         self.assertEqual((status, out, err), (2, '', 'budget_sweep.py: --counter qwen-2.5,qwen-2.5: a counter is '
                                                      'given twice\n'))
+
+
+class AgentFactsTest(unittest.TestCase):
+    def test_which_turn_holds_a_fact_is_worked_out_under_each_counter_as_a_run_with_it_alone_does(self):
+        # Llama 3's template drops the text beside a call: under it no turn holds the fact 'Reading it now.'
+        for name in ('gemma-4-e2b', 'llama-3.1'):
+            counter_or_skip(self, name)
+        self.addCleanup(tokenizer.choose_counter, tokenizer.DEFAULT)
+        case = next(case for case in json.loads((HERE / 'agent-cases.json').read_text(encoding='utf-8'))
+                    if case['id'] == 'dev-agent-latest')
+        case['messages'][2]['content'], case['required'] = 'Reading it now.', ['Reading it now.']
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / 'beside.json'
+            path.write_text(json.dumps([case]), encoding='utf-8')
+            alone = {name: budget_sweep.sweep_reports(path, [2048], {}, [], counters=[name])[0]
+                     for name in ('gemma-4-e2b', 'llama-3.1')}
+            for names in (['gemma-4-e2b', 'llama-3.1'], ['llama-3.1', 'gemma-4-e2b']):
+                together = dict(zip(names, budget_sweep.sweep_reports(path, [2048], {}, [], counters=names)))
+                self.assertEqual(together, alone, names)
+        self.assertEqual([entry['facts_found'] for name in ('gemma-4-e2b', 'llama-3.1')
+                          for entry in alone[name]['points'] if entry['rule'] == budget_sweep.BEST], [1, 0])
+
+
+class CounterRefusalTest(unittest.TestCase):
+    def test_a_request_a_counter_cannot_count_names_the_file_the_case_and_the_message_as_the_case_numbers_it(self):
+        counter_or_skip(self, 'llama-3.1')
+        self.addCleanup(tokenizer.choose_counter, tokenizer.DEFAULT)
+        path = str(HERE / 'agent-cases.json')
+        for names in ('llama-3.1', 'gemma-4-e2b,llama-3.1'):
+            status, out, err = lab_main(budget_sweep, '--cases', path, '--context-limits', '512', '--counter', names)
+            self.assertEqual((status, out, err.splitlines()[-1]), (2, '', f'budget_sweep.py: {path}: case '
+                             'dev-agent-parallel: message 2: Llama 3\'s template raises "This model only supports '
+                             'single tool-calls at once!" on 2 calls in one message'), names)
 
 
 if __name__ == '__main__':

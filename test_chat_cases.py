@@ -225,7 +225,9 @@ class ChatCasesTest(TempFolderTest):
                  '{logs}: index 1: field messages must be a list of messages, and is missing'),
                 (jsonl({'messages': 'Hi'}), 'logs.jsonl', '{logs}: line 1: field messages must be a list of messages'),
                 ('', 'logs.jsonl', '{logs}: holds no conversation'),
-                ('[]', 'logs.json', '{logs}: holds no conversation')]:
+                ('[]', 'logs.json', '{logs}: holds no conversation'),
+                ('{"messages": [{"role": "system", "content": "\\ud800"}]}\n', 'logs.jsonl',
+                 '{logs}: line 1: field messages holds a lone surrogate, which is not text')]:
             with self.subTest(message):
                 self.refused(logs, LABELS, message, name)
 
@@ -261,7 +263,9 @@ class ChatCasesTest(TempFolderTest):
                 ([{**LABELS[0], 'message': True}], '{labels}: label at index 0: field message must be a 0-based index, got True'),
                 ([{**LABELS[0], 'message': -1}], '{labels}: label at index 0: field message must be a 0-based index, got -1'),
                 ([LABELS[0], {**LABELS[1], 'id': 'green'}],
-                 "{labels}: label at index 1: field id 'green' repeats an earlier label; every case id is unique")]:
+                 "{labels}: label at index 1: field id 'green' repeats an earlier label; every case id is unique"),
+                ([{**LABELS[0], 'required': ['\ud800']}],  # the case set written would hold it
+                 '{labels}: label at index 0: field required holds a lone surrogate, which is not text')]:
             with self.subTest(message):
                 self.refused(jsonl(BUILD, EDIT), labels, message)
 

@@ -47,10 +47,6 @@ class ShapesTest(unittest.TestCase):
                                                          'input_tokens': 231})
 
 
-if __name__ == '__main__':
-    unittest.main()
-
-
 class HistoryCacheTest(unittest.TestCase):
     def test_what_depends_on_a_conversation_is_worked_out_once_per_history_list_and_anew_for_another(self):
         calls = []
@@ -75,3 +71,7 @@ class MessageKeyTest(unittest.TestCase):
         self.assertEqual(message_keys([{'role': 'user', 'content': 'Hi'}, call, {'role': 'tool', 'content': None}]), [
             ('user', 'Hi'), '{"content": "", "role": "assistant", "tool_calls": [{"function": {"arguments": {}, '
             '"name": "f"}}]}', '{"content": null, "role": "tool"}'])
+
+
+if __name__ == '__main__':
+    unittest.main()
