@@ -81,9 +81,9 @@ def load_keys(path: Path, cases: list[dict]) -> dict:
     for case in cases:
         where, entry = f'{path}: case {case["id"]}', keys[case['id']]
         ends = entry.get('segments') if isinstance(entry, dict) else None
-        if list(entry or ()) != ['segments', 'statuses'] or not isinstance(ends, list) or len(ends) != SEGMENTS \
-                or not all(type(end) is int for end in ends) or ends != sorted(set(ends)) or ends[0] < 1 \
-                or ends[-1] != len(case['history']) or not isinstance(entry['statuses'], list):
+        if not isinstance(entry, dict) or list(entry) != ['segments', 'statuses'] or not isinstance(ends, list) \
+                or len(ends) != SEGMENTS or not all(type(end) is int for end in ends) or ends != sorted(set(ends)) \
+                or ends[0] < 1 or ends[-1] != len(case['history']) or not isinstance(entry['statuses'], list):
             raise LabError(f'{where}: expected segments, {SEGMENTS} rising turn counts ending at the history\'s '
                            f'{len(case["history"])}, and statuses, a list')
         for index, key in enumerate(entry['statuses']):

@@ -79,6 +79,12 @@ class Keys(unittest.TestCase):
             with self.assertRaisesRegex(LabError, f'case held-cont-paths: .*{message}'):
                 load_keys(keys_file(keys), CASES)
 
+    def test_a_cases_entry_that_is_a_number_is_one_line_not_a_type_error(self):
+        keys = copy.deepcopy(SHIPPED)
+        keys['held-cont-paths'] = 5  # list(5) raised TypeError
+        with self.assertRaisesRegex(LabError, 'case held-cont-paths: expected segments, 5 rising turn counts'):
+            load_keys(keys_file(keys), CASES)
+
     def test_the_cases_are_agent_sessions_with_calls_and_long_tool_output(self):
         for case in CASES:
             messages = [message for turn in case['history'] for message in turn]
