@@ -103,8 +103,8 @@ def load(path: Path) -> dict:
     """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
     advice = f'record it with `{RECORD.format(cases=SOME_CASES)}` (--fresh to start over)'
     recorded = lab_files.read_json(path, 'summary recording', advice)
-    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not isinstance(
-            recorded['calls'], dict):
+    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not all(
+            isinstance(recorded[field], dict) for field in recorded):
         raise LabError(f'{path}: expected an object of "model" and "calls"; {advice}')
     for name, entry in recorded['calls'].items():
         check_call(f'{path}: calls.{name}', entry)

@@ -123,6 +123,11 @@ class Files(unittest.TestCase):
         with self.assertRaisesRegex(LabError, r'\.reply: expected'):
             load(self.write(recorded))
 
+    def test_a_recording_whose_model_is_not_an_object_is_refused_in_one_line(self):
+        # record compared it key by key with the pin: AttributeError on a string
+        with self.assertRaisesRegex(LabError, r'rec\.json: expected an object of "model" and "calls"'):
+            load(self.write({'model': 'a pin', 'calls': {}}))
+
     def test_evaluate_with_an_empty_recording_stops_in_one_line_with_exit_2(self):
         path = self.write({'model': {}, 'calls': {}})
         run = subprocess.run([sys.executable, 'evaluate.py', '--cases', 'agent-cases.json', '--rules',
