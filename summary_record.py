@@ -157,7 +157,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str], live=None) -> int:
     from tokenizer import count_request
     options = parse_args(argv)
-    path, cases = options.output or recording_path(), load_cases(options.cases)
+    path = options.output or recording_path()
+    lab_files.check_outputs([('--output', path)] if options.command == 'record' else [],
+                            [('--cases', options.cases), ('--model', options.model), ('--keys', options.keys)])
+    cases = load_cases(options.cases)
     if options.command == 'show':
         rows = telemetry_rows(cases, count_request, load(path)['calls'], str(options.cases))
         print('\t'.join(('case', *TELEMETRY)))

@@ -128,6 +128,13 @@ class Files(unittest.TestCase):
         with self.assertRaisesRegex(LabError, r'rec\.json: expected an object of "model" and "calls"'):
             load(self.write({'model': 'a pin', 'calls': {}}))
 
+    def test_record_refuses_an_output_that_is_its_own_case_file_and_leaves_it_as_it_was(self):
+        cases = self.folder / 'cases.json'
+        cases.write_bytes(original := (HERE / 'agent-cases.json').read_bytes())
+        with self.assertRaisesRegex(LabError, r'--output .*cases\.json: the same file as --cases'):
+            summary_record.main(['record', '--fresh', '--cases', str(cases), '--output', str(cases)], echo([]))
+        self.assertEqual(cases.read_bytes(), original)
+
     def test_evaluate_with_an_empty_recording_stops_in_one_line_with_exit_2(self):
         path = self.write({'model': {}, 'calls': {}})
         run = subprocess.run([sys.executable, 'evaluate.py', '--cases', 'agent-cases.json', '--rules',
