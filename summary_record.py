@@ -27,7 +27,7 @@ import time
 from answer_model import MODEL_PATH, chat_body, load_model
 import common
 from common import LabError
-from case_set import load_cases
+from case_set import check_encodable, load_cases
 import lab_files
 from summaries import TELEMETRY, CallFailed, compact
 
@@ -121,6 +121,7 @@ def live_call(model: dict, client, num_ctx: int):
     def call(messages: list[dict], options: dict) -> dict:
         started = time.monotonic()
         reply = client.answer(chat_body(model, messages, num_ctx, options['max_tokens'], model['seeds'][0]))
+        check_encodable('a summary call\'s reply', [('answer', reply['answer'])])  # else no recording can hold it
         return {'text': reply['answer'], 'prompt_tokens': reply['prompt_tokens'],
                 'completion_tokens': reply['answer_tokens'], 'elapsed_ms': round((time.monotonic() - started) * 1000)}
     return call

@@ -15,6 +15,7 @@ import unittest
 
 from case_set import load_cases
 from common import LabError
+import lab_files
 from summaries import CallFailed, compact
 import summary_record
 from summary_record import MissingCall, body, key, load, record, recording, replaying
@@ -191,6 +192,16 @@ class Files(unittest.TestCase):
         self.assertEqual(bodies[0]['max_tokens'], first['options']['max_tokens'])
         self.assertEqual(first['reply']['text'], 'answer 1')  # the fake's first answer
         self.assertEqual(first['reply']['prompt_tokens'], llama_count(bodies[0]))
+
+    def test_a_reply_holding_a_lone_surrogate_stops_record_in_one_line_naming_it(self):
+        # JSON can carry '\\ud800'; it reached the file's UTF-8 encoding and was reported as a terminal's encoding
+        class Client:
+            def answer(self, body):
+                return {'answer': 'Kept \ud800', 'prompt_tokens': 9, 'answer_tokens': 2}
+        live = summary_record.live_call(json.loads((HERE / 'qwen-answer-model.json').read_text()), Client(), 4096)
+        with self.assertRaisesRegex(LabError, r"^a summary call's reply: field answer holds a lone surrogate"):
+            record(CASES[:1], count_request, live, {'model': {}, 'calls': {}}, lambda value: lab_files.write_output(
+                self.folder / 'rec.json', lab_files.to_json(value, 1), 'summary recording'))  # as main saves
 
     def test_resuming_a_recording_made_with_another_pin_is_refused_in_one_line(self):
         output = self.write({'model': {'api': 'openai', 'model_id': 'other'}, 'calls': {}})
