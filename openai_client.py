@@ -85,7 +85,8 @@ class OpenAIClient(ServerClient):
             revealed.update({'model_file': os.path.basename(str(props.get('model_path'))),
                              'chat_template_sha256': hashlib.sha256(template.encode('utf-8')).hexdigest(),
                              'build': props['build_info']})
-            meta = {'n_ctx': (props.get('default_generation_settings') or {}).get('n_ctx'), **meta}
+            settings = props.get('default_generation_settings')
+            meta = {'n_ctx': settings.get('n_ctx') if isinstance(settings, dict) else None, **meta}
         self.context = meta.get('n_ctx') or entry.get('max_model_len')
         return revealed
 

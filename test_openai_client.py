@@ -17,7 +17,7 @@ from unittest import mock
 
 from answer_model import PARTIAL_SUFFIX, load_model
 import ollama_client
-from openai_client import BASE_URL_VARIABLE, KEY_VARIABLE, OpenAIError, split_base_url
+from openai_client import BASE_URL_VARIABLE, KEY_VARIABLE, OpenAIClient, OpenAIError, split_base_url
 from test_support import (FakeLlamaServer, LLAMA_BUILD, LLAMA_CONTEXT, LLAMA_MODEL, LLAMA_TEMPLATE, RawServer,
                           closed_port, completion, http_reply, llama_count, llama_error, only_loopback)
 from test_support_fixtures import AnswerFilesTest
@@ -56,6 +56,18 @@ class OpenAITest(AnswerFilesTest):
                 'chat_template_sha256': hashlib.sha256(LLAMA_TEMPLATE.encode()).hexdigest()},
             'options': {'temperature': 1.0, 'top_p': 0.95, 'top_k': 64, 'repeat_penalty': 1.1},  # answer-model.json's
             'trials': 2, 'seeds': [1, 2], 'counter': 'gemma-4-e2b'})
+
+    def test_props_whose_generation_settings_are_no_object_still_pin_and_raise_nothing_else(self):
+        # A server's reply is untrusted: a string there ended pin in AttributeError
+        real = OpenAIClient._send
+
+        def send(client, path, data, timeout):
+            status, body, payload = real(client, path, data, timeout)
+            return status, body, {**payload, 'default_generation_settings': 'none'} if path == '/props' else payload
+        with FakeLlamaServer() as fake, mock.patch.object(OpenAIClient, '_send', send):
+            code, out, err = self.pin(fake)
+        self.assertEqual((code, err), (0, ''))
+        self.assertIn(f'(file {LLAMA_MODEL}, build {LLAMA_BUILD})', out)
 
     def test_a_server_without_props_gets_no_top_k_and_refuses_repeat_penalty(self):
         with FakeLlamaServer(props=False) as fake:
