@@ -66,6 +66,9 @@ class OpenAIClient(ServerClient):
 
     def headers(self) -> dict:
         key = os.environ.get(KEY_VARIABLE)
+        if key and not (key.isascii() and key.isprintable() and ' ' not in key):  # the header would quote it
+            raise OpenAIError(f'{KEY_VARIABLE} holds a character a key has not (a space, a line end, a control or '
+                              'non-ASCII character), so it was not sent: set it to the key alone')
         return {'Authorization': f'Bearer {key}'} if key else {}
 
     def reveal(self) -> dict:

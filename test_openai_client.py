@@ -105,6 +105,16 @@ class OpenAITest(AnswerFilesTest):
         self.assertNotIn('sekret', (self.folder / 'pin.json').read_text() + out + err)
         self.assertEqual({auth for *_, auth in fake.requests[-2:]}, {'Bearer sekret-123'})
 
+    def test_a_key_with_a_line_end_is_refused_without_quoting_it(self):
+        # requests refused the header with the key quoted in its message, which the lab printed
+        with FakeLlamaServer(key='sekret-123') as fake:
+            for key in ('sekret-123\n', ' sekret-123', 'sekret-123é'):
+                with self.subTest(key=key), mock.patch.dict(os.environ, {KEY_VARIABLE: key}):
+                    self.assertEqual(self.pin(fake), (2, '', f'answer_check.py: {KEY_VARIABLE} holds a character a '
+                                     'key has not (a space, a line end, a control or non-ASCII character), so it '
+                                     'was not sent: set it to the key alone\n'))
+        self.assertEqual(fake.requests, [])
+
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
     def test_record_counts_every_request_on_the_server_first_then_asks_in_its_own_fields(self):
         with FakeLlamaServer() as fake:
