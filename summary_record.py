@@ -33,8 +33,7 @@ from summaries import TELEMETRY, CallFailed, compact
 
 RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, which summary_rules.py replays
 RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
-RECORD = '.venv/bin/python summary_record.py record --cases {cases}'  # what records a missing call
-SOME_CASES = 'CASE_FILE'  # what RECORD names where the case file is not known (in the rules process)
+SOME_CASES = 'CASE_FILE'  # what record_command names where the case file is not known (in the rules process)
 REPLY_FIELDS = ('text', 'prompt_tokens', 'completion_tokens', 'elapsed_ms')  # a recorded reply; or 'failed' alone
 CALL_FIELDS = ('messages', 'options', 'reply')  # a recorded call: what was asked, for a reader, and the reply
 
@@ -53,6 +52,11 @@ def key(messages: list[dict], options: dict) -> str:
     return hashlib.sha256(body(messages, options)).hexdigest()
 
 
+def record_command(cases: str) -> str:
+    """What records a missing call, with the Python that runs now, as the lab's other advice names it."""
+    return f'{common.python_command()} summary_record.py record --cases {cases}'
+
+
 def answered(reply: dict) -> dict:
     """A recorded reply as summaries.py's call returns it; a recorded failure raises CallFailed again."""
     if 'failed' in reply:
@@ -65,7 +69,7 @@ def replaying(calls: dict, case_id: str, cases: str):
     def call(messages: list[dict], options: dict) -> dict:
         if (name := key(messages, options)) not in calls:
             raise MissingCall(f'case {case_id}: the summary recording has no reply to call {name[:16]}; record it '
-                              f'with `{RECORD.format(cases=cases)}`')
+                              f'with `{record_command(cases)}`')
         return answered(calls[name]['reply'])
     return call
 
@@ -101,7 +105,7 @@ def check_call(where: str, entry) -> None:
 
 def load(path: Path) -> dict:
     """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
-    advice = f'record it with `{RECORD.format(cases=SOME_CASES)}` (--fresh to start over)'
+    advice = f'record it with `{record_command(SOME_CASES)}` (--fresh to start over)'
     recorded = lab_files.read_json(path, 'summary recording', advice)
     if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not all(
             isinstance(recorded[field], dict) for field in recorded):
