@@ -19,8 +19,8 @@ from pathlib import Path
 from answer_check import (GRADES_SUFFIX, check_complete, client_for, grade_recording, grades_report, server_advice,
                           stops_told)
 from answer_keys import load_answer_keys
-from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, load_model, load_recording, pin_counter, record_answers, save,
-                          seeded_requests)
+from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, check_pinned, load_model, load_recording, pin_counter,
+                          record_answers, save, seeded_requests)
 import common
 import lab_files
 from memory_cases import MEMORY_CASES, load_memory_cases
@@ -76,6 +76,8 @@ def run_answers(args: argparse.Namespace, paths: dict, client) -> str:
                     f'({len(FILLS) * len(cases["questions"]) * len(model["seeds"])} calls).')
         recorded = load_recording(paths['result'], redo)
         if args.command != 'record':  # else graded with the plan just recorded from, as answer_check does
+            if args.model is not None:  # as answer_check grades: a recording of another build is refused
+                check_pinned(recorded, load_model(args.model), paths['result'], args.model)
             plan = planned_answers(cases, recorded['model'])  # the recording's own pin
         check_complete(recorded, plan, paths['result'], paths['cases'], cases_sha256, redo, redo)
         grades = grade_recording(recorded, keys, plan)
