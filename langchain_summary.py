@@ -55,7 +55,8 @@ def as_request(request: list[dict], messages) -> list[dict]:
 
 
 def summarised(case: dict, count, call) -> tuple[dict, int]:
-    """(the request SummarizationMiddleware leaves, as every rule returns it; the summary calls it made)."""
+    """(the request SummarizationMiddleware leaves, as every rule returns it, with its summary message's text as
+    'summary' where it made one, as summaries.compact's; the summary calls it made)."""
     from langchain.agents.middleware import SummarizationMiddleware
     from langchain_core.exceptions import ModelError
     from langchain_core.messages import convert_to_messages
@@ -77,4 +78,6 @@ def summarised(case: dict, count, call) -> tuple[dict, int]:
     messages = [request[0], *as_request(request, kept)]
     turn_of = [None, *(index for index, turn in enumerate(case['history']) for _ in turn_messages(turn)), None]
     turns = {turn_of[int(message.id)] for message in kept if (message.id or '').isdigit()} - {None}
-    return selection(messages, sorted(turns), 0, count(messages)), len(made)
+    summary = '\n'.join(message.text for message in kept if not (message.id or '').isdigit())  # its own message
+    chosen = selection(messages, sorted(turns), 0, count(messages))
+    return ({**chosen, 'summary': summary} if summary else chosen), len(made)
