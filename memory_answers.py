@@ -1,14 +1,15 @@
 """The answer check for memory blocks: record the pinned model's answers to every memory question as each fill sends
-it, through Ollama, and grade them offline with fixed keys (docs/memory.md).
+it, through Ollama or an OpenAI-compatible server as the pin names, and grade them offline with fixed keys
+(docs/memory.md).
 
-    .venv/bin/python memory_answers.py record           # needs Ollama with the pinned build, and prepare.py run
+    .venv/bin/python memory_answers.py record           # needs the pinned server and model, and prepare.py run
     .venv/bin/python memory_answers.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
     .venv/bin/python memory_answers.py record --model pin.json --cases mine.json --keys keys.json --output my.json
 
 record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
-counter, to the build answer-model.json pins (digest checked), keeping each answer in memory-answer-result.partial.json
-to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
+counter, to the build answer-model.json pins (its digest, or what its server revealed, checked), keeping each answer
+in memory-answer-result.partial.json to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
 memory-answer-keys.json's patterns and prints its tables. --model, --cases, --keys and --output are answer_check.py's:
 another pin, case set, keys, or recording (its grades then go beside it, NAME.grades.json). Recording, resuming and
 grading are answer_check.py's: it retries no call, and grades no recording missing an answer or holding one twice.
@@ -41,7 +42,8 @@ def planned_answers(cases: dict, model: dict) -> list[dict]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog='memory_answers.py', description='Grade recorded answers to the memory '
-                                     'questions offline, or record them from the pinned model through Ollama first.')
+                                     'questions offline, or record them from the pinned model first (Ollama or an '
+                                     'OpenAI-compatible server).')
     parser.add_argument('command', nargs='?', choices=['record'], help='record, then grade')
     parser.add_argument('--cases', type=Path, help='memory case set (default: memory-cases.json)')
     parser.add_argument('--keys', type=Path, help='their keys (default: memory-answer-keys.json)')
