@@ -205,8 +205,9 @@ def serving(model: str = DEFAULT_MODEL, port: int | None = None, folder: Path = 
     """Start the built server on 127.0.0.1 and yield (its base URL, the process); it is stopped whatever happens."""
     if why := check_server(folder):
         raise LabError(f'the real server is not built in {folder} ({why}): run `{BUILD_COMMAND}`')
-    base = f'http://{HOST}:{port or free_port()}'
-    process = subprocess.Popen(server_command(folder, model, int(base.rsplit(':', 1)[1])), stdin=subprocess.DEVNULL,
+    port = port or free_port()
+    base = f'http://{HOST}:{port}'
+    process = subprocess.Popen(server_command(folder, model, port), stdin=subprocess.DEVNULL,
                                stdout=output, stderr=subprocess.STDOUT if output else None, env=clean_environment(),
                                start_new_session=True)
     try:
