@@ -140,12 +140,13 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
             for field in total:
                 total[field] += (row['outcome'] not in ('summarised', 'whole_history')) if field == 'fallbacks' \
                     else row[field]
-    base = totals[0]['summary_tokens'] or 1
+    base = totals[0]['summary_tokens']  # no growth on a generation 1 without summary tokens (every case fell back)
     table = markdown_table(
         ['Generation', 'Identifiers kept', 'Statuses kept', 'Dropped', 'Reversed', 'Fabricated identifiers',
          'Mean summary tokens', 'Growth on generation 1', 'Fallbacks'],
         [[str(number), f'{t["found"]} of {t["total"]}', str(t['kept']), str(t['dropped']), str(t['reversed']),
-          str(t['fabricated']), f'{t["summary_tokens"] / len(cases):.1f}', f'{t["summary_tokens"] / base:.2f}',
+          str(t['fabricated']), f'{t["summary_tokens"] / len(cases):.1f}',
+          f'{t["summary_tokens"] / base:.2f}' if base else '-',
           str(t['fallbacks'])] for number, t in enumerate(totals, 1)])
     return f'{table}\nCases that lose every early fact at once: {", ".join(losses) or "none"}\n'
 
