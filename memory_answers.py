@@ -9,10 +9,11 @@ it, through Ollama or an OpenAI-compatible server as the pin names, and grade th
 
 record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
 counter, to the build answer-model.json pins (its digest, or what its server revealed, checked), keeping each answer
-in memory-answer-result.partial.json to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
-memory-answer-keys.json's patterns and prints its tables. --model, --cases, --keys and --output are answer_check.py's:
-another pin, case set, keys, or recording (its grades then go beside it, NAME.grades.json). Recording, resuming and
-grading are answer_check.py's: it retries no call, and grades no recording missing an answer or holding one twice.
+in memory-answer-result.partial.json to resume from, and writes memory-answer-result.json once all are in. Grading
+writes memory-answer-grades.json with memory-answer-keys.json's patterns and prints its tables. --model, --cases,
+--keys and --output are answer_check.py's: another pin, case set, keys, or recording (its grades then go beside it,
+NAME.grades.json). Recording, resuming and grading are answer_check.py's: it retries no call, and grades no recording
+missing an answer or holding one twice.
 """
 import argparse
 from pathlib import Path
