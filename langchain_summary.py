@@ -6,11 +6,12 @@
 The middleware gets the request's history and question as LangChain messages (convert_to_messages, each one's id its
 place in the request), the lab's exact counter as token_counter (the request counted with its system message, as it
 would be sent), trigger ('tokens', allowance) and keep ('tokens', allowance less summaries.py's target), and a chat
-model that asks `call` (max_tokens the target), and trims what it summarises to the allowance (as the seed's prompts
-must fit it; LangChain's default is 4,000 tokens). Everything else is LangChain's: its summary prompt, its cut (which
-keeps a call with its results) and its summary message, a user message 'Here is a summary of the conversation to
-date:' with the summary unquoted. The request is the system message, then what before_model leaves. It reads and
-writes nothing; langchain is imported on first use.
+model that asks `call` (max_tokens the target; a call that fails is not retried), and trims what it summarises to
+the allowance (as the seed's prompts must fit it; LangChain's default is 4,000 tokens). Everything else is
+LangChain's: its summary prompt, its cut (which keeps a call with its results) and its summary message, a user
+message 'Here is a summary of the conversation to date:' with the summary unquoted, whose text the selection also
+gives as 'summary'. The request is the system message, then what before_model leaves. It reads and writes nothing;
+langchain is imported on first use.
 """
 from shapes import allowance, build_request, selection, turn_messages
 from summaries import summary_target
