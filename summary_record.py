@@ -178,7 +178,8 @@ def main(argv: list[str], live=None) -> int:
                        'its calls are not resumed: record with --fresh, or name its pin with --model')
     if live is None:
         from answer_check import client_for  # the client of the pin's API
-        live = live_call(model, client_for(model), max(case['budget']['context_limit'] for case in cases))
+        (client := client_for(model)).checked_model()  # a server that is not there says so before anything is written
+        live = live_call(model, client, max(case['budget']['context_limit'] for case in cases))
     import continuation  # it imports this module
     import langchain_summary
     keys = continuation.load_keys(options.keys, cases) if options.keys else {}

@@ -203,6 +203,15 @@ class Files(unittest.TestCase):
             record(CASES[:1], count_request, live, {'model': {}, 'calls': {}}, lambda value: lab_files.write_output(
                 self.folder / 'rec.json', lab_files.to_json(value, 1), 'summary recording'))  # as main saves
 
+    def test_no_server_is_one_line_and_writes_no_recording(self):
+        # The server was first asked by the first call, and record's save wrote a recording of no calls meanwhile.
+        output = self.folder / 'rec.json'
+        code, out, err = run_command(summary_record.main, ['record', '--cases', 'agent-cases.json', '--output',
+                                                           str(output)], 'summary_record.py')  # OLLAMA_HOST: closed
+        self.assertEqual((code, out), (2, ''))
+        self.assertTrue(err.startswith('summary_record.py: no Ollama server answers at http://127.0.0.1:'), err)
+        self.assertFalse(output.exists())
+
     def test_resuming_a_recording_made_with_another_pin_is_refused_in_one_line(self):
         output = self.write({'model': {'api': 'openai', 'model_id': 'other'}, 'calls': {}})
         with FakeLlamaServer() as fake:
