@@ -147,7 +147,8 @@ def grades_report(grades: dict) -> str:
 
 def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog='answer_check.py', description='Grade recorded answers offline, record them '
-                                     'from the pinned model through Ollama first, or pin a model.')
+                                     'from the pinned model first (through Ollama or an OpenAI-compatible server), '
+                                     'or pin a model.')
     parser.add_argument('command', nargs='?', choices=['record', 'pin', 'check'],
                         help='record, then grade; pin TAG; or check that the server holds the pinned model (no chat)')
     parser.add_argument('tag', nargs='?', help='with pin: the Ollama tag to pin, such as llama3.2:1b, or the model id')

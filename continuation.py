@@ -81,9 +81,9 @@ def load_keys(path: Path, cases: list[dict]) -> dict:
     for case in cases:
         where, entry = f'{path}: case {case["id"]}', keys[case['id']]
         ends = entry.get('segments') if isinstance(entry, dict) else None
-        if list(entry or ()) != ['segments', 'statuses'] or not isinstance(ends, list) or len(ends) != SEGMENTS \
-                or not all(type(end) is int for end in ends) or ends != sorted(set(ends)) or ends[0] < 1 \
-                or ends[-1] != len(case['history']) or not isinstance(entry['statuses'], list):
+        if not isinstance(entry, dict) or list(entry) != ['segments', 'statuses'] or not isinstance(ends, list) \
+                or len(ends) != SEGMENTS or not all(type(end) is int for end in ends) or ends != sorted(set(ends)) \
+                or ends[0] < 1 or ends[-1] != len(case['history']) or not isinstance(entry['statuses'], list):
             raise LabError(f'{where}: expected segments, {SEGMENTS} rising turn counts ending at the history\'s '
                            f'{len(case["history"])}, and statuses, a list')
         for index, key in enumerate(entry['statuses']):
@@ -140,12 +140,13 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
             for field in total:
                 total[field] += (row['outcome'] not in ('summarised', 'whole_history')) if field == 'fallbacks' \
                     else row[field]
-    base = totals[0]['summary_tokens'] or 1
+    base = totals[0]['summary_tokens']  # no growth on a generation 1 without summary tokens (every case fell back)
     table = markdown_table(
         ['Generation', 'Identifiers kept', 'Statuses kept', 'Dropped', 'Reversed', 'Fabricated identifiers',
          'Mean summary tokens', 'Growth on generation 1', 'Fallbacks'],
         [[str(number), f'{t["found"]} of {t["total"]}', str(t['kept']), str(t['dropped']), str(t['reversed']),
-          str(t['fabricated']), f'{t["summary_tokens"] / len(cases):.1f}', f'{t["summary_tokens"] / base:.2f}',
+          str(t['fabricated']), f'{t["summary_tokens"] / len(cases):.1f}',
+          f'{t["summary_tokens"] / base:.2f}' if base else '-',
           str(t['fallbacks'])] for number, t in enumerate(totals, 1)])
     return f'{table}\nCases that lose every early fact at once: {", ".join(losses) or "none"}\n'
 

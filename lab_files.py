@@ -31,7 +31,8 @@ HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a
 SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
 # The lab's own files, which no output may replace (the recorded outputs a script writes are not among them).
 LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 'cases.json', 'agent-cases.json',
-             'answer-keys.json', 'memory-answer-keys.json', 'tokenizer-manifest.json')
+             'continuation-cases.json', 'continuation-keys.json', 'answer-keys.json', 'memory-answer-keys.json',
+             'tokenizer-manifest.json')
 PREPARED_JSON = 'prepared.json'  # written last into a prepared counter folder: its presence means "complete"
 PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the write is refused
 READ_MOST = 10**9  # bytes: LoCoMo's case set is 146 MB, and parsing takes several times a file's size in memory

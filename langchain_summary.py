@@ -6,11 +6,12 @@
 The middleware gets the request's history and question as LangChain messages (convert_to_messages, each one's id its
 place in the request), the lab's exact counter as token_counter (the request counted with its system message, as it
 would be sent), trigger ('tokens', allowance) and keep ('tokens', allowance less summaries.py's target), and a chat
-model that asks `call` (max_tokens the target), and trims what it summarises to the allowance (as the seed's prompts
-must fit it; LangChain's default is 4,000 tokens). Everything else is LangChain's: its summary prompt, its cut (which
-keeps a call with its results) and its summary message, a user message 'Here is a summary of the conversation to
-date:' with the summary unquoted. The request is the system message, then what before_model leaves. It reads and
-writes nothing; langchain is imported on first use.
+model that asks `call` (max_tokens the target; a call that fails is not retried), and trims what it summarises to
+the allowance (as the seed's prompts must fit it; LangChain's default is 4,000 tokens). Everything else is
+LangChain's: its summary prompt, its cut (which keeps a call with its results) and its summary message, a user
+message 'Here is a summary of the conversation to date:' with the summary unquoted, whose text the selection also
+gives as 'summary'. The request is the system message, then what before_model leaves. It reads and writes nothing;
+langchain is imported on first use.
 """
 from shapes import allowance, build_request, selection, turn_messages
 from summaries import summary_target
@@ -19,7 +20,10 @@ NAME = 'SummarizationMiddleware (langchain 1.5.0)'  # its row in summary_table.p
 
 
 def chat_model(call, limit: int):
-    """A LangChain chat model whose every answer is call([{'role': 'user', ...}], {'max_tokens': limit})'s text."""
+    """A LangChain chat model whose every answer is call([{'role': 'user', ...}], {'max_tokens': limit})'s text.
+    What call raises goes out as a ModelError, which the middleware's retry (3 attempts, seconds apart) never
+    retries: the lab retries no call, and a missing recorded call is one line at once; summarised re-raises it."""
+    from langchain_core.exceptions import ModelError
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, convert_to_openai_messages
     from langchain_core.outputs import ChatGeneration, ChatResult
@@ -30,7 +34,10 @@ def chat_model(call, limit: int):
             return 'context-lab-recorded'
 
         def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
-            reply = call(convert_to_openai_messages(messages), {'max_tokens': limit})
+            try:
+                reply = call(convert_to_openai_messages(messages), {'max_tokens': limit})
+            except Exception as error:
+                raise ModelError() from error
             return ChatResult(generations=[ChatGeneration(message=AIMessage(content=reply['text']))])
     return Recorded()
 
@@ -49,8 +56,10 @@ def as_request(request: list[dict], messages) -> list[dict]:
 
 
 def summarised(case: dict, count, call) -> tuple[dict, int]:
-    """(the request SummarizationMiddleware leaves, as every rule returns it; the summary calls it made)."""
+    """(the request SummarizationMiddleware leaves, as every rule returns it, with its summary message's text as
+    'summary' where it made one, as summaries.compact's; the summary calls it made)."""
     from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.exceptions import ModelError
     from langchain_core.messages import convert_to_messages
 
     request = build_request(case, range(len(case['history'])))
@@ -62,9 +71,14 @@ def summarised(case: dict, count, call) -> tuple[dict, int]:
         token_counter=lambda messages: count([request[0], *as_request(request, messages)]),
         trim_tokens_to_summarize=room)
     history = convert_to_messages([{**message, 'id': str(place)} for place, message in enumerate(request) if place])
-    update = middleware.before_model({'messages': history}, None)
+    try:
+        update = middleware.before_model({'messages': history}, None)
+    except ModelError as error:  # chat_model's: what the call raised
+        raise error.__cause__ from None
     kept = history if update is None else update['messages'][1:]  # the first removes every message before
     messages = [request[0], *as_request(request, kept)]
     turn_of = [None, *(index for index, turn in enumerate(case['history']) for _ in turn_messages(turn)), None]
     turns = {turn_of[int(message.id)] for message in kept if (message.id or '').isdigit()} - {None}
-    return selection(messages, sorted(turns), 0, count(messages)), len(made)
+    summary = '\n'.join(message.text for message in kept if not (message.id or '').isdigit())  # its own message
+    chosen = selection(messages, sorted(turns), 0, count(messages))
+    return ({**chosen, 'summary': summary} if summary else chosen), len(made)

@@ -1,17 +1,19 @@
 """The answer check for memory blocks: record the pinned model's answers to every memory question as each fill sends
-it, through Ollama, and grade them offline with fixed keys (docs/memory.md).
+it, through Ollama or an OpenAI-compatible server as the pin names, and grade them offline with fixed keys
+(docs/memory.md).
 
-    .venv/bin/python memory_answers.py record           # needs Ollama with the pinned build, and prepare.py run
+    .venv/bin/python memory_answers.py record           # needs the pinned server and model, and prepare.py run
     .venv/bin/python memory_answers.py record --fresh   # the same, discarding the answers a stopped run kept
     .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
     .venv/bin/python memory_answers.py record --model pin.json --cases mine.json --keys keys.json --output my.json
 
 record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
-counter, to the build answer-model.json pins (digest checked), keeping each answer in memory-answer-result.partial.json
-to resume from, and writes memory-answer-result.json once all are in. Grading writes memory-answer-grades.json with
-memory-answer-keys.json's patterns and prints its tables. --model, --cases, --keys and --output are answer_check.py's:
-another pin, case set, keys, or recording (its grades then go beside it, NAME.grades.json). Recording, resuming and
-grading are answer_check.py's: it retries no call, and grades no recording missing an answer or holding one twice.
+counter, to the build answer-model.json pins (its digest, or what its server revealed, checked), keeping each answer
+in memory-answer-result.partial.json to resume from, and writes memory-answer-result.json once all are in. Grading
+writes memory-answer-grades.json with memory-answer-keys.json's patterns and prints its tables. --model, --cases,
+--keys and --output are answer_check.py's: another pin, case set, keys, or recording (its grades then go beside it,
+NAME.grades.json). Recording, resuming and grading are answer_check.py's: it retries no call, and grades no recording
+missing an answer or holding one twice.
 """
 import argparse
 from pathlib import Path
@@ -19,8 +21,8 @@ from pathlib import Path
 from answer_check import (GRADES_SUFFIX, check_complete, client_for, grade_recording, grades_report, server_advice,
                           stops_told)
 from answer_keys import load_answer_keys
-from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, load_model, load_recording, pin_counter, record_answers, save,
-                          seeded_requests)
+from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, check_pinned, load_model, load_recording, pin_counter,
+                          record_answers, save, seeded_requests)
 import common
 import lab_files
 from memory_cases import MEMORY_CASES, load_memory_cases
@@ -41,7 +43,8 @@ def planned_answers(cases: dict, model: dict) -> list[dict]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog='memory_answers.py', description='Grade recorded answers to the memory '
-                                     'questions offline, or record them from the pinned model through Ollama first.')
+                                     'questions offline, or record them from the pinned model first (Ollama or an '
+                                     'OpenAI-compatible server).')
     parser.add_argument('command', nargs='?', choices=['record'], help='record, then grade')
     parser.add_argument('--cases', type=Path, help='memory case set (default: memory-cases.json)')
     parser.add_argument('--keys', type=Path, help='their keys (default: memory-answer-keys.json)')
@@ -76,6 +79,8 @@ def run_answers(args: argparse.Namespace, paths: dict, client) -> str:
                     f'({len(FILLS) * len(cases["questions"]) * len(model["seeds"])} calls).')
         recorded = load_recording(paths['result'], redo)
         if args.command != 'record':  # else graded with the plan just recorded from, as answer_check does
+            if args.model is not None:  # as answer_check grades: a recording of another build is refused
+                check_pinned(recorded, load_model(args.model), paths['result'], args.model)
             plan = planned_answers(cases, recorded['model'])  # the recording's own pin
         check_complete(recorded, plan, paths['result'], paths['cases'], cases_sha256, redo, redo)
         grades = grade_recording(recorded, keys, plan)

@@ -66,6 +66,9 @@ class OpenAIClient(ServerClient):
 
     def headers(self) -> dict:
         key = os.environ.get(KEY_VARIABLE)
+        if key and not (key.isascii() and key.isprintable() and ' ' not in key):  # the header would quote it
+            raise OpenAIError(f'{KEY_VARIABLE} holds a character a key has not (a space, a line end, a control or '
+                              'non-ASCII character), so it was not sent: set it to the key alone')
         return {'Authorization': f'Bearer {key}'} if key else {}
 
     def reveal(self) -> dict:
@@ -85,7 +88,8 @@ class OpenAIClient(ServerClient):
             revealed.update({'model_file': os.path.basename(str(props.get('model_path'))),
                              'chat_template_sha256': hashlib.sha256(template.encode('utf-8')).hexdigest(),
                              'build': props['build_info']})
-            meta = {'n_ctx': (props.get('default_generation_settings') or {}).get('n_ctx'), **meta}
+            settings = props.get('default_generation_settings')
+            meta = {'n_ctx': settings.get('n_ctx') if isinstance(settings, dict) else None, **meta}
         self.context = meta.get('n_ctx') or entry.get('max_model_len')
         return revealed
 

@@ -178,12 +178,13 @@ def wait_ready(process: subprocess.Popen, base: str) -> None:
     """Return once the server answers /health with 200; LabError if it exits or is not ready in time."""
     import requests
 
-    deadline = time.monotonic() + READY_SECONDS
+    deadline, session = time.monotonic() + READY_SECONDS, requests.Session()
+    session.trust_env = False  # the server is on 127.0.0.1: a proxy from the environment must not carry the request
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise LabError(f'{BINARY} exited (status {process.returncode}) before it was ready; its output says why')
         with contextlib.suppress(requests.ConnectionError, requests.Timeout):
-            if requests.get(f'{base}/health', timeout=2).status_code == 200:
+            if session.get(f'{base}/health', timeout=2, allow_redirects=False).status_code == 200:
                 return
         time.sleep(0.25)
     raise LabError(f'{BINARY} was not ready within {READY_SECONDS} s')
@@ -204,8 +205,9 @@ def serving(model: str = DEFAULT_MODEL, port: int | None = None, folder: Path = 
     """Start the built server on 127.0.0.1 and yield (its base URL, the process); it is stopped whatever happens."""
     if why := check_server(folder):
         raise LabError(f'the real server is not built in {folder} ({why}): run `{BUILD_COMMAND}`')
-    base = f'http://{HOST}:{port or free_port()}'
-    process = subprocess.Popen(server_command(folder, model, int(base.rsplit(':', 1)[1])), stdin=subprocess.DEVNULL,
+    port = port or free_port()
+    base = f'http://{HOST}:{port}'
+    process = subprocess.Popen(server_command(folder, model, port), stdin=subprocess.DEVNULL,
                                stdout=output, stderr=subprocess.STDOUT if output else None, env=clean_environment(),
                                start_new_session=True)
     try:

@@ -27,14 +27,13 @@ import time
 from answer_model import MODEL_PATH, chat_body, load_model
 import common
 from common import LabError
-from case_set import load_cases
+from case_set import check_encodable, load_cases
 import lab_files
 from summaries import TELEMETRY, CallFailed, compact
 
 RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, which summary_rules.py replays
 RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
-RECORD = '.venv/bin/python summary_record.py record --cases {cases}'  # what records a missing call
-SOME_CASES = 'CASE_FILE'  # what RECORD names where the case file is not known (in the rules process)
+SOME_CASES = 'CASE_FILE'  # what record_command names where the case file is not known (in the rules process)
 REPLY_FIELDS = ('text', 'prompt_tokens', 'completion_tokens', 'elapsed_ms')  # a recorded reply; or 'failed' alone
 CALL_FIELDS = ('messages', 'options', 'reply')  # a recorded call: what was asked, for a reader, and the reply
 
@@ -53,6 +52,11 @@ def key(messages: list[dict], options: dict) -> str:
     return hashlib.sha256(body(messages, options)).hexdigest()
 
 
+def record_command(cases: str) -> str:
+    """What records a missing call, with the Python that runs now, as the lab's other advice names it."""
+    return f'{common.python_command()} summary_record.py record --cases {cases}'
+
+
 def answered(reply: dict) -> dict:
     """A recorded reply as summaries.py's call returns it; a recorded failure raises CallFailed again."""
     if 'failed' in reply:
@@ -65,7 +69,7 @@ def replaying(calls: dict, case_id: str, cases: str):
     def call(messages: list[dict], options: dict) -> dict:
         if (name := key(messages, options)) not in calls:
             raise MissingCall(f'case {case_id}: the summary recording has no reply to call {name[:16]}; record it '
-                              f'with `{RECORD.format(cases=cases)}`')
+                              f'with `{record_command(cases)}`')
         return answered(calls[name]['reply'])
     return call
 
@@ -101,10 +105,10 @@ def check_call(where: str, entry) -> None:
 
 def load(path: Path) -> dict:
     """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
-    advice = f'record it with `{RECORD.format(cases=SOME_CASES)}` (--fresh to start over)'
+    advice = f'record it with `{record_command(SOME_CASES)}` (--fresh to start over)'
     recorded = lab_files.read_json(path, 'summary recording', advice)
-    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not isinstance(
-            recorded['calls'], dict):
+    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not all(
+            isinstance(recorded[field], dict) for field in recorded):
         raise LabError(f'{path}: expected an object of "model" and "calls"; {advice}')
     for name, entry in recorded['calls'].items():
         check_call(f'{path}: calls.{name}', entry)
@@ -121,6 +125,7 @@ def live_call(model: dict, client, num_ctx: int):
     def call(messages: list[dict], options: dict) -> dict:
         started = time.monotonic()
         reply = client.answer(chat_body(model, messages, num_ctx, options['max_tokens'], model['seeds'][0]))
+        check_encodable('a summary call\'s reply', [('answer', reply['answer'])])  # else no recording can hold it
         return {'text': reply['answer'], 'prompt_tokens': reply['prompt_tokens'],
                 'completion_tokens': reply['answer_tokens'], 'elapsed_ms': round((time.monotonic() - started) * 1000)}
     return call
@@ -157,7 +162,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str], live=None) -> int:
     from tokenizer import count_request
     options = parse_args(argv)
-    path, cases = options.output or recording_path(), load_cases(options.cases)
+    path = options.output or recording_path()
+    lab_files.check_outputs([('--output', path)] if options.command == 'record' else [],
+                            [('--cases', options.cases), ('--model', options.model), ('--keys', options.keys)])
+    cases = load_cases(options.cases)
     if options.command == 'show':
         rows = telemetry_rows(cases, count_request, load(path)['calls'], str(options.cases))
         print('\t'.join(('case', *TELEMETRY)))
@@ -170,7 +178,8 @@ def main(argv: list[str], live=None) -> int:
                        'its calls are not resumed: record with --fresh, or name its pin with --model')
     if live is None:
         from answer_check import client_for  # the client of the pin's API
-        live = live_call(model, client_for(model), max(case['budget']['context_limit'] for case in cases))
+        (client := client_for(model)).checked_model()  # a server that is not there says so before anything is written
+        live = live_call(model, client, max(case['budget']['context_limit'] for case in cases))
     import continuation  # it imports this module
     import langchain_summary
     keys = continuation.load_keys(options.keys, cases) if options.keys else {}

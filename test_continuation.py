@@ -14,8 +14,8 @@ import continuation
 from continuation import KEYS, early_losses, fabricated, generations, history_text, load_keys, report, status_of
 from case_set import load_cases
 from shapes import message_text
-from summaries import compact
-from summary_record import record
+from summaries import CallFailed, compact
+from summary_record import record, recording
 from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
@@ -79,6 +79,12 @@ class Keys(unittest.TestCase):
             with self.assertRaisesRegex(LabError, f'case held-cont-paths: .*{message}'):
                 load_keys(keys_file(keys), CASES)
 
+    def test_a_cases_entry_that_is_a_number_is_one_line_not_a_type_error(self):
+        keys = copy.deepcopy(SHIPPED)
+        keys['held-cont-paths'] = 5  # list(5) raised TypeError
+        with self.assertRaisesRegex(LabError, 'case held-cont-paths: expected segments, 5 rising turn counts'):
+            load_keys(keys_file(keys), CASES)
+
     def test_the_cases_are_agent_sessions_with_calls_and_long_tool_output(self):
         for case in CASES:
             messages = [message for turn in case['history'] for message in turn]
@@ -133,6 +139,22 @@ class Generations(unittest.TestCase):
         self.assertEqual(first, report(CASES, keys, count_request, recorded['calls'], 'c.json'))
         self.assertEqual(first.splitlines()[0].split(' | ')[1:3], ['Identifiers kept', 'Statuses kept'])
         self.assertEqual(len(first.splitlines()), 2 + 4 + 2)  # a blank line ends the table in Markdown
+
+    def test_no_growth_is_given_on_a_first_generation_that_summarised_nothing(self):
+        # Divided by 1 instead, generation 2's growth was its summary tokens summed over the cases (a ratio of 1,000s)
+        def failing(messages, options):
+            raise CallFailed('refused')
+        recorded, keys = {'model': {}, 'calls': {}}, load_keys(KEYS, CASES)
+
+        def runs(case, call):  # generation 1's calls fail, the later ones are answered
+            ends = keys[case['id']]['segments']
+            first = {**case, 'history': case['history'][:ends[1]]}
+            compact(first, count_request, recording(failing, recorded['calls']))
+            generations(case, ends, count_request, call)
+        record(CASES, count_request, first_lines, recorded, lambda value: None, runs)
+        rows = [line.split(' | ') for line in report(CASES, keys, count_request, recorded['calls'], 'c').splitlines()]
+        self.assertEqual([row[6:8] for row in rows[2:4]], [['0.0', '-'], [rows[3][6], '-']])
+        self.assertNotEqual(rows[3][6], '0.0')  # generation 2 summarised
 
     def test_a_generations_grade_reads_the_request_it_would_send(self):
         chosen, told = generations(CASES[0], SHIPPED['dev-cont-cache']['segments'], count_request, first_lines)[0]

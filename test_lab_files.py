@@ -253,7 +253,7 @@ class OutputIsInputTest(TempFolderTest):
     def test_no_output_replaces_any_of_the_labs_files_or_lands_in_a_prepared_folder(self):
         # views.py, the README and the manifest are no script's input, yet replacing one breaks every later run.
         for name in ('views.py', 'README.md', 'docs/rules.md', 'answer-keys.json', 'memory-answer-keys.json',
-                     'tokenizer-manifest.json'):
+                     'continuation-cases.json', 'continuation-keys.json', 'tokenizer-manifest.json'):
             with self.subTest(name), self.assertRaises(LabError) as raised:
                 lab_files.check_outputs([('--output', HERE / name)], [])
             self.assertEqual(str(raised.exception), f"--output {HERE / name}: the same file as the lab's {name} "

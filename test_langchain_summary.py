@@ -11,7 +11,7 @@ import unittest
 from case_set import load_cases
 from langchain_summary import as_request, summarised
 from shapes import allowance, build_request
-from summary_record import recording, replaying
+from summary_record import MissingCall, recording, replaying
 from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
@@ -76,6 +76,18 @@ class Middleware(unittest.TestCase):
         history[0].content = 'cut'
         self.assertEqual(as_request(request, list(reversed(history[:3]))),
                          [{**request[1], 'content': 'cut'}, request[2], request[3]])
+
+    def test_a_call_that_fails_is_asked_once_and_its_error_comes_out_as_it_was(self):
+        # The middleware retries its model 3 times, seconds apart: a missing recorded call took 7.7 s and a server
+        # error was asked three times, though the lab retries no call.
+        sent = []
+
+        def missing(messages, options):
+            sent.append(messages)
+            raise MissingCall('case x: the summary recording has no reply')
+        with self.assertRaisesRegex(MissingCall, '^case x: the summary recording has no reply$'):
+            summarised(AGENT[1], count_request, missing)
+        self.assertEqual(len(sent), 1)
 
     def test_replay_from_a_recording_gives_the_same_request(self):
         calls = {}

@@ -156,6 +156,16 @@ class MemoryAnswersTest(unittest.TestCase):
         self.assertEqual(err, f'memory_answers.py: {self.result}: 1 answer missing, such as managed-relevant '
                               f'bob-dinner seed 3; record again with `{PYTHON_RECORD}`\n')
 
+    def test_grading_with_model_refuses_a_recording_of_another_build_as_answer_check_does(self):
+        # --model was taken, and ignored, when grading: the recording was graded whatever pin it named
+        self.assertEqual(self.record()[0], 0)
+        other = HERE / 'qwen-answer-model.json'
+        code, out, err = self.run_main(['--model', str(other)])
+        self.assertEqual((code, out), (2, ''))
+        self.assertRegex(err, rf'^memory_answers\.py: {self.result}: recorded with a build other than the one '
+                              rf'{other} pins \(api, .*\), so its answers are not graded')
+        self.assertEqual(self.run_main(['--model', str(HERE / 'answer-model.json')])[0], 0)
+
     def test_hand_made_answers_get_the_verdicts_and_causes_worked_out_by_hand(self):
         code, out, err, fake = self.record(hand_made)
         self.assertEqual(code, 0, err)

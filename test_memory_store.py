@@ -207,7 +207,7 @@ def random_events(seed: int, users: int, steps: int):
 class RandomReplays(StoreTest):
     """Random replays that grow a managed store past several pages, so that SQLite rebalances its tables, with the
     file's bytes (and any file beside it) read after every forget for every text a forget has deleted so far."""
-    SEEDS, USERS, STEPS = range(6), 3, 600  # without the VACUUM, 4 of these 6 replays leak (the test below)
+    SEEDS, USERS, STEPS = range(6), 3, 600  # without the VACUUM, 2 of these 6 replays leak (the test below)
 
     def first_leak(self, seed: int) -> tuple[int, str] | None:
         """(the time of the first forget after which the bytes hold a deleted text, that text), or None."""

@@ -17,7 +17,7 @@ from unittest import mock
 
 from answer_model import PARTIAL_SUFFIX, load_model
 import ollama_client
-from openai_client import BASE_URL_VARIABLE, KEY_VARIABLE, OpenAIError, split_base_url
+from openai_client import BASE_URL_VARIABLE, KEY_VARIABLE, OpenAIClient, OpenAIError, split_base_url
 from test_support import (FakeLlamaServer, LLAMA_BUILD, LLAMA_CONTEXT, LLAMA_MODEL, LLAMA_TEMPLATE, RawServer,
                           closed_port, completion, http_reply, llama_count, llama_error, only_loopback)
 from test_support_fixtures import AnswerFilesTest
@@ -57,6 +57,18 @@ class OpenAITest(AnswerFilesTest):
             'options': {'temperature': 1.0, 'top_p': 0.95, 'top_k': 64, 'repeat_penalty': 1.1},  # answer-model.json's
             'trials': 2, 'seeds': [1, 2], 'counter': 'gemma-4-e2b'})
 
+    def test_props_whose_generation_settings_are_no_object_still_pin_and_raise_nothing_else(self):
+        # A server's reply is untrusted: a string there ended pin in AttributeError
+        real = OpenAIClient._send
+
+        def send(client, path, data, timeout):
+            status, body, payload = real(client, path, data, timeout)
+            return status, body, {**payload, 'default_generation_settings': 'none'} if path == '/props' else payload
+        with FakeLlamaServer() as fake, mock.patch.object(OpenAIClient, '_send', send):
+            code, out, err = self.pin(fake)
+        self.assertEqual((code, err), (0, ''))
+        self.assertIn(f'(file {LLAMA_MODEL}, build {LLAMA_BUILD})', out)
+
     def test_a_server_without_props_gets_no_top_k_and_refuses_repeat_penalty(self):
         with FakeLlamaServer(props=False) as fake:
             refused = self.pin(fake, '--repeat-penalty', '1.1')
@@ -92,6 +104,16 @@ class OpenAITest(AnswerFilesTest):
         self.assertEqual(code, 0, err)
         self.assertNotIn('sekret', (self.folder / 'pin.json').read_text() + out + err)
         self.assertEqual({auth for *_, auth in fake.requests[-2:]}, {'Bearer sekret-123'})
+
+    def test_a_key_with_a_line_end_is_refused_without_quoting_it(self):
+        # requests refused the header with the key quoted in its message, which the lab printed
+        with FakeLlamaServer(key='sekret-123') as fake:
+            for key in ('sekret-123\n', ' sekret-123', 'sekret-123é'):
+                with self.subTest(key=key), mock.patch.dict(os.environ, {KEY_VARIABLE: key}):
+                    self.assertEqual(self.pin(fake), (2, '', f'answer_check.py: {KEY_VARIABLE} holds a character a '
+                                     'key has not (a space, a line end, a control or non-ASCII character), so it '
+                                     'was not sent: set it to the key alone\n'))
+        self.assertEqual(fake.requests, [])
 
     @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
     def test_record_counts_every_request_on_the_server_first_then_asks_in_its_own_fields(self):

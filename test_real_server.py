@@ -36,6 +36,7 @@ from openai_client import OpenAIClient
 from prepared_folder import TOKENIZER_JSON, counter_folder, read_manifest
 import real_server
 from strategies import RULES
+from test_support import closed_port
 from tokenizer import TokenCounter
 
 CASE_SETS = ('cases.json', 'agent-cases.json')
@@ -209,6 +210,15 @@ class ServingTest(unittest.TestCase):
         self.assertIn(status_of(child), ('gone', 'Z'))
         with self.assertRaises(OSError):
             socket.create_connection(('127.0.0.1', int(base.rsplit(':', 1)[1])), timeout=2).close()
+
+    def test_readiness_is_asked_of_the_server_itself_whatever_proxy_the_environment_names(self) -> None:
+        # requests.get took http_proxy from the environment, so /health went to the proxy and the server never
+        # read as ready (a proxy that answers 200 would have read as the server)
+        proxy = f'http://127.0.0.1:{closed_port()}'
+        with mock.patch.dict('os.environ', {'http_proxy': proxy, 'HTTP_PROXY': proxy, 'no_proxy': '',
+                                            'NO_PROXY': ''}), mock.patch.object(real_server, 'READY_SECONDS', 5):
+            with real_server.serving(folder=self.folder) as (_, process):
+                self.assertIsNone(process.poll())
 
     def test_an_unbuilt_folder_names_the_build_command(self) -> None:
         (self.folder / PREPARED_JSON).unlink()

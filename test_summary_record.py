@@ -15,6 +15,7 @@ import unittest
 
 from case_set import load_cases
 from common import LabError
+import lab_files
 from summaries import CallFailed, compact
 import summary_record
 from summary_record import MissingCall, body, key, load, record, recording, replaying
@@ -123,6 +124,18 @@ class Files(unittest.TestCase):
         with self.assertRaisesRegex(LabError, r'\.reply: expected'):
             load(self.write(recorded))
 
+    def test_a_recording_whose_model_is_not_an_object_is_refused_in_one_line(self):
+        # record compared it key by key with the pin: AttributeError on a string
+        with self.assertRaisesRegex(LabError, r'rec\.json: expected an object of "model" and "calls"'):
+            load(self.write({'model': 'a pin', 'calls': {}}))
+
+    def test_record_refuses_an_output_that_is_its_own_case_file_and_leaves_it_as_it_was(self):
+        cases = self.folder / 'cases.json'
+        cases.write_bytes(original := (HERE / 'agent-cases.json').read_bytes())
+        with self.assertRaisesRegex(LabError, r'--output .*cases\.json: the same file as --cases'):
+            summary_record.main(['record', '--fresh', '--cases', str(cases), '--output', str(cases)], echo([]))
+        self.assertEqual(cases.read_bytes(), original)
+
     def test_evaluate_with_an_empty_recording_stops_in_one_line_with_exit_2(self):
         path = self.write({'model': {}, 'calls': {}})
         run = subprocess.run([sys.executable, 'evaluate.py', '--cases', 'agent-cases.json', '--rules',
@@ -179,6 +192,25 @@ class Files(unittest.TestCase):
         self.assertEqual(bodies[0]['max_tokens'], first['options']['max_tokens'])
         self.assertEqual(first['reply']['text'], 'answer 1')  # the fake's first answer
         self.assertEqual(first['reply']['prompt_tokens'], llama_count(bodies[0]))
+
+    def test_a_reply_holding_a_lone_surrogate_stops_record_in_one_line_naming_it(self):
+        # JSON can carry '\\ud800'; it reached the file's UTF-8 encoding and was reported as a terminal's encoding
+        class Client:
+            def answer(self, body):
+                return {'answer': 'Kept \ud800', 'prompt_tokens': 9, 'answer_tokens': 2}
+        live = summary_record.live_call(json.loads((HERE / 'qwen-answer-model.json').read_text()), Client(), 4096)
+        with self.assertRaisesRegex(LabError, r"^a summary call's reply: field answer holds a lone surrogate"):
+            record(CASES[:1], count_request, live, {'model': {}, 'calls': {}}, lambda value: lab_files.write_output(
+                self.folder / 'rec.json', lab_files.to_json(value, 1), 'summary recording'))  # as main saves
+
+    def test_no_server_is_one_line_and_writes_no_recording(self):
+        # The server was first asked by the first call, and record's save wrote a recording of no calls meanwhile.
+        output = self.folder / 'rec.json'
+        code, out, err = run_command(summary_record.main, ['record', '--cases', 'agent-cases.json', '--output',
+                                                           str(output)], 'summary_record.py')  # OLLAMA_HOST: closed
+        self.assertEqual((code, out), (2, ''))
+        self.assertTrue(err.startswith('summary_record.py: no Ollama server answers at http://127.0.0.1:'), err)
+        self.assertFalse(output.exists())
 
     def test_resuming_a_recording_made_with_another_pin_is_refused_in_one_line(self):
         output = self.write({'model': {'api': 'openai', 'model_id': 'other'}, 'calls': {}})

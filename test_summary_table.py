@@ -62,6 +62,15 @@ class Table(unittest.TestCase):
         self.assertEqual(cells[4:9], ['-', '-', '-', str(summarised), str(len(asked))])
         self.assertGreater(summarised, 0)
 
+    def test_langchains_summary_naming_a_file_no_history_holds_counts_as_fabricated_too(self):
+        # Its selection carried no 'summary', so its row said 0 fabricated whatever its summaries invented.
+        rule = summary_table.rules(recorded(AGENT), 'agent', None)[langchain_summary.NAME]
+        results = [rule(case, count_request) for case in AGENT]
+        inventing_requests = sum(any('src/invented_module.py' in (message['content'] or '')
+                                     for message in chosen['messages']) for chosen, _ in results)
+        self.assertEqual(summary_table.row('agent', 'x', AGENT, None, results)[7], str(inventing_requests))
+        self.assertGreater(inventing_requests, 0)
+
     def test_statuses_are_counted_per_key_on_the_continuation_cases(self):
         keys = continuation.load_keys(continuation.KEYS, CASES)
         results = [(summary_table.recent(case, count_request), 0) for case in CASES]
