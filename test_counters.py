@@ -364,10 +364,6 @@ class ReportTest(CounterTest):
         self.assertEqual((recorded['model'], 'name' in recorded), ('google/gemma-4-E2B-it', False))
 
 
-if __name__ == '__main__':
-    unittest.main()
-
-
 class SharedCostsTest(unittest.TestCase):
     def test_the_questions_of_one_conversation_have_its_turn_costs_worked_out_once_until_forgotten(self):
         count, history = tokenizer.counter(), [dict(turn) for turn in load_cases(HERE / 'cases.json')[0]['history']]
@@ -377,3 +373,7 @@ class SharedCostsTest(unittest.TestCase):
             costs.append(count.turn_costs(history))
             costs.append(count.turn_costs(list(history)))  # a copy: found by its texts, not taken for the first
         self.assertEqual((by_text.call_count, costs[1:]), (3, [costs[0]] * 4))
+
+
+if __name__ == '__main__':
+    unittest.main()

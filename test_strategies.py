@@ -376,10 +376,6 @@ class LinearTimeTest(unittest.TestCase):
                 self.assertFalse([content for _, content in counter().sizes if NOTES_HEADER in content])
 
 
-if __name__ == '__main__':
-    unittest.main()
-
-
 class SharedWordsTest(unittest.TestCase):
     def test_a_conversations_turn_words_are_read_once_for_all_its_questions(self):
         case = shipped_cases()['dev-correction']
@@ -388,3 +384,7 @@ class SharedWordsTest(unittest.TestCase):
             for question in ('Which database?', 'Which one?', 'Why MySQL?'):
                 RULES['relevant'](dict(case, history=history, current=question), count_request)
         self.assertEqual(reading.call_count, len(history) + 3)
+
+
+if __name__ == '__main__':
+    unittest.main()
