@@ -27,7 +27,7 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import is_pair, message_keys, selection, turn_key, turn_messages
+from shapes import build_request, is_pair, message_keys, selection, turn_key, turn_messages
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -106,6 +106,15 @@ class RemoteCount:
         if (key := json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
             self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
+        return self.counts[key]
+
+    def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
+        """self(messages) for messages = build_request(case, kept, notes): the lab builds them from its own copy
+        of the case, so only the turns' indices and the notes travel (a request at 15,808 tokens is 1 MB of JSON)."""
+        key = json.dumps({'kept': sorted(kept), 'notes': list(notes)})
+        if key not in self.counts:
+            self.counts[key] = self.ask('count', key)
+            self.last = list(map(dict, messages))
         return self.counts[key]
 
     def turn_costs(self, history: list) -> list[int]:
@@ -267,25 +276,37 @@ class Child:
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE if key in case}}, None
             if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = history
-                known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
-                                                       len(json.dumps(history)))
+                places = turn_places(history)
+                known = self.histories[id(history)] = (history, len(self.histories), places, len(json.dumps(history)),
+                                                       [places[turn_key(turn_messages(turn))] for turn in history])
             request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
+            self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
             if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
-                messages, size = self.last  # the request the lab counted for the rule, and the one it returned
+                messages, size, kept = self.last  # the request the lab counted for the rule, and the one it returned
             else:
-                messages = reply.get('messages')
+                messages, kept = reply.get('messages'), None
                 try:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            return selection(messages, carried_turns(messages, known[2]), 0, size)
+            if kept is None or (history and type(history[0]) is list):
+                return selection(messages, carried_turns(messages, known[2]), 0, size)
+            return selection(messages, first_copies(kept, known[4]), 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:
-        """The lab's answer to a rule that counts: its counter on the request, or the turns, the rule sent."""
+        """The lab's answer to a rule that counts: its counter on the request (its messages, or the turns and notes
+        it is built of), or the turns, the rule sent."""
         try:
+            if type(built := asked.get('count')) is dict:
+                kept, notes = built_parts(built, len(self.case['history']))
+                messages = build_request(self.case, kept, notes)
+                size = count.count_built(messages, self.case, kept, notes) if hasattr(count, 'count_built') \
+                    else count(messages)
+                self.last = messages, size, kept
+                return {'answer': size}
             if 'count' in asked:
-                self.last = asked['count'], count(asked['count'])
+                self.last = asked['count'], count(asked['count']), None
                 return {'answer': self.last[1]}
             turns = asked['turn_costs']  # all pairs, or all agent turns: their messages are the counter's to check
             if not isinstance(turns, list) or not (all(type(turn) is list for turn in turns)
@@ -303,6 +324,28 @@ def turn_places(history: list) -> dict[tuple, list[int]]:
     for index, key in enumerate(turn_key(turn_messages(turn)) for turn in history):
         where.setdefault(key, []).append(index)
     return where
+
+
+def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:
+    """The turns and notes a rule's request is built of (RemoteCount.count_built), checked: distinct turn indices of
+    the history, notes as text; CounterError otherwise."""
+    kept, notes = built.get('kept'), built.get('notes')
+    if set(built) != {'kept', 'notes'} or type(kept) is not list or type(notes) is not list \
+            or any(type(index) is not int or not 0 <= index < turns for index in kept) or len(set(kept)) < len(kept) \
+            or any(type(note) is not str for note in notes):
+        raise CounterError(f'count: expected {{"kept": distinct turn indices below {turns}, "notes": texts}}')
+    return kept, notes
+
+
+def first_copies(kept: list[int], copies: list[list[int]]) -> list[int]:
+    """carried_turns of a pair case's request built of the turns `kept` (shapes.build_request), without reading it;
+    copies[i] lists the turns equal to turn i. Each kept turn, oldest first, is carried as the earliest copy of it not
+    taken yet: with history [A, B, A], kept [2] gives [0], as carried_turns finds A's messages and takes its first."""
+    taken: set[int] = set()
+    for index in sorted(kept):
+        found = copies[index]
+        taken.add(next((copy for copy in found if copy not in taken), found[0]))
+    return sorted(taken)
 
 
 def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[int]:

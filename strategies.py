@@ -108,9 +108,12 @@ def note_lines(case: dict, before: int):
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
     """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs`,
-    which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole)."""
+    which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole).
+    A count that knows how the request was built (`count_built`: the lab's counter, the rules process's) counts it
+    from that; any other counts its messages."""
     bare, cost = parts or costs(case, count)
-    size = count(request := build_request(case, kept, notes))
+    request = build_request(case, kept, notes)
+    size = count.count_built(request, case, kept, notes) if hasattr(count, 'count_built') else count(request)
     head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
     check_additive(case, size, head + sum(cost[i] for i in kept))
     return selection(request, kept, len(notes), size)
