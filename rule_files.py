@@ -27,7 +27,7 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import build_request, is_pair, message_keys, selection, turn_key, turn_messages
+from shapes import build_request, each_turn, is_pair, message_keys, selection, turn_key, turn_messages
 from strategies import RULES as BUILT_IN
 from text import printable
 from tokenizer import CounterError
@@ -118,7 +118,7 @@ class RemoteCount:
         return self.counts[key]
 
     def turn_costs(self, history: list) -> list[int]:
-        if (key := tuple(map(turn_key, history))) not in self.turns:
+        if (key := each_turn(turn_key, history)) not in self.turns:
             self.turns = {key: self.ask('turn_costs', json.dumps(history))}
         return list(self.turns[key])
 
@@ -191,8 +191,9 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
     turns = histories[request['history']]  # each call gets a copy no rule can change the original through
-    case = dict(request['case'], history=[turn.copy() if type(turn) is dict else json.loads(json.dumps(turn))
-                                          for turn in turns])
+    history = list(map(dict.copy, turns)) if set(map(type, turns)) == {dict} \
+        else [turn.copy() if type(turn) is dict else json.loads(json.dumps(turn)) for turn in turns]
+    case = dict(request['case'], history=history)
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -277,8 +278,9 @@ class Child:
             if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = history
                 places = turn_places(history)
+                copies = [places[turn_key(turn_messages(turn))] for turn in history]
                 known = self.histories[id(history)] = (history, len(self.histories), places, len(json.dumps(history)),
-                                                       [places[turn_key(turn_messages(turn))] for turn in history])
+                                                       copies if len(places) < len(history) else None)  # None: no twins
             request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
             self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
             if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
@@ -291,7 +293,7 @@ class Child:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
             if kept is None or (history and type(history[0]) is list):
                 return selection(messages, carried_turns(messages, known[2]), 0, size)
-            return selection(messages, first_copies(kept, known[4]), 0, size)
+            return selection(messages, first_copies(kept, known[4]) if known[4] else kept, 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:

@@ -62,6 +62,12 @@ def turn_texts(turn: dict | list) -> tuple[str, ...]:
     return tuple(map(message_text, turn)) if type(turn) is list else pair_texts(turn)
 
 
+def each_turn(function, history: list) -> tuple:
+    """tuple(map(function, history)) for turn_texts or turn_key, which read a pair as its texts (pair_texts): read in C
+    when no turn is a list, as rules read it for every question and budget."""
+    return tuple(map(function if list in set(map(type, history)) else pair_texts, history))
+
+
 def turn_key(turn: dict | list) -> tuple:
     """What identifies a turn in a cache: a pair's texts; a list of messages, each as its role and text if that is
     all it holds (the turns rule_files.carried_turns looks for in every request), else as JSON, ids and names too."""
@@ -124,11 +130,25 @@ def build_request(case: dict, kept, notes: list[str] = ()) -> list[dict]:
     question = case['current']
     if notes:
         question = '\n'.join([NOTES_HEADER, '<notes>', *notes, '</notes>', '', f'Question: {question}'])
-    turns = [message for index in sorted(kept) for message in turn_messages(case['history'][index])]
+    history, made = case['history'], messages_of(case['history'])
+    turns = list(chain.from_iterable([made[index] or fill(made, history, index) for index in sorted(kept)]))
     system = {'role': 'system', 'content': case['instructions']}
     if case.get('tools'):  # every request of an agent case declares its tools; they travel with the system message
         system['tools'] = case['tools']
     return [system, *turns, {'role': 'user', 'content': question}]
+
+
+@per_history
+def messages_of(history: list) -> list:
+    """Each turn's messages (turn_messages), None until first asked for (fill): a sweep builds requests of hundreds of
+    turns for every question, rule and budget. Every request holding the turn holds the same message dicts (as an agent
+    turn's are its own), so nothing may change a request's messages."""
+    return [None] * len(history)
+
+
+def fill(made: list, history: list, index: int) -> list[dict]:
+    made[index] = turn_messages(history[index])
+    return made[index]
 
 
 def holds_thinking_marker(text: str) -> bool:

@@ -79,10 +79,20 @@ def ranked(scores: dict[int, float]) -> list[int]:
 
 
 def by_overlap(case: dict, before: int) -> list[int]:
-    """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
-    asked = words(case['current'])
-    return ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
-                   if (shared := len(asked & turn))})
+    """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties; worked
+    out once per question, whatever the budget (a sweep asks at each)."""
+    known = rankings(case['history'])
+    if (order := known.get(key := (case['current'], before))) is None:
+        asked = words(case['current'])
+        order = known[key] = ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
+                                     if (shared := len(asked & turn))})
+    return order
+
+
+@per_history
+def rankings(history: list) -> dict[tuple[str, int], list[int]]:
+    """A conversation's by_overlap orders found so far: (question, before) -> turns."""
+    return {}
 
 
 @per_history
@@ -115,7 +125,7 @@ def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tup
     request = build_request(case, kept, notes)
     size = count.count_built(request, case, kept, notes) if hasattr(count, 'count_built') else count(request)
     head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
-    check_additive(case, size, head + sum(cost[i] for i in kept))
+    check_additive(case, size, head + sum(map(cost.__getitem__, kept)))
     return selection(request, kept, len(notes), size)
 
 
@@ -130,7 +140,7 @@ def relevant(case: dict, count) -> dict:
 def notes(case: dict, count) -> dict:
     bare, cost = parts = costs(case, count)
     kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
-    turns, lines = sum(cost[index] for index in kept), []
+    turns, lines = sum(map(cost.__getitem__, kept)), []
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
         if turns + count(build_request(case, [], [line, *lines])) > allowance(case):
             break

@@ -189,7 +189,7 @@ class TokenCounter:
         if not self.fast or case.get('tools') or (history and type(history[0]) is list):
             return self(messages)
         cost = self.turn_costs(history)
-        return self(build_request(case, [], notes)) + sum(cost[index] for index in kept)
+        return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
 
     def known_sizes(self, messages) -> list[int] | None:
         """Cached sizes of a well-formed request's messages, None if one was not seen or it may be malformed: every
