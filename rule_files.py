@@ -184,16 +184,13 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         rules += [(path, folder, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
-        histories[request['history']] = request['turns']
+        histories[request['history']] = request['turns'], None
     out.path, folder, name, function = rules[request['rule']]
     out.label, count.last = f'{out.path}: rule {name}: ', None
     helpers.enter(folder)
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-    turns = histories[request['history']]  # each call gets a copy no rule can change the original through
-    history = list(map(dict.copy, turns)) if set(map(type, turns)) == {dict} \
-        else [turn.copy() if type(turn) is dict else json.loads(json.dumps(turn)) for turn in turns]
-    case = dict(request['case'], history=history)
+    case = dict(request['case'], history=working_copy(histories, request['history']))
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -208,6 +205,18 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
+
+
+def working_copy(histories: dict, number: int) -> list:
+    """The copy of a conversation a rule gets, through which no rule can change the original: the one the call before
+    got while it still equals the original (compared in C), so that what rules work out per history list
+    (shapes.per_history) is found again; else a new one."""
+    turns, working = histories[number]
+    if working is None or working != turns:
+        working = list(map(dict.copy, turns)) if set(map(type, turns)) == {dict} \
+            else [turn.copy() if type(turn) is dict else json.loads(json.dumps(turn)) for turn in turns]
+        histories[number] = turns, working
+    return working
 
 
 def end(process: Popen) -> int:  # a rules process stopped, with all it started, whatever they did: its exit status
