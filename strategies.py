@@ -75,7 +75,7 @@ def fitting(case: dict, count, order, stop_at_misfit: bool = False) -> dict:
 
 def ranked(scores: dict[int, float]) -> list[int]:
     """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
-    return sorted(scores, key=lambda index: (-scores[index], -index))
+    return [index for _, index in sorted(zip(scores.values(), scores), reverse=True)]  # pairs compared in C
 
 
 def by_overlap(case: dict, before: int) -> list[int]:
