@@ -27,8 +27,8 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import build_request, each_turn, is_pair, message_keys, selection, turn_key, turn_messages
-from strategies import RULES as BUILT_IN
+from shapes import each_turn, is_pair, message_keys, selection, turn_key, turn_messages
+from strategies import RULES as BUILT_IN, built as built_request
 from text import printable
 from tokenizer import CounterError
 
@@ -102,8 +102,8 @@ class RemoteCount:
             raise CounterError(answer['error'])
         return answer['answer']
 
-    def __call__(self, messages: list[dict]) -> int:
-        if (key := json.dumps(messages)) not in self.counts:
+    def __call__(self, messages: list[dict], sent: str | None = None) -> int:
+        if (key := sent or json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
             self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
         return self.counts[key]
@@ -111,11 +111,7 @@ class RemoteCount:
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
         """self(messages) for messages = build_request(case, kept, notes): the lab builds them from its own copy
         of the case, so only the turns' indices and the notes travel (a request at 15,808 tokens is 1 MB of JSON)."""
-        key = json.dumps({'kept': sorted(kept), 'notes': list(notes)})
-        if key not in self.counts:
-            self.counts[key] = self.ask('count', key)
-            self.last = list(map(dict, messages))
-        return self.counts[key]
+        return self(messages, json.dumps({'kept': sorted(kept), 'notes': list(notes)}))
 
     def turn_costs(self, history: list) -> list[int]:
         if (key := each_turn(turn_key, history)) not in self.turns:
@@ -208,9 +204,8 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
 
 
 def working_copy(histories: dict, number: int) -> list:
-    """The copy of a conversation a rule gets, through which no rule can change the original: the one the call before
-    got while it still equals the original (compared in C), so that what rules work out per history list
-    (shapes.per_history) is found again; else a new one."""
+    """The copy of a conversation a rule gets, through which no rule can change the original: the call before's while
+    it equals the original (compared in C), so that what rules work out per history list is found again; else anew."""
     turns, working = histories[number]
     if working is None or working != turns:
         working = list(map(dict.copy, turns)) if set(map(type, turns)) == {dict} \
@@ -306,16 +301,12 @@ class Child:
         return rule
 
     def counted(self, asked: dict, count) -> dict:
-        """The lab's answer to a rule that counts: its counter on the request (its messages, or the turns and notes
-        it is built of), or the turns, the rule sent."""
+        """The lab's answer to a rule that counts: its counter on the request (or what it is built of), or turns."""
         try:
             if type(built := asked.get('count')) is dict:
-                kept, notes = built_parts(built, len(self.case['history']))
-                messages = build_request(self.case, kept, notes)
-                size = count.count_built(messages, self.case, kept, notes) if hasattr(count, 'count_built') \
-                    else count(messages)
-                self.last = messages, size, kept
-                return {'answer': size}
+                self.last = (*built_request(self.case, count, *built_parts(built, len(self.case['history']))),
+                             built['kept'])
+                return {'answer': self.last[1]}
             if 'count' in asked:
                 self.last = asked['count'], count(asked['count']), None
                 return {'answer': self.last[1]}
@@ -338,8 +329,7 @@ def turn_places(history: list) -> dict[tuple, list[int]]:
 
 
 def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:
-    """The turns and notes a rule's request is built of (RemoteCount.count_built), checked: distinct turn indices of
-    the history, notes as text; CounterError otherwise."""
+    """The turns and notes a rule's request is built of (RemoteCount.count_built), checked, else CounterError."""
     kept, notes = built.get('kept'), built.get('notes')
     if set(built) != {'kept', 'notes'} or type(kept) is not list or type(notes) is not list \
             or not set(map(type, kept)) <= {int} or kept and not 0 <= min(kept) <= max(kept) < turns \
@@ -349,9 +339,8 @@ def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:
 
 
 def first_copies(kept: list[int], copies: list[list[int]]) -> list[int]:
-    """carried_turns of a pair case's request built of the turns `kept` (shapes.build_request), without reading it;
-    copies[i] lists the turns equal to turn i. Each kept turn, oldest first, is carried as the earliest copy of it not
-    taken yet: with history [A, B, A], kept [2] gives [0], as carried_turns finds A's messages and takes its first."""
+    """carried_turns of a pair case's request built of `kept` (copies[i]: the turns equal to turn i), unread: each
+    kept turn, oldest first, is the earliest copy not taken yet. History [A, B, A], kept [2] -> [0], as carried_turns."""
     taken: set[int] = set()
     for index in sorted(kept):
         found = copies[index]

@@ -118,15 +118,18 @@ def note_lines(case: dict, before: int):
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
     """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs`,
-    which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole).
-    A count that knows how the request was built (`count_built`: the lab's counter, the rules process's) counts it
-    from that; any other counts its messages."""
+    which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole)."""
     bare, cost = parts or costs(case, count)
-    request = build_request(case, kept, notes)
-    size = count.count_built(request, case, kept, notes) if hasattr(count, 'count_built') else count(request)
+    request, size = built(case, count, kept, notes)
     head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
     check_additive(case, size, head + sum(map(cost.__getitem__, kept)))
     return selection(request, kept, len(notes), size)
+
+
+def built(case: dict, count, kept: list[int], notes: list[str] = ()) -> tuple[list[dict], int]:
+    """(build_request(case, kept, notes), its count): from what it is built of where `count` offers count_built."""
+    request = build_request(case, kept, notes)
+    return request, count.count_built(request, case, kept, notes) if hasattr(count, 'count_built') else count(request)
 
 
 def recent(case: dict, count) -> dict:
