@@ -27,7 +27,8 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import each_turn, is_pair, message_keys, selection, turn_key, turn_messages
+from shapes import build_request, carried_turns, each_turn, first_copies, is_pair, selection, turn_key, turn_messages, \
+    turn_places
 from strategies import RULES as BUILT_IN, built as built_request
 from text import printable
 from tokenizer import CounterError
@@ -109,9 +110,13 @@ class RemoteCount:
         return self.counts[key]
 
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
-        """self(messages) for messages = build_request(case, kept, notes): the lab builds them from its own copy
-        of the case, so only the turns' indices and the notes travel (a request at 15,808 tokens is 1 MB of JSON)."""
-        return self(messages, json.dumps({'kept': sorted(kept), 'notes': list(notes)}))
+        """self(messages) for messages = build_request(case, kept, notes); where they are those of the case as the lab
+        sent it, the lab builds them from its own copy: only the turns and notes travel (not 1 MB at 15,808 tokens)."""
+        try:
+            sent = self.original is not None and messages == build_request(self.original, kept, notes)
+        except (IndexError, TypeError):  # turns the messages cannot have been built of
+            sent = False
+        return self(messages, json.dumps({'kept': sorted(kept), 'notes': list(notes)}) if sent else None)
 
     def turn_costs(self, history: list) -> list[int]:
         if (key := each_turn(turn_key, history)) not in self.turns:
@@ -187,6 +192,8 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=working_copy(histories, request['history']))
+    # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
+    count.original = None if 'tools' in case else dict(request['case'], history=histories[request['history']][0])
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -320,14 +327,6 @@ class Child:
             return {'error': str(error)}
 
 
-def turn_places(history: list) -> dict[tuple, list[int]]:
-    """Where each turn stands in a history, by the shapes.turn_key of its messages: [A, B, A] -> {A: [0, 2], B: [1]}."""
-    where: dict[tuple, list[int]] = {}
-    for index, key in enumerate(turn_key(turn_messages(turn)) for turn in history):
-        where.setdefault(key, []).append(index)
-    return where
-
-
 def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:
     """The turns and notes a rule's request is built of (RemoteCount.count_built), checked, else CounterError."""
     kept, notes = built.get('kept'), built.get('notes')
@@ -336,30 +335,6 @@ def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:
             or len(set(kept)) < len(kept) or not set(map(type, notes)) <= {str}:  # read in C: hundreds of turns
         raise CounterError(f'count: expected {{"kept": distinct turn indices below {turns}, "notes": texts}}')
     return kept, notes
-
-
-def first_copies(kept: list[int], copies: list[list[int]]) -> list[int]:
-    """carried_turns of a pair case's request built of `kept` (copies[i]: the turns equal to turn i), unread: each
-    kept turn, oldest first, is the earliest copy not taken yet. History [A, B, A], kept [2] -> [0], as carried_turns."""
-    taken: set[int] = set()
-    for index in sorted(kept):
-        found = copies[index]
-        taken.add(next((copy for copy in found if copy not in taken), found[0]))
-    return sorted(taken)
-
-
-def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[int]:
-    """Indices of the history turns a request carries as all of a turn's messages in a row, equal to the last id and
-    call (a pair's user then assistant message, of the same text); `where` is turn_places(history).
-
-    With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
-    give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2]."""
-    taken, keys = set(), message_keys(messages)  # each message keyed once, not once per turn length
-    for length in set(map(len, where)):  # a turn's copies are all of one length: no other length takes them
-        for start, found in enumerate(map(where.get, zip(*(keys[offset:] for offset in range(length))))):
-            if found and messages[start]['role'] == 'user':
-                taken.add(next((index for index in found if index not in taken), found[0]))  # found[0]: taken
-    return sorted(taken)
 
 
 def check_name(path: Path, name) -> str:

@@ -157,6 +157,15 @@ class ContractTest(RulesFolder):
         self.assertEqual((selected['messages'], selected['turns']), (request, [0, 1]))
         self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(request))))  # rendered whole
 
+    def test_a_request_built_of_a_case_the_rule_changed_is_counted_and_graded_as_the_rule_built_it(self):
+        # Only a request of the case as the lab sent it travels as its turns: the lab would build another.
+        selected = self.rule('''
+            from strategies import fitting
+            return fitting(dict(case, current='Answer briefly. ' + case['current']), count, [0, 1])''')(
+            case := case_named('dev-correction'), count_request)
+        self.assertEqual(selected['messages'][-1]['content'], 'Answer briefly. ' + case['current'])
+        self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(selected['messages']))))
+
     def test_turns_sent_as_other_than_distinct_indices_of_the_history_are_refused_naming_rule_and_case(self):
         for kept, notes in (([0, 0], []), ([9], []), ([True], []), (['0'], []), ([0], [1])):
             with self.subTest(kept=kept, notes=notes):
