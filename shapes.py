@@ -71,7 +71,7 @@ def each_turn(function, history: list) -> tuple:
 
 def turn_key(turn: dict | list) -> tuple:
     """What identifies a turn in a cache: a pair's texts; a list of messages, each as its role and text if that is
-    all it holds (the turns rule_files.carried_turns looks for in every request), else as JSON, ids and names too."""
+    all it holds (the turns carried_turns looks for in every request), else as JSON, ids and names too."""
     return tuple(message_keys(turn)) if type(turn) is list else pair_texts(turn)
 
 
