@@ -179,7 +179,7 @@ def turn_places(history: list) -> dict[tuple, list[int]]:
 
 def first_copies(kept: list[int], copies: list[list[int]]) -> list[int]:
     """carried_turns of a pair case's request built of `kept` (copies[i]: the turns equal to turn i), unread: each
-    kept turn, oldest first, is the earliest copy not taken yet. History [A, B, A], kept [2] -> [0], as carried_turns."""
+    kept turn, oldest first, is the earliest copy not taken yet. History [A, B, A], kept [2] -> [0], as there."""
     taken: set[int] = set()
     for index in sorted(kept):
         found = copies[index]
