@@ -18,7 +18,9 @@ labels. The request it returns is counted whole, and a count that is not the sum
 (`chosen`). Any count function (messages -> int) works; the lab's counter also offers `turn_costs`,
 so a case costs time in proportion to its history. It prints and writes nothing.
 """
+from bisect import bisect_left
 from functools import lru_cache
+from itertools import islice
 import re
 
 from scorer import check_additive
@@ -110,10 +112,19 @@ def cue_sentences(text: str) -> tuple[str, ...]:  # 'Fine. We must ship.' -> ('W
 def note_lines(case: dict, before: int):
     """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role:
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
-    for index in reversed(range(before)):
-        for message in reversed(turn_messages(case['history'][index])):  # newest first: a pair's assistant, its user
-            for sentence in reversed(cue_sentences(message_text(message))):
-                yield f'- [turn {index + 1}, {message["role"]}] {sentence}'
+    turns, lines = all_note_lines(case['history'])
+    return islice(lines, bisect_left(turns, 1 - before), None)
+
+
+@per_history
+def all_note_lines(history: list) -> tuple[list[int], list[str]]:
+    """note_lines(case, len(history)), worked out once per conversation, and minus each line's turn index (ascending,
+    so that the lines of turns before any index are found by bisection)."""
+    found = [(-index, f'- [turn {index + 1}, {message["role"]}] {sentence}')
+             for index in reversed(range(len(history)))
+             for message in reversed(turn_messages(history[index]))  # newest first: a pair's assistant, its user
+             for sentence in reversed(cue_sentences(message_text(message)))]
+    return [turn for turn, _ in found], [line for _, line in found]
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
