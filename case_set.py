@@ -17,7 +17,7 @@ from common import LabError
 from lab_files import field_gaps, parse_json, read_json_file
 from scorer import invalid
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
-    make_turn, turn_texts
+    each_turn, make_turn, turn_texts
 from tool_formats import CounterError, checked_message, checked_tools
 
 # What a case is. Changing any of these changes which case sets are accepted.
@@ -72,7 +72,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
         if not is_pair(turn):
             raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
                             'the string fields user and assistant')
-    pairs = tuple(map(turn_texts, history))
+    pairs = each_turn(turn_texts, history)
     for index, (_, assistant) in enumerate(pairs):
         if holds_thinking_marker(assistant):
             raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
@@ -172,7 +172,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
     if case['split'] not in SPLITS:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
     if 'tools' in case:  # an agent case, its messages checked as they were read (agent_case)
-        pairs = tuple(map(turn_texts, case['history']))
+        pairs = each_turn(turn_texts, case['history'])
         joined = '\0'.join(text for texts in pairs for text in texts)
     else:
         pairs, joined = check_history(where, case['history'], {} if conversations is None else conversations)
@@ -265,7 +265,7 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
         if 'tools' in case:  # an agent case: made of new objects by agent_case already
             shared.append(case)
             continue
-        history = tuple(map(turn_texts, case['history']))
+        history = each_turn(turn_texts, case['history'])
         if history not in histories:  # keyed by the parsed texts while loading, so a repeat costs one lookup
             own = [tuple(map(one, pair)) for pair in history]
             histories[history] = [turns.setdefault(texts, make_turn(texts)) for texts in own]

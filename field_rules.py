@@ -18,7 +18,7 @@ import bm25s
 import numpy
 import Stemmer
 
-from shapes import turn_texts
+from shapes import each_turn, turn_texts
 from strategies import fitting, ranked
 
 # wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr; while
@@ -98,12 +98,16 @@ def fuse(rankings: list[list[int]], k: int = RRF_K) -> list[int]:
     return ranked(score)
 
 
+@lru_cache(maxsize=QUESTIONS_KEPT)
+def fused_ranked(turns: Turns, current: str) -> list[int]:
+    return fuse([bm25_ranked(turns, current), dense_ranked(turns, current)])
+
+
 def keep_in_order(case: dict, count, ranker) -> dict:
     """A rule, its ranker bound: the request with each turn that still fits, in the order ranker gives."""
-    return fitting(case, count, ranker(tuple(map(turn_texts, case['history'])), case['current']))
+    return fitting(case, count, ranker(each_turn(turn_texts, case['history']), case['current']))
 
 
 RULES = {name: partial(keep_in_order, ranker=ranker) for name, ranker in (
-    ('bm25', bm25_ranked), ('dense', dense_ranked),
-    ('fused', lambda turns, current: fuse([bm25_ranked(turns, current), dense_ranked(turns, current)])))}
+    ('bm25', bm25_ranked), ('dense', dense_ranked), ('fused', fused_ranked))}
 

@@ -27,8 +27,9 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import is_pair, message_keys, selection, turn_key, turn_messages
-from strategies import RULES as BUILT_IN
+from shapes import build_request, carried_turns, each_turn, first_copies, is_pair, selection, turn_key, turn_messages, \
+    turn_places
+from strategies import RULES as BUILT_IN, built as built_request
 from text import printable
 from tokenizer import CounterError
 
@@ -102,14 +103,23 @@ class RemoteCount:
             raise CounterError(answer['error'])
         return answer['answer']
 
-    def __call__(self, messages: list[dict]) -> int:
-        if (key := json.dumps(messages)) not in self.counts:
+    def __call__(self, messages: list[dict], sent: str | None = None) -> int:
+        if (key := sent or json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
             self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
         return self.counts[key]
 
+    def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
+        """self(messages) for messages = build_request(case, kept, notes); where they are those of the case as the lab
+        sent it, the lab builds them from its own copy: only the turns and notes travel (not 1 MB at 15,808 tokens)."""
+        try:
+            sent = self.original is not None and messages == build_request(self.original, kept, notes)
+        except (IndexError, TypeError):  # turns the messages cannot have been built of
+            sent = False
+        return self(messages, json.dumps({'kept': sorted(kept), 'notes': list(notes)}) if sent else None)
+
     def turn_costs(self, history: list) -> list[int]:
-        if (key := tuple(map(turn_key, history))) not in self.turns:
+        if (key := each_turn(turn_key, history)) not in self.turns:
             self.turns = {key: self.ask('turn_costs', json.dumps(history))}
         return list(self.turns[key])
 
@@ -175,15 +185,15 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         rules += [(path, folder, name, function) for name, function in found]
         return json.dumps({'names': [name for name, _ in found]})
     if 'turns' in request:  # a conversation not sent before
-        histories[request['history']] = request['turns']
+        histories[request['history']] = request['turns'], None
     out.path, folder, name, function = rules[request['rule']]
     out.label, count.last = f'{out.path}: rule {name}: ', None
     helpers.enter(folder)
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-    turns = histories[request['history']]  # each call gets a copy no rule can change the original through
-    case = dict(request['case'], history=[turn.copy() if type(turn) is dict else json.loads(json.dumps(turn))
-                                          for turn in turns])
+    case = dict(request['case'], history=working_copy(histories, request['history']))
+    # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
+    count.original = None if 'tools' in case else dict(request['case'], history=histories[request['history']][0])
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -198,6 +208,17 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
+
+
+def working_copy(histories: dict, number: int) -> list:
+    """The copy of a conversation a rule gets, through which no rule can change the original: the call before's while
+    it equals the original (compared in C), so that what rules work out per history list is found again; else anew."""
+    turns, working = histories[number]
+    if working is None or working != turns:
+        working = list(map(dict.copy, turns)) if set(map(type, turns)) == {dict} \
+            else [turn.copy() if type(turn) is dict else json.loads(json.dumps(turn)) for turn in turns]
+        histories[number] = turns, working
+    return working
 
 
 def end(process: Popen) -> int:  # a rules process stopped, with all it started, whatever they did: its exit status
@@ -267,25 +288,34 @@ class Child:
             request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE if key in case}}, None
             if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = history
-                known = self.histories[id(history)] = (history, len(self.histories), turn_places(history),
-                                                       len(json.dumps(history)))
+                places = turn_places(history)
+                copies = [places[turn_key(turn_messages(turn))] for turn in history]
+                known = self.histories[id(history)] = (history, len(self.histories), places, len(json.dumps(history)),
+                                                       copies if len(places) < len(history) else None)  # None: no twins
             request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
+            self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
             if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
-                messages, size = self.last  # the request the lab counted for the rule, and the one it returned
+                messages, size, kept = self.last  # the request the lab counted for the rule, and the one it returned
             else:
-                messages = reply.get('messages')
+                messages, kept = reply.get('messages'), None
                 try:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            return selection(messages, carried_turns(messages, known[2]), 0, size)
+            if kept is None or (history and type(history[0]) is list):
+                return selection(messages, carried_turns(messages, known[2]), 0, size)
+            return selection(messages, first_copies(kept, known[4]) if known[4] else kept, 0, size)
         return rule
 
     def counted(self, asked: dict, count) -> dict:
-        """The lab's answer to a rule that counts: its counter on the request, or the turns, the rule sent."""
+        """The lab's answer to a rule that counts: its counter on the request (or what it is built of), or turns."""
         try:
+            if type(built := asked.get('count')) is dict:
+                self.last = (*built_request(self.case, count, *built_parts(built, len(self.case['history']))),
+                             built['kept'])
+                return {'answer': self.last[1]}
             if 'count' in asked:
-                self.last = asked['count'], count(asked['count'])
+                self.last = asked['count'], count(asked['count']), None
                 return {'answer': self.last[1]}
             turns = asked['turn_costs']  # all pairs, or all agent turns: their messages are the counter's to check
             if not isinstance(turns, list) or not (all(type(turn) is list for turn in turns)
@@ -297,26 +327,14 @@ class Child:
             return {'error': str(error)}
 
 
-def turn_places(history: list) -> dict[tuple, list[int]]:
-    """Where each turn stands in a history, by the shapes.turn_key of its messages: [A, B, A] -> {A: [0, 2], B: [1]}."""
-    where: dict[tuple, list[int]] = {}
-    for index, key in enumerate(turn_key(turn_messages(turn)) for turn in history):
-        where.setdefault(key, []).append(index)
-    return where
-
-
-def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[int]:
-    """Indices of the history turns a request carries as all of a turn's messages in a row, equal to the last id and
-    call (a pair's user then assistant message, of the same text); `where` is turn_places(history).
-
-    With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
-    give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2]."""
-    taken, keys = set(), message_keys(messages)  # each message keyed once, not once per turn length
-    for length in set(map(len, where)):  # a turn's copies are all of one length: no other length takes them
-        for start, found in enumerate(map(where.get, zip(*(keys[offset:] for offset in range(length))))):
-            if found and messages[start]['role'] == 'user':
-                taken.add(next((index for index in found if index not in taken), found[0]))  # found[0]: taken
-    return sorted(taken)
+def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:
+    """The turns and notes a rule's request is built of (RemoteCount.count_built), checked, else CounterError."""
+    kept, notes = built.get('kept'), built.get('notes')
+    if set(built) != {'kept', 'notes'} or type(kept) is not list or type(notes) is not list \
+            or not set(map(type, kept)) <= {int} or kept and not 0 <= min(kept) <= max(kept) < turns \
+            or len(set(kept)) < len(kept) or not set(map(type, notes)) <= {str}:  # read in C: hundreds of turns
+        raise CounterError(f'count: expected {{"kept": distinct turn indices below {turns}, "notes": texts}}')
+    return kept, notes
 
 
 def check_name(path: Path, name) -> str:

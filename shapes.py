@@ -9,7 +9,8 @@
 A case (docs/cases.md) holds its history as turns; a rule returns a selection, which scorer.py grades into a row.
 A turn is a pair {'user', 'assistant'}, or in an agent case (docs/agents.md) a list: a user message and every
 assistant and tool message after it. Every module reads turns through `turn_messages`, `turn_texts` and
-`turn_key`, so both kinds are defined here alone. Standard library only; it reads, prints and writes nothing.
+`turn_key`, so both kinds are defined here alone; `carried_turns` finds which turns a request carries. Standard
+library only; it reads, prints and writes nothing.
 """
 from functools import wraps
 from itertools import chain
@@ -62,9 +63,15 @@ def turn_texts(turn: dict | list) -> tuple[str, ...]:
     return tuple(map(message_text, turn)) if type(turn) is list else pair_texts(turn)
 
 
+def each_turn(function, history: list) -> tuple:
+    """tuple(map(function, history)) for turn_texts or turn_key, which read a pair as its texts (pair_texts): read in C
+    when no turn is a list, as rules read it for every question and budget."""
+    return tuple(map(function if list in set(map(type, history)) else pair_texts, history))
+
+
 def turn_key(turn: dict | list) -> tuple:
     """What identifies a turn in a cache: a pair's texts; a list of messages, each as its role and text if that is
-    all it holds (the turns rule_files.carried_turns looks for in every request), else as JSON, ids and names too."""
+    all it holds (the turns carried_turns looks for in every request), else as JSON, ids and names too."""
     return tuple(message_keys(turn)) if type(turn) is list else pair_texts(turn)
 
 
@@ -124,11 +131,25 @@ def build_request(case: dict, kept, notes: list[str] = ()) -> list[dict]:
     question = case['current']
     if notes:
         question = '\n'.join([NOTES_HEADER, '<notes>', *notes, '</notes>', '', f'Question: {question}'])
-    turns = [message for index in sorted(kept) for message in turn_messages(case['history'][index])]
+    history, made = case['history'], messages_of(case['history'])
+    turns = list(chain.from_iterable([made[index] or fill(made, history, index) for index in sorted(kept)]))
     system = {'role': 'system', 'content': case['instructions']}
     if case.get('tools'):  # every request of an agent case declares its tools; they travel with the system message
         system['tools'] = case['tools']
     return [system, *turns, {'role': 'user', 'content': question}]
+
+
+@per_history
+def messages_of(history: list) -> list:
+    """Each turn's messages (turn_messages), None until first asked for (fill): a sweep builds requests of hundreds of
+    turns for every question, rule and budget. Every request holding the turn holds the same message dicts (as an agent
+    turn's are its own), so nothing may change a request's messages."""
+    return [None] * len(history)
+
+
+def fill(made: list, history: list, index: int) -> list[dict]:
+    made[index] = turn_messages(history[index])
+    return made[index]
 
 
 def holds_thinking_marker(text: str) -> bool:
@@ -146,3 +167,35 @@ def allowance(budget: dict) -> int:
 def selection(messages: list[dict], turns: list[int], notes: int, input_tokens: int | None) -> dict:
     """What every rule returns: the request, the 0-based turns kept, its notes and its size counted whole."""
     return {'messages': messages, 'turns': sorted(turns), 'notes': notes, 'input_tokens': input_tokens}
+
+
+def turn_places(history: list) -> dict[tuple, list[int]]:
+    """Where each turn stands in a history, by the shapes.turn_key of its messages: [A, B, A] -> {A: [0, 2], B: [1]}."""
+    where: dict[tuple, list[int]] = {}
+    for index, key in enumerate(turn_key(turn_messages(turn)) for turn in history):
+        where.setdefault(key, []).append(index)
+    return where
+
+
+def first_copies(kept: list[int], copies: list[list[int]]) -> list[int]:
+    """carried_turns of a pair case's request built of `kept` (copies[i]: the turns equal to turn i), unread: each
+    kept turn, oldest first, is the earliest copy not taken yet. History [A, B, A], kept [2] -> [0], as there."""
+    taken: set[int] = set()
+    for index in sorted(kept):
+        found = copies[index]
+        taken.add(next((copy for copy in found if copy not in taken), found[0]))
+    return sorted(taken)
+
+
+def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[int]:
+    """Indices of the history turns a request carries as all of a turn's messages in a row, equal to the last id and
+    call (a pair's user then assistant message, of the same text); `where` is turn_places(history).
+
+    With history [A, B, A] (turns 0 and 2 alike), messages [system, A.user, A.assistant, B.user, question]
+    give [0]: A takes the earliest free copy, B's user message alone is no turn. Sending A twice gives [0, 2]."""
+    taken, keys = set(), message_keys(messages)  # each message keyed once, not once per turn length
+    for length in set(map(len, where)):  # a turn's copies are all of one length: no other length takes them
+        for start, found in enumerate(map(where.get, zip(*(keys[offset:] for offset in range(length))))):
+            if found and messages[start]['role'] == 'user':
+                taken.add(next((index for index in found if index not in taken), found[0]))  # found[0]: taken
+    return sorted(taken)

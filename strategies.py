@@ -18,7 +18,9 @@ labels. The request it returns is counted whole, and a count that is not the sum
 (`chosen`). Any count function (messages -> int) works; the lab's counter also offers `turn_costs`,
 so a case costs time in proportion to its history. It prints and writes nothing.
 """
+from bisect import bisect_left
 from functools import lru_cache
+from itertools import islice
 import re
 
 from scorer import check_additive
@@ -75,14 +77,24 @@ def fitting(case: dict, count, order, stop_at_misfit: bool = False) -> dict:
 
 def ranked(scores: dict[int, float]) -> list[int]:
     """Highest score first, newer turn first on ties: ranked({0: 0.5, 2: 0.5, 3: 0.2}) -> [2, 0, 3]"""
-    return sorted(scores, key=lambda index: (-scores[index], -index))
+    return [index for _, index in sorted(zip(scores.values(), scores), reverse=True)]  # pairs compared in C
 
 
 def by_overlap(case: dict, before: int) -> list[int]:
-    """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties."""
-    asked = words(case['current'])
-    return ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
-                   if (shared := len(asked & turn))})
+    """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties; worked
+    out once per question, whatever the budget (a sweep asks at each)."""
+    known = rankings(case['history'])
+    if (order := known.get(key := (case['current'], before))) is None:
+        asked = words(case['current'])
+        order = known[key] = ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
+                                     if (shared := len(asked & turn))})
+    return order
+
+
+@per_history
+def rankings(history: list) -> dict[tuple[str, int], list[int]]:
+    """A conversation's by_overlap orders found so far: (question, before) -> turns."""
+    return {}
 
 
 @per_history
@@ -100,20 +112,35 @@ def cue_sentences(text: str) -> tuple[str, ...]:  # 'Fine. We must ship.' -> ('W
 def note_lines(case: dict, before: int):
     """Cue-word sentences from turns [0, before), newest first, each labelled with its turn and role:
     a user turn 'Fine. We must ship on Friday.' at index 0 gives '- [turn 1, user] We must ship on Friday.'"""
-    for index in reversed(range(before)):
-        for message in reversed(turn_messages(case['history'][index])):  # newest first: a pair's assistant, its user
-            for sentence in reversed(cue_sentences(message_text(message))):
-                yield f'- [turn {index + 1}, {message["role"]}] {sentence}'
+    turns, lines = all_note_lines(case['history'])
+    return islice(lines, bisect_left(turns, 1 - before), None)
+
+
+@per_history
+def all_note_lines(history: list) -> tuple[list[int], list[str]]:
+    """note_lines(case, len(history)), worked out once per conversation, and minus each line's turn index (ascending,
+    so that the lines of turns before any index are found by bisection)."""
+    found = [(-index, f'- [turn {index + 1}, {message["role"]}] {sentence}')
+             for index in reversed(range(len(history)))
+             for message in reversed(turn_messages(history[index]))  # newest first: a pair's assistant, its user
+             for sentence in reversed(cue_sentences(message_text(message)))]
+    return [turn for turn, _ in found], [line for _, line in found]
 
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
     """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs`,
     which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole)."""
     bare, cost = parts or costs(case, count)
-    size = count(request := build_request(case, kept, notes))
+    request, size = built(case, count, kept, notes)
     head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
-    check_additive(case, size, head + sum(cost[i] for i in kept))
+    check_additive(case, size, head + sum(map(cost.__getitem__, kept)))
     return selection(request, kept, len(notes), size)
+
+
+def built(case: dict, count, kept: list[int], notes: list[str] = ()) -> tuple[list[dict], int]:
+    """(build_request(case, kept, notes), its count): from what it is built of where `count` offers count_built."""
+    request = build_request(case, kept, notes)
+    return request, count.count_built(request, case, kept, notes) if hasattr(count, 'count_built') else count(request)
 
 
 def recent(case: dict, count) -> dict:
@@ -127,7 +154,7 @@ def relevant(case: dict, count) -> dict:
 def notes(case: dict, count) -> dict:
     bare, cost = parts = costs(case, count)
     kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
-    turns, lines = sum(cost[index] for index in kept), []
+    turns, lines = sum(map(cost.__getitem__, kept)), []
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
         if turns + count(build_request(case, [], [line, *lines])) > allowance(case):
             break

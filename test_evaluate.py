@@ -255,10 +255,12 @@ class FailurePatternTest(unittest.TestCase):
         held_out = [case for case in shipped_cases().values() if case['split'] == 'held_out']
 
         def found(cues):
-            strategies.cue_sentences.cache_clear()  # it keeps what it found with the cues of the time
+            for cache in (strategies.cue_sentences, strategies.all_note_lines):  # they keep what the cues found
+                cache.cache_clear()
             with mock.patch.object(strategies, 'CUES', cues):
                 found = {case['id']: graded_row(case, notes(case, count_request))['required_found'] for case in held_out}
-            strategies.cue_sentences.cache_clear()
+            for cache in (strategies.cue_sentences, strategies.all_note_lines):
+                cache.cache_clear()
             return found
 
         with_cue, without_cue = found(CUES), found(without_limit)

@@ -11,6 +11,7 @@ two folders' helpers of one name, look-alike names).
 """
 import contextlib
 import hashlib
+from itertools import chain, combinations
 import io
 import json
 import os
@@ -35,10 +36,10 @@ from scorer import graded_row
 import evaluate
 from evaluate import report
 import rule_files
-from rule_files import RuleError, carried_turns, load_rule_files, turn_places
-from shapes import build_request
+from rule_files import RuleError, carried_turns, first_copies, load_rule_files, turn_places
+from shapes import build_request, turn_key, turn_messages
 from test_support_runs import evaluate_py, in_process, lab_main
-from tokenizer import count_request
+from tokenizer import count_request, counter
 from views import report_table
 
 HERE = Path(__file__).resolve().parent
@@ -135,6 +136,44 @@ class ContractTest(RulesFolder):
         self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
         self.assertGreater(selected['input_tokens'], count_request(build_request(case_named('dev-correction'), [])))
 
+    def test_a_rule_that_changes_its_history_does_not_change_what_the_next_call_sees(self):
+        # The rules process hands the next call the copy the call before got only while it equals the original.
+        rule = self.rule('''
+            first = case['history'][0]['user']
+            case['history'][0]['user'] = 'changed'
+            case['history'].append({'user': 'added', 'assistant': 'added'})
+            return [{'role': 'user', 'content': first}]''')
+        case = case_named('dev-correction')
+        self.assertEqual([rule(case, count_request)['messages'][0]['content'] for _ in range(2)],
+                         [case['history'][0]['user']] * 2)
+
+    def test_a_request_sent_as_its_turns_is_counted_and_graded_as_its_messages(self):
+        # count.count_built sends only the turns and notes; the lab builds the request from its own copy of the case.
+        selected = self.rule('''
+            request = build_request(case, [1, 0], ['- a note'])
+            return {'messages': request, 'size': count.count_built(request, case, [1, 0], ['- a note'])}''')(
+            case := case_named('dev-correction'), count_request)
+        request = build_request(case, [0, 1], ['- a note'])
+        self.assertEqual((selected['messages'], selected['turns']), (request, [0, 1]))
+        self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(request))))  # rendered whole
+
+    def test_a_request_built_of_a_case_the_rule_changed_is_counted_and_graded_as_the_rule_built_it(self):
+        # Only a request of the case as the lab sent it travels as its turns: the lab would build another.
+        selected = self.rule('''
+            from strategies import fitting
+            return fitting(dict(case, current='Answer briefly. ' + case['current']), count, [0, 1])''')(
+            case := case_named('dev-correction'), count_request)
+        self.assertEqual(selected['messages'][-1]['content'], 'Answer briefly. ' + case['current'])
+        self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(selected['messages']))))
+
+    def test_turns_sent_as_other_than_distinct_indices_of_the_history_are_refused_naming_rule_and_case(self):
+        for kept, notes in (([0, 0], []), ([9], []), ([True], []), (['0'], []), ([0], [1])):
+            with self.subTest(kept=kept, notes=notes):
+                body = f'import json\nreturn count.ask("count", json.dumps({{"kept": {kept!r}, "notes": {notes!r}}}))'
+                self.assertEqual(self.refusal(body.replace("'", '"'), 'dev-correction').split(': ', 1)[1],
+                                 'rule mine: case dev-correction: the rule raised CounterError: count: expected '
+                                 '{"kept": distinct turn indices below 3, "notes": texts} (line 5 of rules.py)')
+
     def test_one_rules_process_serves_every_rule_and_case_and_it_is_not_the_lab(self):
         path = self.write('import os\nRULES = {name: lambda case, count: [{"role": "user", "content": str(os.getpid())}]'
                           ' for name in ("one", "two")}\n')
@@ -216,6 +255,15 @@ class TurnDetectionTest(unittest.TestCase):
         self.assertEqual(carried_turns(twice, turn_places(self.HISTORY)), [0, 2])
         self.assertEqual(carried_turns(thrice, turn_places(self.HISTORY)), [0, 2])
         self.assertEqual(carried_turns(cd_twice, turn_places(self.HISTORY)), [1])
+
+    def test_a_request_built_of_kept_turns_carries_the_turns_carried_turns_finds_in_it(self):
+        history = [*self.HISTORY, self.HISTORY[1], {'user': 'e', 'assistant': 'f'}]  # turns 0 and 2, 1 and 3 alike
+        places = turn_places(history)
+        copies = [places[turn_key(turn_messages(turn))] for turn in history]
+        for kept in chain.from_iterable(combinations(range(len(history)), size) for size in range(len(history) + 1)):
+            with self.subTest(kept=kept):
+                request = build_request({'instructions': 's', 'current': 'q', 'history': history}, kept)
+                self.assertEqual(first_copies(list(kept), copies), carried_turns(request, places))
 
     def test_turns_are_found_in_any_order_the_rule_sends_them(self):
         newest_first = self.messages(('user', 'c'), ('assistant', 'd'), ('user', 'a'), ('assistant', 'b'))

@@ -190,6 +190,16 @@ class SplitTest(unittest.TestCase):
         self.assertIs(counter().fast, True)
         self.assertIs(line_cuts(counter().tokenizer), LINE_START)
 
+    @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
+    def test_a_request_counted_from_the_turns_it_is_built_of_is_the_official_count(self):
+        # count_built sums the head and the cached turn costs; the official template renders the whole request.
+        lines = ['- [turn 1, user] We must ship <b> by Friday.', '- [turn 2, assistant] Noted.']
+        for case in load_cases(HERE / 'cases.json')[:4]:
+            for kept, notes in (([], ()), ([1, 0], lines), (range(len(case['history'])), lines)):
+                with self.subTest(case=case['id'], kept=kept, notes=notes):
+                    request = build_request(case, kept, notes)
+                    self.assertEqual(counter().count_built(request, case, kept, notes), official_count(request))
+
     def test_tokenizers_that_could_merge_across_pieces_are_not_counted_piecewise(self):
         def tiny(*added: AddedToken) -> Tokenizer:
             tokenizer = Tokenizer(models.WordLevel({'[UNK]': 0}, unk_token='[UNK]'))

@@ -27,7 +27,7 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import TURN_ROLES, holds_thinking_marker, per_history, turn_key
+from shapes import TURN_ROLES, build_request, holds_thinking_marker, per_history, turn_key
 from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
@@ -180,6 +180,16 @@ class TokenCounter:
                 return len(self.encode(self.prompt(messages)))
             sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
+
+    def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
+        """self(messages) for messages = shapes.build_request(case, kept, notes), without reading them all: a pair
+        case's request is its head (system message and question) and its turns, each message's cached size counted
+        once (turn_costs), exactly what self(messages) sums. An agent request is counted as __call__ counts it."""
+        history = case['history']
+        if not self.fast or case.get('tools') or (history and type(history[0]) is list):
+            return self(messages)
+        cost = self.turn_costs(history)
+        return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
 
     def known_sizes(self, messages) -> list[int] | None:
         """Cached sizes of a well-formed request's messages, None if one was not seen or it may be malformed: every
@@ -343,6 +353,9 @@ class LazyCount:
 
     def turn_costs(self, history: list[dict]) -> list[int]:
         return counter().turn_costs(history)
+
+    def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
+        return counter().count_built(messages, case, kept, notes)
 
     @property
     def name(self) -> str:  # as a TokenCounter's, without loading it
