@@ -121,6 +121,13 @@ class Shipped(unittest.TestCase):
         self.assertEqual([cells[0] for cells in generations], ['| 1', '| 2', '| 3', '| 4'])
         self.assertTrue(all(cells[1].endswith(f' of {identifiers}') for cells in generations))
 
+    def test_docs_summaries_shows_the_recorded_tables_line_for_line(self):
+        recorded = json.loads(summary_table.TABLES.read_text(encoding='utf-8'))
+        docs = (HERE / 'docs' / 'summaries.md').read_text(encoding='utf-8').splitlines()
+        missing = [line for line in recorded['rules'] + recorded['generations'] if line and line not in docs]
+        self.assertEqual(missing, [],
+                         'docs/summaries.md: paste the tables summary_table.py prints')
+
     def test_the_shipped_recording_is_the_pinned_real_model_and_no_call_in_it_failed(self):
         shipped = summary_record.load(summary_record.RECORDING)
         self.assertEqual((shipped['model']['model_id'], shipped['model']['server']['build']),
