@@ -2,20 +2,24 @@
 cases and the agent cases, then the continuation cases' generation table, all replayed from the summary recording.
 
     .venv/bin/python summary_table.py            # summary-recording.json ($CONTEXT_LAB_SUMMARIES names another)
+    .venv/bin/python summary_table.py --output summary-tables.json   # also record both tables (atomically)
 
 Each rule's request is graded as evaluate.py grades it (scorer.graded_row: required facts by exact text, as the
 counter renders them), with the new columns: statuses kept, dropped and reversed (continuation keys; '-' for the
 agent cases, which have none), fabricated identifiers (in a summary, absent from the history), summary calls and
 requests over the allowance. `trim_messages` is agent_rules.py's trim-last-human; SummarizationMiddleware is
 langchain_summary.py's; best possible reads the labels. On the continuation cases the summary row is the request of
-the last of the four generations (continuation.py), so that no source passes 2,000 tokens. It prints; it writes nothing.
+the last of the four generations (continuation.py), so that no source passes 2,000 tokens. It prints, and writes only
+--output: the recording's sha256 and both tables' lines, which test_summary_table remakes byte for byte.
 """
 import argparse
+from pathlib import Path
 
 from best_possible import best_row
 import common
 from case_set import load_cases
 import continuation
+import lab_files
 import langchain_summary
 from scorer import graded_row
 from shapes import message_text
@@ -25,6 +29,7 @@ import summary_record
 from text import markdown_table
 
 AGENT_CASES = common.HERE / 'agent-cases.json'
+TABLES = common.HERE / 'summary-tables.json'  # the tables recorded from the shipped recording
 SUMMARY = 'llm-summary (seed 001)'
 HEADER = ['Cases', 'Rule', 'Facts found', 'Complete cases', 'Statuses kept', 'Dropped', 'Reversed',
           'Fabricated identifiers', 'Summary calls', 'Over budget', 'Mean input tokens']
@@ -82,14 +87,27 @@ def table(sets: list[tuple[str, list[dict], dict | None]], count, calls: dict) -
     return markdown_table(HEADER, lines)
 
 
-def main(argv: list[str]) -> int:
-    from tokenizer import count_request
-    argparse.ArgumentParser(description=__doc__.split('\n\n')[0]).parse_args(argv)
+def tables(count, recording: Path) -> dict:
+    """Both tables replayed from a recording, as recorded: its sha256, then each table's lines."""
     cases, agent = load_cases(continuation.CASES), load_cases(AGENT_CASES)
     keys = continuation.load_keys(continuation.KEYS, cases)
-    calls = summary_record.load(summary_record.recording_path())['calls']
-    print(table([(continuation.CASES.name, cases, keys), (AGENT_CASES.name, agent, None)], count_request, calls))
-    print(continuation.report(cases, keys, count_request, calls, continuation.CASES.name), end='')
+    calls = summary_record.load(recording)['calls']
+    rules_table = table([(continuation.CASES.name, cases, keys), (AGENT_CASES.name, agent, None)], count, calls)
+    return {'recording_sha256': lab_files.sha256_file(recording), 'rules': rules_table.splitlines(),
+            'generations': continuation.report(cases, keys, count, calls, continuation.CASES.name).splitlines()}
+
+
+def main(argv: list[str]) -> int:
+    from tokenizer import count_request
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--output', type=Path,
+                        help=lab_files.output_help('also record both tables as JSON', 'the recording'))
+    output, recording = parser.parse_args(argv).output, summary_record.recording_path()
+    lab_files.check_outputs([('--output', output)], [('the recording', recording)])
+    made = tables(count_request, recording)
+    print('\n'.join(made['rules']) + '\n\n' + '\n'.join(made['generations']))
+    if output:
+        lab_files.write_output(output, lab_files.to_json(made), 'summary tables')
     return 0
 
 

@@ -1,15 +1,21 @@
 """Tests for summary_table.py: its rows grade as evaluate.py grades (checked against evaluate.py's own report, made
-through the rules process), its new columns count what they say, and the agent cases have no statuses.
+through the rules process), its new columns count what they say, and the agent cases have no statuses; and the
+tables recorded in summary-tables.json are what the shipped summary-recording.json replays to, byte for byte.
 
     .venv/bin/python -m unittest -v test_summary_table
 
-The model is a pure fake recorded into memory; no socket is opened, nothing is written.
+The model is a pure fake recorded into memory, or the shipped recording; no socket is opened, nothing is written
+outside a temporary folder.
 """
+import hashlib
 import json
 from pathlib import Path
+import os
 import subprocess
 import sys
+import tempfile
 import unittest
+from unittest import mock
 
 from case_set import load_cases
 import continuation
@@ -17,6 +23,7 @@ import langchain_summary
 from summaries import compact
 import summary_record
 import summary_table
+from test_support_runs import lab_main
 from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
@@ -87,6 +94,45 @@ class Table(unittest.TestCase):
         for case in CASES[:2]:
             made = continuation.generations(case, keys[case['id']]['segments'], count_request, inventing)
             self.assertEqual(rule(case, count_request), (made[-1][0], sum(told['calls'] for _, told in made)))
+
+
+
+class Shipped(unittest.TestCase):
+    """The shipped recording (a real model's, docs/summaries.md) and the tables recorded from it; no model runs."""
+
+    def test_the_recorded_tables_are_remade_byte_for_byte_from_the_shipped_recording(self):
+        environment = {name: value for name, value in os.environ.items() if name != summary_record.RECORDING_ENV}
+        with tempfile.TemporaryDirectory() as folder, mock.patch.dict(os.environ, environment, clear=True):
+            status, out, err = lab_main(summary_table, '--output', str(Path(folder) / 'tables.json'))
+            fresh = (Path(folder) / 'tables.json').read_text(encoding='utf-8')
+        self.assertEqual((status, err), (0, ''))
+        self.assertEqual(fresh, summary_table.TABLES.read_text(encoding='utf-8'),
+                         'summary-tables.json is out of date: re-record with '
+                         '.venv/bin/python summary_table.py --output summary-tables.json')
+        recorded = json.loads(fresh)
+        self.assertEqual(out, '\n'.join(recorded['rules']) + '\n\n' + '\n'.join(recorded['generations']) + '\n')
+
+    def test_the_recorded_tables_name_the_shipped_recordings_bytes_and_grade_every_identifier(self):
+        recorded = json.loads(summary_table.TABLES.read_text(encoding='utf-8'))
+        shipped = hashlib.sha256(summary_record.RECORDING.read_bytes()).hexdigest()
+        self.assertEqual(recorded['recording_sha256'], shipped)
+        identifiers = sum(len(case['required']) for case in CASES)  # 41, counted from the cases, not the tables
+        generations = [line.split(' | ') for line in recorded['generations'][2:6]]
+        self.assertEqual([cells[0] for cells in generations], ['| 1', '| 2', '| 3', '| 4'])
+        self.assertTrue(all(cells[1].endswith(f' of {identifiers}') for cells in generations))
+
+    def test_docs_summaries_shows_the_recorded_tables_line_for_line(self):
+        recorded = json.loads(summary_table.TABLES.read_text(encoding='utf-8'))
+        docs = (HERE / 'docs' / 'summaries.md').read_text(encoding='utf-8').splitlines()
+        missing = [line for line in recorded['rules'] + recorded['generations'] if line and line not in docs]
+        self.assertEqual(missing, [],
+                         'docs/summaries.md: paste the tables summary_table.py prints')
+
+    def test_the_shipped_recording_is_the_pinned_real_model_and_no_call_in_it_failed(self):
+        shipped = summary_record.load(summary_record.RECORDING)
+        self.assertEqual((shipped['model']['model_id'], shipped['model']['server']['build']),
+                         ('qwen2.5-coder-0.5b-instruct', 'b11434-unknown'))
+        self.assertEqual([call['reply'] for call in shipped['calls'].values() if 'failed' in call['reply']], [])
 
 
 if __name__ == '__main__':
