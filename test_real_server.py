@@ -2,9 +2,12 @@
 
 Run: .venv/bin/python -m unittest -v test_real_server.py
 
-The end-to-end tests are opt-in: they run only where `real_server.py build` has built llama.cpp's server and the
-pinned models (12 to 17 minutes, once per machine; CI does not), and are skipped otherwise with that command in
-the reason. They start the server on 127.0.0.1 and count every request the four rules build on cases.json and
+The end-to-end tests are opt-in: they run only with CONTEXT_LAB_REAL_SERVER=1 and where `real_server.py build` has
+built llama.cpp's server and the pinned models (12 to 17 minutes, once per machine), and are skipped otherwise with
+that command in the reason; CI sets neither, even on a machine where the server is built.
+
+    CONTEXT_LAB_REAL_SERVER=1 .venv/bin/python -m unittest -v test_real_server.py
+ They start the server on 127.0.0.1 and count every request the four rules build on cases.json and
 agent-cases.json twice, with the lab's counter for the served GGUF and with the server's own
 /v1/chat/completions/input_tokens (through the lab's client); they pin it, record a sample through
 `answer_check.py record`, kill the recording part-way, resume it and grade it; and they stop the server whatever
@@ -29,7 +32,7 @@ import requests
 
 from answer_model import PARTIAL_SUFFIX, chat_body, each_answer
 from case_set import load_cases
-from common import HERE, LabError
+from common import HERE, LabError, python_command
 import gguf_counter
 from lab_files import PREPARED_JSON, to_json
 from openai_client import OpenAIClient
@@ -47,6 +50,7 @@ PIN_OPTIONS = ('--counter', 'qwen-2.5', '--temperature', '0.7', '--top-p', '0.8'
                '--repeat-penalty', '1.1', '--seeds', '1', '2')
 SAMPLE = 8
 RECORD_SECONDS = 900  # the longest a pin, a record or a grading may take on a loaded 2-core machine
+OPT_IN = 'CONTEXT_LAB_REAL_SERVER'  # 1 runs the end-to-end tests, which start the real server for minutes
 # A stand-in server: answers /health, starts a child of its own (the real one has none, but a group must stop
 # whole), writes its pid and the child's, then serves until stopped.
 FAKE_SERVER = """#!{python}
@@ -108,17 +112,27 @@ def killed_part_way(argv: tuple, partial: Path) -> tuple[int, list[dict]]:
     return process.returncode, answers_in(partial)
 
 
-def served_counter(model: str) -> TokenCounter:
-    """The lab's counter for the served GGUF, recognised and checked as prepare.py --counter-from does."""
+def real_server_skip() -> str | None:
+    """Why the end-to-end tests do not run here (not asked for, or no server built), or None."""
+    build = f'`{real_server.BUILD_COMMAND}` (12 to 17 minutes, once per machine)'
+    if os.environ.get(OPT_IN) != '1':
+        return f'opt-in: set {OPT_IN}=1 once {build} has built the real server'
+    return f'the real server is not built ({why}): run {build}' if (why := real_server.check_server()) else None
+
+
+def served_counter(test: unittest.TestCase, model: str) -> TokenCounter:
+    """The lab's counter for the served GGUF, recognised and checked as prepare.py --counter-from does; the test is
+    skipped, naming the command, where that counter is not prepared (prepare.py --counter all leaves a GGUF's out)."""
     path = real_server.SERVER / real_server.MODELS[model]['file']
     fields, manifest = gguf_counter.read_gguf(path), read_manifest()[0]
     name = gguf_counter.counter_for(path, fields, manifest)
+    if not (counter_folder(name) / TOKENIZER_JSON).is_file():
+        test.skipTest(f'the {name} counter is not prepared: run `{python_command()} prepare.py --counter-from {path}`')
     gguf_counter.check_vocab(path, fields, counter_folder(name) / TOKENIZER_JSON, name, manifest['counters'][name])
     return TokenCounter(name=name)
 
 
-@unittest.skipIf(why := real_server.check_server(), f'the real server is not built ({why}): run '
-                 f'`{real_server.BUILD_COMMAND}` (12 to 17 minutes, once per machine)')
+@unittest.skipIf(not_run := real_server_skip(), not_run)
 class RealServerTest(unittest.TestCase):
     def serve(self, model: str):
         log = tempfile.TemporaryFile()
@@ -126,7 +140,7 @@ class RealServerTest(unittest.TestCase):
         return real_server.serving(model, output=log)
 
     def test_qwen_gguf_counter_and_the_server_differ_on_no_rule_request_of_either_case_set(self) -> None:
-        count = served_counter(QWEN)
+        count = served_counter(self, QWEN)
         with self.serve(QWEN) as (base, _):
             self.assertEqual(count_mismatches(base, count), (96, []))
 
@@ -155,7 +169,7 @@ class RealServerTest(unittest.TestCase):
         self.assertFalse(partial.exists())
 
     def test_smollm2_gguf_counter_and_the_server_differ_on_no_rule_request_of_either_case_set(self) -> None:
-        count = served_counter(SMOLLM2)
+        count = served_counter(self, SMOLLM2)
         with self.serve(SMOLLM2) as (base, _):
             self.assertEqual(count_mismatches(base, count), (96, []))
 
