@@ -10,11 +10,13 @@ agent cases, which have none), fabricated identifiers (in a summary, absent from
 requests over the allowance. `trim_messages` is agent_rules.py's trim-last-human; SummarizationMiddleware is
 langchain_summary.py's; best possible reads the labels. On the continuation cases the summary row is the request of
 the last of the four generations (continuation.py), so that no source passes 2,000 tokens. It prints, and writes only
---output: the recording's sha256 and both tables' lines, which test_summary_table remakes byte for byte.
+--output: the recording's sha256, its pin (the model, build and options) and both tables' lines, which
+test_summary_table remakes byte for byte.
 """
 import argparse
 from pathlib import Path
 
+from answer_model import model_name
 from best_possible import best_row
 import common
 from case_set import load_cases
@@ -88,13 +90,25 @@ def table(sets: list[tuple[str, list[dict], dict | None]], count, calls: dict) -
 
 
 def tables(count, recording: Path) -> dict:
-    """Both tables replayed from a recording, as recorded: its sha256, then each table's lines."""
+    """Both tables replayed from a recording, as recorded: its sha256 and the pin it was made with, then each
+    table's lines."""
     cases, agent = load_cases(continuation.CASES), load_cases(AGENT_CASES)
     keys = continuation.load_keys(continuation.KEYS, cases)
-    calls = summary_record.load(recording)['calls']
+    recorded = summary_record.load(recording)
+    calls = recorded['calls']
     rules_table = table([(continuation.CASES.name, cases, keys), (AGENT_CASES.name, agent, None)], count, calls)
-    return {'recording_sha256': lab_files.sha256_file(recording), 'rules': rules_table.splitlines(),
+    return {'recording_sha256': lab_files.sha256_file(recording), 'model': recorded['model'],
+            'rules': rules_table.splitlines(),
             'generations': continuation.report(cases, keys, count, calls, continuation.CASES.name).splitlines()}
+
+
+def caption(model: dict, recording: Path) -> str:
+    """Which model wrote the summaries, with what: 'Summaries by m (build b1; temperature 0.7, seed 1), replayed from
+    r.json' for a pin of model id m, server build b1, options {'temperature': 0.7} and seeds [1, 2]."""
+    build = model.get('server', {}).get('build')
+    options = ', '.join(f'{name} {value}' for name, value in model['options'].items())
+    return (f"Summaries by {model_name(model)} ({f'build {build}; ' if build else ''}{options}, "
+            f"seed {model['seeds'][0]}), replayed from {recording.name}")
 
 
 def main(argv: list[str]) -> int:
@@ -105,7 +119,7 @@ def main(argv: list[str]) -> int:
     output, recording = parser.parse_args(argv).output, summary_record.recording_path()
     lab_files.check_outputs([('--output', output)], [('the recording', recording)])
     made = tables(count_request, recording)
-    print('\n'.join(made['rules']) + '\n\n' + '\n'.join(made['generations']))
+    print('\n'.join([caption(made['model'], recording), *made['rules'], '', *made['generations']]))
     if output:
         lab_files.write_output(output, lab_files.to_json(made), 'summary tables')
     return 0

@@ -110,7 +110,10 @@ class Shipped(unittest.TestCase):
                          'summary-tables.json is out of date: re-record with '
                          '.venv/bin/python summary_table.py --output summary-tables.json')
         recorded = json.loads(fresh)
-        self.assertEqual(out, '\n'.join(recorded['rules']) + '\n\n' + '\n'.join(recorded['generations']) + '\n')
+        self.assertEqual(out, 'Summaries by qwen2.5-coder-0.5b-instruct (build b11434-unknown; temperature 0.7, '
+                              'top_p 0.8, top_k 20, repeat_penalty 1.1, seed 1), replayed from summary-recording.json\n'
+                              + '\n'.join(recorded['rules']) + '\n\n' + '\n'.join(recorded['generations']) + '\n')
+        self.assertEqual(recorded['model'], summary_record.load(summary_record.RECORDING)['model'])
 
     def test_the_recorded_tables_name_the_shipped_recordings_bytes_and_grade_every_identifier(self):
         recorded = json.loads(summary_table.TABLES.read_text(encoding='utf-8'))
