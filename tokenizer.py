@@ -27,7 +27,8 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import TURN_ROLES, build_request, holds_thinking_marker, per_history, turn_key
+from shapes import (HISTORIES_KEPT, ROLE_AND_TEXT, TURN_ROLES, build_request, holds_thinking_marker, per_history,
+                    turn_key)
 from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
@@ -40,8 +41,7 @@ SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}%s"
          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
-ROLE_AND_CONTENT, ROLE = itemgetter('role', 'content'), itemgetter('role')
-HISTORIES_KEPT = 16  # conversations whose turn costs stay cached; cases of one conversation come one after another
+ROLE = itemgetter('role')
 SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (choose_counter)
 
 
@@ -178,7 +178,7 @@ class TokenCounter:
         if sizes is None:  # a request that may be malformed, or a message not seen before
             if not self.fast or agent_request(messages):
                 return len(self.encode(self.prompt(messages)))
-            sizes = [self.message_size(*ROLE_AND_CONTENT(message)) for message in checked(messages)]
+            sizes = [self.message_size(*ROLE_AND_TEXT(message)) for message in checked(messages)]
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
@@ -197,7 +197,7 @@ class TokenCounter:
         if type(messages) is not list or not messages:
             return None
         try:
-            sizes = list(map(self.sizes.get, map(ROLE_AND_CONTENT, messages)))
+            sizes = list(map(self.sizes.get, map(ROLE_AND_TEXT, messages)))
         except (KeyError, TypeError):
             return None
         roles = list(map(ROLE, messages))
