@@ -27,7 +27,7 @@ BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
 # The official chat template rewrites assistant text that contains these (it strips thought channels), so no
 # case may hold them and the counter refuses them.
 THINKING_MARKERS = ('<|channel>', '<channel|>')
-HISTORIES_KEPT = 16  # conversations each per-history cache keeps (and the counter's); cases of one come one after another
+HISTORIES_KEPT = 16  # conversations a per-history cache keeps, the counter's too; a conversation's cases come together
 ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
               'required_total', 'missing', 'stale_included')  # a rule's graded row, in this order
 # An agent case's row adds why its request is invalid (null when valid), after within_budget.
