@@ -38,6 +38,11 @@ class OpenAITest(AnswerFilesTest):
         return run_answer_check(['pin', LLAMA_MODEL, '--api', 'openai', '--base-url', fake.base_url, '--counter',
                                  'gemma-4-e2b', '--output', str(self.folder / 'pin.json'), '--seeds', '1', '2', *extra])
 
+    def pin_m(self, base_url: str) -> tuple[int, str, str]:
+        """pin of model id 'm' at base_url, counted as qwen-2.5, into this test's folder: the refusals' shared call."""
+        return run_answer_check(['pin', 'm', '--api', 'openai', '--base-url', base_url, '--counter', 'qwen-2.5',
+                                 '--output', str(self.folder / 'pin.json')])
+
     def record(self, *extra: str) -> tuple[int, str, str]:
         """record of one sampled held-out case (4 rules x 2 seeds = 8 calls) under the pin, into this test's folder."""
         return run_answer_check(['record', '--model', str(self.folder / 'pin.json'), '--sample', '1', '--output',
@@ -205,8 +210,7 @@ class OpenAITest(AnswerFilesTest):
     def test_a_redirect_is_refused_naming_the_base_url(self):
         raw = b'HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/v1/models\r\nContent-Length: 0\r\n\r\n'
         with RawServer(raw) as server:
-            code, out, err = run_answer_check(['pin', 'm', '--api', 'openai', '--base-url', f'{server.host}/v1',
-                                               '--counter', 'qwen-2.5', '--output', str(self.folder / 'pin.json')])
+            code, out, err = self.pin_m(f'{server.host}/v1')
         self.assertEqual((code, err), (2, f'answer_check.py: the server at {server.host} answered /v1/models with '
                                           'HTTP 302, a redirect to http://127.0.0.1:1/v1/models, which the lab never '
                                           "follows: set the pin's base_url to the server that answers itself\n"))
@@ -214,21 +218,18 @@ class OpenAITest(AnswerFilesTest):
     def test_a_server_that_trickles_is_stopped_at_the_deadline(self):
         with RawServer(http_reply(b'{"object": "list", "data": []}'), delay=0.2) as server, \
                 mock.patch.object(ollama_client, 'CHECK_TIMEOUT', 0.5):
-            code, _, err = run_answer_check(['pin', 'm', '--api', 'openai', '--base-url', f'{server.host}/v1',
-                                             '--counter', 'qwen-2.5', '--output', str(self.folder / 'pin.json')])
+            code, _, err = self.pin_m(f'{server.host}/v1')
         self.assertEqual((code, err), (2, f'answer_check.py: the server at {server.host} did not answer /v1/models '
                                           'within 0.5 s: check that the server is not stuck or overloaded, then run '
                                           'again\n'))
 
     def test_no_server_and_a_reply_that_is_not_json_are_one_line(self):
         port = closed_port()
-        code, _, err = run_answer_check(['pin', 'm', '--api', 'openai', '--base-url', f'http://127.0.0.1:{port}/v1',
-                                         '--counter', 'qwen-2.5', '--output', str(self.folder / 'pin.json')])
+        code, _, err = self.pin_m(f'http://127.0.0.1:{port}/v1')
         self.assertEqual((code, err), (2, f'answer_check.py: nothing answers at http://127.0.0.1:{port}: start the '
                                           "server, or set the pin's base_url to the address it listens on\n"))
         with RawServer(http_reply(b'<html>')) as server:
-            code, _, err = run_answer_check(['pin', 'm', '--api', 'openai', '--base-url', server.host, '--counter',
-                                             'qwen-2.5', '--output', str(self.folder / 'pin.json')])
+            code, _, err = self.pin_m(server.host)
         self.assertEqual((code, err), (2, f"answer_check.py: the server at {server.host} did not answer /models with a "
                                           "JSON object ('<html>'): check that the base URL is an OpenAI-compatible "
                                           'server\n'))
