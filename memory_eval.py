@@ -9,10 +9,10 @@ For each question, fresh stores (SQLite files in a temporary folder, memory_stor
 the question's time. A fill offers lines ('- FACT') newest first and keeps each whose own count still fits the
 question's facts quota; the block lists them oldest first. managed-all offers every current fact,
 managed-relevant the current facts sharing a word with the question (strategies.words), append-all every fact
-ever stored. Graded by exact text (scorer.memory_row): recall, usefulness (lines holding a required fact, of lines
-sent), stale lines, forgotten lines, memory tokens (the sum of the lines' own counts, as the memory lab defines
-them) and input tokens (the whole request, counted by the lab's counter; one over the allowance is graded all the
-same, and the table says so below it, as evaluate.py's does). The replay's stores, if the set has a replay, are sampled every 20
+ever stored. Graded by exact text: recall, usefulness (lines holding a required fact, of lines sent), stale lines,
+forgotten lines, memory tokens (the sum of the lines' own counts, as the memory lab defines them) and input
+tokens (the whole request, counted by the lab's counter; one over the allowance is graded all the same, and the
+table says so below it, as evaluate.py's does). The replay's stores, if the set has a replay, are sampled every 20
 turns. With no options it re-records memory-result.json, but only from the set memory_cases.py writes (an edited
 memory-cases.json gets its table and a note, and the recording is left alone); file sizes, which depend on SQLite,
 go in the environment block only. It calls no model, and keeps no store once it ends unless --stores names a new or

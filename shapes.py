@@ -6,9 +6,9 @@
     build_request(case, kept=[0, 4], notes=['- [turn 2, user] We must ship.'])   # the messages a rule sends
     allowance({'context_limit': 384, 'max_new_tokens': 96, 'margin': 32})   # -> 256
 
-A case (docs/cases.md) holds its history as turns; a rule returns a selection, which scorer.py grades into a row
-(the rows' layouts are there). A turn is a pair {'user', 'assistant'}, or in an agent case (docs/agents.md) a list:
-a user message and every assistant and tool message after it. Every module reads turns through `turn_messages`, `turn_texts` and
+A case (docs/cases.md) holds its history as turns; a rule returns a selection, which scorer.py grades into a row.
+A turn is a pair {'user', 'assistant'}, or in an agent case (docs/agents.md) a list: a user message and every
+assistant and tool message after it. Every module reads turns through `turn_messages`, `turn_texts` and
 `turn_key`, so both kinds are defined here alone; `carried_turns` finds which turns a request carries. Standard
 library only; it reads, prints and writes nothing.
 """
