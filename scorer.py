@@ -7,8 +7,8 @@
     totals(rows)                    # a rule's figures (TOTALS['rule']), or the best possible's
     memory_row(question, lines, memory_tokens, input_tokens), memory_totals(rows)   # memory_eval.py's
 
-Every row and every group's figures are made here, each laid out by a named tuple of its fields (ROW_FIELDS ...
-MEMORY_TOTALS): a report's reader finds what a row holds, and in which order, in one place.
+Every row and every group's figures are made here, each laid out by a tuple of its fields under its own name
+(ROW_FIELDS ... MEMORY_TOTALS), never cut from another by position: what a row holds, and in which order, is here.
 
 A fact reaches a request when it appears, character for character, in one of its messages' texts
 (shapes.message_text: the content, and a call's name and arguments), or as the notes block quotes it (shapes.escape);
