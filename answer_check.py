@@ -22,7 +22,6 @@ import os
 from pathlib import Path
 import random
 
-import answer_f1
 import answer_keys
 from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, PARTIAL_SUFFIX, SAMPLING_OPTIONS, api,
                           check_model, check_pinned, each_answer, load_model, load_recording, model_name, pin_counter,
@@ -108,7 +107,7 @@ def grade_recording(recorded: dict, keys: dict, plan: list[dict], f1: tuple[dict
         if not same:
             outdated.append({**where, 'reason': 'request changed' if sent else NO_REQUEST})
     graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
-    before, after = (answer_f1.f1_grades(joined, keys, *f1, graded) if f1 else
+    before, after = (answer_keys.f1_grades(joined, keys, *f1, graded) if f1 else
                      answer_keys.key_grades(joined, keys, graded))
     return {'model': model, 'answers_recorded': len(joined), **before,
             'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
@@ -124,7 +123,7 @@ def grades_report(grades: dict) -> str:
     # A report leaves the default counter unnamed; a counter that is not the served model's own is named too.
     note = counter_note({'counter': {} if own and name == tokenizer.DEFAULT else {'name': name}})
     lines = [*([f'Answers of {tag}{note}{", not its own counter" * (not own)}:'] if note else []),
-             *(answer_f1.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
+             *(answer_keys.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
     for cause, meaning in MISMATCH_CAUSES.items():
         if found := [m for m in grades['prompt_token_mismatches'] if m['cause'] == cause]:
             lines.append(f'{counted(len(found), "answer")} whose prompt_tokens differ from the lab\'s count ('
@@ -248,7 +247,7 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
         if not 0 < size <= len(cases):
             raise LabError(f'--sample {size}: expected 1 to {len(cases)}, the number of chosen cases')
         cases = [cases[index] for index in sorted(random.Random(SAMPLE_SEED).sample(range(len(cases)), size))]
-    load_keys = answer_f1.load_gold_answers if args.grader == 'f1' else answer_keys.load_answer_keys
+    load_keys = answer_keys.load_gold_answers if args.grader == 'f1' else answer_keys.load_answer_keys
     return model, rules, cases, load_keys(keys_path, cases, every)
 
 

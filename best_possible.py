@@ -11,8 +11,8 @@ writes nothing.
 """
 from itertools import accumulate
 
-from scorer import facts_in, graded_row, holders
-from shapes import BEST_ROW_FIELDS, allowance, build_request, turn_messages
+from scorer import BEST_GRADED, facts_in, graded_row, holders
+from shapes import allowance, build_request, turn_messages
 from strategies import chosen, costs
 from tokenizer import count_request
 
@@ -96,7 +96,7 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
            'history_turns': len(case['history']), 'fact_turns': sorted(required), 'stale_turns': sorted(stale)}
     candidates = [index for index in sorted(required) if index not in stale]
     if len(candidates) > MAX_CANDIDATES:  # turns ... stale_included unknown, but not the case's facts
-        return {**row, **dict.fromkeys(BEST_ROW_FIELDS[6:-1]), 'required_total': len(case['required']),
+        return {**row, **dict.fromkeys(BEST_GRADED), 'required_total': len(case['required']),
                 'not_searched': f'{len(candidates)} fact-holding turns without a stale fact; '
                                 f'the exact search stops at {MAX_CANDIDATES}'}
     bare, cost = parts = costs(case, count)
@@ -104,4 +104,4 @@ def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dic
     already = frozenset(facts_in(case, build_request(case, []))[0])
     kept = search({index: (cost[index], required[index] - already) for index in candidates}, allowance(case) - bare)
     graded = graded_row(case, chosen(case, count, kept, parts=parts))
-    return {**row, **{key: graded[key] for key in BEST_ROW_FIELDS[6:-1]}, 'not_searched': None}
+    return {**row, **{key: graded[key] for key in BEST_GRADED}, 'not_searched': None}

@@ -28,7 +28,7 @@ from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
 from runner import counter_note, counting, report_header, run_rules
-from scorer import by_group, check_fits, totals
+from scorer import POINT_TOTALS, by_group, check_fits, totals
 from shapes import allowance, build_request
 from strategies import RULES
 from text import clipped, counted, markdown_table, printable
@@ -40,8 +40,6 @@ DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
 RECORDING = HERE / 'budget-sweep.json'
 PICTURE = HERE / 'budget-sweep.png'
 MAX_DIGITS = 9  # a context limit is below a billion tokens; longer digit strings are refused, not converted
-FIGURES = ('cases', 'facts_found', 'facts_total', 'complete_cases', 'cases_with_stale_facts', 'mean_input_tokens',
-           'over_budget')
 # How the picture marks a point where some request carried a stale fact, went over the allowance, or was one a
 # provider would refuse (agent cases only: evaluate.py's invalid_requests, graded as reaching no fact).
 MARKS = {'cases_with_stale_facts': dict(marker='o', markersize=6, markerfacecolor='white', label='stale facts sent'),
@@ -98,19 +96,18 @@ def at_limit(cases: list[dict], limit: int) -> list[dict]:
     return [dict(case, budget=dict(case['budget'], context_limit=limit)) for case in cases]
 
 
-def figures(summary: dict) -> dict:
-    """The point's figures of one summary; the best possible's has no over_budget (None) but a not_searched, and a
-    rule's on agent cases its invalid_requests."""
-    return {key: summary.get(key) for key in (*FIGURES, 'invalid_requests', 'not_searched')
-            if key in FIGURES or key in summary}
-
-
 def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None) -> dict:
-    """One (limit, rule) point: totals() of its rows, and with a group the same per split or kind."""
-    entry = {'context_limit': limit, 'allowance': room, 'rule': rule, **figures(totals(rows))}
+    """One (limit, rule) point: totals() of its rows laid out as a point (scorer.POINT_TOTALS), and with a group the
+    same per split or kind."""
+    entry = {'context_limit': limit, 'allowance': room, 'rule': rule, **point_totals(rows)}
     if group:
-        entry['groups'] = {value: figures(summary) for value, summary in by_group(rows, group).items()}
+        entry['groups'] = by_group(rows, group, point_totals)
     return entry
+
+
+def point_totals(rows: list[dict]) -> dict:
+    """totals() of rows as a point lays them out."""
+    return totals(rows, POINT_TOTALS)
 
 
 def sweep_report(path: Path, limits: list[int], rules: dict, files: list[dict], group: str | None = None,

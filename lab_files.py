@@ -1,24 +1,20 @@
-"""The lab's files: JSON read from regular files only, outputs written whole, folders replaced whole.
+"""The lab's files: JSON read from regular files only, outputs written whole.
 
     check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input or the lab's own
     write_output(Path('report.json'), to_json(report), 'report')           # whole, or not at all
-    replace_folder(Path('prepared'), stage, say)                           # prepare.py's last step
 
 A write never destroys what is at the path: a symlink is followed, a pipe or device written into, a regular file
-replaced by a renamed temporary file; a temporary file or folder left by a writer that was killed outright is
-removed by the next write (process_alive). Standard library only; it writes only what it is asked to.
+replaced by a renamed temporary file; a temporary file left by a writer that was killed outright is removed by the
+next write (process_alive, which prepared_folder.py's folder swap asks too). Standard library only; it writes only
+what it is asked to.
 """
 import contextlib
 import errno
-import glob
 import hashlib
 import json
 import os
 from pathlib import Path
 import re
-import secrets
-import shutil
-import signal
 import stat
 import tempfile
 import time
@@ -27,7 +23,6 @@ from common import HERE, LabError
 
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill, a closed terminal
 SPECIAL = {stat.S_IFIFO: 'a named pipe', stat.S_IFSOCK: 'a socket'}  # inputs refused; any other is 'a device'
 # The lab's own files, which no output may replace (the recorded outputs a script writes are not among them).
 LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 'cases.json', 'agent-cases.json',
@@ -244,11 +239,6 @@ def write_output(path: Path, data: str | bytes, what: str, *more: tuple[Path, st
             os.close(handle) if target is None else Path(handle).unlink(missing_ok=True)
 
 
-def swap_folders(target: Path, pid: int | str = '') -> list[Path]:
-    """The temporary folders beside target: .prepared.swap-4242-x1y2 is process 4242's (any run's, without pid)."""
-    return sorted(target.parent.glob(glob.escape(f'.{target.name}.swap-{pid}{"-" if pid else ""}') + '*'))
-
-
 def process_alive(pid: int | str) -> bool:
     """Whether a process with this pid lives (someone else's counts): the writer of a leftover may still write."""
     try:
@@ -258,80 +248,3 @@ def process_alive(pid: int | str) -> bool:
     except PermissionError:
         pass  # someone else's process
     return True
-
-
-def remove_folder(folder: Path, say, done: str = '') -> None:
-    """Remove folder and all it holds, then say `done`; if it cannot go, say its path and why instead."""
-    try:
-        if os.path.lexists(folder):  # never made if its parent is missing or a file
-            shutil.rmtree(folder)
-    except OSError as error:
-        why = f'{error.strerror or error}: {error.filename}' if error.filename else str(error)
-        say(f'could not remove {folder} ({why}); remove it yourself')
-    else:
-        if done:
-            say(done)
-
-
-def recover_abandoned(target: Path, say) -> None:
-    """Remove the temporary folders of runs that no longer exist; put back an old folder one left stranded."""
-    for folder in swap_folders(target):
-        if process_alive(folder.name.removeprefix(f'.{target.name}.swap-').split('-', 1)[0]):
-            continue
-        if (folder / 'old').is_dir() and not os.path.lexists(target):  # it was killed between the two renames
-            os.rename(folder / 'old', target)
-            say(f"put {target} back from {folder / 'old'}, where a run stopped between two renames left it")
-        remove_folder(folder, say, f'removed {folder.name}, left in {target.parent} by an earlier run that was stopped')
-
-
-@contextlib.contextmanager
-def signals_held():
-    """Ctrl-C, SIGTERM and SIGHUP are ignored until the block ends, then handled as before."""
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-
-
-def replace_folder(dest: Path, stage, say) -> None:
-    """Replace the folder dest names with the files stage(workdir) returns and, last, their record, prepared.json. On
-    any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone."""
-    target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
-    if os.path.lexists(target) and not target.is_dir():
-        raise LabError(f'{dest} is not a folder')
-    made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
-    # Beside it, so that a rename moves a folder whole; named before mkdir, so that an interrupt right after finds it.
-    workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
-    new, old = workdir / 'new', workdir / 'old'
-    try:
-        if made:  # not exist_ok: a file where the parent should be is then ENOTDIR, which prepare.py explains
-            target.parent.mkdir(parents=True)
-        recover_abandoned(target, say)
-        workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
-        new.mkdir()
-        files, record = stage(workdir)
-        for name, path in files.items():
-            os.replace(path, new / name)
-        (new / PREPARED_JSON).write_text(to_json(record), encoding='utf-8')
-        if replacing := target.is_dir():
-            os.chmod(new, stat.S_IMODE(target.stat().st_mode))
-        with signals_held():  # no interrupt between the two renames, nor halfway through the removal
-            if replacing:
-                os.rename(target, old)
-            os.rename(new, target)
-            remove_folder(workdir, say)  # says what it could not remove, raises nothing
-    except BaseException:
-        with signals_held():
-            if os.path.isdir(old) and not os.path.lexists(target):  # the rename into place failed: put it back
-                try:
-                    os.rename(old, target)
-                except OSError as error:
-                    raise LabError(f'{target} could not be put back after a failed swap ({error.strerror}): '
-                                   f'the previous folder is now {old}; move it back with mv') from error
-            remove_folder(workdir, say)
-            for folder in made:
-                with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
-                    folder.rmdir()
-        raise

@@ -29,10 +29,11 @@ import time
 import zlib
 
 from common import LabError, run
-from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders, to_json
+from lab_files import file_identity, sha256_file, to_json
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SERVED, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
-                             pins, read_manifest, served_gguf, vocab_spec)
+                             pins, read_manifest, recover_abandoned, replace_folder, served_gguf, swap_folders,
+                             vocab_spec)
 import gguf_counter
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
 

@@ -4,19 +4,27 @@
 
 A folder holds the pinned files of one source and, written last, prepared.json, their record. It is valid only if
 that record was made for this very manifest and every file still has its recorded and its pinned size and sha256
-(check_prepared, which the counter and prepare.py both ask), and only ever replaced whole (lab_files.replace_folder).
+(check_prepared, which the counter and prepare.py both ask), and only ever replaced whole (replace_folder; the
+server folder real_server.py builds too).
 
-Standard library only. Importing or running it writes nothing, and it does not load the tokenizer.
+Standard library only. Importing or running it writes nothing (replace_folder writes only the folder it is given),
+and it does not load the tokenizer.
 """
 import argparse
+import contextlib
+import glob
 import json
 import os
 from pathlib import Path
 import re
+import secrets
 import shlex
+import shutil
+import signal
+import stat
 
 from common import HERE, LabError, python_command, run
-from lab_files import PREPARED_JSON, read_json, read_json_file, sha256_file
+from lab_files import PREPARED_JSON, process_alive, read_json, read_json_file, sha256_file, to_json
 
 PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
 # Written by prepare.py, git-ignored; realpath, unlike resolve, leaves a symlink loop for the checks to name.
@@ -29,6 +37,7 @@ HUB_FILES = (TOKENIZER_JSON, 'chat_template.jinja')  # what a folder prepared fr
 VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-vectors.out'}  # member -> name
 DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
 TEMPLATE_FILE = HUB_FILES[1]  # another counter's folder keeps its official template (the tests' oracle)
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # held during a swap: Ctrl-C, kill, a closed terminal
 PIN = {'size': int, 'sha256': str}
 # Every manifest key a script reads and its kind (VALUE_KINDS), nested as in the manifest, checked in this order;
 # first what the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, members and tokenizer.
@@ -222,6 +231,88 @@ def counter_list(manifest: dict, manifest_sha256: str) -> str:
                 *(f"  {file}: sha256 {pin['sha256']} ({at})" for file, (at, pin) in pins(manifest, 'pypi', name).items()
                   if file != TEMPLATE_FILE), f'  fixed template inputs: {json.dumps(fixed, ensure_ascii=False)}']
     return '\n'.join(out) + '\n'
+
+
+def swap_folders(target: Path, pid: int | str = '') -> list[Path]:
+    """The temporary folders beside target: .prepared.swap-4242-x1y2 is process 4242's (any run's, without pid)."""
+    return sorted(target.parent.glob(glob.escape(f'.{target.name}.swap-{pid}{"-" if pid else ""}') + '*'))
+
+
+def remove_folder(folder: Path, say, done: str = '') -> None:
+    """Remove folder and all it holds, then say `done`; if it cannot go, say its path and why instead."""
+    try:
+        if os.path.lexists(folder):  # never made if its parent is missing or a file
+            shutil.rmtree(folder)
+    except OSError as error:
+        why = f'{error.strerror or error}: {error.filename}' if error.filename else str(error)
+        say(f'could not remove {folder} ({why}); remove it yourself')
+    else:
+        if done:
+            say(done)
+
+
+def recover_abandoned(target: Path, say) -> None:
+    """Remove the temporary folders of runs that no longer exist; put back an old folder one left stranded."""
+    for folder in swap_folders(target):
+        if process_alive(folder.name.removeprefix(f'.{target.name}.swap-').split('-', 1)[0]):
+            continue
+        if (folder / 'old').is_dir() and not os.path.lexists(target):  # it was killed between the two renames
+            os.rename(folder / 'old', target)
+            say(f"put {target} back from {folder / 'old'}, where a run stopped between two renames left it")
+        remove_folder(folder, say, f'removed {folder.name}, left in {target.parent} by an earlier run that was stopped')
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP are ignored until the block ends, then handled as before."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def replace_folder(dest: Path, stage, say) -> None:
+    """Replace the folder dest names with the files stage(workdir) returns and, last, their record, prepared.json. On
+    any failure or interrupt the folder is as it was, and workdir and the parent folders made for it are gone."""
+    target = Path(os.path.realpath(dest))  # a symlink stays a link: the folder it names is replaced
+    if os.path.lexists(target) and not target.is_dir():
+        raise LabError(f'{dest} is not a folder')
+    made = [folder for folder in target.parents if not os.path.lexists(folder)]  # what mkdir will make, deepest first
+    # Beside it, so that a rename moves a folder whole; named before mkdir, so that an interrupt right after finds it.
+    workdir = target.parent / f'.{target.name}.swap-{os.getpid()}-{secrets.token_hex(4)}'
+    new, old = workdir / 'new', workdir / 'old'
+    try:
+        if made:  # not exist_ok: a file where the parent should be is then ENOTDIR, which prepare.py explains
+            target.parent.mkdir(parents=True)
+        recover_abandoned(target, say)
+        workdir.mkdir(mode=0o700)  # only this user's; new/ inside gets the old folder's mode
+        new.mkdir()
+        files, record = stage(workdir)
+        for name, path in files.items():
+            os.replace(path, new / name)
+        (new / PREPARED_JSON).write_text(to_json(record), encoding='utf-8')
+        if replacing := target.is_dir():
+            os.chmod(new, stat.S_IMODE(target.stat().st_mode))
+        with signals_held():  # no interrupt between the two renames, nor halfway through the removal
+            if replacing:
+                os.rename(target, old)
+            os.rename(new, target)
+            remove_folder(workdir, say)  # says what it could not remove, raises nothing
+    except BaseException:
+        with signals_held():
+            if os.path.isdir(old) and not os.path.lexists(target):  # the rename into place failed: put it back
+                try:
+                    os.rename(old, target)
+                except OSError as error:
+                    raise LabError(f'{target} could not be put back after a failed swap ({error.strerror}): '
+                                   f'the previous folder is now {old}; move it back with mv') from error
+            remove_folder(workdir, say)
+            for folder in made:
+                with contextlib.suppress(OSError):  # not empty (another run's, or workdir stayed): leave it
+                    folder.rmdir()
+        raise
 
 
 def main(argv: list[str]) -> int:

@@ -26,8 +26,9 @@ import time
 import zipfile
 
 from common import LabError, python_command, run
-from lab_files import PREPARED_JSON, read_json, replace_folder, sha256_file
+from lab_files import PREPARED_JSON, read_json, sha256_file
 from prepare import check_file, pip_download, run_group, seconds
+from prepared_folder import replace_folder
 
 FOLDER_ENV = 'CONTEXT_LAB_SERVER'  # names another folder for the built server and models
 SERVER = Path(os.environ.get(FOLDER_ENV) or Path.home() / '.cache' / 'context-lab' / 'llama-server-11434')

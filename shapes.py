@@ -1,4 +1,4 @@
-"""The lab's shapes, each defined once: a turn, a request, a budget, a selection and a graded row.
+"""The lab's shapes, each defined once: a turn, a request, a budget and a selection.
 
     from shapes import allowance, build_request, turn_messages
     turn_messages({'user': 'Hi', 'assistant': 'Yes'})   # [{'role': 'user', ...}, {'role': 'assistant', ...}]
@@ -28,18 +28,6 @@ BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
 # case may hold them and the counter refuses them.
 THINKING_MARKERS = ('<|channel>', '<channel|>')
 HISTORIES_KEPT = 16  # conversations a per-history cache keeps, the counter's too; a conversation's cases come together
-ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
-              'required_total', 'missing', 'stale_included')  # a rule's graded row, in this order
-# An agent case's row adds why its request is invalid (null when valid), after within_budget.
-AGENT_ROW_FIELDS = (*ROW_FIELDS[:7], 'invalid', *ROW_FIELDS[7:])
-BEST_ROW_FIELDS = ('case', 'split', 'kind', 'history_turns', 'fact_turns', 'stale_turns', 'turns', 'input_tokens',
-                   'required_found', 'required_total', 'missing', 'stale_included', 'not_searched')
-# The totals of a group of rows, in this order: a rule's, and the best possible selection's.
-RULE_TOTALS = ('cases', 'facts_found', 'facts_total', 'fact_recall', 'complete_cases', 'cases_with_stale_facts',
-               'over_budget', 'mean_input_tokens')
-AGENT_TOTALS = (*RULE_TOTALS[:7], 'invalid_requests', RULE_TOTALS[7])  # a rule's totals on agent cases
-BEST_TOTALS = ('cases', 'not_searched', 'facts_found', 'facts_total', 'complete_cases', 'cases_with_stale_facts',
-               'mean_input_tokens')
 
 
 def turn_messages(turn: dict | list) -> list[dict]:

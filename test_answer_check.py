@@ -3,8 +3,8 @@
     .venv/bin/python -m unittest -v test_answer_check.py
 
 Commands run through common.run, as a user's do, against the fake Ollama server of test_support.py on
-127.0.0.1; no model is called. The regex grader is tested in test_answer_keys.py, the F1 grader in
-test_answer_f1.py, the client in test_ollama_client.py and the recording run in test_answer_record.py. Every file
+127.0.0.1; no model is called. The two graders, regex and F1, are tested in test_answer_keys.py,
+the client in test_ollama_client.py and the recording run in test_answer_record.py. Every file
 a test writes goes to a temporary directory; the shipped files are only read. Every HTTP request in these tests is
 checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test can reach a real server.
 """

@@ -1,5 +1,5 @@
-"""Tests for benchmark.py's workloads, its output and its rule timing (--cases FILE); never the timings
-themselves, which depend on the machine.
+"""Tests for benchmark.py's workloads (its seeded synthetic cases too), its output and its rule timing (--cases FILE);
+never the timings themselves, which depend on the machine.
 
     .venv/bin/python -m unittest -v test_benchmark.py   (about 5 s)
 """
@@ -16,9 +16,11 @@ import tempfile
 import unittest
 
 import benchmark
+from benchmark import as_agent, chat_case, generated_cases, synthetic_case
 from budget_sweep import at_limit
-import synthetic_cases
 from case_set import check_case, load_cases
+from scorer import facts_in
+from shapes import build_request
 from strategies import RULES
 from tokenizer import counter
 
@@ -46,15 +48,15 @@ def turn_tokens(turn: dict) -> int:
 class ChatWorkloadTest(unittest.TestCase):
     def test_short_turns_are_20_to_80_tokens_and_pasted_logs_1000_to_2000(self):
         rng = random.Random(1)
-        short = [turn_tokens(synthetic_cases.short_turn(rng)) for _ in range(300)]
-        pasted = [turn_tokens(synthetic_cases.log_turn(rng, 7, rng.randint(*synthetic_cases.PASTE_LINES))) for _ in range(40)]
+        short = [turn_tokens(benchmark.short_turn(rng)) for _ in range(300)]
+        pasted = [turn_tokens(benchmark.log_turn(rng, 7, rng.randint(*benchmark.PASTE_LINES))) for _ in range(40)]
         self.assertGreaterEqual(min(short), 20)
         self.assertLessEqual(max(short), 80)
         self.assertGreaterEqual(min(pasted), 1000)
         self.assertLessEqual(max(pasted), 2000)
 
     def test_every_case_has_its_own_history_and_facts_at_varied_depths(self):
-        cases = synthetic_cases.generated_cases(synthetic_cases.chat_case, 12, 300, benchmark.SWEEP_SEED)
+        cases = benchmark.generated_cases(benchmark.chat_case, 12, 300, benchmark.SWEEP_SEED)
         turns = [turn['user'] for case in cases for turn in case['history']]
         self.assertEqual(len(set(turns)), len(turns))
         depths = {next(i for i, turn in enumerate(case['history']) if case['required'][0] in turn['user'])
@@ -62,7 +64,7 @@ class ChatWorkloadTest(unittest.TestCase):
         self.assertGreater(len(depths), 8)
 
     def test_settings_share_histories_and_differ_only_in_budget(self):
-        cases = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 300, benchmark.SWEEP_SEED)
+        cases = benchmark.generated_cases(benchmark.chat_case, 2, 300, benchmark.SWEEP_SEED)
         small, large = at_limit(cases, 4096), at_limit(cases, 65536)
         self.assertIs(small[0]['history'], large[0]['history'])
         self.assertEqual((small[0]['budget'], large[0]['budget']['context_limit']),
@@ -72,9 +74,9 @@ class ChatWorkloadTest(unittest.TestCase):
     def test_no_case_of_either_part_fails_the_case_check_at_any_seed_shortest_history_or_setting(self):
         # benchmark.py does not check the cases it generates: every field is made from constants and the seed.
         for seed in range(20):
-            for case in synthetic_cases.generated_cases(synthetic_cases.synthetic_case, 2, 3, seed):
+            for case in benchmark.generated_cases(benchmark.synthetic_case, 2, 3, seed):
                 check_case(f"case {case['id']}", case)
-            chat = synthetic_cases.generated_cases(synthetic_cases.chat_case, 2, 3, seed)
+            chat = benchmark.generated_cases(benchmark.chat_case, 2, 3, seed)
             for context_limit, _ in benchmark.SWEEP:
                 for case in at_limit(chat, context_limit):
                     check_case(f"case {case['id']}", case)
@@ -214,6 +216,38 @@ class ReadmeTimingsTest(unittest.TestCase):
         stated = [match for line in readme.splitlines() if not line.startswith(('      {', '.venv'))
                   for match in self.TIME.findall(line)]
         self.assertEqual(sorted(stated), sorted(phrase for phrase, _ in recorded))
+
+
+class GeneratedTest(unittest.TestCase):
+    def test_one_seed_gives_the_same_cases_and_another_seed_others(self):
+        self.assertEqual(generated_cases(synthetic_case, 3, 20, 7), generated_cases(synthetic_case, 3, 20, 7))
+        self.assertNotEqual(generated_cases(chat_case, 3, 20, 7), generated_cases(chat_case, 3, 20, 8))
+
+    def test_every_case_passes_the_case_check_and_its_stale_limit_is_the_corrected_one_plus_seven_per_hour(self):
+        for case in generated_cases(synthetic_case, 5, 12, 1):
+            with self.subTest(case['id']):
+                check_case(f"case {case['id']}", case)  # every planted fact lies in a message of its history
+                topic, value = re.fullmatch(r'(\w+) limit is (\d+) per minute', case['required'][0]).groups()
+                self.assertEqual(case['stale'], [f'{topic} limit is {int(value) + 7} per hour'])
+                self.assertEqual(case['current'], f'What is the {topic} limit, and who owns {topic}?')
+                self.assertEqual(case['split'], 'held_out' if int(case['id'].split('-')[1]) % 2 == 0 else 'dev')
+
+
+class AgentFormTest(unittest.TestCase):
+    def test_each_turn_becomes_the_user_message_a_call_and_the_reply_as_its_result(self):
+        case = {'id': 'x', 'history': [{'user': 'Hi', 'assistant': 'Yes'}], 'required': [], 'stale': []}
+        call = {'id': 'call_0', 'type': 'function', 'function': {'name': 'recall', 'arguments': {}}}
+        self.assertEqual(as_agent(case), {'id': 'x', 'required': [], 'stale': [], 'tools': [], 'history': [[
+            {'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': '', 'tool_calls': [call]},
+            {'role': 'tool', 'tool_call_id': 'call_0', 'content': 'Yes'}]]})
+        self.assertEqual(case['history'], [{'user': 'Hi', 'assistant': 'Yes'}])  # the case itself is left as it was
+
+    def test_the_agent_form_holds_the_same_facts_as_the_pair_form(self):
+        for case in generated_cases(synthetic_case, 3, 12, 2):
+            every = range(len(case['history']))
+            self.assertEqual(facts_in(as_agent(case), build_request(as_agent(case), every)),
+                             facts_in(case, build_request(case, every)))
+            self.assertEqual(facts_in(case, build_request(case, every)), (case['required'], case['stale']))
 
 
 if __name__ == '__main__':

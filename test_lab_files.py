@@ -1,13 +1,13 @@
-"""Tests for lab_files.py: reading JSON, writing outputs whole, refusing an output that is an input, replacing a
-folder whole.
+"""Tests for lab_files.py: reading JSON, writing outputs whole, refusing an output that is an input (replacing a
+folder whole: test_prepared_folder.py).
 
     .venv/bin/python -m unittest -v test_lab_files   (about 10 s)
 
 Each test is named after the failure it pins: a symlink (direct, relative, a chain, dangling) turned into a regular
 file, a named pipe or device replaced by a regular file, a directory or an unwritable folder written over, a file's
-permissions lost, an output that replaces an input or one of the lab's own files, a key read twice, a folder swap
-that leaves a half-made folder. Everything is written in a temporary folder, the device too: a /dev/null-like node
-made there (skipped where no device can be made), never the machine's /dev/null, which a regression would replace.
+permissions lost, an output that replaces an input or one of the lab's own files, a key read twice. Everything is
+written in a temporary folder, the device too: a /dev/null-like node made there (skipped where no device can be
+made), never the machine's /dev/null, which a regression would replace.
 """
 import json
 import os
@@ -26,7 +26,7 @@ from unittest import mock
 from case_set import load_cases
 from common import LabError
 import lab_files
-from lab_files import NEW_FILE_MODE, path_text, read_json, replace_folder, write_output
+from lab_files import NEW_FILE_MODE, path_text, read_json, write_output
 from test_support_fixtures import TempFolderTest
 
 HERE = Path(__file__).resolve().parent
@@ -525,96 +525,6 @@ class ReadJsonTest(TempFolderTest):
             with self.subTest(message), self.assertRaises(LabError) as raised:
                 read_json(path, 'report', advice)
             self.assertEqual(str(raised.exception), f'{path}: {message}')
-
-
-def fill_with(files: dict[str, bytes]):
-    """A stage for replace: these files, written into workdir, and a record naming them."""
-    def stage(workdir: Path):
-        for name, data in files.items():
-            (workdir / name).write_bytes(data)
-        return {name: workdir / name for name in files}, {'files': sorted(files)}
-    return stage
-
-
-def contents(folder: Path) -> dict[str, bytes]:
-    return {path.name: path.read_bytes() for path in folder.iterdir()}
-
-
-class ReplaceTest(TempFolderTest):
-    def setUp(self):
-        super().setUp()
-        self.target = self.tmp / 'prepared'
-        self.said: list[str] = []
-
-    def test_failed_swap_whose_undo_fails_too_says_where_the_old_folder_is_and_keeps_it(self):
-        self.target.mkdir()
-        (self.target / 'tokenizer.json').write_bytes(b'old')
-        real_rename, calls = os.rename, []
-
-        def rename(src, dst):
-            calls.append((Path(src).name, Path(dst).name))
-            if len(calls) >= 2:  # the rename into place, and the one putting the old folder back
-                raise OSError(5, 'Input/output error')
-            real_rename(src, dst)
-
-        with mock.patch.object(os, 'rename', rename), self.assertRaises(LabError) as raised:
-            replace_folder(self.target, fill_with({'tokenizer.json': b'new'}), self.said.append)
-        self.assertEqual(calls, [('prepared', 'old'), ('new', 'prepared'), ('old', 'prepared')])
-        (workdir,) = self.tmp.glob('.prepared.swap-*')
-        self.assertEqual(str(raised.exception),
-                         f'{self.target} could not be put back after a failed swap (Input/output error): the previous'
-                         f" folder is now {workdir / 'old'}; move it back with mv")
-        self.assertEqual(contents(workdir / 'old'), {'tokenizer.json': b'old'})  # kept, not removed
-
-    def test_failed_fill_takes_back_the_parent_folders_it_made(self):
-        def fail(workdir: Path):
-            raise OSError(28, 'No space left on device')
-
-        with self.assertRaises(OSError):
-            replace_folder(self.tmp / 'a' / 'b' / 'prepared', fail, self.said.append)
-        self.assertEqual(os.listdir(self.tmp), [])
-
-    def test_file_where_the_folder_should_be_is_refused_and_kept(self):
-        self.target.write_bytes(b'a file')
-        with self.assertRaises(LabError) as raised:
-            replace_folder(self.target, fill_with({}), self.said.append)
-        self.assertEqual(str(raised.exception), f'{self.target} is not a folder')
-        self.assertEqual(self.target.read_bytes(), b'a file')
-
-    def test_folder_left_by_a_killed_run_is_removed_a_running_ones_kept_and_a_stranded_old_folder_put_back(self):
-        dead = subprocess.Popen([sys.executable, '-c', 'pass'])
-        dead.wait()
-        abandoned, alive = self.tmp / f'.prepared.swap-{dead.pid}-abc', self.tmp / f'.prepared.swap-{os.getpid()}-def'
-        (abandoned / 'old').mkdir(parents=True)  # killed between its two renames: the target is missing
-        (abandoned / 'old' / 'tokenizer.json').write_bytes(b'old')
-        (alive / 'new').mkdir(parents=True)
-        lab_files.recover_abandoned(self.target, self.said.append)
-        self.assertEqual(sorted(os.listdir(self.tmp)), sorted([alive.name, 'prepared']))
-        self.assertEqual(contents(self.target), {'tokenizer.json': b'old'})
-        self.assertEqual(self.said, [
-            f"put {self.target} back from {abandoned / 'old'}, where a run stopped between two renames left it",
-            f'removed {abandoned.name}, left in {self.tmp} by an earlier run that was stopped'])
-
-    def test_a_folder_whose_pid_no_process_can_have_is_removed_instead_of_an_overflow_traceback(self):
-        for pid in ('99999999999999999999', str(2**40), 'x'):
-            with self.subTest(pid):
-                (self.tmp / f'.prepared.swap-{pid}-abc').mkdir()
-                lab_files.recover_abandoned(self.target, self.said.append)
-                self.assertEqual(os.listdir(self.tmp), [])
-
-    def test_signal_during_the_held_block_is_not_acted_on_and_the_handler_comes_back(self):
-        def not_held(signum, frame):  # what SIGTERM would do unheld, without ending the test run
-            raise AssertionError('SIGTERM was acted on inside the held block')
-
-        for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, not_held)):
-            self.addCleanup(signal.signal, signum, signal.signal(signum, handler))
-        with lab_files.signals_held():
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGTERM)
-        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
-        self.assertIs(signal.getsignal(signal.SIGTERM), not_held)
-        with self.assertRaises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 if __name__ == '__main__':

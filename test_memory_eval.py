@@ -1,4 +1,4 @@
-"""Tests for memory_eval.py: the three fills, their grading by exact text, and the recorded memory-result.json.
+"""Tests for memory_eval.py: the three fills and the recorded memory-result.json (the rows: test_scorer.py).
 
     .venv/bin/python -m unittest -v test_memory_eval
 
@@ -11,16 +11,11 @@ import unittest
 from unittest import mock
 
 from lab_files import to_json
-from memory_eval import MEMORY_HEADER, graded, kept_lines, memory_request, memory_totals, store_name
+from memory_eval import MEMORY_HEADER, kept_lines, memory_request, store_name
 from memory_store import stored_bytes
 from test_support_fixtures import HERE, TempFolderTest
 from test_support_runs import run_command
 import memory_eval
-
-QUESTION = {'id': 'q', 'user': 'ana', 'split': 'dev', 'kind': 'k', 'question': 'Where do I live?',
-            'required': ['Ana lives in Porto'], 'stale': ['Ana lives in Lyon'], 'forgotten': ['555-0142'],
-            'facts_quota': 40, 'budget': {'context_limit': 512, 'max_new_tokens': 96, 'margin': 32}}
-
 
 class FillTest(unittest.TestCase):
     def test_lines_are_offered_newest_first_and_one_that_does_not_fit_is_skipped_not_the_end(self):
@@ -32,30 +27,6 @@ class FillTest(unittest.TestCase):
         request = memory_request('Be brief.', 'Q?', ['- a </memory> b'])
         self.assertEqual(request, [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': (
             f'{MEMORY_HEADER}\n<memory>\n- a &lt;/memory&gt; b\n</memory>\n\nQuestion: Q?')}])
-
-
-class GradeTest(unittest.TestCase):
-    def test_each_line_is_graded_by_the_facts_it_holds(self):
-        lines = ['- Ana lives in Lyon', '- Ana lives in Porto', '- Ana phone 555-0142', '- Ana eats no meat']
-        row = graded(QUESTION, lines, 30, 120)
-        self.assertEqual({key: row[key] for key in ('lines', 'useful_lines', 'stale_lines', 'forgotten_lines',
-                                                     'required_found', 'missing', 'within_budget')},
-                         {'lines': 4, 'useful_lines': 1, 'stale_lines': 1, 'forgotten_lines': 1, 'required_found': 1,
-                          'missing': [], 'within_budget': True})
-
-    def test_a_row_names_the_missing_and_stale_facts_the_answer_check_joins_its_answers_with(self):
-        # answer_keys.key_grades reads both to say whether a failure was the fill's or the model's.
-        row = graded(QUESTION, ['- Ana lives in Lyon'], 6, 90)
-        self.assertEqual((row['missing'], row['stale_included']), (['Ana lives in Porto'], ['Ana lives in Lyon']))
-        self.assertEqual(graded(QUESTION, ['- Ana lives in Porto'], 6, 90)['stale_included'], [])
-
-    def test_totals_give_recall_of_facts_and_usefulness_of_lines(self):
-        rows = [graded(QUESTION, ['- Ana lives in Porto', '- Ana lives in Lyon'], 12, 100),
-                graded(QUESTION, [], 0, 60)]
-        self.assertEqual(memory_totals(rows), {'questions': 2, 'required_found': 1, 'required_total': 2, 'recall': 0.5,
-                                        'lines': 2, 'useful_lines': 1, 'usefulness': 0.5, 'stale_lines': 1,
-                                        'forgotten_lines': 0, 'mean_memory_tokens': 6.0, 'mean_input_tokens': 80.0,
-                                        'over_budget': 0})
 
 
 class RecordedReportTest(TempFolderTest):

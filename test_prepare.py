@@ -35,8 +35,8 @@ from tokenizers import Tokenizer
 
 import common
 import prepare
-from lab_files import file_identity, replace_folder
-from prepared_folder import PREPARED, PREPARED_ENV, check_prepared, counter_folder, read_manifest
+from lab_files import file_identity
+from prepared_folder import PREPARED, PREPARED_ENV, check_prepared, counter_folder, read_manifest, replace_folder
 from test_support import closed_port
 from test_support_fixtures import TempFolderTest, sha256
 from test_support_runs import ctrl_c_reaches_children

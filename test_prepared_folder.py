@@ -12,13 +12,16 @@ import os
 from pathlib import Path
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import unittest
+from unittest import mock
 
 from common import LabError, python_command
 from test_support_fixtures import TempFolderTest, sha256
-from prepared_folder import PREPARED, PREPARED_ENV, PREPARED_JSON, check_prepared, read_manifest
+from prepared_folder import (PREPARED, PREPARED_ENV, PREPARED_JSON, check_prepared, read_manifest, recover_abandoned,
+                             replace_folder, signals_held)
 
 HERE = Path(__file__).resolve().parent
 REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
@@ -273,6 +276,96 @@ class CommandTest(TempFolderTest):
         self.assertEqual((result.returncode, result.stdout), (2, ''))
         self.assertEqual(result.stderr, f"prepared_folder.py: {lab / 'tokenizer-manifest.json'}: not a JSON object; "
                                         'restore the manifest with git checkout\n')
+
+
+def fill_with(files: dict[str, bytes]):
+    """A stage for replace: these files, written into workdir, and a record naming them."""
+    def stage(workdir: Path):
+        for name, data in files.items():
+            (workdir / name).write_bytes(data)
+        return {name: workdir / name for name in files}, {'files': sorted(files)}
+    return stage
+
+
+def contents(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+class ReplaceTest(TempFolderTest):
+    def setUp(self):
+        super().setUp()
+        self.target = self.tmp / 'prepared'
+        self.said: list[str] = []
+
+    def test_failed_swap_whose_undo_fails_too_says_where_the_old_folder_is_and_keeps_it(self):
+        self.target.mkdir()
+        (self.target / 'tokenizer.json').write_bytes(b'old')
+        real_rename, calls = os.rename, []
+
+        def rename(src, dst):
+            calls.append((Path(src).name, Path(dst).name))
+            if len(calls) >= 2:  # the rename into place, and the one putting the old folder back
+                raise OSError(5, 'Input/output error')
+            real_rename(src, dst)
+
+        with mock.patch.object(os, 'rename', rename), self.assertRaises(LabError) as raised:
+            replace_folder(self.target, fill_with({'tokenizer.json': b'new'}), self.said.append)
+        self.assertEqual(calls, [('prepared', 'old'), ('new', 'prepared'), ('old', 'prepared')])
+        (workdir,) = self.tmp.glob('.prepared.swap-*')
+        self.assertEqual(str(raised.exception),
+                         f'{self.target} could not be put back after a failed swap (Input/output error): the previous'
+                         f" folder is now {workdir / 'old'}; move it back with mv")
+        self.assertEqual(contents(workdir / 'old'), {'tokenizer.json': b'old'})  # kept, not removed
+
+    def test_failed_fill_takes_back_the_parent_folders_it_made(self):
+        def fail(workdir: Path):
+            raise OSError(28, 'No space left on device')
+
+        with self.assertRaises(OSError):
+            replace_folder(self.tmp / 'a' / 'b' / 'prepared', fail, self.said.append)
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_file_where_the_folder_should_be_is_refused_and_kept(self):
+        self.target.write_bytes(b'a file')
+        with self.assertRaises(LabError) as raised:
+            replace_folder(self.target, fill_with({}), self.said.append)
+        self.assertEqual(str(raised.exception), f'{self.target} is not a folder')
+        self.assertEqual(self.target.read_bytes(), b'a file')
+
+    def test_folder_left_by_a_killed_run_is_removed_a_running_ones_kept_and_a_stranded_old_folder_put_back(self):
+        dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+        dead.wait()
+        abandoned, alive = self.tmp / f'.prepared.swap-{dead.pid}-abc', self.tmp / f'.prepared.swap-{os.getpid()}-def'
+        (abandoned / 'old').mkdir(parents=True)  # killed between its two renames: the target is missing
+        (abandoned / 'old' / 'tokenizer.json').write_bytes(b'old')
+        (alive / 'new').mkdir(parents=True)
+        recover_abandoned(self.target, self.said.append)
+        self.assertEqual(sorted(os.listdir(self.tmp)), sorted([alive.name, 'prepared']))
+        self.assertEqual(contents(self.target), {'tokenizer.json': b'old'})
+        self.assertEqual(self.said, [
+            f"put {self.target} back from {abandoned / 'old'}, where a run stopped between two renames left it",
+            f'removed {abandoned.name}, left in {self.tmp} by an earlier run that was stopped'])
+
+    def test_a_folder_whose_pid_no_process_can_have_is_removed_instead_of_an_overflow_traceback(self):
+        for pid in ('99999999999999999999', str(2**40), 'x'):
+            with self.subTest(pid):
+                (self.tmp / f'.prepared.swap-{pid}-abc').mkdir()
+                recover_abandoned(self.target, self.said.append)
+                self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_signal_during_the_held_block_is_not_acted_on_and_the_handler_comes_back(self):
+        def not_held(signum, frame):  # what SIGTERM would do unheld, without ending the test run
+            raise AssertionError('SIGTERM was acted on inside the held block')
+
+        for signum, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, not_held)):
+            self.addCleanup(signal.signal, signum, signal.signal(signum, handler))
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
+        self.assertIs(signal.getsignal(signal.SIGTERM), not_held)
+        with self.assertRaises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 if __name__ == '__main__':

@@ -13,7 +13,8 @@ from unittest import mock
 from common import LabError
 from prepared_folder import DEFAULT
 import scorer
-from scorer import by_group, check_additive, check_fits, facts_in, graded_row, holders, request_facts, totals
+from scorer import (POINT_TOTALS, by_group, check_additive, check_fits, facts_in, graded_row, holders, memory_row,
+                    memory_totals, request_facts, totals)
 from shapes import allowance, build_request, message_text
 from test_support_fixtures import calling, read, result, said, user
 from test_tool_formats import NAMES, official, template_path
@@ -22,6 +23,9 @@ from tool_formats import as_rendered
 
 CASE = {'id': 'c', 'split': 'dev', 'kind': 'k', 'required': ['a < b', 'Use PostgreSQL'], 'stale': ['use MySQL'],
         'budget': {'context_limit': 40, 'max_new_tokens': 4, 'margin': 2}}
+QUESTION = {'id': 'q', 'user': 'ana', 'split': 'dev', 'kind': 'k', 'question': 'Where do I live?',
+            'required': ['Ana lives in Porto'], 'stale': ['Ana lives in Lyon'], 'forgotten': ['555-0142'],
+            'facts_quota': 40, 'budget': {'context_limit': 512, 'max_new_tokens': 96, 'margin': 32}}
 
 
 def messages(*texts: str) -> list[dict]:
@@ -136,9 +140,42 @@ class TotalsTest(unittest.TestCase):
                 'cases': 2, 'facts_found': 1, 'facts_total': 2, 'fact_recall': 0.5, 'complete_cases': 1,
                 'cases_with_stale_facts': 0, 'over_budget': 0, 'invalid_requests': 1, 'mean_input_tokens': 40})
 
+    def test_a_sweep_point_lays_out_the_figures_in_its_own_order_and_the_best_possibles_has_no_over_budget(self):
+        self.assertEqual(list(totals(self.ROWS, POINT_TOTALS).items()), [
+            ('cases', 2), ('facts_found', 1), ('facts_total', 3), ('complete_cases', 1), ('cases_with_stale_facts', 1),
+            ('mean_input_tokens', 45.5), ('over_budget', 1)])
+        best = [{key: row[key] for key in row if key != 'within_budget'} for row in self.ROWS]
+        self.assertEqual(totals(best, POINT_TOTALS), {
+            'cases': 2, 'facts_found': 1, 'facts_total': 3, 'complete_cases': 1, 'cases_with_stale_facts': 1,
+            'mean_input_tokens': 45.5, 'over_budget': None, 'not_searched': 0})
+
     def test_splits_come_in_the_labs_order_and_other_groups_in_row_order(self):
         self.assertEqual(list(by_group(self.ROWS, 'split')), ['dev', 'held_out'])  # held_out comes first in the rows
         self.assertEqual(list(by_group(self.ROWS, 'kind')), ['temporal', 'multi-hop'])
+
+
+class MemoryRowTest(unittest.TestCase):
+    def test_each_line_is_graded_by_the_facts_it_holds(self):
+        lines = ['- Ana lives in Lyon', '- Ana lives in Porto', '- Ana phone 555-0142', '- Ana eats no meat']
+        row = memory_row(QUESTION, lines, 30, 120)
+        self.assertEqual({key: row[key] for key in ('lines', 'useful_lines', 'stale_lines', 'forgotten_lines',
+                                                     'required_found', 'missing', 'within_budget')},
+                         {'lines': 4, 'useful_lines': 1, 'stale_lines': 1, 'forgotten_lines': 1, 'required_found': 1,
+                          'missing': [], 'within_budget': True})
+
+    def test_a_row_names_the_missing_and_stale_facts_the_answer_check_joins_its_answers_with(self):
+        # answer_keys.key_grades reads both to say whether a failure was the fill's or the model's.
+        row = memory_row(QUESTION, ['- Ana lives in Lyon'], 6, 90)
+        self.assertEqual((row['missing'], row['stale_included']), (['Ana lives in Porto'], ['Ana lives in Lyon']))
+        self.assertEqual(memory_row(QUESTION, ['- Ana lives in Porto'], 6, 90)['stale_included'], [])
+
+    def test_totals_give_recall_of_facts_and_usefulness_of_lines(self):
+        rows = [memory_row(QUESTION, ['- Ana lives in Porto', '- Ana lives in Lyon'], 12, 100),
+                memory_row(QUESTION, [], 0, 60)]
+        self.assertEqual(memory_totals(rows), {'questions': 2, 'required_found': 1, 'required_total': 2, 'recall': 0.5,
+                                        'lines': 2, 'useful_lines': 1, 'usefulness': 0.5, 'stale_lines': 1,
+                                        'forgotten_lines': 0, 'mean_memory_tokens': 6.0, 'mean_input_tokens': 80.0,
+                                        'over_budget': 0})
 
 
 class ChecksTest(unittest.TestCase):

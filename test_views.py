@@ -30,7 +30,7 @@ from unittest import mock
 import agent_rules
 from case_set import load_cases
 from scorer import graded_row
-from shapes import BEST_ROW_FIELDS
+from scorer import BEST_GRADED
 import evaluate
 from strategies import RULES, build_request, notes
 from test_support_fixtures import DEV_CORRECTION_NOTES, result, shipped_cases, user, whole_count
@@ -355,7 +355,7 @@ class TableTest(unittest.TestCase):
         for unsearched, figures in ((2, '5 of 7 | 4 of 4 (2 not searched) | 0 | 67.5'),
                                     (6, '0 of 7 | 0 of 0 (6 not searched) | 0 | -')):
             for row in recorded['best_possible']['cases'][:unsearched]:  # dev cases, as best_row leaves them
-                row.update(dict.fromkeys(BEST_ROW_FIELDS[6:-1]), required_total=row['required_total'],
+                row.update(dict.fromkeys(BEST_GRADED), required_total=row['required_total'],
                            not_searched='21 fact-holding turns without a stale fact; the exact search stops at 20')
             self.assertIn(f'| best possible (reads the labels) | dev | {figures} |\n', report_table(recorded))
 

@@ -19,8 +19,8 @@ import textwrap
 from best_possible import BEST
 from common import LabError
 from runner import COUNTED_BY, counter_note
-from scorer import by_group, check_additive, facts_in
-from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
+from scorer import BEST_ROW_FIELDS, ROW_FIELDS, by_group, check_additive, facts_in
+from shapes import allowance, build_request, turn_messages
 from text import clipped, counted, markdown_table, plain_number, printable, turn_runs
 from tokenizer import agent_request, counter
 from tool_formats import as_rendered
