@@ -210,10 +210,16 @@ class ReadmeTimingsTest(unittest.TestCase):
         readme = (HERE / 'README.md').read_text(encoding='utf-8')
         speed = (HERE / 'docs' / 'speed.md').read_text(encoding='utf-8')
         table = speed[speed.index('## Timings the README states'):]
-        recorded = re.findall(r'^\| `([^`]+)` \| .+ \| (2026-\d\d-\d\d)[^|]* \| [^|]+ \|$', table, re.MULTILINE)
+        recorded = re.findall(r'^\| `([^`]+)` \| .+ \| (2026-\d\d-\d\d[^|]*) \| [^|]+ \|$', table, re.MULTILINE)
         stated = [match for line in readme.splitlines() if not line.startswith(('      {', '.venv'))
                   for match in self.TIME.findall(line)]
         self.assertEqual(sorted(stated), sorted(phrase for phrase, _ in recorded))
+        # Where the README dates a time, its paragraph gives the date of the time's latest measure: a figure
+        # re-measured in docs/speed.md and not in the README (or the other way round) disagrees here.
+        for phrase, measured in recorded:
+            paragraph = next(part for part in readme.split('\n\n') if phrase in part)
+            dated = re.findall(r'2026-\d\d-\d\d', paragraph)
+            self.assertTrue(not dated or max(re.findall(r'2026-\d\d-\d\d', measured)) in dated, phrase)
 
 
 if __name__ == '__main__':
