@@ -129,7 +129,7 @@ def all_note_lines(history: list) -> tuple[list[int], list[str]]:
 
 def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
     """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs`,
-    which a caller that has them passes, so that no request is counted twice (an agent request is rendered whole)."""
+    which a caller that has them passes, so that no request is counted twice."""
     bare, cost = parts or costs(case, count)
     request, size = built(case, count, kept, notes)
     head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any

@@ -1,6 +1,7 @@
 """Agent cases: a message list read into turns, every mistake refused in one line, and requests graded only when a
 provider would accept them (case_set.agent_case, scorer.invalid, scorer.graded_row)."""
 import copy
+from itertools import combinations
 import json
 import unittest
 
@@ -29,6 +30,16 @@ CASE = {'id': 'one', 'split': 'dev', 'kind': 'k', 'messages': [
     {'role': 'user', 'content': 'Which port?'}],
     'budget': {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}, 'required': ['port = 8443'], 'stale': []}
 READ = read('c1')
+NOTE_LINES = ('- [turn 1, tool] port <b> = 8443', '- [turn 2, user] We must ship.')  # a notes block, markup too
+
+
+def built_requests(case: dict):
+    """(kept, notes, the request) for every set of the case's turns, without and with a notes block: each request a
+    rule may build of whole turns, as count_built is asked to count it."""
+    turns = range(len(case['history']))
+    for kept in (list(subset) for size in range(len(turns) + 1) for subset in combinations(turns, size)):
+        for notes in ((), NOTE_LINES):
+            yield kept, notes, build_request(case, kept, notes)
 
 
 class LoadTest(TempFolderTest):
@@ -232,6 +243,13 @@ class OfficialTemplateTest(unittest.TestCase):
                 with self.subTest(case['id'], request=index):
                     self.assertEqual(count_request(request), official_count(request))
 
+    def test_a_request_counted_from_the_turns_it_is_built_of_is_the_official_count(self):
+        # count_built sums the head's count and each turn's rendered cost; the official template renders it whole.
+        for case in load_cases(HERE / 'agent-cases.json'):
+            for kept, notes, request in built_requests(case):
+                with self.subTest(case['id'], kept=kept, notes=bool(notes)):
+                    self.assertEqual(count_request.count_built(request, case, kept, notes), official_count(request))
+
 
 class OtherCountersTest(unittest.TestCase):
     def test_qwen_and_llama_count_every_request_the_rules_build_as_their_official_templates_render_it(self):
@@ -241,7 +259,8 @@ class OtherCountersTest(unittest.TestCase):
 
     def check_counter(self, name: str, count) -> None:
         """Each request rendered by the official template with transformers' tojson, encoded by the counter's
-        tokenizer (Qwen's holds its tool-call tags); Llama's template refuses parallel calls, and so does its count."""
+        tokenizer (Qwen's holds its tool-call tags); Llama's template refuses parallel calls, and so does its count.
+        A request counted from the turns it is built of (count_built) too, Llama's with a tools list whole."""
         for case in load_cases(HERE / 'agent-cases.json'):
             whole = build_request(case, range(len(case['history'])))
             if name.startswith('llama') and any(len(message.get('tool_calls', ())) > 1 for message in whole):
@@ -250,10 +269,18 @@ class OtherCountersTest(unittest.TestCase):
                 self.assertIn('raises "This model only supports single tool-calls at once!"', str(raised.exception))
                 continue
             for index, request in enumerate([whole, *(rule(case, count)['messages'] for rule in RULES.values())]):
-                messages = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
-                text = official(name, messages, request[0].get('tools'))
                 with self.subTest(case['id'], request=index):
-                    self.assertEqual(count(request), len(count.tokenizer.encode(text, add_special_tokens=False).ids))
+                    self.assertEqual(count(request), self.official_tokens(name, count, request))
+            for kept, notes, request in built_requests(case):
+                with self.subTest(case['id'], kept=kept, notes=bool(notes)):
+                    self.assertEqual(count.count_built(request, case, kept, notes),
+                                     self.official_tokens(name, count, request))
+
+    @staticmethod
+    def official_tokens(name: str, count, request: list[dict]) -> int:
+        messages = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
+        text = official(name, messages, request[0].get('tools'))
+        return len(count.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 class GradedRowTest(unittest.TestCase):

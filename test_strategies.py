@@ -346,7 +346,7 @@ class LinearTimeTest(unittest.TestCase):
 
     def test_a_rule_counts_the_bare_request_and_its_own_request_once_each(self):
         # With turn_costs, recent, relevant and hybrid need two counts: the bare request, then the one they return
-        # (counted whole and checked against its parts). An agent request is rendered whole at every count.
+        # (counted whole and checked against its parts).
         case, asked = self.chat(20, 1_000_000), []
 
         class Spy:

@@ -378,6 +378,8 @@ class GeneratedChatsTest(ToolFormatTest):
             if None in texts:
                 self.assertTrue(name.startswith('llama-') and listed is not None, name)
                 continue
+            # What the counter keeps of a turn (turn_costs, rendered without tools) holds for any tools list.
+            self.assertEqual(texts, [rendered(turn_prompt_text, name, form, turn) for turn in [*history, [question]]])
             whole = rendered(prompt_text, name, form, system + [m for turn in history for m in turn] + [question],
                              listed)
             if 'refused' in texts or whole == 'refused':  # Llama on parallel calls: refused both ways

@@ -13,7 +13,8 @@ and thinking are refused, not guessed. Rules read count(messages) -> int and cou
 each turn adds to any request; the grader reads count.name (whose template it grades) and --show count.shares.
 
 A prompt is counted as the sum of its messages' (or their lines') tokens, each distinct one encoded once per run,
-where `splits_cleanly` and `line_cuts` find the sum exact (docs/speed.md says why); an agent request whole. It
+where `splits_cleanly` and `line_cuts` find the sum exact (docs/speed.md says why); an agent request whole, or as a
+rule built it, from its turns' rendered texts (count_built). It
 reads prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ beside it) and writes nothing.
 """
 import argparse
@@ -29,7 +30,7 @@ import re
 from common import run
 from shapes import (HISTORIES_KEPT, ROLE_AND_TEXT, TURN_ROLES, build_request, holds_thinking_marker, per_history,
                     turn_key)
-from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
+from tool_formats import CounterError, as_json, frame_span, per_turn, prompt_text, request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
 
@@ -182,11 +183,15 @@ class TokenCounter:
         return self.fixed + sum(sizes) + (0 if messages[0]['role'] == 'system' else self.no_system)
 
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
-        """self(messages) for messages = shapes.build_request(case, kept, notes), without reading them all: a pair
-        case's request is its head (system message and question) and its turns, each message's cached size counted
-        once (turn_costs), exactly what self(messages) sums. An agent request is counted as __call__ counts it."""
-        history = case['history']
-        if not self.fast or case.get('tools') or (history and type(history[0]) is list):
+        """self(messages) for messages = shapes.build_request(case, kept, notes), without reading them all: its head
+        (system message and question) and its turns' cached costs (turn_costs). A pair case's turns are their
+        messages' cached sizes, exactly what self(messages) sums. An agent case's are their rendered texts: the
+        template renders the request as its head's text with each turn's text put in (tool_formats.per_turn), and
+        each turn's text starts with a special token, so the request's tokens are the head's plus each turn's
+        (splits_cleanly); Llama 3 with a tools list, which goes into the first turn, is counted whole."""
+        history, tools = case['history'], case.get('tools') or None
+        agent = bool(history) and type(history[0]) is list
+        if not self.fast or (tools and not agent) or not per_turn(self.name, tools):
             return self(messages)
         cost = self.turn_costs(history)
         return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))

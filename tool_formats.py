@@ -336,6 +336,12 @@ def prompt_text(name: str, form: dict, messages: list[dict], tools: list[dict] |
     return head + ''.join(pieces) + tail
 
 
+def per_turn(name: str, tools: list[dict] | None) -> bool:
+    """Whether counter `name`'s template renders a whole turn alike wherever it stands in a request with these tools
+    (turn_prompt_text): all but Llama 3's with a tools list, which it writes into the first turn."""
+    return not (FAMILIES.get(name) is llama_parts and tools is not None)
+
+
 def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] | None = None) -> str | None:
     """The text a turn adds to any request holding it whole, with these tools; None where the template is not
     additive per turn (llama-3.x with a tools list), as the module's docstring says. Errors give indexes in the turn."""
@@ -343,7 +349,7 @@ def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] 
     if not turn or turn[0]['role'] != 'user' or any(message['role'] == 'user' for message in turn[1:]):
         raise CounterError('a turn is one user message, then only assistant and tool messages')
     tools = checked_tools(tools)
-    if FAMILIES.get(name) is llama_parts and tools is not None:
+    if not per_turn(name, tools):
         return None
     following = {'role': 'user', 'content': ''}  # what comes after a turn in a request: some user message
     return ''.join(request_parts(name, form, turn + [following], tools)[1][:len(turn)])
