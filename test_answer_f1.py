@@ -12,7 +12,7 @@ from unittest import mock
 
 from answer_f1 import f1, load_gold_answers, tokens
 from answer_model import load_model
-from test_support import FakeOllama, only_loopback, reply
+from test_support import FakeOllama, only_loopback as setUpModule, reply
 from test_support_fixtures import AnswerFilesTest, Rejecting
 from test_support_runs import run_answer_check
 
@@ -29,10 +29,6 @@ CASES = [{'id': 'conv-1-q0', 'split': 'held_out', 'kind': 'multi-hop', 'instruct
 GOLD = {'answers': {'conv-1-q0': 'Adoption agencies, counseling', 'conv-1-q1': 'Likely no; she wants to be a counselor'}}
 SAID = {'What is Caroline looking into?': 'adoption agencies, and counseling for kids',
         'Would Caroline pursue writing?': 'Likely no.'}
-
-
-def setUpModule():
-    only_loopback()
 
 
 class NormalisationTest(AnswerFilesTest):

@@ -22,17 +22,12 @@ from answer_keys import answer_verdict, load_answer_keys
 from answer_model import load_model
 from case_set import load_cases
 from common import LabError
-from test_support import FakeOllama, client_for, only_loopback
-from test_support_fixtures import Rejecting, held_out_cases, recorded_answer as answer
+from test_support import FakeOllama, client_for, only_loopback as setUpModule
+from test_support_fixtures import HERE, Rejecting, held_out_cases, recorded_answer as answer
 from test_support_runs import run_answer_check
 
-HERE = Path(__file__).parent
 EVERY = load_cases(HERE / 'cases.json')  # the case set the keys must name cases of
 HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
-
-
-def setUpModule():
-    only_loopback()
 
 
 def shipped_keys() -> dict:

@@ -20,9 +20,9 @@ from budget_sweep import at_limit
 import synthetic_cases
 from case_set import check_case, load_cases
 from strategies import RULES
+from test_support_fixtures import HERE
 from tokenizer import counter
 
-HERE = Path(__file__).resolve().parent
 ONE_RULE = "from strategies import recent\n\nRULES = {'newest_turns': recent}\n"
 
 

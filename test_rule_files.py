@@ -38,12 +38,11 @@ from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, first_copies, load_rule_files, turn_places
 from shapes import build_request, turn_key, turn_messages
+from test_support_fixtures import HERE, RECORDED
 from test_support_runs import evaluate_py, in_process, lab_main
 from tokenizer import count_request, counter
 from views import report_table
 
-HERE = Path(__file__).resolve().parent
-RECORDED = HERE / 'evaluation-result.json'
 
 # The README's "Write your own rule" file, word for word: the test runs exactly this text.
 README = (HERE / 'README.md').read_text(encoding='utf-8')
