@@ -10,11 +10,10 @@ from scorer import graded_row, invalid
 from shapes import build_request, selection, turn_texts
 from strategies import RULES
 from lab_files import to_json
-from test_support_fixtures import HERE, TempFolderTest, calling, read, result, user, with_recorded_environment
-from test_support_runs import evaluate_py
-from test_counters import counter_or_skip
-from test_tool_formats import official
+from test_support_fixtures import (HERE, TempFolderTest, calling, counter_or_skip, read, result, user,
+                                   with_recorded_environment)
 from test_support_oracle import OFFICIAL_PATH, official_count
+from test_support_runs import evaluate_py
 from tokenizer import CounterError, count_request
 
 SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
@@ -259,8 +258,8 @@ class OtherCountersTest(unittest.TestCase):
 
     def check_counter(self, name: str, count) -> None:
         """Each request rendered by the official template with transformers' tojson, encoded by the counter's
-        tokenizer (Qwen's holds its tool-call tags); Llama's template refuses parallel calls, and so does its count.
-        A request counted from the turns it is built of (count_built) too, Llama's with a tools list whole."""
+        tokenizer.json (Qwen's holds its tool-call tags); Llama's template refuses parallel calls, and so does its
+        count. A request counted from the turns it is built of (count_built) too, Llama's with a tools list whole."""
         for case in load_cases(HERE / 'agent-cases.json'):
             whole = build_request(case, range(len(case['history'])))
             if name.startswith('llama') and any(len(message.get('tool_calls', ())) > 1 for message in whole):
@@ -270,17 +269,10 @@ class OtherCountersTest(unittest.TestCase):
                 continue
             for index, request in enumerate([whole, *(rule(case, count)['messages'] for rule in RULES.values())]):
                 with self.subTest(case['id'], request=index):
-                    self.assertEqual(count(request), self.official_tokens(name, count, request))
+                    self.assertEqual(count(request), official_count(request, name))
             for kept, notes, request in built_requests(case):
                 with self.subTest(case['id'], kept=kept, notes=bool(notes)):
-                    self.assertEqual(count.count_built(request, case, kept, notes),
-                                     self.official_tokens(name, count, request))
-
-    @staticmethod
-    def official_tokens(name: str, count, request: list[dict]) -> int:
-        messages = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
-        text = official(name, messages, request[0].get('tools'))
-        return len(count.tokenizer.encode(text, add_special_tokens=False).ids)
+                    self.assertEqual(count.count_built(request, case, kept, notes), official_count(request, name))
 
 
 class GradedRowTest(unittest.TestCase):

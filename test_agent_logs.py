@@ -16,16 +16,11 @@ import chat_cases
 from case_set import CaseError, load_cases
 from shapes import build_request
 from strategies import RULES
-from test_counters import counter_or_skip
-from test_support_fixtures import HERE, TempFolderTest
+from test_support_fixtures import COUNTERS, FORMS, HERE, TempFolderTest, call, counter_or_skip
+from test_support_oracle import official, official_count, template_path
 from test_support_runs import evaluate_py
-from test_tool_formats import FORMS, official, template_path
 from tokenizer import CounterError
 from tool_formats import MOST_NESTING, prompt_text
-
-
-def call(call_id: str, name: str, arguments: str) -> dict:
-    return {'id': call_id, 'type': 'function', 'function': {'name': name, 'arguments': arguments}}
 
 
 def text_parts(*texts: str) -> list[dict]:
@@ -69,7 +64,6 @@ LABELS = [{'id': 'tau-like', 'conversation': 0, 'message': 7, 'split': 'dev', 'k
            'budget': BUDGET, 'required': ['"cabin": "economy"'], 'stale': []},
           {'id': 'export', 'conversation': 1, 'message': 5, 'split': 'held_out', 'kind': 'OpenAI export',
            'budget': BUDGET, 'required': ['"cabin": "business"'], 'stale': []}]
-COUNTERS = ('gemma-4-e2b', 'qwen-2.5', 'llama-3.1')
 
 
 class LogsTest(TempFolderTest):
@@ -92,11 +86,8 @@ class LogsTest(TempFolderTest):
             for case in cases:
                 whole = build_request(case, range(len(case['history'])))
                 for request in [whole, *(rule(case, count)['messages'] for rule in RULES.values())]:
-                    plain = [{key: value for key, value in message.items() if key != 'tools'} for message in request]
-                    text = official(name, plain, request[0].get('tools'))
-                    official_ids = count.tokenizer.encode(text, add_special_tokens=False).ids
                     with self.subTest(name, case=case['id']):
-                        self.assertEqual(count(request), len(official_ids))
+                        self.assertEqual(count(request), official_count(request, name))
 
     def test_evaluate_runs_the_converted_logs_under_each_counter(self):
         path = self.convert()

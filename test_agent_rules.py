@@ -7,7 +7,6 @@ result is a 60-line file, larger than the allowance, and everything else is a li
 """
 import copy
 import json
-from pathlib import Path
 import re
 import unittest
 
@@ -21,12 +20,9 @@ from evaluate import report
 from scorer import graded_row, invalid
 from shapes import build_request
 from strategies import recent
-from test_support_fixtures import calling, read, result, said, user
+from test_support_fixtures import HERE, calling, read, result, said, user
 from test_support_runs import evaluate_py
 from tokenizer import count_request
-
-HERE = Path(__file__).resolve().parent
-
 
 SYSTEM = {'role': 'system', 'content': 'You are a coding agent.'}
 CONFIG = '\n'.join(f'option_{n:02d} = {n * 7}' for n in range(60)) + '\ntimeout_seconds = 30'  # > the allowance

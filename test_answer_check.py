@@ -24,18 +24,15 @@ from unittest.mock import ANY
 
 import answer_check
 from answer_model import load_model
-from common import python_command
 from lab_files import sha256_file
 from prepared_folder import PREPARED_JSON, counter_folder
 from strategies import RULES
-from test_support import DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, only_loopback, reply
-from test_support_fixtures import AnswerFilesTest, held_out_cases, recorded_answer
+from test_support import (DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION,
+                          only_loopback as setUpModule, reply)
+from test_support_fixtures import AnswerFilesTest, HERE, PYTHON, REDO, held_out_cases, recorded_answer
 from test_support_runs import run_answer_check, run_command
 from tokenizer import loaded
 
-HERE = Path(__file__).parent
-PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
-REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
 PY = ['.venv/bin/python', 'answer_check.py']  # how the docs start the answer check
 QWEN_RESULT = HERE / 'qwen-answer-result.json'  # the real recording from llama.cpp's server (docs/answer-check.md)
 # A user's own material, written for these tests: two held-out cases and a development one, their keys, and a
@@ -67,10 +64,6 @@ def last_turn(case, count):
 
 RULES = {'last turn': last_turn}
 """
-
-
-def setUpModule():
-    only_loopback()
 
 
 def prepared_or_skip(test: unittest.TestCase, name: str) -> None:

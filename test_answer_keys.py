@@ -27,11 +27,10 @@ from answer_keys import answer_verdict, f1, load_answer_keys, load_gold_answers,
 from answer_model import load_model
 from case_set import load_cases
 from common import LabError
-from test_support import FakeOllama, client_for, only_loopback, reply
-from test_support_fixtures import AnswerFilesTest, Rejecting, held_out_cases, recorded_answer as answer
+from test_support import FakeOllama, client_for, only_loopback as setUpModule, reply
+from test_support_fixtures import HERE, AnswerFilesTest, Rejecting, held_out_cases, recorded_answer as answer
 from test_support_runs import run_answer_check
 
-HERE = Path(__file__).parent
 EVERY = load_cases(HERE / 'cases.json')  # the case set the keys must name cases of
 HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun', 'held-spread', 'held-buried']
 BUDGET = {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}
@@ -47,10 +46,6 @@ CASES = [{'id': 'conv-1-q0', 'split': 'held_out', 'kind': 'multi-hop', 'instruct
 GOLD = {'answers': {'conv-1-q0': 'Adoption agencies, counseling', 'conv-1-q1': 'Likely no; she wants to be a counselor'}}
 SAID = {'What is Caroline looking into?': 'adoption agencies, and counseling for kids',
         'Would Caroline pursue writing?': 'Likely no.'}
-
-
-def setUpModule():
-    only_loopback()
 
 
 def shipped_keys() -> dict:

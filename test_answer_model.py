@@ -16,18 +16,9 @@ from unittest import mock
 
 import answer_model
 from answer_model import load_model, load_recording
-from common import python_command
-from test_support import FakeOllama, OTHER, PINNED, SERVER_VERSION, only_loopback
-from test_support_fixtures import Rejecting, recorded_answer as answer
+from test_support import FakeOllama, OTHER, PINNED, SERVER_VERSION, only_loopback as setUpModule
+from test_support_fixtures import HERE, PYTHON, REDO, Rejecting, recorded_answer as answer
 from test_support_runs import run_answer_check
-
-HERE = Path(__file__).parent
-PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
-REDO = f'record again with `{PYTHON} answer_check.py record`, or restore it from version control'
-
-
-def setUpModule():
-    only_loopback()
 
 
 class CheckCommandTest(unittest.TestCase):

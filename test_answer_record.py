@@ -35,22 +35,14 @@ import answer_check
 import answer_keys
 import answer_model
 from answer_model import load_model
-from common import python_command
 from ollama_client import OllamaClient
 from strategies import RULES
 from test_support import (FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, client_for, closed_port,
-                          counted_reply, ollama_command, only_loopback, reply, server_count, unfinished)
-from test_support_fixtures import AnswerFilesTest, held_out_cases
+                          counted_reply, ollama_command, only_loopback as setUpModule, reply, server_count, unfinished)
+from test_support_fixtures import AnswerFilesTest, HERE, PYTHON, held_out_cases
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
 from test_support_runs import run_answer_check
 from tokenizer import count_request
-
-HERE = Path(__file__).parent
-PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
-
-
-def setUpModule():
-    only_loopback()
 
 
 def causes(passed: int, passed_fact_missing: int, model_failed: int, rule_failed: int, stale_carried: int) -> dict:

@@ -23,9 +23,9 @@ from case_set import check_case, load_cases
 from scorer import facts_in
 from shapes import build_request
 from strategies import RULES
+from test_support_fixtures import HERE
 from tokenizer import counter
 
-HERE = Path(__file__).resolve().parent
 ONE_RULE = "from strategies import recent\n\nRULES = {'newest_turns': recent}\n"
 
 

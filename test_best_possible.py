@@ -9,7 +9,6 @@ grader. Each test is named after the failure it pins. Nothing is written to disk
 """
 import copy
 import itertools
-from pathlib import Path
 import random
 import unittest
 
@@ -17,8 +16,6 @@ from best_possible import MAX_CANDIDATES, best_row, search, turn_facts
 from scorer import facts_in, graded_row, totals
 from shapes import build_request, turn_messages
 from test_support_fixtures import shipped_cases, whole_count
-
-HERE = Path(__file__).resolve().parent
 
 
 def allowance(case: dict) -> int:

@@ -33,10 +33,9 @@ from common import LabError
 from lab_files import sha256_file, to_json
 from shapes import build_request
 from strategies import RULES
-from test_support_fixtures import whole_count, with_recorded_environment
+from test_support_fixtures import HERE, whole_count, with_recorded_environment
 from test_support_runs import lab_main
 
-HERE = Path(__file__).resolve().parent
 CASES = HERE / 'cases.json'
 # A rules file for the tests: one rule that sends the whole conversation, so it overflows small budgets.
 EVERYTHING_RULES = '''from shapes import build_request

@@ -6,15 +6,14 @@ test_budget_sweep.py tests the sweep on the pair cases of cases.json; this file,
 agent_rules.py, where trim-last sends requests a provider would refuse. Each test is named after the figure that
 would be wrong. Nothing is written to disk.
 """
-from pathlib import Path
 import unittest
 
 import budget_sweep
 from budget_sweep import sweep_report, sweep_table
 import evaluate
 from scorer import totals
+from test_support_fixtures import HERE
 
-HERE = Path(__file__).resolve().parent
 CASES, RULES_FILE = HERE / 'agent-cases.json', HERE / 'agent_rules.py'
 
 

@@ -12,12 +12,10 @@ import tempfile
 import unittest
 
 import budget_sweep
-from test_counters import counter_or_skip
+from test_support_fixtures import COUNTERS, HERE, counter_or_skip
 from test_support_runs import lab_main
 import tokenizer
 
-HERE = Path(__file__).resolve().parent
-COUNTERS = ('gemma-4-e2b', 'qwen-2.5', 'llama-3.1')
 ARGS = ('--cases', str(HERE / 'cases.json'), '--context-limits', '256,640', '--group', 'split')
 
 

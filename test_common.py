@@ -17,10 +17,8 @@ from unittest import mock
 
 import common
 from common import LabError, requirement_pins
-from test_support_fixtures import TempFolderTest
+from test_support_fixtures import HERE, TempFolderTest
 
-HERE = Path(__file__).resolve().parent
-BOM = b'\xef\xbb\xbf'
 
 
 

@@ -11,7 +11,6 @@ tokenizer.py's format or sums. A test that needs a counter not prepared skips, n
 Property tests run a bounded number of examples, keep no example database, and write nothing to ./.hypothesis.
 """
 import datetime
-from functools import lru_cache
 import hashlib
 import json
 import os
@@ -32,67 +31,20 @@ from common import python_command
 import evaluate
 from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder, read_manifest, served_gguf
 from strategies import RULES, build_request
-from test_support_fixtures import hypothesis_home_outside_the_tree, rule_requests
+from test_support_fixtures import (HERE, MANIFEST, PATHS, conversations, counted, counter_or_skip,
+                                   hypothesis_home_outside_the_tree as setUpModule, prepared, rule_requests)
+from test_support_oracle import official, official_count
 from test_support_runs import run_command
-from test_tokenizer import PATHS, counted
-from test_tool_formats import official as official_render
 import tokenizer
 from tokenizer import CounterError, TokenCounter
 from views import compare, report_table, turn_map
 
-HERE = Path(__file__).resolve().parent
-MANIFEST = read_manifest()[0]
 # The archive's counters; one built from the GGUF it counts (smollm2-135m) is held to it in test_gguf_counter.py
 NAMES = [name for name in MANIFEST['counters'] if name != DEFAULT and not served_gguf(MANIFEST, name)]
 EXAMPLES = settings(max_examples=40, deadline=None, database=None)
 # tokenizer-manifest.json's sha256 before it gave Qwen 2.5's tool-call tags their ids, as every folder prepared
 # then records it
 MANIFEST_BEFORE_TAGS = '1c05e4d6f73401f985490e7f8a096168cf809f47f3c2eabb8148de20d722aa49'
-
-
-setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
-
-
-@lru_cache(maxsize=None)
-def prepared(name: str) -> TokenCounter | None:
-    try:
-        return tokenizer.loaded(name)
-    except CounterError:
-        return None
-
-
-def counter_or_skip(test: unittest.TestCase, name: str) -> TokenCounter:
-    count = prepared(name)
-    if count is None:
-        test.skipTest(f'{name} is not prepared: run `{python_command()} prepare.py --counter {name}` (or all)')
-    return count
-
-
-def official_count(name: str, messages: list[dict]) -> int:
-    """The official prompt encoded whole, special-token text becoming its id and nothing added."""
-    return len(prepared(name).tokenizer.encode(official_render(name, messages), add_special_tokens=False).ids)
-
-
-# Text that breaks chat renderers and tokenizers: edges, unicode, every counter's special tokens as plain text.
-MARKERS = sorted({marker for definition in MANIFEST['counters'].values()
-                  for marker in tokenizer.markers(tokenizer.chat_format(definition))})
-FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '\r', ' \n', '\n \n', '\n\t\n', '<', '>', '&', 'é', 'e\u0301',
-             'Ä', 'ß', '日本語',
-             '🦙', '👍🏽', '\u200b', '\u00a0', '\u3000', "'s", "'LL", '2024', '3.14', '- [turn 1, user] ',
-             '<s>', '</s>', '<unk>', '<|endoftext|>', '<|reserved_special_token_0|>', 'Cutting Knowledge Date:',
-             *MARKERS]
-piece = st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12))
-long_text = st.builds(lambda unit, times: unit * times, st.sampled_from(['lorem ipsum ', '日本語 ', 'line\n', '.\n',
-                                                                        ' \t']), st.integers(50, 250))
-awkward_text = st.one_of(st.lists(piece, max_size=12).map(''.join), long_text)
-assistant_text = awkward_text.map(lambda text: text.replace('<|channel>', '').replace('<channel|>', ''))
-
-
-@st.composite
-def conversations(draw) -> dict:
-    """What a rule reads of a case, its system message and question possibly empty."""
-    history = [{'user': draw(awkward_text), 'assistant': draw(assistant_text)} for _ in range(draw(st.integers(0, 3)))]
-    return {'id': 'generated', 'instructions': draw(awkward_text), 'current': draw(awkward_text), 'history': history}
 
 
 class CounterTest(unittest.TestCase):
@@ -109,8 +61,8 @@ class OfficialTemplateTest(CounterTest):
                 # The 70 distinct requests the four rules count or return on cases.json, each checked below.
                 self.assertEqual(len({json.dumps(messages, sort_keys=True) for messages in requests}), 70)
                 for messages in requests:
-                    self.assertEqual(count.prompt(messages), official_render(name, messages))
-                    self.assertEqual(count(messages), official_count(name, messages))
+                    self.assertEqual(count.prompt(messages), official(name, messages))
+                    self.assertEqual(count(messages), official_count(messages, name))
 
     @EXAMPLES
     @given(conversations(), st.booleans())
@@ -120,12 +72,12 @@ class OfficialTemplateTest(CounterTest):
             count = prepared(name)
             if count is None:
                 continue  # the test above names the command
-            self.assertEqual(count.prompt(messages), official_render(name, messages), name)
-            expected = official_count(name, messages)
+            self.assertEqual(count.prompt(messages), official(name, messages), name)
+            expected = official_count(messages, name)
             for path in PATHS:
                 self.assertEqual(counted(path, messages, count), expected, (name, path))
             # What every rule decides by: the bare request plus what each turn adds.
-            whole = official_count(name, build_request(case, range(len(case['history']))))
+            whole = official_count(build_request(case, range(len(case['history']))), name)
             self.assertEqual(count(build_request(case, [])) + sum(count.turn_costs(case['history'])), whole, name)
             count.forget()
 
@@ -145,7 +97,7 @@ class OfficialTemplateTest(CounterTest):
             with self.subTest(name):
                 count = counter_or_skip(self, name)
                 self.assertEqual((count.prompt(messages), count(messages)), (prompt, tokens))
-                self.assertEqual((official_render(name, messages), official_count(name, messages)), (prompt, tokens))
+                self.assertEqual((official(name, messages), official_count(messages, name)), (prompt, tokens))
 
     def test_llama_3_counts_the_same_whatever_date_the_template_writes(self):
         # Llama 3.2's template writes today's date where the runtime defines strftime_now; the pin is 26 Jul 2024.
@@ -177,7 +129,7 @@ class OfficialTemplateTest(CounterTest):
                 self.assertEqual(([len(count.encode(part)) for part in tokenizer.LINE_START.split('a\n \nb')],
                                   len(count.encode('a\n \nb'))), ([2, 1, 1], 3))
                 self.assertEqual([counted(path, messages, count) for path in PATHS],
-                                 [official_count(name, messages)] * len(PATHS))
+                                 [official_count(messages, name)] * len(PATHS))
 
     def test_every_prepared_tokenizer_reproduces_its_46_llama_cpp_vectors(self):
         separator = f"\n{MANIFEST['pypi_mirror']['vector_separator']}\n"
@@ -213,8 +165,8 @@ class QwenToolCallTest(CounterTest):
 
     def test_a_qwen_tool_call_request_counts_as_the_official_template_renders_and_qwen_encodes_it(self):
         count = counter_or_skip(self, 'qwen-2.5')
-        self.assertEqual(count.prompt(self.WRITTEN), official_render('qwen-2.5', self.CALL))
-        ids = count.tokenizer.encode(official_render('qwen-2.5', self.CALL), add_special_tokens=False).ids
+        self.assertEqual(count.prompt(self.WRITTEN), official('qwen-2.5', self.CALL))
+        ids = count.tokenizer.encode(official('qwen-2.5', self.CALL), add_special_tokens=False).ids
         self.assertEqual((ids.count(151657), ids.count(151658)), (1, 1))
         self.assertEqual([counted(path, self.WRITTEN, count) for path in PATHS], [len(ids)] * len(PATHS))
 
@@ -335,7 +287,7 @@ class ReportTest(CounterTest):
         status, out, err = run_command(evaluate.main, ['--show', 'dev-correction', '--strategy', 'notes', '--prompt',
                                                        '--counter', 'phi-3.5'], 'evaluate.py')
         case = {case['id']: case for case in load_cases(HERE / 'cases.json')}['dev-correction']
-        self.assertEqual((status, err, out), (0, '', official_render('phi-3.5', RULES['notes'](case, prepared(
+        self.assertEqual((status, err, out), (0, '', official('phi-3.5', RULES['notes'](case, prepared(
             'phi-3.5'))['messages'])))
 
     def test_the_turn_map_and_the_benchmark_count_with_the_chosen_counter(self):

@@ -30,13 +30,11 @@ from evaluate import report
 from prepared_folder import PREPARED_ENV
 import strategies
 from strategies import CUES, RULES, notes, recent, relevant
-from test_support_fixtures import shipped_cases, with_recorded_environment
+from test_support_fixtures import HERE, RECORDED, shipped_cases, with_recorded_environment
 from test_support_runs import evaluate_py, in_process, lab_main
 from tokenizer import count_request
 from views import compare
 
-HERE = Path(__file__).resolve().parent
-RECORDED = HERE / 'evaluation-result.json'
 
 # Every (strategy, case) row of the original report: kept turns, notes, facts found, missing, stale included.
 ORIGINAL_ROWS = [

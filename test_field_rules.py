@@ -20,11 +20,10 @@ from evaluate import report
 import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
 from shapes import build_request, turn_texts
-from test_support_fixtures import whole_count
+from test_support_fixtures import HERE, whole_count
 from tokenizer import count_request
 from views import report_table
 
-HERE = Path(__file__).resolve().parent
 
 # Four turns of three indexed words each (after stemming and stop words): `weather` in two, `ferret` in one.
 WEATHER = (('weather sunny', 'noted'), ('ferret zeta', 'noted'), ('weather rainy', 'noted'), ('lunch pasta', 'noted'))

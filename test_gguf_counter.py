@@ -21,13 +21,12 @@ from tokenizers import Tokenizer
 
 from common import HERE, LabError
 import gguf_counter
-from prepared_folder import PREPARED_ENV, TEMPLATE_FILE, TOKENIZER_JSON, counter_folder, read_manifest
+from prepared_folder import PREPARED_ENV, TEMPLATE_FILE, TOKENIZER_JSON, counter_folder
 import real_server
-from test_support_fixtures import rule_requests, sha256
+from test_support_fixtures import MANIFEST, rule_requests, sha256
 from test_support_oracle import compiled
 from tokenizer import TokenCounter
 
-MANIFEST = read_manifest()[0]
 QWEN = MANIFEST['counters']['qwen-2.5']
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
           "'<|im_end|>\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")

@@ -12,10 +12,9 @@ from gguf import GGUFWriter
 from tokenizers import Tokenizer
 
 from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors, merges_by_score
-from prepared_folder import read_manifest
+from test_support_fixtures import MANIFEST
 from tokenizer import SPLIT
 
-MANIFEST = read_manifest()[0]
 NORMAL, CONTROL = 1, 3  # GGUF token types
 # A tiny SentencePiece vocab: '▁ab' scores higher than 'ab', so its merge ranks first, though it needs 'ab' made.
 SPM_TOKENS = ['<unk>', '<s>', '<x>', 'a', 'b', 'ab', '\u2581', '\u2581ab', 'ba']

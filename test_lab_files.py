@@ -27,10 +27,8 @@ from case_set import load_cases
 from common import LabError
 import lab_files
 from lab_files import NEW_FILE_MODE, path_text, read_json, write_output
-from test_support_fixtures import TempFolderTest
+from test_support_fixtures import BOM, HERE, TempFolderTest
 
-HERE = Path(__file__).resolve().parent
-BOM = b'\xef\xbb\xbf'
 
 
 

@@ -5,16 +5,15 @@ model that asks summaries.py's seam, recorded and replayed like the lab's own su
 
 The model is a pure fake (no socket); cases are the shipped agent cases and budgets changed in memory.
 """
-from pathlib import Path
 import unittest
 
 from case_set import load_cases
 from langchain_summary import as_request, summarised
 from shapes import allowance, build_request
 from summary_record import MissingCall, recording, replaying
+from test_support_fixtures import HERE
 from tokenizer import count_request
 
-HERE = Path(__file__).resolve().parent
 AGENT = load_cases(HERE / 'agent-cases.json')
 HEAD = 'Here is a summary of the conversation to date:\n\n'  # LangChain's summary message, as 1.5.0 writes it
 

@@ -28,10 +28,10 @@ from lab_files import read_json, read_json_file
 from scorer import graded_row, totals
 from locomo_cases import evidence_ids
 from strategies import RULES, build_request
+from test_support_fixtures import HERE
 from tokenizer import count_request
 from views import report_table
 
-HERE = Path(__file__).resolve().parent
 LOCOMO_SHA256 = '79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4'
 README = HERE / 'README.md'
 PAGE = HERE / 'docs' / 'locomo.md'  # the conversion in detail and the full tables

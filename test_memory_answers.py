@@ -21,20 +21,16 @@ from common import python_command
 import memory_answers
 from ollama_client import OllamaClient
 from test_support import (FakeLlamaServer, FakeOllama, LLAMA_MODEL, LOADED_CONTEXT, SERVER_VERSION, client_for,
-                          only_loopback, reply, server_count)
+                          only_loopback as setUpModule, reply, server_count)
+from test_support_fixtures import HERE
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
 from test_support_runs import run_answer_check, run_command
 
-HERE = Path(__file__).parent
 FILLS = ['managed-all', 'managed-relevant', 'append-all']
 CASES = json.loads((HERE / 'memory-cases.json').read_text(encoding='utf-8'))
 ROWS = json.loads((HERE / 'memory-result.json').read_text(encoding='utf-8'))['questions']  # memory_eval's rows
 QUESTION_IDS = {question['question']: question['id'] for question in CASES['questions']}
 PYTHON_RECORD = f'{python_command()} memory_answers.py record'
-
-
-def setUpModule():
-    only_loopback()
 
 
 def question_of(body: dict) -> str:

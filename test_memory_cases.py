@@ -10,9 +10,9 @@ import unittest
 from common import LabError
 import memory_cases
 from memory_cases import load_memory_cases
+from test_support_fixtures import HERE
 from test_support_runs import in_process
 
-HERE = Path(__file__).parent
 SHIPPED = HERE / 'memory-cases.json'
 
 

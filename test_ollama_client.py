@@ -18,8 +18,8 @@ import requests
 from answer_model import chat_body, load_model
 import ollama_client
 from ollama_client import OllamaClient, OllamaError, ollama_host
-from test_support import (FakeOllama, LOADED_CONTEXT, NotOllama, OTHER, PINNED, RawServer, TIMEOUT, client_for,
-                          closed_port, http_reply, ollama_command, only_loopback, reply, unfinished)
+from test_support import (FakeOllama, LOADED_CONTEXT, NotOllama, OTHER, PINNED, REQUEST_TIMEOUT, RawServer, client_for,
+                          closed_port, http_reply, ollama_command, only_loopback as setUpModule, reply, unfinished)
 
 HI = [{'role': 'user', 'content': 'Hi'}]
 
@@ -27,10 +27,6 @@ HI = [{'role': 'user', 'content': 'Hi'}]
 def hi(seed: int = 1) -> dict:
     """The /api/chat body that asks the pinned model Hi, as record plans it."""
     return chat_body(load_model(), HI, 384, 96, seed)
-
-
-def setUpModule():
-    only_loopback()
 
 
 
@@ -129,7 +125,7 @@ class ClientTest(unittest.TestCase):
         session = requests.Session()
         for url in ('http://localhost:11434/api/version', 'http://192.0.2.1:11434/api/version'):
             with self.subTest(url=url), self.assertRaises(AssertionError) as caught:
-                session.get(url, timeout=TIMEOUT)
+                session.get(url, timeout=REQUEST_TIMEOUT)
             self.assertIn('tests talk only to 127.0.0.1', str(caught.exception))
         # A client built without a host reads OLLAMA_HOST, which setUpModule set to a closed loopback port.
         self.assertTrue(OllamaClient(load_model()).host.startswith('http://127.0.0.1:'))

@@ -19,7 +19,7 @@ from answer_model import PARTIAL_SUFFIX, load_model
 import ollama_client
 from openai_client import BASE_URL_VARIABLE, KEY_VARIABLE, OpenAIClient, OpenAIError, split_base_url
 from test_support import (FakeLlamaServer, LLAMA_BUILD, LLAMA_CONTEXT, LLAMA_MODEL, LLAMA_TEMPLATE, RawServer,
-                          closed_port, completion, http_reply, llama_count, llama_error, only_loopback)
+                          closed_port, completion, http_reply, llama_count, llama_error, only_loopback as setUpModule)
 from test_support_fixtures import AnswerFilesTest
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
 from test_support_runs import run_answer_check
@@ -27,10 +27,6 @@ from test_support_runs import run_answer_check
 PINNED_MODEL = {'id': LLAMA_MODEL, 'owned_by': 'llamacpp',  # what the fake's /v1/models says, less its created time
                 'meta': {'vocab_type': 1, 'n_vocab': 262144, 'n_ctx': LLAMA_CONTEXT, 'n_ctx_train': 131072,
                          'n_params': 4647450147}}
-
-
-def setUpModule():
-    only_loopback()
 
 
 class OpenAITest(AnswerFilesTest):

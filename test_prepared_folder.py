@@ -19,12 +19,10 @@ import unittest
 from unittest import mock
 
 from common import LabError, python_command
-from test_support_fixtures import TempFolderTest, sha256
+from test_support_fixtures import HERE, MANIFEST as REAL_MANIFEST, TempFolderTest, sha256
 from prepared_folder import (PREPARED, PREPARED_ENV, PREPARED_JSON, check_prepared, read_manifest, recover_abandoned,
                              replace_folder, signals_held)
 
-HERE = Path(__file__).resolve().parent
-REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
 HUB_FILES = {'tokenizer.json': b'{"version": "1.0"}\n', 'chat_template.jinja': b'{{ bos_token }}\n'}
 PYPI_FILES = {'tokenizer.json': b'{"built": true}\n', 'vocab-vectors.inp': b'ab', 'vocab-vectors.out': b'7\n'}
 MANIFEST_SHA = 'f' * 64  # check_prepared compares it with the record; what it hashes does not matter here

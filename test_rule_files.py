@@ -38,12 +38,11 @@ from evaluate import report
 import rule_files
 from rule_files import RuleError, carried_turns, first_copies, load_rule_files, turn_places
 from shapes import build_request, turn_key, turn_messages
+from test_support_fixtures import HERE, RECORDED
 from test_support_runs import evaluate_py, in_process, lab_main
 from tokenizer import count_request, counter
 from views import report_table
 
-HERE = Path(__file__).resolve().parent
-RECORDED = HERE / 'evaluation-result.json'
 
 # The README's "Write your own rule" file, word for word: the test runs exactly this text.
 README = (HERE / 'README.md').read_text(encoding='utf-8')
@@ -589,8 +588,9 @@ class ProcessTest(RulesFolder):
         # The README says to save my_rules.py in the lab's folder; test_cli must not run it as one of its scripts.
         lab = Path(self.folder.name, 'lab')
         lab.mkdir()
-        tracked = subprocess.run(['git', 'ls-files', '-z', '*.py', 'requirements.txt'], cwd=HERE, capture_output=True, check=True,
-                                 timeout=60).stdout.decode().split('\0')
+        # with the manifest, which the test support test_cli imports reads as it loads
+        tracked = subprocess.run(['git', 'ls-files', '-z', '*.py', 'requirements.txt', 'tokenizer-manifest.json'],
+                                 cwd=HERE, capture_output=True, check=True, timeout=60).stdout.decode().split('\0')
         for name in filter(None, tracked):
             shutil.copy2(HERE / name, lab / name)
         for command in (['git', 'init', '-q'], ['git', 'add', '.']):

@@ -12,9 +12,7 @@ import unittest
 
 from runner import CODE_FILES, case_selections, counter_note, report_header, run_rules
 from shapes import build_request, selection
-from test_support_fixtures import calling, read, result, said, shipped_cases, user
-
-HERE = Path(__file__).resolve().parent
+from test_support_fixtures import HERE, calling, read, result, said, shipped_cases, user
 
 
 def nothing(case: dict, count) -> dict:

@@ -17,7 +17,7 @@ from scorer import (POINT_TOTALS, by_group, check_additive, check_fits, facts_in
                     memory_totals, request_facts, totals)
 from shapes import allowance, build_request, message_text
 from test_support_fixtures import calling, read, result, said, user
-from test_tool_formats import NAMES, official, template_path
+from test_support_oracle import TOOL_FAMILIES, official, template_path
 import tokenizer
 from tool_formats import as_rendered
 
@@ -75,7 +75,7 @@ class RenderedTest(unittest.TestCase):
                    result('c1', 'w4'), said('w5'), user('w6'), calling(read('c2', 'w7')), result('c2', 'w8'),
                    user('w9')]
         tools = [{'type': 'function', 'function': {'name': 'read_file', 'description': 'Read.', 'parameters': {}}}]
-        checked = [name for name in NAMES if template_path(name) is not None]
+        checked = [name for name in TOOL_FAMILIES if template_path(name) is not None]
         for name, listed in ((name, listed) for name in checked for listed in (None, tools)):
             prompt, view = official(name, request, listed), as_rendered(name, request)
             for message, kept in zip(request, view):

@@ -15,7 +15,6 @@ example database, and point Hypothesis's own folder at a temporary directory
 instead of ./.hypothesis.
 """
 import copy
-from pathlib import Path
 import re
 import unittest
 from unittest import mock
@@ -25,14 +24,11 @@ from hypothesis import given, settings, strategies as st
 from shapes import NOTES_HEADER, build_request, escape
 import strategies
 from strategies import RULES, STOP_WORDS, note_lines
-from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, shipped_cases, whole_count
+from test_support_fixtures import (DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree as setUpModule, shipped_cases,
+                                   whole_count)
 from tokenizer import TokenCounter, count_request, counter
 
-HERE = Path(__file__).resolve().parent
 EXAMPLES = settings(max_examples=60, deadline=None, database=None)
-
-
-setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
 
 
 # The reference: the rules as the README states them, written here without strategies.py's helpers (only its

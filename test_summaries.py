@@ -7,7 +7,6 @@ The model is a pure fake (a function of the prompt), never a server: no socket i
 the rules' requests; the partition and merge limits use a fake count (characters of the user message) so that a
 test can say by hand how many parts a text makes.
 """
-from pathlib import Path
 import unittest
 
 from case_set import load_cases
@@ -15,9 +14,9 @@ from shapes import allowance, build_request
 import summaries
 from summaries import CallFailed, Fallback, Work, compact, part_target, partition, prompt, source_text, \
     summarise, summary_target
+from test_support_fixtures import HERE
 from tokenizer import count_request
 
-HERE = Path(__file__).resolve().parent
 AGENT = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}
 
 

@@ -19,15 +19,12 @@ import lab_files
 from summaries import CallFailed, compact
 import summary_record
 from summary_record import MissingCall, body, key, load, record, recording, replaying
-from test_support import FakeLlamaServer, LLAMA_MODEL, llama_count, only_loopback
+from test_support import FakeLlamaServer, LLAMA_MODEL, llama_count, only_loopback as setUpModule
+from test_support_fixtures import HERE
 from test_support_runs import run_answer_check, run_command
 from tokenizer import count_request
 
 
-def setUpModule():
-    only_loopback()
-
-HERE = Path(__file__).resolve().parent
 CASES = load_cases(HERE / 'agent-cases.json')[:3]
 
 

@@ -23,10 +23,10 @@ import langchain_summary
 from summaries import compact
 import summary_record
 import summary_table
+from test_support_fixtures import HERE
 from test_support_runs import lab_main
 from tokenizer import count_request
 
-HERE = Path(__file__).resolve().parent
 AGENT = load_cases(summary_table.AGENT_CASES)
 CASES = load_cases(continuation.CASES)
 

@@ -8,8 +8,8 @@ official_count of the chat (test_support_oracle), never the lab's counter, so a 
 check compares the lab's count with an independent one; without the template file it leaves the count out, as a
 server that reports none would. FakeLlamaServer speaks llama.cpp's llama-server (OpenAI-compatible, build 11434)
 and counts with the same oracle. NotOllama is another kind of HTTP server on 127.0.0.1; RawServer sends fixed
-bytes, one at a time if asked (a trickling server), then closes. Each test file calls only_loopback() from its
-setUpModule, so every HTTP request its tests make is checked to go to 127.0.0.1 and OLLAMA_HOST points at a
+bytes, one at a time if asked (a trickling server), then closes. Each test file that speaks HTTP takes only_loopback as
+its setUpModule, so every HTTP request its tests make is checked to go to 127.0.0.1 and OLLAMA_HOST points at a
 closed loopback port: no test reaches a real server. The other support: test_support_oracle (the official
 template), test_support_runs (scripts run as a user runs them), test_support_fixtures (what many tests share).
 """
@@ -31,12 +31,11 @@ import ollama_client
 from ollama_client import OllamaClient
 from test_support_oracle import OFFICIAL_TEMPLATE, official_count
 
-HERE = Path(__file__).parent
 PINNED = 'b37049369adfe3d2b653af0ab301a062ca5cbe96ace6aa0d3f2559ee9b563fc2'  # answer-model.json's digest
 OTHER = 'a' * 64  # a digest the tag might point to after it moved
 SERVER_VERSION = '0.99.1'  # not the pinned 0.32.14: a newer server with the same digest may record
 LOADED_CONTEXT = 4096  # what the fake's /api/ps reports; a real server loads gemma4:e2b with at least 2048
-TIMEOUT = 15.0  # seconds for every request a test makes; the fake answers in milliseconds, once its oracle is loaded
+REQUEST_TIMEOUT = 15.0  # seconds for every request a test makes; the fake answers in milliseconds, oracle loaded
 # What the fake's /api/tags and /api/show say about every model it holds, as Ollama spells it.
 DETAILS = {'parent_model': '', 'format': 'gguf', 'family': 'gemma4', 'families': ['gemma4'], 'parameter_size': '5.1B',
            'quantization_level': 'Q4_K_M'}
@@ -58,12 +57,12 @@ def loopback_only(session, method, url, *args, **kwargs):
 
 
 def only_loopback():
-    """For a test module's setUpModule: until its tests end, requests reach only 127.0.0.1 and wait TIMEOUT."""
+    """A test module's setUpModule: until its tests end, requests reach only 127.0.0.1 and wait REQUEST_TIMEOUT."""
     for patcher in (mock.patch.object(requests.Session, 'request', loopback_only),
                     mock.patch.dict(os.environ, {'OLLAMA_HOST': f'127.0.0.1:{closed_port()}',  # and no key or URL
                                                  'AI_CONTEXT_EVAL_API_KEY': '', 'AI_CONTEXT_EVAL_BASE_URL': ''}),
-                    mock.patch.object(ollama_client, 'CHECK_TIMEOUT', TIMEOUT),
-                    mock.patch.object(ollama_client, 'CHAT_TIMEOUT', TIMEOUT)):
+                    mock.patch.object(ollama_client, 'CHECK_TIMEOUT', REQUEST_TIMEOUT),
+                    mock.patch.object(ollama_client, 'CHAT_TIMEOUT', REQUEST_TIMEOUT)):
         patcher.start()
         unittest.addModuleCleanup(patcher.stop)
 
@@ -127,7 +126,7 @@ class LoopbackServer:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
-        self.thread.join(timeout=TIMEOUT)
+        self.thread.join(timeout=REQUEST_TIMEOUT)
 
 
 class FakeOllama(LoopbackServer):

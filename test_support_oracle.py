@@ -1,8 +1,11 @@
-"""Test support, no tests: the official-template oracle, sharing no code with tokenizer.py.
+"""Test support, no tests: the official-template oracle, the one place a test renders an official chat template,
+sharing no code with tokenizer.py or tool_formats.py.
 
-The official Gemma 4 E2B chat template is an oracle only: the prepared Hub copy when prepare.py fetched one, else
-../shared/gemma-4-E2B-it/chat_template.jinja. official_render renders it as transformers' apply_chat_template does,
-and official_count encodes that prompt with the tokenizers library straight from prepared/tokenizer.json.
+Gemma 4 E2B's official template is the prepared Hub copy when prepare.py fetched one, else
+../shared/gemma-4-E2B-it/chat_template.jinja; every other counter's is the chat_template.jinja its prepared folder
+keeps. official renders one as transformers' apply_chat_template does (compiled: its jinja2 environment and its own
+tojson), with the counter's fixed inputs; official_count encodes that prompt with the tokenizers library straight
+from the counter folder's tokenizer.json.
 """
 import datetime
 from functools import lru_cache
@@ -14,9 +17,14 @@ from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from prepared_folder import PREPARED
+from prepared_folder import DEFAULT, PREPARED, TEMPLATE_FILE, counter_folder
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent  # the lab's folder
+# tokenizer-manifest.json as json reads it, not through prepared_folder.read_manifest, which a test holds to it
+MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
+# The counters whose templates render tool messages (SmolLM2's as any other message; its prepared template is its
+# GGUF's)
+TOOL_FAMILIES = ('gemma-4-e2b', 'llama-3.1', 'llama-3.2', 'llama-3.3', 'qwen-2.5', 'smollm2-135m')
 
 
 def oracle_template_path() -> Path | None:
@@ -26,16 +34,19 @@ def oracle_template_path() -> Path | None:
     return None
 
 
+def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    """transformers' chat-template tojson (chat_template_utils: json.dumps with these five arguments and these
+    defaults), not jinja2's own filter, which escapes non-ASCII and HTML characters: text stays as written and
+    indent= is honoured (Llama's tools list is written with indent=4)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def compiled(template: str):
     """A chat template compiled in an environment set up as transformers' apply_chat_template sets it: a sandbox with
     trim_blocks, lstrip_blocks and loopcontrols, raise_exception, strftime_now (Llama 3.2's template would write
-    today's date with it, were date_string not given), and transformers' own tojson, which keeps non-ASCII text and
-    honours indent= (Llama's tools list is written with indent=4)."""
+    today's date with it, were date_string not given), and transformers' own tojson."""
     def raise_exception(message):
         raise TemplateError(message)
-
-    def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):  # transformers' filter
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     environment.globals.update(raise_exception=raise_exception,
@@ -44,32 +55,45 @@ def compiled(template: str):
     return environment.from_string(template)
 
 
-@lru_cache(maxsize=1)
-def official_template():
-    """The official Gemma 4 template, compiled once."""
-    return compiled(OFFICIAL_TEMPLATE)
+def template_path(name: str = DEFAULT) -> Path | None:
+    """The counter's official template, or None where it is not at hand."""
+    path = OFFICIAL_PATH if name == DEFAULT else counter_folder(name) / TEMPLATE_FILE
+    return path if path is not None and path.is_file() else None
 
 
-def official_render(messages: list[dict]) -> str:
-    """Render with the official template the way transformers' apply_chat_template does; an agent request's tools,
-    which the lab carries on its system message, go in as the template's tools."""
+@lru_cache(maxsize=None)
+def official_template(name: str = DEFAULT):
+    """The counter's official template, compiled once."""
+    return compiled(template_path(name).read_text(encoding='utf-8'))
+
+
+def official(name: str, messages: list[dict], tools=None) -> str:
+    """The prompt the counter's official template renders for these messages and tools, with the inputs the lab
+    fixes for it (Gemma 4: bos_token and thinking off; the others: their manifest's fixed_inputs)."""
+    fixed = {'bos_token': '<bos>', 'enable_thinking': False} if name == DEFAULT \
+        else MANIFEST['counters'][name].get('fixed_inputs', {})
+    return official_template(name).render(messages=messages, tools=tools, add_generation_prompt=True, **fixed)
+
+
+def official_render(messages: list[dict], name: str = DEFAULT) -> str:
+    """A request as the lab carries it rendered by the official template: an agent request's tools, which the lab
+    carries on its system message, go in as the template's tools."""
     tools = messages[0].get('tools') if messages else None
-    messages = [{key: value for key, value in message.items() if key != 'tools'} for message in messages]
-    return official_template().render(messages=messages, tools=tools, bos_token='<bos>', add_generation_prompt=True,
-                                      enable_thinking=False)
+    return official(name, [{key: value for key, value in message.items() if key != 'tools'} for message in messages],
+                    tools)
 
 
-@lru_cache(maxsize=1)
-def official_tokenizer() -> Tokenizer:
-    """prepared/tokenizer.json loaded by the tokenizers library itself, not through tokenizer.py."""
-    return Tokenizer.from_file(str(PREPARED / 'tokenizer.json'))
+@lru_cache(maxsize=None)
+def official_tokenizer(name: str = DEFAULT) -> Tokenizer:
+    """The counter folder's tokenizer.json loaded by the tokenizers library itself, not through tokenizer.py."""
+    return Tokenizer.from_file(str(counter_folder(name) / 'tokenizer.json'))
 
 
-def official_count(messages: list[dict]) -> int:
+def official_count(messages: list[dict], name: str = DEFAULT) -> int:
     """Tokens of the prompt the official template renders, encoded as transformers' apply_chat_template
     encodes it (special-token text becomes its id; nothing is added): the oracle's count, sharing no code
     with tokenizer.py. official_count of dev-correction's bare request -> 35."""
-    return len(official_tokenizer().encode(official_render(messages), add_special_tokens=False).ids)
+    return len(official_tokenizer(name).encode(official_render(messages, name), add_special_tokens=False).ids)
 
 
 OFFICIAL_PATH = oracle_template_path()

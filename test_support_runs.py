@@ -7,7 +7,6 @@ shows: signals, pipes, encodings.
 import contextlib
 import io
 import os
-from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -15,8 +14,8 @@ import tempfile
 from unittest import mock
 
 import common
+from test_support_oracle import HERE
 
-HERE = Path(__file__).parent
 
 
 @contextlib.contextmanager

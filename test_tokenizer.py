@@ -19,40 +19,24 @@ from pathlib import Path
 import tempfile
 from types import MappingProxyType
 import unittest
-from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 from markupsafe import Markup
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
 from case_set import load_cases
-from common import python_command
 from prepared_folder import PREPARED
 from strategies import RULES, build_request
-from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, rule_requests
+from test_support_fixtures import (DEV_CORRECTION_NOTES, HERE, MANIFEST, PATHS, PYTHON, assistant_text, awkward_text,
+                                   conversations, counted, counting_path,
+                                   hypothesis_home_outside_the_tree as setUpModule, rule_requests)
 from test_support_oracle import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
 from tokenizer import LINE_START, CounterError, TokenCounter, count_request, counter, line_cuts, splits_cleanly
 
-HERE = Path(__file__).resolve().parent
-PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
-
-
-setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
-
-
-MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding='utf-8'))
 MANIFEST_SHA256 = hashlib.sha256((HERE / 'tokenizer-manifest.json').read_bytes()).hexdigest()
 TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
 INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
 EXAMPLES = settings(max_examples=120, deadline=None, database=None)
-
-# Text that has broken chat renderers and tokenizers before: edges, markup, unicode, literal special tokens.
-FRAGMENTS = [' ', '  ', '\n', '\n\n', '\t', '\r\n', '<', '>', '&', '&amp;', '<notes>', '</notes>', 'é', 'Ä', 'ß',
-             '日本語', '🦙', '👍🏽', '\u200b', '\u00a0', '<|turn>', '<turn|>', '<bos>', '<eos>', '<|"|>',
-             '<|tool_call>', '<|image|>', '<|think|>', 'user\n', 'model', 'Question: ', '- [turn 1, user] ']
-awkward_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=12).map(''.join)
-# The official template strips thought channels from assistant text; this counter refuses them.
-assistant_text = awkward_text.map(lambda text: text.replace('<|channel>', '').replace('<channel|>', ''))
 
 
 @st.composite
@@ -65,36 +49,6 @@ def chats(draw):
             messages.append({'role': 'assistant', 'content': draw(assistant_text)})
     messages.append({'role': 'user', 'content': draw(awkward_text)})
     return messages
-
-
-@st.composite
-def conversations(draw) -> dict:
-    """What a rule reads of a case: instructions, a history of (user, assistant) turns and a question."""
-    history = [{'user': draw(awkward_text), 'assistant': draw(assistant_text)} for _ in range(draw(st.integers(0, 4)))]
-    return {'id': 'generated', 'instructions': draw(awkward_text), 'current': draw(awkward_text), 'history': history}
-
-
-@contextlib.contextmanager
-def counting_path(path: str, count: TokenCounter | None = None):
-    """A counter (the process-wide one unless `count`) on one of its paths, from an empty cache and back to one."""
-    count = count or counter()
-    changed = {'cold cache': {}, 'warm cache': {}, 'lines whole': {'lines_apart': None},
-               'whole prompt': {'fast': False}}[path]
-    count.lines_apart  # worked out once (it reads the whole vocabulary), so the patch keeps it
-    count.forget()
-    with mock.patch.dict(vars(count), changed):
-        yield count
-    count.forget()  # sizes measured with another setting are not left behind
-
-
-PATHS = ('cold cache', 'warm cache', 'lines whole', 'whole prompt')
-
-
-def counted(path: str, messages, count: TokenCounter | None = None) -> int:
-    with counting_path(path, count) as count:
-        if path == 'warm cache':
-            count(messages)
-        return count(messages)
 
 
 class VocabularyTest(unittest.TestCase):

@@ -5,11 +5,10 @@ official chat template renders them. Each test is named after the failure it pin
 
 The oracle is the official template (Gemma 4's test_support_oracle.OFFICIAL_PATH, the others' prepared-NAME/
 chat_template.jinja) rendered with jinja2 as transformers' apply_chat_template renders it (test_support_oracle.
-compiled). An oracle check skips where its template is
-missing; the hand-written expected texts, worked out by reading each template, are checked everywhere. Property tests
-run a bounded number of examples, keep no example database, and write nothing to ./.hypothesis.
+official). An oracle check skips where its template is missing; the hand-written expected texts, worked out by
+reading each template, are checked everywhere. Property tests run a bounded number of examples, keep no example
+database, and write nothing to ./.hypothesis.
 """
-from functools import lru_cache
 import itertools
 import unittest
 
@@ -17,41 +16,12 @@ from hypothesis import given, settings, strategies as st
 from jinja2.exceptions import TemplateError
 
 from common import LabError
-from prepared_folder import TEMPLATE_FILE, counter_folder, read_manifest
 from shapes import holds_thinking_marker
-import test_support_oracle
-from test_support_fixtures import hypothesis_home_outside_the_tree
-from tokenizer import chat_format
+from test_support_fixtures import FORMS, call, hypothesis_home_outside_the_tree as setUpModule
+from test_support_oracle import TOOL_FAMILIES, compiled, official, template_path
 from tool_formats import CounterError, as_rendered, prompt_text, turn_prompt_text
 
-MANIFEST = read_manifest()[0]
-# The families that render tool messages (SmolLM2's as any other message; its prepared template is its GGUF's)
-NAMES = ('gemma-4-e2b', 'llama-3.1', 'llama-3.2', 'llama-3.3', 'qwen-2.5', 'smollm2-135m')
-FORMS = {name: chat_format(MANIFEST['counters'][name]) for name in (*NAMES, 'phi-3.5')}
 EXAMPLES = settings(max_examples=120, deadline=None, database=None)
-
-setUpModule, tearDownModule = hypothesis_home_outside_the_tree()
-
-
-def template_path(name: str):
-    path = test_support_oracle.OFFICIAL_PATH if name == 'gemma-4-e2b' else counter_folder(name) / TEMPLATE_FILE
-    return path if path is not None and path.is_file() else None
-
-
-@lru_cache(maxsize=None)
-def official_template(name: str):
-    """The counter's official template, compiled once as test_support_oracle.compiled compiles every template."""
-    return test_support_oracle.compiled(template_path(name).read_text(encoding='utf-8'))
-
-
-def official(name: str, messages: list[dict], tools=None) -> str:
-    fixed = {'bos_token': '<bos>', 'enable_thinking': False} if name == 'gemma-4-e2b' \
-        else MANIFEST['counters'][name].get('fixed_inputs', {})
-    return official_template(name).render(messages=messages, tools=tools, add_generation_prompt=True, **fixed)
-
-
-def call(call_id: str, name: str, arguments) -> dict:
-    return {'id': call_id, 'type': 'function', 'function': {'name': name, 'arguments': arguments}}
 
 
 SYSTEM = {'role': 'system', 'content': 'Use the tools.'}
@@ -137,6 +107,18 @@ EXPECTED['smollm2-135m'] = [
      '<|im_end|>\n<|im_start|>user\nWhat is in notes.txt?<|im_end|>\n<|im_start|>assistant\nReading both.<|im_end|>\n'
      '<|im_start|>tool\nFriday<|im_end|>\n<|im_start|>tool\nA<|im_end|>\n<|im_start|>user\nWhen do we ship?'
      '<|im_end|>\n<|im_start|>assistant\n')]
+
+
+class OracleTest(unittest.TestCase):
+    def test_the_oracles_tojson_is_transformers_keeping_non_ascii_and_markup_honouring_indent_and_key_order(self):
+        """Worked out by hand from json.dumps with transformers' defaults; jinja2's own filter would have sorted the
+        keys and written '{"a": [1, 2], "b": "\\u00e9 \\u003c\\u65e5\\u672c\\u003e"}'."""
+        value = {'b': 'é <日本>', 'a': [1, 2]}
+        self.assertEqual(compiled('{{ value | tojson }}').render(value=value), '{"b": "é <日本>", "a": [1, 2]}')
+        self.assertEqual(compiled('{{ value | tojson(indent=2) }}').render(value=value),
+                         '{\n  "b": "é <日本>",\n  "a": [\n    1,\n    2\n  ]\n}')
+        self.assertEqual(compiled('{{ value | tojson(separators=(",", ":"), sort_keys=true) }}').render(value=value),
+                         '{"a":[1,2],"b":"é <日本>"}')
 
 
 class ToolFormatTest(unittest.TestCase):
@@ -273,9 +255,9 @@ class HandWrittenTest(ToolFormatTest):
 
 
 KEYS = st.one_of(st.sampled_from(['a', 'A', 'b', 'B', 'path', 'Path', '_', 'é', 'Z', 'z']), st.text(max_size=4))
-FRAGMENTS = [' ', '\n', '\n\n', '\t', ' x ', 'é', '日本', '🦙', '"', '\\', '{', '}', '<|"|>', '<tool_call>',
+JSON_FRAGMENTS = [' ', '\n', '\n\n', '\t', ' x ', 'é', '日本', '🦙', '"', '\\', '{', '}', '<|"|>', '<tool_call>',
              '<|im_end|>', '<turn|>', '<|eot_id|>', 'null', '0']
-TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=6).map(''.join)
+TEXT = st.lists(st.one_of(st.sampled_from(JSON_FRAGMENTS), st.text(max_size=8)), max_size=6).map(''.join)
 ASSISTANT_TEXT = TEXT.filter(lambda text: not holds_thinking_marker(text))
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 40, 2 ** 40),
                     st.floats(allow_nan=False, allow_infinity=False), TEXT)
@@ -341,7 +323,7 @@ def rendered(render, *arguments) -> str:
     return 'refused'
 
 
-ANY_TEMPLATE = unittest.skipUnless(any(map(template_path, NAMES)), 'no official template with tools is at hand')
+ANY_TEMPLATE = unittest.skipUnless(any(map(template_path, TOOL_FAMILIES)), 'no official template with tools is at hand')
 
 
 class GeneratedChatsTest(ToolFormatTest):
@@ -350,7 +332,7 @@ class GeneratedChatsTest(ToolFormatTest):
     @given(st.lists(TOOL, min_size=1, max_size=3), st.booleans())
     def test_every_generated_tools_list_renders_as_the_official_template(self, tools, system):
         messages = [SYSTEM, QUESTION][0 if system else 1:]
-        for name in NAMES:
+        for name in TOOL_FAMILIES:
             if template_path(name) is not None:
                 self.assertEqual(prompt_text(name, FORMS[name], messages, tools), official(name, messages, tools))
 
@@ -360,7 +342,7 @@ class GeneratedChatsTest(ToolFormatTest):
     def test_every_generated_agent_chat_valid_or_trimmed_renders_as_the_official_template(self, chat, tools):
         system, history, question, trimmed = chat
         whole = system + [message for turn in history for message in turn] + [question]
-        for name in NAMES:
+        for name in TOOL_FAMILIES:
             if template_path(name) is None:
                 continue
             for messages, listed in itertools.product([whole, *trimmed], (None, tools)):
@@ -372,7 +354,7 @@ class GeneratedChatsTest(ToolFormatTest):
     @given(agent_chats(), TOOL_LISTS)
     def test_turn_texts_sum_to_the_prompt_wherever_they_are_given(self, chat, tools):
         system, history, question, _ = chat
-        for name, listed in itertools.product(NAMES, (None, tools)):
+        for name, listed in itertools.product(TOOL_FAMILIES, (None, tools)):
             form = FORMS[name]
             texts = [rendered(turn_prompt_text, name, form, turn, listed) for turn in [*history, [question]]]
             if None in texts:

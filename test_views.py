@@ -33,7 +33,7 @@ from scorer import graded_row
 from scorer import BEST_GRADED
 import evaluate
 from strategies import RULES, build_request, notes
-from test_support_fixtures import DEV_CORRECTION_NOTES, result, shipped_cases, user, whole_count
+from test_support_fixtures import DEV_CORRECTION_NOTES, HERE, RECORDED, result, shipped_cases, user, whole_count
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
 from test_support_runs import in_process
 import tokenizer
@@ -45,8 +45,6 @@ import views
 from views import MAX_LINE, compare, display_lines, message_labels, report_table, request_text, row_changes, \
     turn_map, turn_numbers
 
-HERE = Path(__file__).resolve().parent
-RECORDED = HERE / 'evaluation-result.json'
 SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens$', re.MULTILINE)  # '[turn 2, user] 12 tokens'; content is indented
 AGENT_SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens(?: · .*)?$', re.MULTILINE)  # and '· calls c1 ...' after
 
