@@ -21,12 +21,12 @@ import resource
 import sys
 import time
 
-from budget_sweep import at_limit
-from case_set import load_cases
+from case_set import check_fits, load_cases
 from common import LabError, add_input_options, progress, run
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from runner import run_rules
-from scorer import check_fits, graded_row, totals
+from scorer import graded_row, totals
+from shapes import at_limit
 from strategies import RULES
 from synthetic_cases import as_agent, chat_case, generated_cases, synthetic_case
 from text import markdown_table

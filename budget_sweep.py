@@ -23,13 +23,13 @@ import time
 
 import best_possible
 from best_possible import BEST
-from case_set import load_case_set
+from case_set import check_fits, load_case_set
 from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
 from runner import counter_note, counting, report_header, run_rules
-from scorer import by_group, check_fits, totals
-from shapes import allowance, build_request
+from scorer import by_group, totals
+from shapes import allowance, at_limit, build_request
 from strategies import RULES
 from text import clipped, counted, markdown_table, printable
 from prepared_folder import DEFAULT
@@ -91,11 +91,6 @@ def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_r
     need, case = max(((count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case), case)
                       for case in cases), key=lambda pair: pair[0])  # the first most demanding
     check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {need}')
-
-
-def at_limit(cases: list[dict], limit: int) -> list[dict]:
-    """The cases with budget.context_limit replaced; the rest of each case is shared, not copied."""
-    return [dict(case, budget=dict(case['budget'], context_limit=limit)) for case in cases]
 
 
 def figures(summary: dict) -> dict:

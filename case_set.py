@@ -3,6 +3,7 @@
     from case_set import load_case_set, load_cases
     cases = load_cases('cases.json')   # checked cases, or one LabError naming file, case and field
     cases, sha256 = load_case_set('cases.json')   # and the SHA-256 of the bytes that were parsed
+    check_fits('cases.json', cases, count_request)  # refuses a case whose bare request exceeds its allowance
 
 The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md; how a
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
@@ -15,10 +16,9 @@ import sys
 
 from common import LabError
 from lab_files import field_gaps, parse_json, read_json_file
-from scorer import invalid
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
-    each_turn, make_turn, turn_texts
-from tool_formats import CounterError, checked_message, checked_tools
+from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, build_request, \
+    holds_thinking_marker, is_pair, each_turn, make_turn, turn_texts
+from tool_formats import CounterError, checked_message, checked_tools, invalid
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
@@ -277,3 +277,9 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     return shared
 
 
+def check_fits(path, cases: list[dict], count, hint: str = '') -> None:
+    """Refuse the first case whose instructions and question alone exceed its allowance: no rule could fit it."""
+    for case in cases:
+        if (bare := count(build_request(case, []))) > allowance(case):
+            raise LabError(f'{path}: case {case["id"]}: field budget allows {allowance(case)} input tokens, '
+                           f'but the instructions and question alone need {bare}{hint}')

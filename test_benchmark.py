@@ -16,9 +16,9 @@ import tempfile
 import unittest
 
 import benchmark
-from budget_sweep import at_limit
 import synthetic_cases
 from case_set import check_case, load_cases
+from shapes import at_limit
 from strategies import RULES
 from tokenizer import counter
 

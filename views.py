@@ -19,8 +19,9 @@ import textwrap
 from best_possible import BEST
 from common import LabError
 from runner import COUNTED_BY, counter_note
-from scorer import by_group, check_additive, facts_in
+from scorer import by_group, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
+from strategies import check_additive
 from text import clipped, counted, markdown_table, plain_number, printable, turn_runs
 from tokenizer import agent_request, counter
 from tool_formats import as_rendered
@@ -123,7 +124,7 @@ def paint(text: str, style: str, colour: bool) -> str:
 
 def message_labels(case: dict, chosen: dict) -> list[str]:
     """Where each message came from: ['system', 'turn 1, user', ..., 'question, user'] for a request laid out
-    as the four lay it out; else each message by its index in the request, from 0 as refusals count it (scorer.invalid
+    as the four lay it out; else each message by its index in the request, from 0 as refusals count it (tool_formats.invalid
     'message 2 (tool) ...'), and role, since a rules file may send anything."""
     messages, turns = chosen['messages'], sorted(chosen['turns'])
     history = build_request(case, turns)[1:-1]  # the turns' messages, as the four lay them out
