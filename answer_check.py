@@ -34,10 +34,11 @@ import lab_files
 from ollama_client import OllamaClient, pull_advice
 from openai_client import BASE_URL, BASE_URL_VARIABLE, OpenAIClient, described
 from rule_files import add_timeout_option, load_rule_files
-from runner import case_selections, counter_note
+from runner import case_selections
 from strategies import RULES
 from text import counted
 import tokenizer
+from views import counter_note
 
 KEYS_PATH = common.HERE / 'answer-keys.json'
 RESULT_PATH = common.HERE / 'answer-result.json'

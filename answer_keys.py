@@ -8,10 +8,9 @@ from pathlib import Path
 import re
 from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
 
-from answer_model import excerpt, tell
-from common import LabError
+from common import LabError, tell
 from lab_files import read_json
-from text import counted, markdown_table
+from text import counted, excerpt, markdown_table
 
 # The grader's sentence split, and the words that mark a correction or a missing fact (see answer_verdict).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')

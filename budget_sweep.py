@@ -27,13 +27,14 @@ from case_set import check_fits, load_case_set
 from common import HERE, LabError, add_input_options, run
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
-from runner import counter_note, counting, report_header, run_rules
+from runner import counting, report_header, run_rules
 from scorer import by_group, totals
 from shapes import allowance, at_limit, build_request
 from strategies import RULES
 from text import clipped, counted, markdown_table, printable
 from prepared_folder import DEFAULT
 from tokenizer import choose_counter, count_request, counter_choice
+from views import counter_note
 
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
 DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)

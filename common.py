@@ -3,6 +3,7 @@
     import common
     common.run(main)                 # checks the locked packages; a LabError is one line and exit 2, Ctrl-C 130
     common.add_input_options(parser) # --cases FILE and --rules FILE.py, as every script that runs rules spells them
+    common.tell('prepare.py: fetched them')  # the one way to tell the user a line on stderr
 
 Files (reading JSON, writing outputs whole) are lab_files.py, text for people text.py, the lab's shapes shapes.py.
 Standard library only. Importing it checks nothing (a script that starts checks its packages) and writes nothing.
@@ -77,6 +78,11 @@ def cut(line: str, most: int = MESSAGE_CHARS) -> str:
     '… (530 more characters)'."""
     kept = most - 30  # room for the note
     return line if len(line) <= most else f'{line[:kept]}… ({len(line) - kept:,} more characters)'
+
+
+def tell(line: str) -> None:
+    """Tell the user one line on stderr, flushed: a server's or pip's output may interleave with it."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool = True) -> None:

@@ -32,12 +32,13 @@ from common import HERE, LabError, run
 from lab_files import check_outputs, to_json, write_output
 from memory_cases import MEMORY_CASES, load_memory_cases, memory_cases
 from memory_store import MemoryStore
-from runner import COUNTED_BY, counter_note, report_header
+from runner import report_header
 from scorer import by_group, facts_in
 from shapes import allowance, escape
 from strategies import fit, words
 from text import markdown_table, plain_number
 from tokenizer import add_counter_option, choose_counter, counter
+from views import COUNTED_BY, counter_note
 
 # What is measured. Changing any of these changes the recorded report.
 FILLS = ('managed-all', 'managed-relevant', 'append-all')

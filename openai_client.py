@@ -15,11 +15,11 @@ import hashlib
 import os
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, CLOSEST, SERVER_OPTIONS, encode, excerpt
+from answer_model import ANSWER_CHECKS, CLOSEST, SERVER_OPTIONS, encode
 from common import LabError
 import ollama_client
 from ollama_client import ServerClient, reply_detail
-from text import clipped
+from text import clipped, excerpt
 
 BASE_URL = 'http://127.0.0.1:8080/v1'  # where llama-server listens by default, in the form the seed's evaluation uses
 BASE_URL_VARIABLE = 'AI_CONTEXT_EVAL_BASE_URL'  # pin's default base URL, as the sibling evaluation names it

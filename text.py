@@ -1,4 +1,4 @@
-"""Text for people: numbers, counts, one-line escapes, Markdown tables and turn numbers. Standard library only.
+"""Text for people: numbers, counts, one-line escapes and excerpts, Markdown tables and turn numbers. Standard library only.
 
     markdown_table(['a', 'bb'], [['xyz', '1']], pad=True)   # '| a   | bb |\n|-----|----|\n| xyz | 1  |\n'
     turn_runs([2, 3, 4, 6])                                   # ['3-5', '7']: turns count from 1 for people
@@ -7,6 +7,7 @@ Reports keep 0-based turn indices and raw text; only what a person reads passes 
 and writes nothing.
 """
 import itertools
+import json
 
 
 def plain_number(value: float) -> str:
@@ -22,6 +23,11 @@ def counted(number: int, noun: str) -> str:
 def clipped(text: str, most: int) -> str:
     """Text of at most `most` characters, its end cut to '...' if longer: clipped('abcdef', 5) -> 'ab...'"""
     return text if len(text) <= most else text[:most - 3] + '...'
+
+
+def excerpt(value) -> str:
+    """A value as JSON, cut short, for an error message."""
+    return clipped(json.dumps(value, ensure_ascii=False), 40)
 
 
 def printable(text: str) -> str:
