@@ -11,7 +11,8 @@ import unittest
 from case_set import load_cases
 from langchain_summary import as_request, summarised
 from shapes import allowance, build_request
-from summary_record import MissingCall, recording, replaying
+from summaries import MissingCall, replaying
+from summary_record import recording
 from tokenizer import count_request
 
 HERE = Path(__file__).resolve().parent
