@@ -26,7 +26,7 @@ from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, check_pinned, load_model, 
 import common
 import lab_files
 from memory_cases import MEMORY_CASES, load_memory_cases
-from memory_eval import FILLS, filled_requests
+from memory_store import FILLS, filled_requests
 import tokenizer
 
 MEMORY_KEYS = common.HERE / 'memory-answer-keys.json'
