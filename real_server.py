@@ -26,8 +26,8 @@ import time
 import zipfile
 
 from common import LabError, python_command, run
-from lab_files import PREPARED_JSON, read_json, replace_folder, sha256_file
-from prepare import check_file, pip_download, run_group, seconds
+from lab_files import PREPARED_JSON, check_file, pip_download, read_json, replace_folder, run_group, sha256_file
+from text import seconds
 
 FOLDER_ENV = 'CONTEXT_LAB_SERVER'  # names another folder for the built server and models
 SERVER = Path(os.environ.get(FOLDER_ENV) or Path.home() / '.cache' / 'context-lab' / 'llama-server-11434')

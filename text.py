@@ -1,4 +1,5 @@
-"""Text for people: numbers, counts, one-line escapes and excerpts, Markdown tables and turn numbers. Standard library only.
+"""Text for people: numbers, counts, seconds, one-line escapes and excerpts, Markdown tables and turn numbers.
+Standard library only.
 
     markdown_table(['a', 'bb'], [['xyz', '1']], pad=True)   # '| a   | bb |\n|-----|----|\n| xyz | 1  |\n'
     turn_runs([2, 3, 4, 6])                                   # ['3-5', '7']: turns count from 1 for people
@@ -8,6 +9,7 @@ and writes nothing.
 """
 import itertools
 import json
+import time
 
 
 def plain_number(value: float) -> str:
@@ -51,3 +53,8 @@ def turn_runs(indices) -> list[str]:
     runs = [[index for _, index in run] for _, run in  # along a run, index minus place in the list stays the same
             itertools.groupby(enumerate(sorted(indices)), lambda pair: pair[1] - pair[0])]
     return [f'{run[0] + 1}' if len(run) == 1 else f'{run[0] + 1}-{run[-1] + 1}' for run in runs]
+
+
+def seconds(started: float) -> str:
+    """The time since `started` (time.monotonic) as progress lines give it: '12.3 s'."""
+    return f'{time.monotonic() - started:.1f} s'
