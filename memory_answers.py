@@ -18,13 +18,13 @@ missing an answer or holding one twice.
 import argparse
 from pathlib import Path
 
-from answer_check import (GRADES_SUFFIX, check_complete, client_for, grade_recording, grades_report, server_advice,
-                          stops_told)
+from answer_grades import GRADES_SUFFIX, check_complete, grade_recording, grades_report, stops_told
 from answer_keys import load_answer_keys
 from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, check_pinned, load_model, load_recording, pin_counter,
                           record_answers, save, seeded_requests)
 import common
 import lab_files
+from openai_client import client_for, server_advice
 from memory_cases import MEMORY_CASES, load_memory_cases
 from memory_store import FILLS, filled_requests
 import tokenizer

@@ -102,7 +102,7 @@ def main(argv: list[str], live=None) -> int:
         raise LabError(f'{path}: recorded with another pin than {options.model} ({", ".join(differ)} differ), so '
                        'its calls are not resumed: record with --fresh, or name its pin with --model')
     if live is None:
-        from answer_check import client_for  # the client of the pin's API
+        from openai_client import client_for  # the client of the pin's API
         (client := client_for(model)).checked_model()  # a server that is not there says so before anything is written
         live = live_call(model, client, max(case['budget']['context_limit'] for case in cases))
     import continuation
