@@ -18,11 +18,10 @@ import argparse
 import json
 from pathlib import Path
 import resource
-import sys
 import time
 
 from case_set import check_fits, load_cases
-from common import LabError, add_input_options, progress, run
+from common import LabError, add_input_options, progress, run, tell
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from runner import run_rules
 from scorer import graded_row, totals
@@ -195,7 +194,7 @@ def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     cases = load_cases(path)
     check_fits(path, cases, exact := cold_start())  # no rule's first pass pays for loading
     rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
-    print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
+    tell(f'timing {len(rules)} rules on {len(cases)} cases', 'benchmark.py')
     # A rules file's rules run in a process of their own: its CPU counts too.
     return timing_table(time_rules(cases, rules, exact, lambda: time.process_time() + sum(c.cpu for c in CHILDREN)))
 

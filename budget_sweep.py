@@ -18,13 +18,12 @@ nothing written. It calls no model.
 import argparse
 import io
 from pathlib import Path
-import sys
 import time
 
 import best_possible
 from best_possible import BEST
 from case_set import check_fits, load_case_set
-from common import HERE, LabError, add_input_options, run
+from common import HERE, LabError, add_input_options, run, tell
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
 from runner import counting, report_header, run_rules
@@ -159,8 +158,7 @@ def limit_points(cases: list[dict], limit: int, rules: dict, facts: dict, group:
 
 def report_progress(done: str, started: float, cpu: float) -> None:
     """One progress line: what was done, since when (time.perf_counter) and from what CPU (time.process_time)."""
-    print(f'budget_sweep.py: {done} in {time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)',
-          file=sys.stderr, flush=True)
+    tell(f'{done} in {time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)', 'budget_sweep.py')
 
 
 def sweep_table(report: dict) -> str:

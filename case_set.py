@@ -12,9 +12,8 @@ evaluate.py and the other scripts call it.
 """
 import json
 from pathlib import Path
-import sys
 
-from common import LabError
+from common import LabError, tell
 from lab_files import field_gaps, parse_json, read_json_file
 from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, build_request, \
     holds_thinking_marker, is_pair, each_turn, make_turn, turn_texts
@@ -216,9 +215,8 @@ def warn_quoted_stale(where: str, case: dict, pairs: tuple) -> None:
         for turn, texts in enumerate(pairs):
             if any(stale in text for text in texts) and (required := next(
                     (fact for fact in case['required'] if any(fact in text for text in texts)), None)):
-                print(f'{where}: warning: stale fact {stale!r} is quoted again in history turn {turn}, which states '
-                      f'the required fact {required!r}: every request carrying that turn sends both (docs/agents.md)',
-                      file=sys.stderr)
+                tell(f'{where}: warning: stale fact {stale!r} is quoted again in history turn {turn}, which states '
+                     f'the required fact {required!r}: every request carrying that turn sends both (docs/agents.md)')
                 break
 
 

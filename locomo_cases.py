@@ -18,11 +18,10 @@ from itertools import zip_longest
 import json
 from pathlib import Path
 import re
-import sys
 
 from answer_f1 import CATEGORIES  # LoCoMo's question categories, as its F1 scores them
 from case_set import CaseError, check_budget, check_case
-from common import run  # standard library only, as are the others here
+from common import run, tell  # standard library only, as are the others here
 from lab_files import check_outputs, output_help, read_json, to_json, write_output
 from shapes import SPLITS, make_turn
 
@@ -226,7 +225,7 @@ def main(argv: list[str]) -> int:
     write_output(args.output, text, 'case set',
                  *([(args.answers, to_json({'answers': golds}), 'gold answers')] if args.answers else []))
     try:
-        print(f'locomo_cases.py: {summary}', file=sys.stderr)
+        tell(summary, 'locomo_cases.py')
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f'the case set was written to {args.output}') from None
     return 0

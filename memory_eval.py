@@ -22,9 +22,8 @@ import argparse
 import hashlib
 from pathlib import Path
 import sqlite3
-import sys
 
-from common import HERE, LabError, run
+from common import HERE, LabError, run, tell
 from lab_files import check_outputs, to_json, write_output
 from memory_cases import MEMORY_CASES, load_memory_cases, memory_cases
 from memory_store import FILLS, filled_requests, filled_stores, stores_folder
@@ -129,8 +128,8 @@ def main(argv: list[str]) -> int:
     report = memory_report(args.cases, args.stores)
     if not argv and report['case_set_sha256'] != hashlib.sha256(to_json(memory_cases()).encode()).hexdigest():
         output = None  # never re-record from a set that is not the lab's, unless --output asks for it
-        print(f'memory_eval.py: {args.cases.name} is not the set memory_cases.py writes, so {MEMORY_RECORDING.name}, '
-              'which records that set, is left as it is; to keep this report, add --output FILE.json', file=sys.stderr)
+        tell(f'{args.cases.name} is not the set memory_cases.py writes, so {MEMORY_RECORDING.name}, which records '
+             'that set, is left as it is; to keep this report, add --output FILE.json', 'memory_eval.py')
     if output:
         write_output(output, to_json(report), 'memory report')
     print(memory_table(report) if args.format == 'table' else to_json(report), end='')
