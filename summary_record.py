@@ -26,6 +26,7 @@ from answer_model import MODEL_PATH, chat_body, load_model
 import common
 from common import LabError
 from case_set import check_encodable, load_cases
+import continuation
 import lab_files
 from summaries import REPLY_FIELDS, TELEMETRY, CallFailed, answered, compact, key, load, recording_path, replaying
 
@@ -105,7 +106,6 @@ def main(argv: list[str], live=None) -> int:
         from openai_client import client_for  # the client of the pin's API
         (client := client_for(model)).checked_model()  # a server that is not there says so before anything is written
         live = live_call(model, client, max(case['budget']['context_limit'] for case in cases))
-    import continuation
     import langchain_summary
     keys = continuation.load_keys(options.keys, cases) if options.keys else {}
 
