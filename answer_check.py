@@ -16,45 +16,33 @@ answer-grades.json (NAME.grades.json beside --output) and prints its tables (doc
 call, and reuses or grades no answer of another build, nor a recording missing an answer or holding one twice.
 """
 import argparse
-from collections import Counter
-import contextlib
 import os
 from pathlib import Path
 import random
 
+from answer_grades import GRADES_SUFFIX, check_complete, grade_recording, grades_report, stops_told
 import answer_keys
-from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, PARTIAL_SUFFIX, SAMPLING_OPTIONS, api,
-                          check_model, check_pinned, each_answer, load_model, load_recording, model_name, pin_counter,
-                          ready_partial, record_answers, save, seeded_requests, undercounts_cached_prompt)
+from answer_model import (CLOSEST, JSON_INDENT, MODEL_PATH, PARTIAL_SUFFIX, SAMPLING_OPTIONS, check_model,
+                          check_pinned, each_answer, load_model, load_recording, pin_counter, ready_partial,
+                          record_answers, save, seeded_requests)
 import case_set
 import common
 from common import LabError
 import lab_files
-from ollama_client import OllamaClient, pull_advice
-from openai_client import BASE_URL, BASE_URL_VARIABLE, OpenAIClient, described
+from ollama_client import OllamaClient
+from openai_client import BASE_URL, BASE_URL_VARIABLE, OpenAIClient, client_for, described, server_advice
 from rule_files import add_timeout_option, load_rule_files
-from runner import case_selections, counter_note
+from runner import case_selections
 from strategies import RULES
-from text import counted
 import tokenizer
 
 KEYS_PATH = common.HERE / 'answer-keys.json'
 RESULT_PATH = common.HERE / 'answer-result.json'
 GRADES_PATH = common.HERE / 'answer-grades.json'
-GRADES_SUFFIX = '.grades.json'  # where the grades of an --output recording go
 DEFAULT_SPLIT = 'held_out'  # the split sent by default: the rules were written while looking at the others
 F1_RIGHT = 0.5  # --grader f1 counts an answer right at this F1 or above (--f1-threshold)
 SAMPLE_SEED = 0  # --sample N draws with this seed, so that record and grading draw the same cases
 ASK_ABOVE = 500  # record makes more calls than this only with --yes
-CUT_OFF = 'length'  # the done_reason of an answer that reached num_predict: listed, its verdict stands
-NO_REQUEST = 'no request recorded'  # an answer in the original's format: it names no request
-MISMATCH_CAUSES = {  # why a prompt_tokens differs from the lab's count, as grading says it (docs/answer-check.md)
-    'cache accounting': 'probably the accounting of Ollama {}, which leaves cached prompt tokens out',
-    'truncation': 'truncated: the server read fewer tokens than the request holds, so it dropped part of it, as Ollama '
-    'drops the oldest messages once a prompt exceeds num_ctx, or a server cuts what exceeds the context it loaded',
-    NO_REQUEST: "the original's format names no request; the server read another text than today's, as "
-    "the original's 120 answered its own cases.json (sha256 30d77344...) of other histories (docs/counter.md)",
-    'unexplained': 'unexplained: the server read another prompt than the lab counted for the very request sent'}
 
 
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
@@ -64,84 +52,6 @@ def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
     selections = [case_selections(case, rules, count) for case in cases]  # (rule -> selection, rule -> graded row)
     return [item for name in rules for case, (chosen, rows) in zip(cases, selections)
             for item in seeded_requests(model, name, case, chosen[name]['messages'], rows[name])]
-
-
-def check_complete(recorded: dict, plan: list[dict], path: Path, cases_path: Path, cases_sha256: str, hint: str,
-                   redo: str) -> None:
-    """Refuse a recording that lacks a planned answer, or holds one twice or unplanned (its counts would lie), naming
-    them and the advice: redo for one held twice; else --cases where it names other cases by their sha256, or hint."""
-    held = Counter((strategy, case_id, answer['seed']) for strategy, case_id, answer in each_answer(recorded))
-    planned = dict.fromkeys((item['strategy'], item['case'], item['seed']) for item in plan)  # ordered, and a set
-    if (chosen := recorded.get('chosen')) and chosen['cases_sha256'] != cases_sha256:
-        hint = (f'it was recorded from a case file with sha256 {chosen["cases_sha256"][:12]}, not {cases_path}: give '
-                'that one with --cases')
-    for problem, found, advice in (('missing', [key for key in planned if key not in held], hint),
-                                   ('that this run does not plan', [key for key in held if key not in planned], hint),
-                                   ('recorded more than once', [key for key, n in held.items() if n > 1], redo)):
-        if found:
-            named = ', '.join(f'{s} {c} seed {seed}' + (f' ({held[s, c, seed]} times)' if held[s, c, seed] > 1 else '')
-                              for s, c, seed in found[:answer_keys.NAMED])
-            raise LabError(f'{path}: {counted(len(found), "answer")} {problem}, such as {named}; {advice}')
-
-
-def grade_recording(recorded: dict, keys: dict, plan: list[dict], f1: tuple[dict, float] | None = None) -> dict:
-    """The grades file's content; a planned request's fact-recall row joins an answer given that very request. With f1
-    ({case_id: kind}, threshold), keys are gold answers scored by F1."""
-    model, current = recorded['model'], {(item['strategy'], item['case'], item['seed']): item for item in plan}
-    undercounts = api(model) == 'ollama' and undercounts_cached_prompt(model['ollama_version'])
-    compared = pin_counter(model)[1]
-    mismatches, cut_off, outdated, joined = [], [], [], []
-    for strategy, case_id, answer in each_answer(recorded):
-        where = {'strategy': strategy, 'case': case_id, 'seed': answer['seed']}
-        today = current.get((strategy, case_id, answer['seed']))
-        sent = answer.get('request_sha256')  # None in the original's format: today's request stands in
-        same = today is not None and today['request_sha256'] == sent
-        joined.append((strategy, case_id, answer, today['row'] if same else None))
-        count, read = answer['input_tokens'] if sent else today['input_tokens'], answer['prompt_tokens']
-        if compared and read != count:  # prompt_tokens are held only to the served model's own counter
-            cause = ('cache accounting' if undercounts and read < count else NO_REQUEST if not sent else
-                     'truncation' if read < count else 'unexplained')
-            mismatches.append({**where, 'prompt_tokens': read, 'input_tokens': count, 'cause': cause})
-        if answer['done_reason'] == CUT_OFF:
-            cut_off.append(where)
-        if not same:
-            outdated.append({**where, 'reason': 'request changed' if sent else NO_REQUEST})
-    graded = {strategy: {case_id: [] for case_id in by_case} for strategy, by_case in recorded['answers'].items()}
-    before, after = (answer_keys.f1_grades(joined, keys, *f1, graded) if f1 else
-                     answer_keys.key_grades(joined, keys, graded))
-    return {'model': model, 'answers_recorded': len(joined), **before,
-            'prompt_token_mismatches': mismatches, 'cut_off_answers': cut_off,
-            'cut_off_per_strategy': {name: sum(c['strategy'] == name for c in cut_off) for name in graded},
-            'outdated_requests': outdated, **after}
-
-
-def grades_report(grades: dict) -> str:
-    """The grader's tables and lists, then the checks kept apart."""
-    cut_off = 'Cut off at num_predict (graded as they stand): ' + ', '.join(
-        f'{k} {v}' for k, v in grades['cut_off_per_strategy'].items())
-    (name, own), tag = pin_counter(grades['model']), model_name(grades['model'])
-    # A report leaves the default counter unnamed; a counter that is not the served model's own is named too.
-    note = counter_note({'counter': {} if own and name == tokenizer.DEFAULT else {'name': name}})
-    lines = [*([f'Answers of {tag}{note}{", not its own counter" * (not own)}:'] if note else []),
-             *(answer_keys.f1_tables if 'f1' in grades else answer_keys.key_tables)(grades, cut_off), '']
-    for cause, meaning in MISMATCH_CAUSES.items():
-        if found := [m for m in grades['prompt_token_mismatches'] if m['cause'] == cause]:
-            lines.append(f'{counted(len(found), "answer")} whose prompt_tokens differ from the lab\'s count ('
-                         f'{meaning.format(grades["model"].get("ollama_version"))}):')
-            lines += [f'  {m["strategy"]} {m["case"]} seed {m["seed"]}: server read {m["prompt_tokens"]} tokens, '
-                      f'the lab counted {m["input_tokens"]}' for m in found]
-    if not grades['prompt_token_mismatches']:
-        lines.append("Every answer's prompt_tokens equal the counted input tokens." if own else
-                     f'prompt_tokens are not compared: {name} is not the counter of {tag}.')
-    if unnamed := sum(o['reason'] == NO_REQUEST for o in grades['outdated_requests']):
-        lines.append(f"{counted(unnamed, 'answer')} name no request (the original's format): none joins fact recall.")
-    if outdated := [o for o in grades['outdated_requests'] if o['reason'] != NO_REQUEST]:
-        lines.append(f'{counted(len(outdated), "answer")} recorded for requests that the current '
-                     'strategies, cases and pin no longer send; record again:')
-        lines += [f'  {o["strategy"]} {o["case"]} seed {o["seed"]}: {o["reason"]}' for o in outdated]
-    elif not unnamed:
-        lines.append('Every recorded request is what the current strategies and cases send.')
-    return '\n'.join(lines)
 
 
 def parse_args(argv: list[str], cases_path: Path) -> argparse.Namespace:
@@ -195,11 +105,6 @@ def refuse_combinations(parser: argparse.ArgumentParser, args: argparse.Namespac
             parser.error(message)
 
 
-def client_for(model: dict):
-    """The client of the API the pin names: both answer chat_body's requests, checked, in the same shape."""
-    return OpenAIClient(model) if api(model) == 'openai' else OllamaClient(model)
-
-
 def pin(args: argparse.Namespace) -> int:
     defaults = load_model(args.model)
     asked = {o: v for o in (*SAMPLING_OPTIONS, 'repeat_penalty') if (v := getattr(args, o)) is not None}
@@ -251,22 +156,6 @@ def load_inputs(args: argparse.Namespace, keys_path: Path, recorded: dict | None
     return model, rules, cases, load_keys(keys_path, cases, every)
 
 
-@contextlib.contextmanager
-def stops_told(result_path: Path, command: str | None):
-    """Every stop inside says what it leaves on disk; the caller sets state['recorded'] once the recording is whole."""
-    state = {'recorded': False}
-    try:
-        yield state
-    except (KeyboardInterrupt, LabError) as stop:
-        whole = f'{result_path.name} holds every answer: grade it with the same command without `record`'
-        if isinstance(stop, LabError):
-            raise LabError(f'{stop}; {whole}') if state['recorded'] else stop
-        partial = result_path.with_suffix(PARTIAL_SUFFIX)
-        kept = f'; the answers so far are kept in {partial.name} for the next `record`' if partial.exists() else ''
-        raise KeyboardInterrupt(whole if state['recorded'] else f'{result_path.name} ' + (
-            f'is replaced only once every answer has arrived{kept}' if command else 'is unchanged')) from None
-
-
 def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grades_path: Path, client) -> tuple:
     """(grades, inputs): record first if args say so, then grade; every stop says what it leaves on disk."""
     record = f'{common.python_command()} answer_check.py record'
@@ -302,13 +191,6 @@ def run_check(args: argparse.Namespace, keys_path: Path, result_path: Path, grad
              in by_case.items()} for s, by_case in grades['graded'].items()}} if original else grades, 'answer grades',
              2 if original else JSON_INDENT)
     return grades, inputs
-
-
-def server_advice(model: dict) -> str:
-    """What to start before a recording: the pinned server and model, or Ollama with the pinned build."""
-    if api(model) == 'openai':
-        return f'the server at {model["base_url"]} with {model["model_id"]}'
-    return f'Ollama, {pull_advice(model["ollama_tag"], model["ollama_digest"])}'
 
 
 def main(argv: list[str], *, cases_path: Path = common.DEFAULT_CASES, keys_path: Path = KEYS_PATH,

@@ -17,11 +17,9 @@ import re
 from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
 import string
 
-from answer_model import excerpt, tell
-from common import LabError
+from common import LabError, tell
 from lab_files import read_json
-from locomo_cases import CATEGORIES
-from text import counted, markdown_table
+from text import counted, excerpt, markdown_table
 
 # The regex grader's sentence split, and the words that mark a correction or a missing fact (see answer_verdict).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
@@ -48,6 +46,7 @@ PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; one that
 # The second grader, LoCoMo's token F1 (--grader f1).
 ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
 PUNCTUATION = str.maketrans('', '', string.punctuation)
+CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}  # LoCoMo's
 MULTI_HOP, OPEN_DOMAIN = CATEGORIES[1], CATEGORIES[3]  # the kinds LoCoMo scores in parts
 F1_DIGITS = 3  # decimals of a recorded F1 and of its means
 # Right (F1 at the threshold or above) or not, crossed with every required fact in the request or not: as CAUSES'.

@@ -10,14 +10,13 @@ import hashlib
 import json
 from pathlib import Path
 import re
-import sys
 import time
 
 import common
-from common import LabError
+from common import LabError, tell
 import lab_files
 from prepared_folder import DEFAULT
-from text import clipped, counted as counted_text
+from text import counted as counted_text, excerpt
 
 MODEL_PATH = common.HERE / 'answer-model.json'
 PIN_AGAIN = 'write it again with `answer_check.py pin TAG --output FILE`'
@@ -96,11 +95,6 @@ def model_name(model: dict) -> str:
     return model['model_id'] if api(model) == 'openai' else model['ollama_tag']
 
 
-def excerpt(value) -> str:
-    """A value as JSON, cut short, for an error message."""
-    return clipped(json.dumps(value, ensure_ascii=False), 40)
-
-
 def check_fields(where: str, value, checks: dict, advice: str, optional: dict | None = None) -> None:
     """Refuse value unless it is an object with exactly the fields of checks (and any of optional), each valid."""
     if not isinstance(value, dict):
@@ -168,10 +162,6 @@ def append(path: Path, entry: dict | None) -> None:
             file.write(data)
     except OSError as error:
         raise LabError(f'{path}: cannot write the partial recording: {error.strerror}') from None
-
-
-def tell(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def kept_answers(path: Path, model: dict, plan: list[dict], discard: str) -> tuple[dict, int | None] | None:

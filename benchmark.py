@@ -22,16 +22,15 @@ import json
 from pathlib import Path
 import random
 import resource
-import sys
 import time
 
-from best_possible import turn_facts
-from budget_sweep import at_limit, check_limits, check_reserved, limit_points
-from case_set import load_cases
-from common import LabError, add_input_options, progress, run
+from best_possible import best_row, turn_facts
+from case_set import check_fits, check_limits, check_reserved, load_cases
+from common import LabError, add_input_options, progress, run, tell
 from rule_files import CHILDREN, add_timeout_option, load_rule_files
 from runner import run_rules
-from scorer import check_fits, graded_row, totals
+from scorer import graded_row, totals
+from shapes import at_limit
 from strategies import RULES
 from text import markdown_table
 from tokenizer import CounterError, add_counter_option, choose_counter, counter
@@ -255,6 +254,14 @@ def locomo_cases(path: Path) -> list[dict]:
     return cases
 
 
+def sweep_limit(cases: list[dict], limit: int, count, facts: dict) -> None:
+    """budget_sweep.py's work at one limit, without its totals: every rule's rows, then the best possible's."""
+    limited = at_limit(cases, limit)
+    run_rules(limited, RULES, count)
+    for case in limited:
+        best_row(case, count, facts[case['id']])
+
+
 def locomo_sweep(cases: list[dict]) -> dict:
     """--locomo: the README's sweep of a case set (the four rules and the best possible, graded, at LOCOMO_LIMITS; no
     rules file) from a cold counter, against its bound: encoding each distinct message it measured once, plus one
@@ -263,7 +270,7 @@ def locomo_sweep(cases: list[dict]) -> dict:
     start = time.process_time()
     facts = {case['id']: turn_facts(case) for case in cases}  # as budget_sweep.py works them out, once
     for limit in LOCOMO_LIMITS:
-        limit_points(cases, limit, RULES, facts, 'kind', lambda *_: None, '')
+        sweep_limit(cases, limit, exact, facts)
     seconds = time.process_time() - start
     selection = timed_run(at_limit(cases, LOCOMO_SELECTION), exact, 'LoCoMo selection pass')[0]
     encode = bound_seconds()
@@ -314,7 +321,7 @@ def rule_timing(path: Path, rule_paths: list, rule_timeout: float) -> str:
     cases = load_cases(path)
     check_fits(path, cases, exact := cold_start())  # no rule's first pass pays for loading
     rules = {**RULES, **load_rule_files(rule_paths, rule_timeout)[0]}
-    print(f'benchmark.py: timing {len(rules)} rules on {len(cases)} cases', file=sys.stderr)
+    tell(f'timing {len(rules)} rules on {len(cases)} cases', 'benchmark.py')
     # A rules file's rules run in a process of their own: its CPU counts too.
     return timing_table(time_rules(cases, rules, exact, lambda: time.process_time() + sum(c.cpu for c in CHILDREN)))
 

@@ -18,22 +18,22 @@ nothing written. It calls no model.
 import argparse
 import io
 from pathlib import Path
-import sys
 import time
 
 import best_possible
 from best_possible import BEST
-from case_set import load_case_set
-from common import HERE, LabError, add_input_options, run
+from case_set import check_limits, check_reserved, load_case_set
+from common import HERE, LabError, add_input_options, run, tell
 from lab_files import check_outputs, to_json, write_output
 from rule_files import add_timeout_option, load_rule_files
-from runner import counter_note, counting, report_header, run_rules
-from scorer import POINT_TOTALS, by_group, check_fits, totals
-from shapes import allowance, build_request
+from runner import counting, report_header, run_rules
+from scorer import POINT_TOTALS, by_group, totals
+from shapes import allowance, at_limit
 from strategies import RULES
 from text import clipped, counted, markdown_table, printable
 from prepared_folder import DEFAULT
 from tokenizer import choose_counter, count_request, counter_choice
+from views import counter_note
 
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
 DEFAULT_LIMITS = (192, 256, 384, 640, 768, 1024)
@@ -74,28 +74,6 @@ def parse_limits(text: str) -> list[int]:
     return sorted(limits)
 
 
-def check_reserved(path: Path, cases: list[dict]) -> None:
-    """Refuse cases that keep different numbers of tokens for the answer and the margin."""
-    kept = [case['budget']['max_new_tokens'] + case['budget']['margin'] for case in cases]
-    if other := next((index for index, tokens in enumerate(kept) if tokens != kept[0]), 0):  # 0: none differs
-        raise SweepError(f"{path}: cases {cases[0]['id']} and {cases[other]['id']} keep {kept[0]} and "
-                         f'{kept[other]} tokens for the answer and margin; a sweep gives every case one '
-                         'context limit, so they must keep the same')
-
-
-def check_limits(path: Path, cases: list[dict], limits: list[int], count=count_request) -> None:
-    """Refuse a smallest limit some case cannot fit, naming the case that needs most and the limit that works.
-    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170."""
-    need, case = max(((count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case), case)
-                      for case in cases), key=lambda pair: pair[0])  # the first most demanding
-    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {need}')
-
-
-def at_limit(cases: list[dict], limit: int) -> list[dict]:
-    """The cases with budget.context_limit replaced; the rest of each case is shared, not copied."""
-    return [dict(case, budget=dict(case['budget'], context_limit=limit)) for case in cases]
-
-
 def point(limit: int, room: int, rule: str, rows: list[dict], group: str | None) -> dict:
     """One (limit, rule) point: totals() of its rows laid out as a point (scorer.POINT_TOTALS), and with a group the
     same per split or kind."""
@@ -129,7 +107,7 @@ def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict],
     with counting(path, cases, count_request):  # a request a counter cannot count: named by file, case, message
         for name in counters or [None]:  # every counter's refusal before any counter's work
             choose_counter(name) if name else None
-            check_limits(path, cases, limits)
+            check_limits(path, cases, limits, count_request)
         progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
         reports = []
         for name in counters or [None]:
@@ -160,8 +138,7 @@ def limit_points(cases: list[dict], limit: int, rules: dict, facts: dict, group:
 
 def report_progress(done: str, started: float, cpu: float) -> None:
     """One progress line: what was done, since when (time.perf_counter) and from what CPU (time.process_time)."""
-    print(f'budget_sweep.py: {done} in {time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)',
-          file=sys.stderr, flush=True)
+    tell(f'{done} in {time.perf_counter() - started:.1f} s ({time.process_time() - cpu:.1f} s CPU)', 'budget_sweep.py')
 
 
 def sweep_table(report: dict) -> str:

@@ -3,6 +3,7 @@
     from case_set import load_case_set, load_cases
     cases = load_cases('cases.json')   # checked cases, or one LabError naming file, case and field
     cases, sha256 = load_case_set('cases.json')   # and the SHA-256 of the bytes that were parsed
+    check_fits('cases.json', cases, count_request)  # refuses a case whose bare request exceeds its allowance
 
 The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md; how a
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
@@ -11,14 +12,12 @@ evaluate.py and the other scripts call it.
 """
 import json
 from pathlib import Path
-import sys
 
-from common import LabError
+from common import LabError, tell
 from lab_files import field_gaps, parse_json, read_json_file
-from scorer import invalid
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
-    each_turn, make_turn, turn_texts
-from tool_formats import CounterError, checked_message, checked_tools
+from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, at_limit, build_request, \
+    holds_thinking_marker, is_pair, each_turn, make_turn, turn_texts
+from tool_formats import CounterError, checked_message, checked_tools, invalid
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
@@ -216,9 +215,8 @@ def warn_quoted_stale(where: str, case: dict, pairs: tuple) -> None:
         for turn, texts in enumerate(pairs):
             if any(stale in text for text in texts) and (required := next(
                     (fact for fact in case['required'] if any(fact in text for text in texts)), None)):
-                print(f'{where}: warning: stale fact {stale!r} is quoted again in history turn {turn}, which states '
-                      f'the required fact {required!r}: every request carrying that turn sends both (docs/agents.md)',
-                      file=sys.stderr)
+                tell(f'{where}: warning: stale fact {stale!r} is quoted again in history turn {turn}, which states '
+                     f'the required fact {required!r}: every request carrying that turn sends both (docs/agents.md)')
                 break
 
 
@@ -277,3 +275,26 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
     return shared
 
 
+def check_fits(path, cases: list[dict], count, hint: str = '') -> None:
+    """Refuse the first case whose instructions and question alone exceed its allowance: no rule could fit it."""
+    for case in cases:
+        if (bare := count(build_request(case, []))) > allowance(case):
+            raise LabError(f'{path}: case {case["id"]}: field budget allows {allowance(case)} input tokens, '
+                           f'but the instructions and question alone need {bare}{hint}')
+
+
+def check_reserved(path: Path, cases: list[dict]) -> None:
+    """Refuse cases that keep different numbers of tokens for the answer and the margin."""
+    kept = [case['budget']['max_new_tokens'] + case['budget']['margin'] for case in cases]
+    if other := next((index for index, tokens in enumerate(kept) if tokens != kept[0]), 0):  # 0: none differs
+        raise LabError(f"{path}: cases {cases[0]['id']} and {cases[other]['id']} keep {kept[0]} and "
+                       f'{kept[other]} tokens for the answer and margin; a sweep gives every case one '
+                       'context limit, so they must keep the same')
+
+
+def check_limits(path: Path, cases: list[dict], limits: list[int], count) -> None:
+    """Refuse a smallest limit some case cannot fit, naming the case that needs most and the limit that works.
+    A case fits a limit when its bare request (no history) fits its allowance: dev-spread needs 42 + 96 + 32 = 170."""
+    need, case = max(((count(build_request(case, [])) + case['budget']['context_limit'] - allowance(case), case)
+                      for case in cases), key=lambda pair: pair[0])  # the first most demanding
+    check_fits(path, at_limit([case], limits[0]), count, f'; the smallest limit every case fits is {need}')

@@ -3,6 +3,7 @@
     import common
     common.run(main)                 # checks the locked packages; a LabError is one line and exit 2, Ctrl-C 130
     common.add_input_options(parser) # --cases FILE and --rules FILE.py, as every script that runs rules spells them
+    common.tell('fetched them', 'prepare.py')   # 'prepare.py: fetched them' on stderr: the one way to tell the user
 
 Files (reading JSON, writing outputs whole) are lab_files.py, text for people text.py, the lab's shapes shapes.py.
 Standard library only. Importing it checks nothing (a script that starts checks its packages) and writes nothing.
@@ -79,6 +80,12 @@ def cut(line: str, most: int = MESSAGE_CHARS) -> str:
     return line if len(line) <= most else f'{line[:kept]}… ({len(line) - kept:,} more characters)'
 
 
+def tell(line: str, script: str = '') -> None:
+    """Tell the user one line on stderr, after 'script: ' when a script is named: the one way the lab does. Flushed,
+    since a server's or pip's output may interleave with it."""
+    print(f'{script}: {line}' if script else line, file=sys.stderr, flush=True)
+
+
 def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool = True) -> None:
     """Exit with main(arguments), after checking the locked packages unless `packages=False`. A LabError is one
     line on stderr and exit 2, Ctrl-C exit 130 (after 'interrupted; ', `interrupted` or the KeyboardInterrupt's
@@ -100,11 +107,11 @@ def run(main: Callable[[list[str]], int], interrupted: str = '', packages: bool 
         problem = cut(printable(str(error))) if isinstance(error, LabError) else (  # one line, of bounded length
             f'the output cannot be written as {error.encoding} (it holds {error.object[error.start:error.end]!r}); '
             'set PYTHONIOENCODING=utf-8')
-        print(f'{script}: {problem}', file=sys.stderr)
+        tell(problem, script)
         sys.exit(2)
     except KeyboardInterrupt as stop:
         state = stop.args[0] if stop.args and isinstance(stop.args[0], str) else interrupted
-        print(f"{script}: interrupted{'; ' + state if state else ''}", file=sys.stderr)
+        tell(f"interrupted{'; ' + state if state else ''}", script)
         sys.exit(128 + signal.SIGINT)  # what a shell reports for Ctrl-C
     except BrokenPipeError:
         # Python flushes stdout again at exit, which would fail the same way; point it at devnull first.
@@ -124,4 +131,4 @@ def add_input_options(parser, cases: Path | None = DEFAULT_CASES,
 def progress(script: str, done: int, total: int, steps: int = 20) -> None:
     """'evaluate.py: 77 of 1534 cases' on stderr, about `steps` times in a run."""
     if done == total or done % max(1, total // steps) == 0:
-        print(f'{script}: {done} of {total} cases', file=sys.stderr, flush=True)
+        tell(f'{done} of {total} cases', script)

@@ -23,8 +23,7 @@ from common import LabError
 from case_set import load_cases
 import lab_files
 from shapes import message_text, turn_texts
-from summaries import compact
-import summary_record
+from summaries import compact, load, recording_path, replaying
 from text import markdown_table
 
 CASES = common.HERE / 'continuation-cases.json'
@@ -130,7 +129,7 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
                                      'summary_tokens', 'fallbacks'), 0) for _ in range(SEGMENTS - 1)], []
     for case in cases:
         ends = keys[case['id']]['segments']
-        made = generations(case, ends, count, summary_record.replaying(calls, case['id'], cases_name))
+        made = generations(case, ends, count, replaying(calls, case['id'], cases_name))
         rows = [graded(case, keys[case['id']], chosen, told) for chosen, told in made]
         first = {**case, 'history': case['history'][:ends[0]]}
         texts = [history_text(first)] + [
@@ -159,7 +158,7 @@ def main(argv: list[str]) -> int:
     options = parser.parse_args(argv)
     cases = load_cases(options.cases)
     keys = load_keys(options.keys, cases)
-    calls = summary_record.load(summary_record.recording_path())['calls']
+    calls = load(recording_path())['calls']
     print(report(cases, keys, count_request, calls, str(options.cases)), end='')
     return 0
 

@@ -21,12 +21,12 @@ from pathlib import Path
 import sys
 
 import best_possible
-from case_set import load_case_set, load_cases
+from case_set import check_fits, load_case_set, load_cases
 from common import DEFAULT_CASES, LabError, add_input_options, run
 from lab_files import check_outputs, output_help, read_json, to_json, write_output
 from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, counting, report_header, run_rules
-from scorer import by_group, check_fits
+from scorer import by_group
 from strategies import RULES, chosen
 from tokenizer import add_counter_option, choose_counter, count_request
 import views

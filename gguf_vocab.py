@@ -11,15 +11,11 @@ reads only the files it is given and writes only out_path; prepare.py pins and s
 """
 from pathlib import Path, PurePosixPath
 
-from common import LabError
+from lab_files import PrepareError
 from prepared_folder import ADDED_FLAGS
 from tokenizer import chat_format, markers
 
 SHOWN_CHARS = 60  # how much of a test string or id list an error shows
-
-
-class PrepareError(LabError):
-    """A source that cannot serve the pinned bytes, or a folder that cannot be replaced."""
 
 
 def build_tokenizer(gguf_path: Path, out_path: Path, mirror: dict) -> None:

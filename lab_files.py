@@ -1,4 +1,5 @@
-"""The lab's files: JSON read from regular files only, outputs written whole.
+"""The lab's files: JSON read from regular files only, outputs written whole, pinned downloads checked
+(pip_download, check_file: prepare.py's and real_server.py's).
 
     check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input or the lab's own
     write_output(Path('report.json'), to_json(report), 'report')           # whole, or not at all
@@ -15,7 +16,10 @@ import json
 import os
 from pathlib import Path
 import re
+import signal
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -31,6 +35,10 @@ LAB_FILES = ('*.py', '*.md', 'docs/*', '.ci/*', '.gitignore', 'requirements.*', 
 PREPARED_JSON = 'prepared.json'  # written last into a prepared counter folder: its presence means "complete"
 PIPE_WAIT = 10  # seconds an output named pipe may wait for a reader before the write is refused
 READ_MOST = 10**9  # bytes: LoCoMo's case set is 146 MB, and parsing takes several times a file's size in memory
+
+
+class PrepareError(LabError):
+    """A source that cannot serve the pinned bytes, or a folder that cannot be replaced."""
 
 
 def read_json(path: Path, what: str, advice: str = ''):
@@ -116,6 +124,51 @@ def to_json(value, indent: int = 2) -> str:
 def sha256_file(path: Path) -> str:
     with open(path, 'rb') as file:
         return hashlib.file_digest(file, 'sha256').hexdigest()
+
+
+def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
+    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free; an sdist pins none)."""
+    if (size := path.stat().st_size) != pin.get('size', size):
+        raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
+    if (sha256 := sha256_file(path)) != pin['sha256']:
+        raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
+
+
+def run_group(command: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[str, int]:
+    """Run a command in a session of its own, its output read through a pipe: (output, exit status). Ctrl-C reaches
+    only this script, which then stops the command and every process it started before anything is removed."""
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors='replace', env=env, cwd=cwd, start_new_session=True)
+    try:
+        return process.communicate()[0], process.returncode
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+
+
+def pip_download(workdir: Path, pinned: dict[str, str], options: list[str], what: str, advice: str,
+                 elsewhere: str) -> Path:
+    """pip download each pinned requirement ('name==version' -> sha256) into workdir/download, pip's TMPDIR inside
+    workdir; pip refuses any other bytes. `what` names the download in messages, `advice` ends a failed one's and
+    `elsewhere` says where else the folder can go."""
+    downloads, tmp, requirements = workdir / 'download', workdir / 'pip-tmp', workdir / 'pinned-requirements.txt'
+    requirements.write_text(''.join(f'{name} --hash=sha256:{sha256}\n' for name, sha256 in pinned.items()),
+                            encoding='utf-8')
+    tmp.mkdir()
+    # pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
+    said, status = run_group([sys.executable, '-m', 'pip', 'download', '--no-deps', *options, '--require-hashes',
+                              '--quiet', '--dest', str(downloads), '-r', str(requirements)],
+                             env=os.environ | {'TMPDIR': str(tmp)})
+    print(said, end='', file=sys.stderr, flush=True)
+    if status != 0 and os.strerror(errno.ENOSPC) in said:
+        raise PrepareError(f"pip download of {what} failed (exit {status}): the disk is full (pip's message is "
+                           f'above); free space in {workdir.parent}, where pip downloads and builds, or {elsewhere}')
+    if status != 0:
+        raise PrepareError(f"pip download of {what} failed (exit {status}, pip's message is above); check pip's index "
+                           f'configuration (pip config list){advice}')
+    return downloads
 
 
 def path_text(path: Path) -> str:

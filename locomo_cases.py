@@ -18,15 +18,14 @@ from itertools import zip_longest
 import json
 from pathlib import Path
 import re
-import sys
 
+from answer_keys import CATEGORIES  # LoCoMo's question categories, as its F1 scores them
 from case_set import CaseError, check_budget, check_case
-from common import run  # standard library only, as are the two below
+from common import run, tell  # standard library only, as are the others here
 from lab_files import check_outputs, output_help, read_json, to_json, write_output
 from shapes import SPLITS, make_turn
 
 # What a case looks like. Changing any of these changes every case written.
-CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}
 CHOSEN = '1,2,3,4'  # category 5 asks about things the conversation never says, so it has nothing to find
 LOCOMO_ASK = ('write a short answer for the following question in a few words. Do not write complete and lengthy '
               'sentences. Answer with exact words from the conversations whenever possible.')
@@ -226,7 +225,7 @@ def main(argv: list[str]) -> int:
     write_output(args.output, text, 'case set',
                  *([(args.answers, to_json({'answers': golds}), 'gold answers')] if args.answers else []))
     try:
-        print(f'locomo_cases.py: {summary}', file=sys.stderr)
+        tell(summary, 'locomo_cases.py')
     except KeyboardInterrupt:
         raise KeyboardInterrupt(f'the case set was written to {args.output}') from None
     return 0

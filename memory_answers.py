@@ -7,26 +7,26 @@ it, through Ollama or an OpenAI-compatible server as the pin names, and grade th
     .venv/bin/python memory_answers.py                  # offline: re-grades memory-answer-result.json
     .venv/bin/python memory_answers.py record --model pin.json --cases mine.json --keys keys.json --output my.json
 
-record sends memory-cases.json's 10 questions x memory_eval's 3 fills x 5 seeds = 150 requests, sized by the pin's
-counter, to the build answer-model.json pins (its digest, or what its server revealed, checked), keeping each answer
-in memory-answer-result.partial.json to resume from, and writes memory-answer-result.json once all are in. Grading
-writes memory-answer-grades.json with memory-answer-keys.json's patterns and prints its tables. --model, --cases,
---keys and --output are answer_check.py's: another pin, case set, keys, or recording (its grades then go beside it,
-NAME.grades.json). Recording, resuming and grading are answer_check.py's: it retries no call, and grades no recording
-missing an answer or holding one twice.
+record sends memory-cases.json's 10 questions x the 3 fills (memory_store.FILLS) x 5 seeds = 150 requests, sized by
+the pin's counter, to the build answer-model.json pins (its digest, or what its server revealed, checked), keeping
+each answer in memory-answer-result.partial.json to resume from, and writes memory-answer-result.json once all are in.
+Grading writes memory-answer-grades.json with memory-answer-keys.json's patterns and prints its tables. --model,
+--cases, --keys and --output are answer_check.py's: another pin, case set, keys, or recording (its grades then go
+beside it, NAME.grades.json). Recording, resuming and grading are answer_check.py's (answer_model.py,
+answer_grades.py): it retries no call, and grades no recording missing an answer or holding one twice.
 """
 import argparse
 from pathlib import Path
 
-from answer_check import (GRADES_SUFFIX, check_complete, client_for, grade_recording, grades_report, server_advice,
-                          stops_told)
+from answer_grades import GRADES_SUFFIX, check_complete, grade_recording, grades_report, stops_told
 from answer_keys import load_answer_keys
 from answer_model import (MODEL_PATH, PARTIAL_SUFFIX, check_pinned, load_model, load_recording, pin_counter,
                           record_answers, save, seeded_requests)
 import common
 import lab_files
+from openai_client import client_for, server_advice
 from memory_cases import MEMORY_CASES, load_memory_cases
-from memory_eval import FILLS, filled_requests
+from memory_store import FILLS, filled_requests
 import tokenizer
 
 MEMORY_KEYS = common.HERE / 'memory-answer-keys.json'
@@ -35,7 +35,7 @@ MEMORY_GRADES = common.HERE / 'memory-answer-grades.json'
 
 
 def planned_answers(cases: dict, model: dict) -> list[dict]:
-    """Every request record sends, in order: fill, question, seed, each with memory_eval's graded row."""
+    """Every request record sends, in order: fill, question, seed, each with its fill's graded row (memory_store)."""
     filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
     return [item for fill, made in filled.items() for question, messages, row in made
             for item in seeded_requests(model, fill, question, messages, row)]

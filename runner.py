@@ -21,7 +21,6 @@ from tokenizer import CounterError, counter
 # Every module whose change can change a row (a report with --rules adds rule_files.py, which runs rules files).
 CODE_FILES = ('common.py', 'shapes.py', 'case_set.py', 'scorer.py', 'runner.py', 'strategies.py', 'tokenizer.py',
               'tool_formats.py', 'best_possible.py', 'evaluate.py')
-COUNTED_BY = '\nToken figures counted by {}.\n'  # counter_note under a table of a report made with another counter
 
 
 def run_rules(cases: list[dict], rules: dict, count, script: str = '') -> dict[str, list[dict]]:
@@ -70,10 +69,3 @@ def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code
             'tokenizer_manifest_sha256': sha256_file(HERE / 'tokenizer-manifest.json'),
             'environment': {'python': platform.python_version(), 'implementation': platform.python_implementation()},
             'counter': counter().profile()}
-
-
-def counter_note(report: dict, form: str = ', counted by {}') -> str:
-    """form filled with the counter's name for a report made with a counter other than the default (whose profile has
-    no name), so that no table or picture of one model passes for Gemma's; else '': ', counted by llama-3.1'."""
-    name = report.get('counter', {}).get('name')
-    return form.format(name) if name else ''

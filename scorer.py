@@ -2,7 +2,6 @@
 
     from scorer import facts_in, graded_row, totals
     facts_in(case, messages)        # (required facts in the messages, stale facts in them)
-    invalid(messages)               # why a provider would refuse the request, or None
     graded_row(case, selection)     # one report row (ROW_FIELDS), graded as the chosen counter renders it
     totals(rows)                    # a rule's figures (TOTALS['rule']), or the best possible's
     memory_row(question, lines, memory_tokens, input_tokens), memory_totals(rows)   # memory_eval.py's
@@ -13,18 +12,18 @@ Every row and every group's figures are made here, each laid out by a tuple of i
 A fact reaches a request when it appears, character for character, in one of its messages' texts
 (shapes.message_text: the content, and a call's name and arguments), or as the notes block quotes it (shapes.escape);
 only what the chosen counter's template writes counts (tool_formats.as_rendered: Llama 3's drops an assistant's text
-beside a call); an invalid request carries none. It reads the request, never a reply, and calls no model. Besides:
-the two checks every run makes, that a case's bare request fits and that a count is the sum of its parts. It reads,
-prints and writes nothing.
+beside a call); an invalid request (tool_formats.invalid) carries none. It reads the request, never a reply, and
+calls no model. It only grades: the checks every run makes, that a case's bare request fits (case_set.check_fits) and
+that a count is the sum of its parts (strategies.check_additive), live with what they check. It reads, prints and
+writes nothing.
 """
 from bisect import bisect_right
 from itertools import accumulate, chain
 from operator import itemgetter
 
-from common import LabError
-from shapes import SPLITS, allowance, build_request, escape, message_text, pair_texts, per_history, turn_texts
+from shapes import SPLITS, allowance, escape, message_text, pair_texts, per_history, turn_texts
 from tokenizer import SELECTED
-from tool_formats import as_rendered
+from tool_formats import as_rendered, invalid
 
 CONTENT = itemgetter('content')
 # The layouts, in the order a report writes the fields. A graded row: a rule's, and on an agent case also why its
@@ -111,31 +110,6 @@ def places(texts: list[str], joined: str, starts: list[int], form: str) -> list[
     return found
 
 
-def invalid(messages: list[dict]) -> str | None:
-    """Why a provider would refuse this request (docs/agents.md), or None. The system message comes first and a user
-    message next, the question last; an assistant message's calls are answered by the tool messages right after it,
-    each once, a result answering the open call of its id, and no id is used again while a call of it is open (an id
-    answered may come back, as real logs have it). [system, user, tool answering 'c1'] -> 'message 2 (tool) ...'."""
-    roles = [message['role'] for message in messages]
-    if roles[0] != 'system' or len(roles) < 2:
-        return 'the system message is not first' if roles[0] != 'system' else 'the request holds no question'
-    for index in (1, len(roles) - 1):  # the first after the system message, and the question
-        if roles[index] != 'user':
-            return f'message {index} is {roles[index]}, not a user message'
-    open_calls = {}  # call id -> the message that made it, until a result answers it
-    for index, message in enumerate(messages):
-        if message['role'] != 'tool' and open_calls:
-            call, at = next(iter(open_calls.items()))
-            return f'message {at}: call {call!r} has no result before message {index} ({message["role"]})'
-        if message['role'] == 'tool' and open_calls.pop(message['tool_call_id'], None) is None:
-            return f'message {index} (tool) answers no call of the assistant message before it'
-        for call in message.get('tool_calls', ()):
-            if call['id'] in open_calls:
-                return f'message {index}: call id {call["id"]!r} is used twice while unanswered'
-            open_calls[call['id']] = index
-    return None
-
-
 def graded_row(case: dict, chosen: dict, counter: str | None = None) -> dict:
     """One report row: which required and stale facts reached the selection's request as `counter` renders it
     (facts_in; ROW_FIELDS; an agent case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an
@@ -219,18 +193,3 @@ def by_group(rows: list[dict], group: str, figures=totals) -> dict:
     values = [split for split in SPLITS if any(row['split'] == split for row in rows)] if group == 'split' \
         else list(dict.fromkeys(row[group] for row in rows))
     return {value: figures([row for row in rows if row[group] == value]) for value in values}
-
-
-def check_fits(path, cases: list[dict], count, hint: str = '') -> None:
-    """Refuse the first case whose instructions and question alone exceed its allowance: no rule could fit it."""
-    for case in cases:
-        if (bare := count(build_request(case, []))) > allowance(case):
-            raise LabError(f'{path}: case {case["id"]}: field budget allows {allowance(case)} input tokens, '
-                           f'but the instructions and question alone need {bare}{hint}')
-
-
-def check_additive(case: dict, whole: int, parts: int) -> None:
-    """Refuse a request counted whole to other than the sum of the parts a rule or search decided by."""
-    if whole != parts:
-        raise LabError(f'case {case["id"]}: the request was counted {parts} tokens as it was built and '
-                       f'{whole} whole; the counter cannot be summed turn by turn')

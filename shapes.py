@@ -187,3 +187,8 @@ def carried_turns(messages: list[dict], where: dict[tuple, list[int]]) -> list[i
             if found and messages[start]['role'] == 'user':
                 taken.add(next((index for index in found if index not in taken), found[0]))  # found[0]: taken
     return sorted(taken)
+
+
+def at_limit(cases: list[dict], limit: int) -> list[dict]:
+    """The cases with budget.context_limit replaced; the rest of each case is shared, not copied."""
+    return [dict(case, budget=dict(case['budget'], context_limit=limit)) for case in cases]

@@ -23,7 +23,7 @@ from functools import lru_cache
 from itertools import islice
 import re
 
-from scorer import check_additive
+from common import LabError
 from shapes import allowance, build_request, escape, message_text, per_history, selection, turn_messages, turn_texts
 
 # What is measured. Changing any of these (or shapes.NOTES_HEADER) changes the recorded report.
@@ -135,6 +135,13 @@ def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tup
     head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
     check_additive(case, size, head + sum(map(cost.__getitem__, kept)))
     return selection(request, kept, len(notes), size)
+
+
+def check_additive(case: dict, whole: int, parts: int) -> None:
+    """Refuse a request counted whole to other than the sum of the parts a rule or search decided by."""
+    if whole != parts:
+        raise LabError(f'case {case["id"]}: the request was counted {parts} tokens as it was built and '
+                       f'{whole} whole; the counter cannot be summed turn by turn')
 
 
 def built(case: dict, count, kept: list[int], notes: list[str] = ()) -> tuple[list[dict], int]:

@@ -17,7 +17,20 @@ turns with no summary (reason llm_fallback), and the telemetry's outcome says wh
 `call` is the one seam to a model: request messages and options ({'max_tokens': n}) in, a reply dict out with the
 text, the server's prompt and completion tokens (None where it reports none) and the elapsed ms; it raises
 CallFailed for a call that failed. Pure apart from `count` and `call`: it reads, prints and writes nothing.
+
+Replayed, `call` is replaying(calls, case_id, cases_name), which answers from a recording's calls (load(
+recording_path()): summary-recording.json unless CONTEXT_LAB_SUMMARIES names another) keyed by the sha256 of the
+request body; a call the recording lacks is one MissingCall naming the case and summary_record.py's command that
+records it. Those two read the recording; nothing here writes.
 """
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import common
+from common import LabError
+import lab_files
 from shapes import allowance, build_request, escape, message_text, selection, turn_messages
 from strategies import chosen, costs, fit, recent
 
@@ -34,6 +47,11 @@ SUMMARY_INSTRUCTIONS = (
     'and name exactly as written. Keep each status as it stands: what was rejected stays rejected, what is pending '
     'stays pending, tests not run stay not run, unfinished work stays unfinished. Write plain sentences; add nothing '
     'that is not in the text.')
+RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, which summary_rules.py replays
+RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
+SOME_CASES = 'CASE_FILE'  # what record_command names where the case file is not known (in the rules process)
+REPLY_FIELDS = ('text', 'prompt_tokens', 'completion_tokens', 'elapsed_ms')  # a recorded reply; or 'failed' alone
+CALL_FIELDS = ('messages', 'options', 'reply')  # a recorded call: what was asked, for a reader, and the reply
 EARLIER = '[earlier summary]'  # the label of a previous generation's summary in a source
 # Outcomes, and the reason each gives: none (nothing removed), input_pressure (summarised), llm_fallback (kept turns).
 OUTCOMES = {'whole_history': 'none', 'summarised': 'input_pressure', **dict.fromkeys((
@@ -223,3 +241,70 @@ def compact(case: dict, count, call, prior: str | None = None, start: int = 0,
     made = {**selection(request, kept, 0, size), 'summary': summary}
     return made, telemetry('summarised', case, whole, size, work, source_tokens=source,
                            summary_tokens=size - plain['input_tokens'])
+
+
+class MissingCall(LabError):
+    """The recording has no reply to a call the rules make: the message names the case and how to record it."""
+
+
+def body(messages: list[dict], options: dict) -> bytes:
+    """A summary call's request body: body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
+    b'{"messages":[{"role":"user","content":"a"}],"options":{"max_tokens":64}}'"""
+    return json.dumps({'messages': messages, 'options': options}, ensure_ascii=False, separators=(',', ':')).encode()
+
+
+def key(messages: list[dict], options: dict) -> str:
+    return hashlib.sha256(body(messages, options)).hexdigest()
+
+
+def record_command(cases: str) -> str:
+    """What records a missing call, with the Python that runs now, as the lab's other advice names it."""
+    return f'{common.python_command()} summary_record.py record --cases {cases}'
+
+
+def answered(reply: dict) -> dict:
+    """A recorded reply as summaries.py's call returns it; a recorded failure raises CallFailed again."""
+    if 'failed' in reply:
+        raise CallFailed(reply['failed'])
+    return reply
+
+
+def replaying(calls: dict, case_id: str, cases: str):
+    """The call that answers from a recording's calls, for one case; a call not there raises MissingCall."""
+    def call(messages: list[dict], options: dict) -> dict:
+        if (name := key(messages, options)) not in calls:
+            raise MissingCall(f'case {case_id}: the summary recording has no reply to call {name[:16]}; record it '
+                              f'with `{record_command(cases)}`')
+        return answered(calls[name]['reply'])
+    return call
+
+
+def check_call(where: str, entry) -> None:
+    """Refuse a recorded call that is not {messages, options, reply} with a reply of REPLY_FIELDS or one 'failed'."""
+    if not isinstance(entry, dict) or list(entry) != list(CALL_FIELDS):
+        raise LabError(f'{where}: expected the fields {list(CALL_FIELDS)}')
+    reply = entry['reply']
+    failed = isinstance(reply, dict) and list(reply) == ['failed'] and isinstance(reply['failed'], str)
+    if not failed and not (isinstance(reply, dict) and list(reply) == list(REPLY_FIELDS)
+                           and isinstance(reply['text'], str) and type(reply['elapsed_ms']) is int and all(
+                               reply[field] is None or type(reply[field]) is int for field in REPLY_FIELDS[1:3])):
+        raise LabError(f'{where}.reply: expected {list(REPLY_FIELDS)} (a string, two integers or nulls, an integer) '
+                       'or {"failed": reason}')
+    if key(entry['messages'], entry['options']) != where.rsplit('.', 1)[1]:
+        raise LabError(f'{where}: the key is not the sha256 of the call\'s request body')
+
+
+def load(path: Path) -> dict:
+    """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
+    advice = f'record it with `{record_command(SOME_CASES)}` (--fresh to start over)'
+    recorded = lab_files.read_json(path, 'summary recording', advice)
+    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not all(
+            isinstance(recorded[field], dict) for field in recorded):
+        raise LabError(f'{path}: expected an object of "model" and "calls"; {advice}')
+    for name, entry in recorded['calls'].items():
+        check_call(f'{path}: calls.{name}', entry)
+    return recorded
+
+
+def recording_path() -> Path:
+    return Path(os.environ.get(RECORDING_ENV) or RECORDING)

@@ -4,8 +4,9 @@
     .venv/bin/python summary_record.py record --cases continuation-cases.json --keys continuation-keys.json
     .venv/bin/python summary_record.py show --cases agent-cases.json      # each case's telemetry, from the recording
 
-A call's request body is its messages and options as compact JSON (`body`); the recording maps the body's sha256 to
-the reply. Replay looks each call up: a merge's prompt is built from the part summaries the recording returned, so
+A call's request body is its messages and options as compact JSON (summaries.body); the recording maps the body's
+sha256 to the reply. Replay (summaries.replaying, which continuation.py, summary_table.py and summary_rules.py use)
+looks each call up: a merge's prompt is built from the part summaries the recording returned, so
 replay sends the same bytes it recorded. A call the recording lacks is one LabError naming the case and this
 command (exit 2); no summary is invented. A failed call is recorded as one, so that its fallback replays too.
 
@@ -18,9 +19,6 @@ the calls finished before it and no summary. It writes only --output (summary-re
 nothing.
 """
 import argparse
-import hashlib
-import json
-import os
 from pathlib import Path
 import time
 
@@ -28,50 +26,9 @@ from answer_model import MODEL_PATH, chat_body, load_model
 import common
 from common import LabError
 from case_set import check_encodable, load_cases
+import continuation
 import lab_files
-from summaries import TELEMETRY, CallFailed, compact
-
-RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, which summary_rules.py replays
-RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
-SOME_CASES = 'CASE_FILE'  # what record_command names where the case file is not known (in the rules process)
-REPLY_FIELDS = ('text', 'prompt_tokens', 'completion_tokens', 'elapsed_ms')  # a recorded reply; or 'failed' alone
-CALL_FIELDS = ('messages', 'options', 'reply')  # a recorded call: what was asked, for a reader, and the reply
-
-
-class MissingCall(LabError):
-    """The recording has no reply to a call the rules make: the message names the case and how to record it."""
-
-
-def body(messages: list[dict], options: dict) -> bytes:
-    """A summary call's request body: body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
-    b'{"messages":[{"role":"user","content":"a"}],"options":{"max_tokens":64}}'"""
-    return json.dumps({'messages': messages, 'options': options}, ensure_ascii=False, separators=(',', ':')).encode()
-
-
-def key(messages: list[dict], options: dict) -> str:
-    return hashlib.sha256(body(messages, options)).hexdigest()
-
-
-def record_command(cases: str) -> str:
-    """What records a missing call, with the Python that runs now, as the lab's other advice names it."""
-    return f'{common.python_command()} summary_record.py record --cases {cases}'
-
-
-def answered(reply: dict) -> dict:
-    """A recorded reply as summaries.py's call returns it; a recorded failure raises CallFailed again."""
-    if 'failed' in reply:
-        raise CallFailed(reply['failed'])
-    return reply
-
-
-def replaying(calls: dict, case_id: str, cases: str):
-    """The call that answers from a recording's calls, for one case; a call not there raises MissingCall."""
-    def call(messages: list[dict], options: dict) -> dict:
-        if (name := key(messages, options)) not in calls:
-            raise MissingCall(f'case {case_id}: the summary recording has no reply to call {name[:16]}; record it '
-                              f'with `{record_command(cases)}`')
-        return answered(calls[name]['reply'])
-    return call
+from summaries import REPLY_FIELDS, TELEMETRY, CallFailed, answered, compact, key, load, recording_path, replaying
 
 
 def recording(live, calls: dict):
@@ -86,37 +43,6 @@ def recording(live, calls: dict):
             calls[name] = {'messages': messages, 'options': options, 'reply': reply}
         return answered(calls[name]['reply'])
     return call
-
-
-def check_call(where: str, entry) -> None:
-    """Refuse a recorded call that is not {messages, options, reply} with a reply of REPLY_FIELDS or one 'failed'."""
-    if not isinstance(entry, dict) or list(entry) != list(CALL_FIELDS):
-        raise LabError(f'{where}: expected the fields {list(CALL_FIELDS)}')
-    reply = entry['reply']
-    failed = isinstance(reply, dict) and list(reply) == ['failed'] and isinstance(reply['failed'], str)
-    if not failed and not (isinstance(reply, dict) and list(reply) == list(REPLY_FIELDS)
-                           and isinstance(reply['text'], str) and type(reply['elapsed_ms']) is int and all(
-                               reply[field] is None or type(reply[field]) is int for field in REPLY_FIELDS[1:3])):
-        raise LabError(f'{where}.reply: expected {list(REPLY_FIELDS)} (a string, two integers or nulls, an integer) '
-                       'or {"failed": reason}')
-    if key(entry['messages'], entry['options']) != where.rsplit('.', 1)[1]:
-        raise LabError(f'{where}: the key is not the sha256 of the call\'s request body')
-
-
-def load(path: Path) -> dict:
-    """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
-    advice = f'record it with `{record_command(SOME_CASES)}` (--fresh to start over)'
-    recorded = lab_files.read_json(path, 'summary recording', advice)
-    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not all(
-            isinstance(recorded[field], dict) for field in recorded):
-        raise LabError(f'{path}: expected an object of "model" and "calls"; {advice}')
-    for name, entry in recorded['calls'].items():
-        check_call(f'{path}: calls.{name}', entry)
-    return recorded
-
-
-def recording_path() -> Path:
-    return Path(os.environ.get(RECORDING_ENV) or RECORDING)
 
 
 def live_call(model: dict, client, num_ctx: int):
@@ -177,10 +103,9 @@ def main(argv: list[str], live=None) -> int:
         raise LabError(f'{path}: recorded with another pin than {options.model} ({", ".join(differ)} differ), so '
                        'its calls are not resumed: record with --fresh, or name its pin with --model')
     if live is None:
-        from answer_check import client_for  # the client of the pin's API
+        from openai_client import client_for  # the client of the pin's API
         (client := client_for(model)).checked_model()  # a server that is not there says so before anything is written
         live = live_call(model, client, max(case['budget']['context_limit'] for case in cases))
-    import continuation  # it imports this module
     import langchain_summary
     keys = continuation.load_keys(options.keys, cases) if options.keys else {}
 

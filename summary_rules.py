@@ -11,17 +11,17 @@ it (summary_record.py). It reads the recording once per rules process and writes
 """
 from functools import cache
 
+import summaries
 from summaries import compact
-import summary_record
 
 
 @cache
 def calls() -> dict:
-    return summary_record.load(summary_record.recording_path())['calls']
+    return summaries.load(summaries.recording_path())['calls']
 
 
 def summary(case: dict, count) -> dict:
-    return compact(case, count, summary_record.replaying(calls(), case['id'], summary_record.SOME_CASES))[0]
+    return compact(case, count, summaries.replaying(calls(), case['id'], summaries.SOME_CASES))[0]
 
 
 RULES = {'llm-summary': summary}

@@ -26,8 +26,8 @@ import langchain_summary
 from scorer import graded_row
 from shapes import message_text
 from strategies import notes, recent
+import summaries
 from summaries import compact
-import summary_record
 from text import markdown_table
 
 AGENT_CASES = common.HERE / 'agent-cases.json'
@@ -46,14 +46,14 @@ def rules(calls: dict, cases_name: str, keys: dict | None) -> dict:
     made = {name: (lambda rule: lambda case, count: (rule(case, count), 0))(rule) for name, rule in plain.items()}
 
     def summary(case: dict, count) -> tuple[dict, int]:
-        call = summary_record.replaying(calls, case['id'], cases_name)
+        call = summaries.replaying(calls, case['id'], cases_name)
         if keys:
             told = continuation.generations(case, keys[case['id']]['segments'], count, call)
             return told[-1][0], sum(telemetry['calls'] for _, telemetry in told)
         chosen, telemetry = compact(case, count, call)
         return chosen, telemetry['calls']
     return {**made, SUMMARY: summary, langchain_summary.NAME: lambda case, count: langchain_summary.summarised(
-        case, count, summary_record.replaying(calls, case['id'], cases_name))}
+        case, count, summaries.replaying(calls, case['id'], cases_name))}
 
 
 def row(label: str, name: str, cases: list[dict], keys: dict | None, results: list[tuple[dict, int]]) -> list[str]:
@@ -94,7 +94,7 @@ def tables(count, recording: Path) -> dict:
     table's lines."""
     cases, agent = load_cases(continuation.CASES), load_cases(AGENT_CASES)
     keys = continuation.load_keys(continuation.KEYS, cases)
-    recorded = summary_record.load(recording)
+    recorded = summaries.load(recording)
     calls = recorded['calls']
     rules_table = table([(continuation.CASES.name, cases, keys), (AGENT_CASES.name, agent, None)], count, calls)
     return {'recording_sha256': lab_files.sha256_file(recording), 'model': recorded['model'],
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--output', type=Path,
                         help=lab_files.output_help('also record both tables as JSON', 'the recording'))
-    output, recording = parser.parse_args(argv).output, summary_record.recording_path()
+    output, recording = parser.parse_args(argv).output, summaries.recording_path()
     lab_files.check_outputs([('--output', output)], [('the recording', recording)])
     made = tables(count_request, recording)
     print('\n'.join([caption(made['model'], recording), *made['rules'], '', *made['generations']]))

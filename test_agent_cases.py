@@ -1,12 +1,12 @@
 """Agent cases: a message list read into turns, every mistake refused in one line, and requests graded only when a
-provider would accept them (case_set.agent_case, scorer.invalid, scorer.graded_row)."""
+provider would accept them (case_set.agent_case, tool_formats.invalid, scorer.graded_row)."""
 import copy
 from itertools import combinations
 import json
 import unittest
 
 from case_set import CaseError, load_case_set, load_cases
-from scorer import graded_row, invalid
+from scorer import graded_row
 from shapes import build_request, selection, turn_texts
 from strategies import RULES
 from lab_files import to_json
@@ -15,6 +15,7 @@ from test_support_fixtures import (HERE, TempFolderTest, calling, counter_or_ski
 from test_support_oracle import OFFICIAL_PATH, official_count
 from test_support_runs import evaluate_py
 from tokenizer import CounterError, count_request
+from tool_formats import invalid
 
 SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
 CALL = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': '{"path": "a.ini"}'}}

@@ -17,12 +17,13 @@ import agent_rules
 from agent_rules import CLEARED, RULES
 from case_set import agent_case, load_cases
 from evaluate import report
-from scorer import graded_row, invalid
+from scorer import graded_row
 from shapes import build_request
 from strategies import recent
 from test_support_fixtures import HERE, calling, read, result, said, user
 from test_support_runs import evaluate_py
 from tokenizer import count_request
+from tool_formats import invalid
 
 SYSTEM = {'role': 'system', 'content': 'You are a coding agent.'}
 CONFIG = '\n'.join(f'option_{n:02d} = {n * 7}' for n in range(60)) + '\ntimeout_seconds = 30'  # > the allowance

@@ -21,7 +21,7 @@ import time
 import unittest
 from unittest import mock
 
-import answer_check
+import answer_grades
 import answer_keys
 from answer_keys import answer_verdict, f1, load_answer_keys, load_gold_answers, tokens
 from answer_model import load_model
@@ -139,7 +139,7 @@ class GradeTest(unittest.TestCase):
                               ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
             with self.subTest(case=case_id, text=text):
                 recorded = {'model': load_model(), 'answers': {'recent': {case_id: [answer(text)]}}}
-                self.assertEqual(answer_check.grade_recording(recorded, KEYS, plan=[])['answers_to_read'], [])
+                self.assertEqual(answer_grades.grade_recording(recorded, KEYS, plan=[])['answers_to_read'], [])
 
     def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
         # The original rule reads 'not ' as a correction: seed 1 passes although it keeps the replaced decision.
@@ -148,7 +148,7 @@ class GradeTest(unittest.TestCase):
                                            answer('We use RabbitMQ.', 2),
                                            answer('Redis replaced RabbitMQ. So: Redis, not RabbitMQ.', 3)],
                        'held-latest': [answer('Mateo.', 1)]}}}
-        grades = answer_check.grade_recording(recorded, KEYS, plan=[])
+        grades = answer_grades.grade_recording(recorded, KEYS, plan=[])
         self.assertEqual(grades['answers_to_read'], [
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 1,
              'sentence': 'The job queue uses RabbitMQ, not Redis streams.'},
@@ -156,7 +156,7 @@ class GradeTest(unittest.TestCase):
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 3, 'sentence': 'So: Redis, not RabbitMQ.'}])
         self.assertEqual([entry['verdict'] for entry in grades['graded']['recent']['held-correction']],
                          ['pass', 'fail', 'pass'])
-        lines = answer_check.grades_report(grades).split('\n\n')[0].splitlines()
+        lines = answer_grades.grades_report(grades).split('\n\n')[0].splitlines()
         self.assertEqual(lines[-4], 'To read (a sentence names both the replaced and the current decision, so the '
                                     'grader cannot tell which it offers as current; verdicts stand as graded): '
                                     '2 answers')
@@ -206,13 +206,13 @@ class GradeTest(unittest.TestCase):
             'recent': {'held-latest': [answer('Mateo.', 1), answer('', 2)],
                        'held-buried': [answer("The conversation doesn't mention it.", 1),
                                        answer('The gateway allows 200.', 2)]}}}
-        grades = answer_check.grade_recording(recorded, KEYS, plan=[])
+        grades = answer_grades.grade_recording(recorded, KEYS, plan=[])
         self.assertEqual(grades['summary'], {
             'notes': {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 0, 'stale_as_current': 2,
                       'cases_passed_every_trial': 1},
             'recent': {'pass': 2, 'fail': 1, 'incomplete': 1, 'said_missing': 1, 'stale_as_current': 0,
                        'cases_passed_every_trial': 0}})
-        self.assertEqual(answer_check.grades_report(grades).splitlines()[:14], [
+        self.assertEqual(answer_grades.grades_report(grades).splitlines()[:14], [
             '| Strategy | Pass | Fail | Of which said missing | Replaced decision as current '
             '| Cases passed in every trial |',
             '|---|---|---|---|---|---|',
@@ -252,14 +252,14 @@ class GradeTest(unittest.TestCase):
                       'held-latest': [answer('Ana.', 1), answer('', 2)]}}}
         plan = [{'strategy': strategy, 'case': case, 'seed': seed, **request}
                 for (strategy, case, seed), request in current.items()]
-        grades = answer_check.grade_recording(recorded, KEYS, plan)
+        grades = answer_grades.grade_recording(recorded, KEYS, plan)
         self.assertEqual(grades['failure_causes'], {
             'recent': {'passed': 0, 'passed_fact_missing': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0},
             'notes': {'passed': 1, 'passed_fact_missing': 0, 'model_failed': 2, 'rule_failed': 1, 'stale_carried': 1}})
         self.assertEqual(grades['outdated_requests'],
                          [{'strategy': 'recent', 'case': 'held-latest', 'seed': 1, 'reason': 'request changed'}])
         self.assertIn('\n| recent | 0 | 0 | 0 | 2 | 0 |\n| notes | 1 | 0 | 2 | 1 | 1 |\n',
-                      answer_check.grades_report(grades))
+                      answer_grades.grades_report(grades))
 
 
 class KeysValidationTest(Rejecting):

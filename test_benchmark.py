@@ -18,10 +18,9 @@ from unittest import mock
 
 import benchmark
 from benchmark import as_agent, chat_case, generated_cases, synthetic_case
-from budget_sweep import at_limit
 from case_set import check_case, load_cases
 from scorer import facts_in
-from shapes import build_request
+from shapes import at_limit, build_request
 from strategies import RULES
 from test_support_fixtures import HERE
 from tokenizer import counter
@@ -138,17 +137,17 @@ class OutputTest(unittest.TestCase):
 
     def test_locomo_sweeps_five_limits_then_bounds_it_by_encoding_once_and_one_selection_pass(self):
         sweeps, passes, out = [], [], io.StringIO()
-        sweep_limit, run_once = benchmark.limit_points, benchmark.timed_run
+        sweep_limit, run_once = benchmark.sweep_limit, benchmark.timed_run
 
         def timed(cases, count, what):
             passes.append((what, {case['budget']['context_limit'] for case in cases}, len(cases)))
             return run_once(cases, count, what)
 
-        def limit_points(cases, limit, *more):
+        def limit_rows(cases, limit, *more):
             sweeps.append((limit, len(cases), len(counter().sizes)))  # counted from cold: nothing cached at first
             return sweep_limit(cases, limit, *more)
 
-        with mock.patch.object(benchmark, 'limit_points', limit_points), \
+        with mock.patch.object(benchmark, 'sweep_limit', limit_rows), \
                 mock.patch.object(benchmark, 'timed_run', timed), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(io.StringIO()):
             status = benchmark.main(['--sweep', '--sweep-cases', '1', '--locomo', str(HERE / 'cases.json')])

@@ -6,11 +6,13 @@ What a case set may hold, and each refusal, is tested through evaluate.py (test_
 named after the cost or the sharing that would be lost. Nothing is written to disk.
 """
 import copy
+from pathlib import Path
 import unittest
 from unittest import mock
 
 import case_set
-from case_set import CaseError, check_case
+from case_set import CaseError, check_case, check_fits
+from common import LabError
 from test_support_fixtures import shipped_cases
 
 
@@ -26,6 +28,17 @@ class CheckedOnceTest(unittest.TestCase):
         for _ in range(2):
             with self.assertRaisesRegex(CaseError, r'history\[2\]\.assistant contains a thinking-channel marker'):
                 check_case('case q', copy.deepcopy(broken), checked)
+
+
+class FitsTest(unittest.TestCase):
+    def test_a_case_whose_instructions_and_question_alone_do_not_fit_is_refused_naming_it(self):
+        case = {'id': 'dev-latest', 'instructions': 'i', 'current': 'q', 'history': [],
+                'budget': {'context_limit': 40, 'max_new_tokens': 4, 'margin': 2}}
+        check_fits(Path('c.json'), [case], lambda request: 34)  # exactly the allowance fits
+        with self.assertRaises(LabError) as raised:
+            check_fits(Path('c.json'), [case], lambda request: 35, '; try 41')
+        self.assertEqual(str(raised.exception), 'c.json: case dev-latest: field budget allows 34 input tokens, '
+                                                'but the instructions and question alone need 35; try 41')
 
 
 if __name__ == '__main__':

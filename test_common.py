@@ -7,11 +7,13 @@ new terminal cannot paste; an error, a Ctrl-C or a missing package that ends in 
 status. The entry point as a real child process sees it (pipes, signals, an interpreter without the packages) is
 tested in test_cli.py.
 """
+import ast
 import contextlib
 import io
 from pathlib import Path
 import signal
 import sys
+import tempfile
 import unittest
 from unittest import mock
 
@@ -19,6 +21,11 @@ import common
 from common import LabError, requirement_pins
 from test_support_fixtures import HERE, TempFolderTest
 
+# The lab's floors (docs/reviewing.md): the scripts a reader runs are the top floor, and no product module imports
+# one; a library module may have a small __main__ of its own. Every module with a __main__ is named in one of the two.
+SCRIPTS = frozenset({'answer_check', 'benchmark', 'budget_sweep', 'chat_cases', 'evaluate', 'locomo_cases',
+                     'memory_answers', 'memory_eval', 'prepare', 'real_server', 'summary_record', 'summary_table'})
+LIBRARIES_WITH_MAIN = frozenset({'continuation', 'memory_cases', 'prepared_folder', 'tokenizer'})
 
 
 
@@ -147,6 +154,58 @@ class RunTest(unittest.TestCase):
     def test_a_script_of_the_standard_library_only_runs_whatever_packages_are_missing(self):
         self.missing = ['tokenizers==0.23.3']
         self.assertEqual(self.outcome(lambda argv: print('converted') or 0, packages=False), (0, 'converted\n', ''))
+
+
+def import_graph(folder: Path) -> dict[str, set[str]]:
+    """Each product module of folder (a top-level .py not named test_*) -> the product modules it imports, anywhere
+    in its text: an import deferred into a function is an arrow too."""
+    modules = {path.stem: path for path in folder.glob('*.py') if not path.stem.startswith('test_')}
+    graph = {}
+    for name, path in modules.items():
+        nodes = list(ast.walk(ast.parse(path.read_text(encoding='utf-8'))))
+        imported = {alias.name.split('.')[0] for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module.split('.')[0] for node in nodes
+                     if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+        graph[name] = (imported & set(modules)) - {name}
+    return graph
+
+
+def layering_faults(graph: dict[str, set[str]], scripts: frozenset) -> list[str]:
+    """Each import of a script ('x -> script'), then the first circle found ('circle a -> b -> a'), in name order."""
+    faults = [f'{module} -> {target}' for module in sorted(graph) for target in sorted(graph[module] & scripts)]
+    done, path = set(), []
+
+    def circle_from(module: str) -> list[str] | None:
+        if module in path:
+            return path[path.index(module):] + [module]
+        if module in done:
+            return None
+        path.append(module)
+        found = next(filter(None, map(circle_from, sorted(graph[module]))), None)
+        path.pop(), done.add(module)
+        return found
+    found = next(filter(None, map(circle_from, sorted(graph))), None)
+    return faults + ([f'circle {" -> ".join(found)}'] if found else [])
+
+
+class LayeringTest(unittest.TestCase):
+    def test_no_product_module_imports_a_script_or_closes_a_circle_of_imports(self):
+        self.assertEqual(layering_faults(import_graph(HERE), SCRIPTS), [])
+
+    def test_every_module_with_a_main_is_named_a_script_or_a_library_and_exists(self):
+        mains = {path.stem for path in HERE.glob('*.py') if not path.stem.startswith('test_')
+                 and "if __name__ == '__main__':" in path.read_text(encoding='utf-8')}
+        self.assertEqual(mains, SCRIPTS | LIBRARIES_WITH_MAIN)
+
+    def test_an_import_of_a_script_and_a_circle_are_named(self):
+        files = {'low.py': 'import high\n', 'high.py': 'def f():\n    from low import x\n', 'run.py': 'import low\n',
+                 'top.py': 'from run import main\n', 'test_top.py': 'import top\n'}  # a test may import anything
+        with tempfile.TemporaryDirectory() as folder:
+            for name, text in files.items():
+                (Path(folder) / name).write_text(text, encoding='utf-8')
+            graph = import_graph(Path(folder))
+        self.assertEqual(layering_faults(graph, frozenset({'run', 'top'})),
+                         ['top -> run', 'circle high -> low -> high'])
 
 
 if __name__ == '__main__':

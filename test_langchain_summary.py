@@ -10,7 +10,8 @@ import unittest
 from case_set import load_cases
 from langchain_summary import as_request, summarised
 from shapes import allowance, build_request
-from summary_record import MissingCall, recording, replaying
+from summaries import MissingCall, replaying
+from summary_record import recording
 from test_support_fixtures import HERE
 from tokenizer import count_request
 

@@ -11,7 +11,7 @@ import unittest
 from unittest import mock
 
 from lab_files import to_json
-from memory_eval import MEMORY_HEADER, kept_lines, memory_request, store_name
+from memory_store import FILLS, MEMORY_HEADER, kept_lines, memory_request, store_name
 from memory_store import stored_bytes
 from test_support_fixtures import HERE, TempFolderTest
 from test_support_runs import run_command
@@ -43,7 +43,7 @@ class RecordedReportTest(TempFolderTest):
     def test_only_append_all_sends_what_the_user_asked_to_forget_and_managed_all_finds_what_append_all_finds(self):
         summary = json.loads((HERE / 'memory-result.json').read_text(encoding='utf-8'))['summary']
         for split in ('dev', 'held_out'):
-            self.assertEqual([summary[fill][split]['forgotten_lines'] for fill in memory_eval.FILLS], [0, 0, 1])
+            self.assertEqual([summary[fill][split]['forgotten_lines'] for fill in FILLS], [0, 0, 1])
             self.assertEqual(summary['managed-all'][split]['required_found'],
                              summary['append-all'][split]['required_found'])
 

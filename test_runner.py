@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 import unittest
 
-from runner import CODE_FILES, case_selections, counter_note, report_header, run_rules
+from runner import CODE_FILES, case_selections, report_header, run_rules
 from shapes import build_request, selection
 from test_support_fixtures import HERE, calling, read, result, said, shipped_cases, user
 
@@ -67,10 +67,6 @@ class HeaderTest(unittest.TestCase):
         files = [{'file': 'mine.py', 'sha256': '0' * 64}]
         header = report_header(Path('cases.json'), '0' * 64, files)
         self.assertEqual((header['rule_files'], list(header['code_sha256'])[-1]), (files, 'rule_files.py'))
-
-    def test_only_another_counter_is_named(self):
-        self.assertEqual(counter_note({'counter': {'name': 'llama-3.1', 'model': 'x'}}), ', counted by llama-3.1')
-        self.assertEqual((counter_note({'counter': {'model': 'google/gemma-4-E2B-it'}}), counter_note({})), ('', ''))
 
 
 if __name__ == '__main__':

@@ -21,9 +21,10 @@ from unittest import mock
 
 from hypothesis import given, settings, strategies as st
 
+from common import LabError
 from shapes import NOTES_HEADER, build_request, escape
 import strategies
-from strategies import RULES, STOP_WORDS, note_lines
+from strategies import RULES, STOP_WORDS, check_additive, note_lines
 from test_support_fixtures import (DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree as setUpModule, shipped_cases,
                                    whole_count)
 from tokenizer import TokenCounter, count_request, counter
@@ -380,6 +381,15 @@ class SharedWordsTest(unittest.TestCase):
             for question in ('Which database?', 'Which one?', 'Why MySQL?'):
                 RULES['relevant'](dict(case, history=history, current=question), count_request)
         self.assertEqual(reading.call_count, len(history) + 3)
+
+
+class AdditiveTest(unittest.TestCase):
+    def test_a_count_that_is_not_the_sum_of_its_parts_is_refused(self):
+        check_additive({'id': 'c'}, 50, 50)
+        with self.assertRaises(LabError) as raised:
+            check_additive({'id': 'c'}, 51, 50)
+        self.assertEqual(str(raised.exception), 'case c: the request was counted 50 tokens as it was built and 51 '
+                                                'whole; the counter cannot be summed turn by turn')
 
 
 if __name__ == '__main__':

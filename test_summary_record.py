@@ -16,9 +16,10 @@ import unittest
 from case_set import load_cases
 from common import LabError
 import lab_files
-from summaries import CallFailed, compact
+import summaries
+from summaries import CallFailed, MissingCall, body, compact, key, load, replaying
 import summary_record
-from summary_record import MissingCall, body, key, load, record, recording, replaying
+from summary_record import record, recording
 from test_support import FakeLlamaServer, LLAMA_MODEL, llama_count, only_loopback as setUpModule
 from test_support_fixtures import HERE
 from test_support_runs import run_answer_check, run_command
@@ -137,7 +138,7 @@ class Files(unittest.TestCase):
         path = self.write({'model': {}, 'calls': {}})
         run = subprocess.run([sys.executable, 'evaluate.py', '--cases', 'agent-cases.json', '--rules',
                               'summary_rules.py'], cwd=HERE, capture_output=True, text=True,
-                             env={**os.environ, summary_record.RECORDING_ENV: str(path)})
+                             env={**os.environ, summaries.RECORDING_ENV: str(path)})
         self.assertEqual((run.returncode, run.stdout, len(run.stderr.splitlines())), (2, '', 1))
         self.assertIn('case dev-agent-latest: the summary recording has no reply to call', run.stderr)
         self.assertIn('record it with `.venv/bin/python summary_record.py record --cases CASE_FILE`', run.stderr)
@@ -147,7 +148,7 @@ class Files(unittest.TestCase):
         path = self.write(recorded)
         runs = [subprocess.run([sys.executable, 'evaluate.py', '--cases', 'agent-cases.json', '--rules',
                                 'summary_rules.py'], cwd=HERE, capture_output=True, text=True,
-                               env={**os.environ, summary_record.RECORDING_ENV: str(path)}) for _ in range(2)]
+                               env={**os.environ, summaries.RECORDING_ENV: str(path)}) for _ in range(2)]
         self.assertEqual([run.returncode for run in runs], [0, 0], runs[0].stderr)
         self.assertEqual(runs[0].stdout, runs[1].stdout)
         self.assertIn('"llm-summary"', runs[0].stdout)

@@ -20,6 +20,7 @@ from unittest import mock
 from case_set import load_cases
 import continuation
 import langchain_summary
+import summaries
 from summaries import compact
 import summary_record
 import summary_table
@@ -101,7 +102,7 @@ class Shipped(unittest.TestCase):
     """The shipped recording (a real model's, docs/summaries.md) and the tables recorded from it; no model runs."""
 
     def test_the_recorded_tables_are_remade_byte_for_byte_from_the_shipped_recording(self):
-        environment = {name: value for name, value in os.environ.items() if name != summary_record.RECORDING_ENV}
+        environment = {name: value for name, value in os.environ.items() if name != summaries.RECORDING_ENV}
         with tempfile.TemporaryDirectory() as folder, mock.patch.dict(os.environ, environment, clear=True):
             status, out, err = lab_main(summary_table, '--output', str(Path(folder) / 'tables.json'))
             fresh = (Path(folder) / 'tables.json').read_text(encoding='utf-8')
@@ -113,11 +114,11 @@ class Shipped(unittest.TestCase):
         self.assertEqual(out, 'Summaries by qwen2.5-coder-0.5b-instruct (build b11434-unknown; temperature 0.7, '
                               'top_p 0.8, top_k 20, repeat_penalty 1.1, seed 1), replayed from summary-recording.json\n'
                               + '\n'.join(recorded['rules']) + '\n\n' + '\n'.join(recorded['generations']) + '\n')
-        self.assertEqual(recorded['model'], summary_record.load(summary_record.RECORDING)['model'])
+        self.assertEqual(recorded['model'], summaries.load(summaries.RECORDING)['model'])
 
     def test_the_recorded_tables_name_the_shipped_recordings_bytes_and_grade_every_identifier(self):
         recorded = json.loads(summary_table.TABLES.read_text(encoding='utf-8'))
-        shipped = hashlib.sha256(summary_record.RECORDING.read_bytes()).hexdigest()
+        shipped = hashlib.sha256(summaries.RECORDING.read_bytes()).hexdigest()
         self.assertEqual(recorded['recording_sha256'], shipped)
         identifiers = sum(len(case['required']) for case in CASES)  # 41, counted from the cases, not the tables
         generations = [line.split(' | ') for line in recorded['generations'][2:6]]
@@ -132,7 +133,7 @@ class Shipped(unittest.TestCase):
                          'docs/summaries.md: paste the tables summary_table.py prints')
 
     def test_the_shipped_recording_is_the_pinned_real_model_and_no_call_in_it_failed(self):
-        shipped = summary_record.load(summary_record.RECORDING)
+        shipped = summaries.load(summaries.RECORDING)
         self.assertEqual((shipped['model']['model_id'], shipped['model']['server']['build']),
                          ('qwen2.5-coder-0.5b-instruct', 'b11434-unknown'))
         self.assertEqual([call['reply'] for call in shipped['calls'].values() if 'failed' in call['reply']], [])

@@ -42,8 +42,8 @@ from prepared_folder import DEFAULT
 from common import LabError
 from runner import case_selections
 import views
-from views import MAX_LINE, compare, display_lines, message_labels, report_table, request_text, row_changes, \
-    turn_map, turn_numbers
+from views import MAX_LINE, compare, counter_note, display_lines, message_labels, report_table, request_text, \
+    row_changes, turn_map, turn_numbers
 
 SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens$', re.MULTILINE)  # '[turn 2, user] 12 tokens'; content is indented
 AGENT_SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens(?: · .*)?$', re.MULTILINE)  # and '· calls c1 ...' after
@@ -597,6 +597,12 @@ class ForgedCompareTest(unittest.TestCase):
                 with self.assertRaises(views.ReportError) as raised:
                     views.check_report(Path('old.json'), old)
                 self.assertEqual(str(raised.exception), f'old.json: not an evaluate.py report ({expected})')
+
+
+class CounterNoteTest(unittest.TestCase):
+    def test_only_another_counter_is_named(self):
+        self.assertEqual(counter_note({'counter': {'name': 'llama-3.1', 'model': 'x'}}), ', counted by llama-3.1')
+        self.assertEqual((counter_note({'counter': {'model': 'google/gemma-4-E2B-it'}}), counter_note({})), ('', ''))
 
 
 if __name__ == '__main__':

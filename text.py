@@ -1,4 +1,5 @@
-"""Text for people: numbers, counts, one-line escapes, Markdown tables and turn numbers. Standard library only.
+"""Text for people: numbers, counts, seconds, one-line escapes and excerpts, Markdown tables and turn numbers.
+Standard library only.
 
     markdown_table(['a', 'bb'], [['xyz', '1']], pad=True)   # '| a   | bb |\n|-----|----|\n| xyz | 1  |\n'
     turn_runs([2, 3, 4, 6])                                   # ['3-5', '7']: turns count from 1 for people
@@ -7,6 +8,8 @@ Reports keep 0-based turn indices and raw text; only what a person reads passes 
 and writes nothing.
 """
 import itertools
+import json
+import time
 
 
 def plain_number(value: float) -> str:
@@ -22,6 +25,11 @@ def counted(number: int, noun: str) -> str:
 def clipped(text: str, most: int) -> str:
     """Text of at most `most` characters, its end cut to '...' if longer: clipped('abcdef', 5) -> 'ab...'"""
     return text if len(text) <= most else text[:most - 3] + '...'
+
+
+def excerpt(value) -> str:
+    """A value as JSON, cut short, for an error message."""
+    return clipped(json.dumps(value, ensure_ascii=False), 40)
 
 
 def printable(text: str) -> str:
@@ -45,3 +53,8 @@ def turn_runs(indices) -> list[str]:
     runs = [[index for _, index in run] for _, run in  # along a run, index minus place in the list stays the same
             itertools.groupby(enumerate(sorted(indices)), lambda pair: pair[1] - pair[0])]
     return [f'{run[0] + 1}' if len(run) == 1 else f'{run[0] + 1}-{run[-1] + 1}' for run in runs]
+
+
+def seconds(started: float) -> str:
+    """The time since `started` (time.monotonic) as progress lines give it: '12.3 s'."""
+    return f'{time.monotonic() - started:.1f} s'

@@ -13,7 +13,8 @@ turns, up to the question) + each turn's turn_prompt_text + the question's + the
 gemma-4-e2b, qwen-2.5 and smollm2-135m with or without tools, llama-3.x without tools, and phi-3.5; a tools list
 Llama writes into the first message after the system message, whatever it is (turn_prompt_text None).
 as_rendered(name, messages) leaves out what a template drops of a message (Llama 3 the text beside a call, SmolLM2
-the calls): what grading reads. No files, no token counts.
+the calls): what grading reads. invalid(messages) says why an API would refuse a request (a call without its
+result, no question last), or None. No files, no token counts.
 """
 from itertools import takewhile
 import json
@@ -361,9 +362,34 @@ def as_rendered(name: str, messages: list[dict]) -> list[dict]:
     beside its call (llama_message), so there that content becomes '', and SmolLM2's every call (chatml_parts), so
     there tool_calls go. What a template drops of a request out of order
     (Gemma 4 a result whose call is gone, Llama 3 the calls of a message its tools list takes) is not here: in an
-    agent case scorer.invalid refuses such a request, which then carries no fact."""
+    agent case `invalid` refuses such a request, which then carries no fact."""
     if FAMILIES.get(name) is chatml_parts:
         return [{key: value for key, value in message.items() if key != 'tool_calls'} for message in messages]
     if FAMILIES.get(name) is not llama_parts:
         return messages
     return [{**message, 'content': ''} if message.get('tool_calls') else message for message in messages]
+
+
+def invalid(messages: list[dict]) -> str | None:
+    """Why a provider would refuse this request (docs/agents.md), or None. The system message comes first and a user
+    message next, the question last; an assistant message's calls are answered by the tool messages right after it,
+    each once, a result answering the open call of its id, and no id is used again while a call of it is open (an id
+    answered may come back, as real logs have it). [system, user, tool answering 'c1'] -> 'message 2 (tool) ...'."""
+    roles = [message['role'] for message in messages]
+    if roles[0] != 'system' or len(roles) < 2:
+        return 'the system message is not first' if roles[0] != 'system' else 'the request holds no question'
+    for index in (1, len(roles) - 1):  # the first after the system message, and the question
+        if roles[index] != 'user':
+            return f'message {index} is {roles[index]}, not a user message'
+    open_calls = {}  # call id -> the message that made it, until a result answers it
+    for index, message in enumerate(messages):
+        if message['role'] != 'tool' and open_calls:
+            call, at = next(iter(open_calls.items()))
+            return f'message {at}: call {call!r} has no result before message {index} ({message["role"]})'
+        if message['role'] == 'tool' and open_calls.pop(message['tool_call_id'], None) is None:
+            return f'message {index} (tool) answers no call of the assistant message before it'
+        for call in message.get('tool_calls', ()):
+            if call['id'] in open_calls:
+                return f'message {index}: call id {call["id"]!r} is used twice while unanswered'
+            open_calls[call['id']] = index
+    return None

@@ -18,9 +18,9 @@ import textwrap
 
 from best_possible import BEST
 from common import LabError
-from runner import COUNTED_BY, counter_note
-from scorer import BEST_ROW_FIELDS, ROW_FIELDS, by_group, check_additive, facts_in
+from scorer import BEST_ROW_FIELDS, ROW_FIELDS, by_group, facts_in
 from shapes import allowance, build_request, turn_messages
+from strategies import check_additive
 from text import clipped, counted, markdown_table, plain_number, printable, turn_runs
 from tokenizer import agent_request, counter
 from tool_formats import as_rendered
@@ -43,6 +43,7 @@ TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases w
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
 FACT_CHARS = 60  # a longer fact is cut to its start
+COUNTED_BY = '\nToken figures counted by {}.\n'  # counter_note under a table of a report made with another counter
 # What --compare reads in a row, and how each value must look: (test, its description).
 ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), (lambda value: isinstance(value, str), 'a string')),
               **dict.fromkeys(('missing', 'stale_included'), (
@@ -52,6 +53,13 @@ ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), (lambda value: isinstan
                   lambda value: isinstance(value, list) and all(type(index) is int and index >= 0 for index in value),
                   'a list of turn indices'))}
 UNSEARCHED = ('turns', 'missing', 'stale_included')  # None in a best-possible row that was not searched
+
+
+def counter_note(report: dict, form: str = ', counted by {}') -> str:
+    """form filled with the counter's name for a report made with a counter other than the default (whose profile has
+    no name), so that no table or picture of one model passes for Gemma's; else '': ', counted by llama-3.1'."""
+    name = report.get('counter', {}).get('name')
+    return form.format(name) if name else ''
 
 
 class ReportError(LabError):
@@ -123,8 +131,8 @@ def paint(text: str, style: str, colour: bool) -> str:
 
 def message_labels(case: dict, chosen: dict) -> list[str]:
     """Where each message came from: ['system', 'turn 1, user', ..., 'question, user'] for a request laid out
-    as the four lay it out; else each message by its index in the request, from 0 as refusals count it (scorer.invalid
-    'message 2 (tool) ...'), and role, since a rules file may send anything."""
+    as the four lay it out; else each message by its index in the request, from 0 as refusals count it
+    (tool_formats.invalid: 'message 2 (tool) ...'), and role, since a rules file may send anything."""
     messages, turns = chosen['messages'], sorted(chosen['turns'])
     history = build_request(case, turns)[1:-1]  # the turns' messages, as the four lay them out
     if len(messages) == len(history) + 2 and messages[0]['role'] == 'system' and messages[-1]['role'] == 'user' \
