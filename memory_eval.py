@@ -34,7 +34,7 @@ from memory_cases import MEMORY_CASES, load_memory_cases, memory_cases
 from memory_store import MemoryStore
 from runner import COUNTED_BY, counter_note, report_header
 from scorer import by_group, facts_in
-from shapes import allowance, escape
+from shapes import allowance, build_request, escape
 from strategies import fit, words
 from text import markdown_table, plain_number
 from tokenizer import add_counter_option, choose_counter, counter
@@ -69,8 +69,8 @@ def kept_lines(facts: list[str], quota: int, cost) -> tuple[list[str], int]:
 
 def memory_request(instructions: str, question: str, lines: list[str]) -> list[dict]:
     """The request a fill sends: the instructions, then the memory block (quoted as notes are) and the question."""
-    block = '\n'.join([MEMORY_HEADER, '<memory>', *map(escape, lines), '</memory>', '', f'Question: {question}'])
-    return [{'role': 'system', 'content': instructions}, {'role': 'user', 'content': block}]
+    asked = {'instructions': instructions, 'current': question, 'history': ()}
+    return build_request(asked, (), list(map(escape, lines)), (MEMORY_HEADER, 'memory'))
 
 
 def graded(question: dict, lines: list[str], memory_tokens: int, input_tokens: int) -> dict:

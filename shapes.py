@@ -126,11 +126,14 @@ def escape(text: str) -> str:
     return text.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
 
 
-def build_request(case: dict, kept, notes: list[str] = ()) -> list[dict]:
-    """The request: the instructions, the kept turns oldest first, then the question (after a notes block)."""
+def build_request(case: dict, kept, notes: list[str] = (), block: tuple[str, str] | None = None) -> list[dict]:
+    """The request: the instructions, the kept turns oldest first, then the question after a block quoting the lines
+    `notes` (escaped already). `block` is (its first line, its tag), and a block so named is written even empty
+    (memory_eval's memory, summaries' summary); by default it is the notes block, written only if there are notes."""
     question = case['current']
-    if notes:
-        question = '\n'.join([NOTES_HEADER, '<notes>', *notes, '</notes>', '', f'Question: {question}'])
+    if notes or block:
+        header, tag = block or (NOTES_HEADER, 'notes')
+        question = '\n'.join([header, f'<{tag}>', *notes, f'</{tag}>', '', f'Question: {question}'])
     history, made = case['history'], messages_of(case['history'])
     turns = list(chain.from_iterable([made[index] or fill(made, history, index) for index in sorted(kept)]))
     system = {'role': 'system', 'content': case['instructions']}
