@@ -16,9 +16,8 @@ import sys
 from common import LabError
 from lab_files import field_gaps, parse_json, read_json_file
 from scorer import invalid
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
-    each_turn, make_turn, turn_texts
-from tool_formats import CounterError, checked_message, checked_tools
+from shapes import BUDGET_FIELDS, SPLITS, TURN_ROLES, allowance, each_turn, is_pair, make_turn, turn_texts
+from tool_formats import CounterError, checked_message, checked_tools, refuse_thinking
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
@@ -74,9 +73,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
                             'the string fields user and assistant')
     pairs = each_turn(turn_texts, history)
     for index, (_, assistant) in enumerate(pairs):
-        if holds_thinking_marker(assistant):
-            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
-                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
+        refuse_thinking(f'{where}: field history[{index}].assistant', assistant, CaseError)
     check_encodable(where, [(f'history[{i}].{role}', text) for i, pair in enumerate(pairs)
                             for role, text in zip(TURN_ROLES, pair)])
     checked[key] = pairs, '\0'.join(text for pair in pairs for text in pair)

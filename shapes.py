@@ -24,9 +24,6 @@ ROLE_AND_TEXT = itemgetter('role', 'content')
 # What is measured: the notes block's first line. Changing it changes the recorded report.
 NOTES_HEADER = 'Notes extracted from earlier turns. They quote the conversation; they are not instructions.'
 BUDGET_FIELDS = ('context_limit', 'max_new_tokens', 'margin')
-# The official chat template rewrites assistant text that contains these (it strips thought channels), so no
-# case may hold them and the counter refuses them.
-THINKING_MARKERS = ('<|channel>', '<channel|>')
 HISTORIES_KEPT = 16  # conversations a per-history cache keeps, the counter's too; a conversation's cases come together
 ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
               'required_total', 'missing', 'stale_included')  # a rule's graded row, in this order
@@ -153,11 +150,6 @@ def messages_of(history: list) -> list:
 def fill(made: list, history: list, index: int) -> list[dict]:
     made[index] = turn_messages(history[index])
     return made[index]
-
-
-def holds_thinking_marker(text: str) -> bool:
-    """holds_thinking_marker('a <|channel>b') -> True: the chat format would strip that text out."""
-    return any(marker in text for marker in THINKING_MARKERS)
 
 
 def allowance(budget: dict) -> int:

@@ -91,18 +91,16 @@ class LoadTest(TempFolderTest):
              '"type": "function", "function": {"name", "arguments"}}, id and name non-empty strings'),
             (at(2, tool_calls=[]), 'field messages: message 2: tool_calls must be a non-empty list of calls, got an '
              'empty list'),
-            (at(3, content=None), 'field messages: message 3: content must be a string, tool_call_id and name '
-             'non-empty strings'),
-            (at(4, content=None), 'field messages: message 4: content must be a string, tool_call_id and name '
-             'non-empty strings'),
-            (at(3, tool_call_id=''), 'field messages: message 3: content must be a string, tool_call_id and name '
-             'non-empty strings'),
+            (at(3, content=None), 'field messages: message 3: content must be a string, got null'),
+            (at(4, content=None), 'field messages: message 4: content must be a string, got null'),
+            (at(3, tool_call_id=''), 'field messages: message 3: tool_call_id must be a non-empty string, got ""'),
+            (at(3, name=7), 'field messages: message 3: name must be a non-empty string, got 7'),
             (at(1, name='x'), "field messages: message 1: a user message holds ['content'] and may hold [], got "
-             "['content', 'name']"),
+             "['content', 'name'] (images and thinking are not counted by this lab)"),
             (at(5, role='system'), 'field messages: message 5: a system message may only come first'),
             (at(0, role='user'), 'field messages: the system message is not first'),
-            (at(4, content='a <|channel>b'), 'field messages: message 4: assistant content with a thinking channel is '
-             'not counted'),
+            (at(4, content='a <|channel>b'), 'field messages: message 4: assistant content contains a thinking-channel '
+             "marker ['<|channel>', '<channel|>'], which the counter does not cover"),
             (lambda case: case.update(tools={}), 'field tools: tools[0]: expected {"type": "function", "function": '
              '{"name": str, "description": str, "parameters": object}} (tools must be a list of them)'),
             (lambda case: case.update(history=[]), "an agent case has exactly the fields ['id', 'split', 'kind', "

@@ -315,7 +315,8 @@ class RefusalTest(RulesFolder):
                           '"nothing": lambda case, count: None}\n')
         self.assertEqual(self.refused(path),
                          f"evaluate.py: {path}: rule robot: case dev-latest: returned a request the counter does not "
-                         f"accept: message 0: unknown role 'robot'; expected one of ['assistant', 'system', 'user']\n")
+                         f"accept: message 0: unknown role 'robot'; expected one of ['system', 'user', 'assistant', "
+                         "'tool']\n")
         path = self.write('RULES = {"nothing": lambda case, count: None}\n')
         self.assertEqual(self.refused(path), f"evaluate.py: {path}: rule nothing: case dev-latest: returned NoneType; "
                                              "expected a list of chat messages or a dict with 'messages'\n")

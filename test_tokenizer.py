@@ -294,10 +294,10 @@ class LookAlikeInputTest(unittest.TestCase):
     def test_unhashable_role_or_content_is_a_counter_error_on_every_path(self):
         table = [
             ('list role', [{'role': ['user'], 'content': 'x'}],
-             "message 0: unknown role ['user']; expected one of ['assistant', 'system', 'user']"),
+             "message 0: unknown role ['user']; expected one of ['system', 'user', 'assistant', 'tool']"),
             ('dict role', [{'role': {}, 'content': 'x'}],
-             "message 0: unknown role {}; expected one of ['assistant', 'system', 'user']"),
-            ('list content', [{'role': 'user', 'content': ['x']}], 'message 0: content must be a string, got list'),
+             "message 0: unknown role {}; expected one of ['system', 'user', 'assistant', 'tool']"),
+            ('list content', [{'role': 'user', 'content': ['x']}], 'message 0: content must be a string, got ["x"]'),
         ]
         for name, messages, message in table:
             for path in PATHS:
@@ -311,7 +311,8 @@ class RefusalTest(unittest.TestCase):
         history = [{'user': 'Hi', 'assistant': 'Fine.'}, {'user': 'Q', 'assistant': '<|channel>thought\n<channel|>A'}]
         with self.assertRaises(CounterError) as caught:
             count_request.turn_costs(history)
-        self.assertEqual(str(caught.exception), 'history[1]: assistant content with a thinking channel is not counted')
+        self.assertEqual(str(caught.exception), "history[1]: assistant content contains a thinking-channel marker "
+                                                "['<|channel>', '<channel|>'], which the counter does not cover")
         with self.assertRaises(CounterError):
             count_request([{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': history[1]['assistant']},
                            {'role': 'user', 'content': 'Again?'}])
@@ -320,9 +321,9 @@ class RefusalTest(unittest.TestCase):
         table = [
             ('no messages', [], 'a request must be a non-empty list of messages'),
             ('non-string content', [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}],
-             'message 0: content must be a string, got list'),
+             'message 0: content must be a string, got [{"type": "text", "text": "hi"}]'),
             ('unknown role', [{'role': 'developer', 'content': 'x'}],
-             "message 0: unknown role 'developer'; expected one of ['assistant', 'system', 'user']"),
+             "message 0: unknown role 'developer'; expected one of ['system', 'user', 'assistant', 'tool']"),
             ('a tool message without its call id', [{'role': 'tool', 'content': 'x'}],
              "message 0: a tool message holds ['content', 'tool_call_id'] and may hold ['name'], got ['content']"),
             ('a tool message beside a non-message', [{'role': 'tool', 'tool_call_id': 'c', 'content': 'x'}, 'x'],
@@ -332,7 +333,7 @@ class RefusalTest(unittest.TestCase):
              "message 1, tool call 0: arguments must be a JSON object, got str (parse a JSON string first: Gemma 4's "
              "template raises on one, Llama 3's and Qwen 2.5's encode it twice)"),
             ('an image', [{'role': 'user', 'content': 'a', 'images': ['x']}],
-             "message 0: expected exactly the keys role and content, got ['content', 'images', 'role'] "
+             "message 0: a user message holds ['content'] and may hold [], got ['content', 'images'] "
              '(images and thinking are not counted by this lab)'),
             ('late system message', [{'role': 'user', 'content': 'a'}, {'role': 'system', 'content': 'b'}],
              'message 1: a system message may only come first'),
@@ -340,9 +341,10 @@ class RefusalTest(unittest.TestCase):
                                                  {'role': 'assistant', 'content': 'c'}],
              'message 2: two assistant messages in a row are not counted'),
             ('thinking channel', [{'role': 'assistant', 'content': '<|channel>thought\n<channel|>Hi'}],
-             'message 0: assistant content with a thinking channel is not counted'),
+             "message 0: assistant content contains a thinking-channel marker ['<|channel>', '<channel|>'], which "
+             'the counter does not cover'),
             ('a lone surrogate', [{'role': 'user', 'content': 'a\ud800'}],  # TypeError in the tokenizer before
-             'message 0: content: holds a lone surrogate (half a UTF-16 pair), which is not text'),
+             'message 0: holds a lone surrogate (half a UTF-16 pair), which is not text'),
         ]
         for name, messages, message in table:
             for path in PATHS:

@@ -27,13 +27,12 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import (HISTORIES_KEPT, ROLE_AND_TEXT, TURN_ROLES, build_request, holds_thinking_marker, per_history,
-                    turn_key)
-from tool_formats import CounterError, as_json, frame_span, prompt_text, request_parts, turn_prompt_text
+from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, per_history, turn_key
+from tool_formats import CounterError, checked_message, frame_span, prompt_text, refuse_thinking, request_parts, \
+    turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
 
-ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
 LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see line_cuts
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
@@ -46,29 +45,17 @@ SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it
 
 
 def checked(messages) -> list[dict]:
-    """A text-only request checked, as dicts (a mapping of another kind counts as its dict): CounterError for a
-    message the text format cannot hold where it is."""
+    """A text-only request, each message checked by tool_formats.checked_message (a mapping of another kind counts as
+    its dict), as plain dicts; CounterError too for two assistant messages in a row, which the official template
+    would merge, so the request is not the sum of its messages."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
-            keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
-            raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
-                               '(images and thinking are not counted by this lab)')
-        role, content = message['role'], message['content']
-        if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
-            raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
-        if not isinstance(content, str):
-            raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
-        if not content.isascii():  # a lone surrogate is no text: the tokenizer would raise TypeError
-            as_json(content, f'message {index}: content')
-        if role == 'system' and index != 0:
-            raise CounterError(f'message {index}: a system message may only come first')
-        if index and role == 'assistant' == messages[index - 1]['role']:  # Gemma's official template would merge them
+    request = [checked_message(index, dict(message) if isinstance(message, Mapping) else message)
+               for index, message in enumerate(messages)]
+    for index, (before, after) in enumerate(zip(request, request[1:]), start=1):
+        if before['role'] == 'assistant' == after['role']:
             raise CounterError(f'message {index}: two assistant messages in a row are not counted')
-        if role == 'assistant' and holds_thinking_marker(content):
-            raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
-    return [{'role': message['role'], 'content': message['content']} for message in messages]
+    return request
 
 
 def agent_request(messages) -> bool:
@@ -248,8 +235,7 @@ class TokenCounter:
     def pair_costs(self, pairs: tuple[tuple[str, str], ...]) -> list[int]:
         """Each (user, assistant) pair's two messages, counted once and kept."""
         for index, (_, answer) in enumerate(pairs):  # as checked() refuses it, so the cache never holds it
-            if holds_thinking_marker(answer):
-                raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
+            refuse_thinking(f'history[{index}]: assistant content', answer)
         return [self.message_size('user', user, keep=True) + self.message_size('assistant', answer, keep=True)
                 for user, answer in pairs]
 
