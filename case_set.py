@@ -16,7 +16,7 @@ import sys
 from common import LabError
 from lab_files import field_gaps, parse_json, read_json_file
 from scorer import invalid
-from shapes import BUDGET_FIELDS, SPLITS, TURN_ROLES, allowance, each_turn, is_pair, make_turn, turn_texts
+from shapes import BUDGET_FIELDS, SPLITS, TURN_ROLES, allowance, each_turn, is_agent, is_pair, make_turn, turn_texts
 from tool_formats import CounterError, checked_message, checked_tools, refuse_thinking
 
 # What a case is. Changing any of these changes which case sets are accepted.
@@ -168,7 +168,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
     if case['split'] not in SPLITS:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
-    if 'tools' in case:  # an agent case, its messages checked as they were read (agent_case)
+    if is_agent(case):  # an agent case, its messages checked as they were read (agent_case)
         pairs = each_turn(turn_texts, case['history'])
         joined = '\0'.join(text for texts in pairs for text in texts)
     else:
@@ -193,7 +193,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
             # in `joined` lies inside one message: no match spans a NUL.
             if fact not in joined or ('\0' in fact and not any(fact in text for pair in pairs for text in pair)):
                 raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history'
-                                + json_hint(fact, joined) * ('tools' in case))
+                                + json_hint(fact, joined) * is_agent(case))
     warn_quoted_stale(where, case, pairs)
     return case
 
@@ -259,7 +259,7 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
 
     shared = []
     for case in cases:
-        if 'tools' in case:  # an agent case: made of new objects by agent_case already
+        if is_agent(case):  # an agent case: made of new objects by agent_case already
             shared.append(case)
             continue
         history = each_turn(turn_texts, case['history'])

@@ -19,7 +19,7 @@ from operator import itemgetter
 
 from common import LabError
 from shapes import (AGENT_ROW_FIELDS, AGENT_TOTALS, BEST_TOTALS, ROW_FIELDS, RULE_TOTALS, SPLITS, allowance,
-                    build_request, escape, message_text, pair_texts, per_history, turn_texts)
+                    build_request, escape, is_agent, message_text, pair_texts, per_history, turn_texts)
 from tokenizer import SELECTED
 from tool_formats import as_rendered
 
@@ -43,7 +43,7 @@ def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple
     message, and every template writes a message of only a role and a text whole (tool_formats.as_rendered)."""
     messages, history, kept = chosen['messages'], case.get('history'), chosen['turns']
     middle = messages[1:-1]  # read in C: a request holds hundreds of messages
-    if 'tools' in case or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
+    if is_agent(case) or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
             or any('\n' in fact for fact in case['stale']) or set(map(len, middle)) - {2} \
             or list(map(CONTENT, middle)) != list(chain.from_iterable(map(pair_texts, map(history.__getitem__, kept)))):
         return facts_in(case, messages, counter)  # a message holding more than its role and text (a call) is read whole
@@ -110,14 +110,14 @@ def graded_row(case: dict, chosen: dict, counter: str | None = None) -> dict:
     """One report row: which required and stale facts reached the selection's request as `counter` renders it
     (facts_in; shapes.ROW_FIELDS; an agent case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an
     invalid request reaches no fact)."""
-    why = invalid(chosen['messages']) if 'tools' in case else None
+    why = invalid(chosen['messages']) if is_agent(case) else None
     reached, stale = ([], []) if why else request_facts(case, chosen, counter)
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
            'notes': chosen['notes'], 'input_tokens': chosen['input_tokens'], 'invalid': why,
            'within_budget': chosen['input_tokens'] <= allowance(case), 'required_found': len(reached),
            'required_total': len(case['required']), 'stale_included': stale,
            'missing': [fact for fact in case['required'] if fact not in reached]}
-    return {key: row[key] for key in (AGENT_ROW_FIELDS if 'tools' in case else ROW_FIELDS)}
+    return {key: row[key] for key in (AGENT_ROW_FIELDS if is_agent(case) else ROW_FIELDS)}
 
 
 def totals(rows: list[dict]) -> dict:

@@ -106,6 +106,12 @@ def per_history(function):
     return cached
 
 
+def is_agent(case: dict) -> bool:
+    """Whether a case is an agent case (docs/agents.md): case_set.agent_case gives each one the field tools (a list,
+    maybe empty) and turns that are lists of messages (turn_messages); a pair case has neither."""
+    return 'tools' in case
+
+
 def is_pair(turn) -> bool:
     """Whether a turn is a pair: an object of exactly the string fields user and assistant."""
     return isinstance(turn, dict) and turn.keys() == set(TURN_ROLES) \
@@ -134,7 +140,7 @@ def build_request(case: dict, kept, notes: list[str] = (), block: tuple[str, str
     history, made = case['history'], messages_of(case['history'])
     turns = list(chain.from_iterable([made[index] or fill(made, history, index) for index in sorted(kept)]))
     system = {'role': 'system', 'content': case['instructions']}
-    if case.get('tools'):  # every request of an agent case declares its tools; they travel with the system message
+    if is_agent(case) and case['tools']:  # every request of an agent case declares its tools, on the system message
         system['tools'] = case['tools']
     return [system, *turns, {'role': 'user', 'content': question}]
 

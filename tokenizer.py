@@ -27,7 +27,7 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, per_history, turn_key
+from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, is_agent, per_history, turn_key
 from tool_formats import CounterError, checked_message, frame_span, prompt_text, refuse_thinking, request_parts, \
     turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
@@ -172,10 +172,9 @@ class TokenCounter:
         """self(messages) for messages = shapes.build_request(case, kept, notes), without reading them all: a pair
         case's request is its head (system message and question) and its turns, each message's cached size counted
         once (turn_costs), exactly what self(messages) sums. An agent request is counted as __call__ counts it."""
-        history = case['history']
-        if not self.fast or case.get('tools') or (history and type(history[0]) is list):
+        if not self.fast or is_agent(case):
             return self(messages)
-        cost = self.turn_costs(history)
+        cost = self.turn_costs(case['history'])
         return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
 
     def known_sizes(self, messages) -> list[int] | None:
