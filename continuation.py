@@ -152,7 +152,7 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
 
 
 def main(argv: list[str]) -> int:
-    from tokenizer import count_request
+    from tokenizer import counter
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--cases', type=Path, default=CASES)
     parser.add_argument('--keys', type=Path, default=KEYS)
@@ -160,7 +160,7 @@ def main(argv: list[str]) -> int:
     cases = load_cases(options.cases)
     keys = load_keys(options.keys, cases)
     calls = summary_record.load(summary_record.recording_path())['calls']
-    print(report(cases, keys, count_request, calls, str(options.cases)), end='')
+    print(report(cases, keys, counter(), calls, str(options.cases)), end='')
     return 0
 
 

@@ -133,7 +133,7 @@ def check_stores(keep: Path) -> None:
 
 def filled_requests(cases: dict, counting, folder: Path | None = None) -> dict[str, list[tuple[dict, list, dict]]]:
     """Each fill's (question, the request it sends, its graded row), questions in file order, from fresh stores in
-    `folder` (default: a temporary one); counting is a counter (tokenizer.loaded), for lines and requests alike."""
+    `folder` (default: a temporary one); counting is a counter (tokenizer.counter), for lines and requests alike."""
     # cost is a line's own tokens: no template, no delimiter
     filled, cost = {fill: [] for fill in FILLS}, lambda line: len(counting.encode(line))
     with contextlib.nullcontext(folder) if folder else stores_folder(None) as folder:

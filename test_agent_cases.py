@@ -14,7 +14,7 @@ from test_support_runs import evaluate_py
 from test_counters import counter_or_skip
 from test_tool_formats import official
 from test_support_oracle import OFFICIAL_PATH, official_count
-from tokenizer import CounterError, count_request
+from tokenizer import CounterError, counter
 
 SYSTEM = {'role': 'system', 'content': 'Answer from the conversation.'}
 CALL = {'id': 'c1', 'type': 'function', 'function': {'name': 'read_file', 'arguments': '{"path": "a.ini"}'}}
@@ -225,10 +225,10 @@ class OfficialTemplateTest(unittest.TestCase):
     def test_every_request_the_rules_build_on_the_agent_cases_is_counted_as_the_official_template_renders_it(self):
         for case in load_cases(HERE / 'agent-cases.json'):
             whole = build_request(case, range(len(case['history'])))
-            requests = [whole, *(rule(case, count_request)['messages'] for rule in RULES.values())]
+            requests = [whole, *(rule(case, counter())['messages'] for rule in RULES.values())]
             for index, request in enumerate(requests):
                 with self.subTest(case['id'], request=index):
-                    self.assertEqual(count_request(request), official_count(request))
+                    self.assertEqual(counter()(request), official_count(request))
 
 
 class OtherCountersTest(unittest.TestCase):

@@ -31,7 +31,7 @@ from strategies import RULES
 from test_support import DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERSION, only_loopback, reply
 from test_support_fixtures import AnswerFilesTest, held_out_cases, recorded_answer
 from test_support_runs import run_answer_check, run_command
-from tokenizer import loaded
+from tokenizer import counter
 
 HERE = Path(__file__).parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
@@ -347,7 +347,7 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
                                 {'role': 'assistant', 'content': 'Rollbacks need approval from the on-call lead.'},
                                 {'role': 'user', 'content': 'When may we deploy?'}])
         self.assertEqual(json.loads(answers.read_text())['answers']['recent']['my-window'][0]['input_tokens'],
-                         loaded('llama-3.1')(sent))
+                         counter('llama-3.1')(sent))
         self.assertTrue(out.startswith('Answers of llama3.1:8b, counted by llama-3.1:\n| Strategy |'), out[:80])
         code, out, err = run_answer_check(own)  # offline, under the pin the recording carries
         grades = json.loads((self.folder / 'window-answers.grades.json').read_text())

@@ -31,7 +31,7 @@ from prepared_folder import PREPARED
 from strategies import RULES, build_request
 from test_support_fixtures import DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree, rule_requests
 from test_support_oracle import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
-from tokenizer import LINE_START, CounterError, TokenCounter, count_request, counter, line_cuts, splits_cleanly
+from tokenizer import LINE_START, CounterError, TokenCounter, counter, line_cuts, splits_cleanly
 
 HERE = Path(__file__).resolve().parent
 PYTHON = python_command()  # how the advice in messages starts Python: .venv/bin/python from the lab's venv
@@ -138,15 +138,15 @@ class ReferenceFiguresTest(unittest.TestCase):
 
     def test_bare_request_counts_35(self):
         self.assertEqual(build_request(self.dev_correction(), []), BARE_REQUEST)
-        self.assertEqual(count_request(BARE_REQUEST), 35)
+        self.assertEqual(counter()(BARE_REQUEST), 35)
 
     def test_request_with_the_first_turn_counts_57_and_the_turn_adds_22(self):
         case = self.dev_correction()
         self.assertEqual(build_request(case, [0]), FIRST_TURN_REQUEST)
-        self.assertEqual((count_request(FIRST_TURN_REQUEST), count_request.turn_costs(case['history'])[0]), (57, 22))
+        self.assertEqual((counter()(FIRST_TURN_REQUEST), counter().turn_costs(case['history'])[0]), (57, 22))
 
     def test_notes_request_with_three_notes_counts_110(self):
-        selected = RULES['notes'](self.dev_correction(), count_request)
+        selected = RULES['notes'](self.dev_correction(), counter())
         self.assertEqual(selected['messages'], NOTES_REQUEST)
         self.assertEqual((selected['turns'], selected['notes'], selected['input_tokens']), ([], 3, 110))
 
@@ -157,12 +157,12 @@ class OfficialTemplateTest(unittest.TestCase):
         self.assertEqual(hashlib.sha256(OFFICIAL_PATH.read_bytes()).hexdigest(), TEMPLATE_SHA256)
 
     def test_every_rule_request_renders_and_counts_as_the_official_template(self):
-        requests = rule_requests(count_request)
+        requests = rule_requests(counter())
         self.assertGreater(len(requests), 100)
         for index, messages in enumerate(requests):
             with self.subTest(request=index):
                 self.assertEqual(counter().prompt(messages), official_render(messages))
-                self.assertEqual(count_request(messages), official_count(messages))
+                self.assertEqual(counter()(messages), official_count(messages))
 
     @EXAMPLES
     @given(chats(), conversations())
@@ -310,11 +310,11 @@ class RefusalTest(unittest.TestCase):
     def test_a_thinking_channel_in_a_history_is_refused_by_turn_costs_so_no_later_count_finds_it_cached(self):
         history = [{'user': 'Hi', 'assistant': 'Fine.'}, {'user': 'Q', 'assistant': '<|channel>thought\n<channel|>A'}]
         with self.assertRaises(CounterError) as caught:
-            count_request.turn_costs(history)
+            counter().turn_costs(history)
         self.assertEqual(str(caught.exception), "history[1]: assistant content contains a thinking-channel marker "
                                                 "['<|channel>', '<channel|>'], which the counter does not cover")
         with self.assertRaises(CounterError):
-            count_request([{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': history[1]['assistant']},
+            counter()([{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': history[1]['assistant']},
                            {'role': 'user', 'content': 'Again?'}])
 
     def test_requests_outside_the_text_format_are_refused_even_when_each_message_was_counted_before(self):

@@ -3,9 +3,9 @@
     .venv/bin/python tokenizer.py [--counter NAME]   # the counter's profile and the count of a small example
     .venv/bin/python tokenizer.py --counter list     # every counter, what it pins, and whether it is prepared
 
-    from tokenizer import count_request
-    count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
-                   {'role': 'user', 'content': 'Which database will we use?'}])
+    from tokenizer import counter
+    counter()([{'role': 'system', 'content': 'Answer only from the conversation.'},
+                {'role': 'user', 'content': 'Which database will we use?'}])   # the chosen counter's count
 
 A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the model's
 official template as tool_formats.py renders it, thinking off, its fixed inputs (Llama 3's date) filled in. Images
@@ -19,7 +19,7 @@ reads prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ b
 import argparse
 from bisect import bisect_right
 from collections.abc import Mapping
-from functools import cached_property, lru_cache
+from functools import cached_property
 from itertools import accumulate
 import json
 from operator import itemgetter
@@ -42,6 +42,7 @@ LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
 ROLE = itemgetter('role')
 SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (choose_counter)
+LOADED: dict[str, 'TokenCounter'] = {}  # each counter counter() has loaded, by name
 
 
 def checked(messages) -> list[dict]:
@@ -298,14 +299,13 @@ def line_cuts(tokenizer) -> re.Pattern | None:
     return LINE_BEFORE_TEXT if safe else None
 
 
-@lru_cache(maxsize=None)
-def loaded(name: str) -> TokenCounter:
-    return TokenCounter(name=name)
-
-
-def counter() -> TokenCounter:
-    """The process-wide counter, loaded on first use: the default unless choose_counter named another (--counter)."""
-    return loaded(SELECTED['name'])
+def counter(name: str | None = None) -> TokenCounter:
+    """The one way to get a counter: the one named, else the one chosen (choose_counter, --counter; the default
+    unless named), loaded on first use and kept for the process. Rules count with it: counter()(messages) -> int."""
+    name = name or SELECTED['name']
+    if name not in LOADED:
+        LOADED[name] = TokenCounter(name=name)
+    return LOADED[name]
 
 
 def choose_counter(name: str) -> None:  # a name counter_choice accepted
@@ -330,26 +330,6 @@ def add_counter_option(parser) -> None:
                              'it pins and whether it is prepared (docs/counters.md)')
 
 
-class LazyCount:
-    """count_request: the chosen counter's interface, loading the counter on first use."""
-
-    def __call__(self, messages: list[dict]) -> int:
-        return counter()(messages)
-
-    def turn_costs(self, history: list[dict]) -> list[int]:
-        return counter().turn_costs(history)
-
-    def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
-        return counter().count_built(messages, case, kept, notes)
-
-    @property
-    def name(self) -> str:  # as a TokenCounter's, without loading it
-        return SELECTED['name']
-
-
-count_request = LazyCount()
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Print the counter's profile and the token count of a small example "
                                      'request: a quick check that `.venv/bin/python prepare.py` worked. Reads '
@@ -358,7 +338,7 @@ def main(argv: list[str]) -> int:
     choose_counter(parser.parse_args(argv).counter)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
-    print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
+    print(json.dumps({'profile': counter().profile(), 'example_tokens': counter()(example)}, indent=2))
     return 0
 
 
