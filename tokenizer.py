@@ -28,7 +28,7 @@ import re
 
 from common import run
 from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, is_agent, per_history, turn_key
-from tool_formats import CounterError, checked_message, frame_span, prompt_text, refuse_thinking, request_parts, \
+from tool_formats import CounterError, checked_request, frame_span, prompt_text, refuse_thinking, request_parts, \
     turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
@@ -46,13 +46,9 @@ LOADED: dict[str, 'TokenCounter'] = {}  # each counter counter() has loaded, by 
 
 
 def checked(messages) -> list[dict]:
-    """A text-only request, each message checked by tool_formats.checked_message (a mapping of another kind counts as
-    its dict), as plain dicts; CounterError too for two assistant messages in a row, which the official template
-    would merge, so the request is not the sum of its messages."""
-    if not isinstance(messages, list) or not messages:
-        raise CounterError('a request must be a non-empty list of messages')
-    request = [checked_message(index, dict(message) if isinstance(message, Mapping) else message)
-               for index, message in enumerate(messages)]
+    """A text-only request checked as every request is (tool_formats.checked_request), as plain dicts; CounterError
+    too for two assistant messages in a row, which the official template would merge: no sum of messages."""
+    request = checked_request(messages)
     for index, (before, after) in enumerate(zip(request, request[1:]), start=1):
         if before['role'] == 'assistant' == after['role']:
             raise CounterError(f'message {index}: two assistant messages in a row are not counted')

@@ -15,6 +15,7 @@ Llama writes into the first message after the system message, whatever it is (tu
 as_rendered(name, messages) leaves out what a template drops of a message (Llama 3 the text beside a call, SmolLM2
 the calls): what grading reads. No files, no token counts.
 """
+from collections.abc import Mapping
 from itertools import takewhile
 import json
 import re
@@ -127,6 +128,15 @@ def checked_message(index: int, message) -> dict:
                                f"{type(function['arguments']).__name__} (parse a JSON string first: Gemma 4's "
                                "template raises on one, Llama 3's and Qwen 2.5's encode it twice)")
     return message
+
+
+def checked_request(messages) -> list[dict]:
+    """Each message of a request checked (checked_message; a mapping of another kind counts as its dict), or
+    CounterError for a request that is no list or an empty one."""
+    if not isinstance(messages, list) or not messages:
+        raise CounterError('a request must be a non-empty list of messages')
+    return [checked_message(index, dict(message) if isinstance(message, Mapping) else message)
+            for index, message in enumerate(messages)]
 
 
 def checked_tools(tools) -> list[dict] | None:
@@ -343,10 +353,7 @@ def request_parts(name: str, form: dict, messages: list[dict], tools) -> tuple[s
 
 def prompt_text(name: str, form: dict, messages: list[dict], tools: list[dict] | None = None) -> str:
     """The whole prompt the official template of counter `name` renders for this request and tools list."""
-    if not isinstance(messages, list) or not messages:
-        raise CounterError('a request must be a non-empty list of messages')
-    head, pieces, tail = request_parts(name, form, [checked_message(index, message)
-                                                    for index, message in enumerate(messages)], checked_tools(tools))
+    head, pieces, tail = request_parts(name, form, checked_request(messages), checked_tools(tools))
     return head + ''.join(pieces) + tail
 
 
