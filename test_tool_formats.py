@@ -257,13 +257,6 @@ class HandWrittenTest(ToolFormatTest):
                               ({'role': 'assistant', 'content': None}, 'message 1: content must be a string, got null'),
                               ({'role': 'tool', 'tool_call_id': '', 'content': 'x'},
                                'message 1: tool_call_id must be a non-empty string, got ""'),
-                              ({'role': 'developer', 'content': 'x'},
-                               "message 1: unknown role 'developer'; expected one of ['system', 'user', 'assistant', "
-                               "'tool']"),
-                              ('x', 'message 1: expected an object whose role is one of system, user, assistant, tool'),
-                              ({'role': 'assistant', 'content': 'a <channel|>'}, "message 1: assistant content "
-                               "contains a thinking-channel marker ['<|channel>', '<channel|>'], which the counter "
-                               'does not cover'),
                               ({**CALL, 'tool_calls': []}, 'message 1: tool_calls must be a non-empty list of calls'),
                               ({**CALL, 'tool_calls': [{'id': 'c', 'function': {}}]}, 'message 1, tool call 0: '),
                               ({'role': 'user', 'content': 'x', 'extra': 1}, 'message 1: a user message holds'),
@@ -273,13 +266,11 @@ class HandWrittenTest(ToolFormatTest):
             self.assertTrue(str(caught.exception).startswith(says), str(caught.exception))
 
     def test_a_thinking_marker_is_refused_in_one_line_naming_where_as_the_caller_asks(self):
-        for text in ('a <|channel>b', 'a <channel|>'):
-            with self.subTest(text), self.assertRaises(CounterError) as caught:
-                refuse_thinking('cases.json: case c: field history[1].assistant', text)
-            self.assertEqual(str(caught.exception), "cases.json: case c: field history[1].assistant contains a "
-                             "thinking-channel marker ['<|channel>', '<channel|>'], which the counter does not cover")
-        with self.assertRaises(LookupError):  # a loader names its own error class
-            refuse_thinking('w', '<|channel>', LookupError)
+        with self.assertRaises(CounterError) as caught:
+            refuse_thinking('cases.json: case c: field history[1].assistant', 'a <channel|>')
+        self.assertEqual(str(caught.exception), "cases.json: case c: field history[1].assistant contains a "
+                         "thinking-channel marker ['<|channel>', '<channel|>'], which the counter does not cover")
+        self.assertRaises(LookupError, refuse_thinking, 'w', 'a <|channel>b', LookupError)  # a loader's own error
         self.assertIsNone(refuse_thinking('w', '<|turn> <|channel <channel>'))  # other markers are text
 
     def test_a_turn_that_does_not_start_with_its_one_user_message_is_refused(self):
