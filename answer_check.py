@@ -48,7 +48,7 @@ ASK_ABOVE = 500  # record makes more calls than this only with --yes
 def planned_requests(cases: list[dict], rules: dict, model: dict) -> list[dict]:
     """Every request record sends, sized by the pin's counter and selected as every report selects, in order: rule,
     case, seed."""
-    count = tokenizer.loaded(pin_counter(model)[0])
+    count = tokenizer.counter(pin_counter(model)[0])
     selections = [case_selections(case, rules, count) for case in cases]  # (rule -> selection, rule -> graded row)
     return [item for name in rules for case, (chosen, rows) in zip(cases, selections)
             for item in seeded_requests(model, name, case, chosen[name]['messages'], rows[name])]

@@ -14,7 +14,7 @@ from itertools import accumulate
 from scorer import BEST_GRADED, facts_in, graded_row, holders
 from shapes import allowance, build_request, turn_messages
 from strategies import chosen, costs
-from tokenizer import count_request
+from tokenizer import counter
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
 LABEL = 'best possible (reads the labels)'  # its name in the table, the turn map and --show
@@ -88,7 +88,7 @@ def by_turn(turns_of: dict[str, frozenset]) -> dict[int, frozenset]:
     return {index: frozenset(held[index]) for index in sorted(held)}
 
 
-def best_row(case: dict, count=count_request, facts: tuple | None = None) -> dict:
+def best_row(case: dict, count, facts: tuple | None = None) -> dict:
     """The best-possible report row of a case: search() over its fact-holding, stale-free turns, counted, checked and
     graded like a rule's. `facts`: turn_facts(case), which budget_sweep.py works out once for all its budgets."""
     required, stale = facts if facts is not None else turn_facts(case)

@@ -32,7 +32,7 @@ from shapes import allowance, at_limit
 from strategies import RULES
 from text import clipped, counted, markdown_table, printable
 from prepared_folder import DEFAULT
-from tokenizer import choose_counter, count_request, counter_choice
+from tokenizer import choose_counter, counter, counter_choice
 from views import counter_note
 
 # What the default run records: limits where the 12 cases' rules separate (their bare requests need up to 170).
@@ -104,10 +104,10 @@ def sweep_reports(path: Path, limits: list[int], rules: dict, files: list[dict],
     started, cpu = time.perf_counter(), time.process_time()
     cases, case_set_sha256 = load_case_set(path)
     check_reserved(path, cases)
-    with counting(path, cases, count_request):  # a request a counter cannot count: named by file, case, message
+    with counting(path, cases):  # a request a counter cannot count: named by file, case, message
         for name in counters or [None]:  # every counter's refusal before any counter's work
             choose_counter(name) if name else None
-            check_limits(path, cases, limits, count_request)
+            check_limits(path, cases, limits, counter())
         progress(f'{len(cases)} cases read and checked at every limit', started, cpu)
         reports = []
         for name in counters or [None]:
@@ -129,8 +129,8 @@ def limit_points(cases: list[dict], limit: int, rules: dict, facts: dict, group:
     started, cpu = time.perf_counter(), time.process_time()
     limited = at_limit(cases, limit)
     room = allowance(limited[0])
-    rows = {**run_rules(limited, rules, count_request),
-            BEST: [best_possible.best_row(case, count_request, facts[case['id']]) for case in limited]}
+    rows = {**run_rules(limited, rules, counter()),
+            BEST: [best_possible.best_row(case, counter(), facts[case['id']]) for case in limited]}
     progress(f'context limit {limit} ({room} input tokens): {len(rows)} rules on {len(cases)} cases{note}',
              started, cpu)
     return [point(limit, room, name, rule_rows, group) for name, rule_rows in rows.items()]

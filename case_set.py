@@ -3,7 +3,7 @@
     from case_set import load_case_set, load_cases
     cases = load_cases('cases.json')   # checked cases, or one LabError naming file, case and field
     cases, sha256 = load_case_set('cases.json')   # and the SHA-256 of the bytes that were parsed
-    check_fits('cases.json', cases, count_request)  # refuses a case whose bare request exceeds its allowance
+    check_fits('cases.json', cases, counter())  # refuses a case whose bare request exceeds its allowance
 
 The case format, and the validation that refuses whatever could make a result lie, are docs/cases.md; how a
 request is graded is scorer.py. Standard library only, so a step that counts nothing (the LoCoMo conversion) can
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from common import LabError, tell
 from lab_files import field_gaps, parse_json, read_json_file
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, at_limit, build_request, \
-    holds_thinking_marker, is_pair, each_turn, make_turn, turn_texts
-from tool_formats import CounterError, checked_message, checked_tools, invalid
+from shapes import BUDGET_FIELDS, SPLITS, TURN_ROLES, allowance, at_limit, build_request, each_turn, is_agent, \
+    is_pair, make_turn, turn_texts
+from tool_formats import CounterError, checked_message, checked_tools, invalid, refuse_thinking
 
 # What a case is. Changing any of these changes which case sets are accepted.
 CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
@@ -73,9 +73,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
                             'the string fields user and assistant')
     pairs = each_turn(turn_texts, history)
     for index, (_, assistant) in enumerate(pairs):
-        if holds_thinking_marker(assistant):
-            raise CaseError(f'{where}: field history[{index}].assistant contains a thinking-channel marker '
-                            f'{list(THINKING_MARKERS)}, which the counter does not cover')
+        refuse_thinking(f'{where}: field history[{index}].assistant', assistant, CaseError)
     check_encodable(where, [(f'history[{i}].{role}', text) for i, pair in enumerate(pairs)
                             for role, text in zip(TURN_ROLES, pair)])
     checked[key] = pairs, '\0'.join(text for pair in pairs for text in pair)
@@ -170,7 +168,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
             raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
     if case['split'] not in SPLITS:
         raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
-    if 'tools' in case:  # an agent case, its messages checked as they were read (agent_case)
+    if is_agent(case):  # an agent case, its messages checked as they were read (agent_case)
         pairs = each_turn(turn_texts, case['history'])
         joined = '\0'.join(text for texts in pairs for text in texts)
     else:
@@ -195,7 +193,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
             # in `joined` lies inside one message: no match spans a NUL.
             if fact not in joined or ('\0' in fact and not any(fact in text for pair in pairs for text in pair)):
                 raise CaseError(f'{where}: field {name}: fact {fact!r} does not occur in any message of the history'
-                                + json_hint(fact, joined) * ('tools' in case))
+                                + json_hint(fact, joined) * is_agent(case))
     warn_quoted_stale(where, case, pairs)
     return case
 
@@ -260,7 +258,7 @@ def share_equal_parts(cases: list[dict]) -> list[dict]:
 
     shared = []
     for case in cases:
-        if 'tools' in case:  # an agent case: made of new objects by agent_case already
+        if is_agent(case):  # an agent case: made of new objects by agent_case already
             shared.append(case)
             continue
         history = each_turn(turn_texts, case['history'])

@@ -151,7 +151,7 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
 
 
 def main(argv: list[str]) -> int:
-    from tokenizer import count_request
+    from tokenizer import counter
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--cases', type=Path, default=CASES)
     parser.add_argument('--keys', type=Path, default=KEYS)
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     cases = load_cases(options.cases)
     keys = load_keys(options.keys, cases)
     calls = load(recording_path())['calls']
-    print(report(cases, keys, count_request, calls, str(options.cases)), end='')
+    print(report(cases, keys, counter(), calls, str(options.cases)), end='')
     return 0
 
 

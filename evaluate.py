@@ -28,7 +28,7 @@ from rule_files import RULE_TIMEOUT, add_timeout_option, load_rule_files
 from runner import case_selections, counting, report_header, run_rules
 from scorer import by_group
 from strategies import RULES, chosen
-from tokenizer import add_counter_option, choose_counter, count_request
+from tokenizer import add_counter_option, choose_counter, counter
 import views
 
 GRADER = 'exact substring match of required and stale facts, raw or escaped, in the selected messages'
@@ -39,10 +39,10 @@ def report(path: Path = DEFAULT_CASES, rule_paths: list = (), rule_timeout: floa
     """The full report for a case set: the four rules, then the rules of each file of rule_paths."""
     rules, files = load_rule_files(rule_paths, rule_timeout)
     cases, case_set_sha256 = load_case_set(path)
-    with counting(path, cases, count_request):
-        check_fits(path, cases, count_request)
-        rows = run_rules(cases, {**RULES, **rules}, count_request, 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
-        best = [best_possible.best_row(case) for case in cases]
+    with counting(path, cases):
+        check_fits(path, cases, counter())
+        rows = run_rules(cases, {**RULES, **rules}, counter(), 'evaluate.py' if len(cases) > PROGRESS_ABOVE else '')
+        best = [best_possible.best_row(case, counter()) for case in cases]
     return {**report_header(path, case_set_sha256, files), 'trials': 1, 'grader': GRADER,
             'summary': {name: by_group(rule_rows, 'split') for name, rule_rows in rows.items()}, 'cases': rows,
             'best_possible': {'label': best_possible.LABEL, 'summary': by_group(best, 'split'), 'cases': best}}
@@ -97,12 +97,12 @@ def show(args: argparse.Namespace) -> str:
     if (case := cases.get(args.show)) is None:
         raise LabError(f'{args.cases}: no case {args.show!r}; the case ids are: {", ".join(cases)}')
     rules = rules if args.strategy is None else {args.strategy: rules[args.strategy]}
-    with counting(args.cases, [case], count_request):
-        check_fits(args.cases, [case], count_request)
-        selected, rows = case_selections(case, rules, count_request)
+    with counting(args.cases, [case]):
+        check_fits(args.cases, [case], counter())
+        selected, rows = case_selections(case, rules, counter())
         if args.strategy is None:  # then the best possible selection, made as best_row made it; None if not searched
-            best = rows[best_possible.LABEL] = best_possible.best_row(case, count_request)
-            selected[best_possible.LABEL] = None if best['turns'] is None else chosen(case, count_request,
+            best = rows[best_possible.LABEL] = best_possible.best_row(case, counter())
+            selected[best_possible.LABEL] = None if best['turns'] is None else chosen(case, counter(),
                                                                                      best['turns'])
     colour = sys.stdout.isatty() and 'NO_COLOR' not in os.environ  # for a person at a terminal only
     return views.show_requests(case, selected, rows, args.prompt, args.full, colour)

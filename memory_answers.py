@@ -36,7 +36,7 @@ MEMORY_GRADES = common.HERE / 'memory-answer-grades.json'
 
 def planned_answers(cases: dict, model: dict) -> list[dict]:
     """Every request record sends, in order: fill, question, seed, each with its fill's graded row (memory_store)."""
-    filled = filled_requests(cases, tokenizer.loaded(pin_counter(model)[0]))
+    filled = filled_requests(cases, tokenizer.counter(pin_counter(model)[0]))
     return [item for fill, made in filled.items() for question, messages, row in made
             for item in seeded_requests(model, fill, question, messages, row)]
 

@@ -17,11 +17,12 @@ import argparse
 from pathlib import Path
 
 from case_set import CaseError, check_budget, check_encodable
-from common import HERE, run  # standard library only, as are the four below
+from common import HERE, run  # standard library only, as are the five below
 from lab_files import check_outputs, field_gaps, read_json_file, to_json, write_output
 from memory_store import MAX_TIME
-from shapes import SPLITS, THINKING_MARKERS, holds_thinking_marker
+from shapes import SPLITS
 from text import clipped
+from tool_formats import refuse_thinking
 
 # What a memory case set is. Changing any of these changes which files are accepted.
 TOP_FIELDS = ('instructions', 'users', 'questions', 'replay')  # replay is optional
@@ -117,9 +118,7 @@ def check_text(where: str, name: str, value, fact: bool = False) -> str:
     if not isinstance(value, str) or not value.strip():
         raise CaseError(f'{where}: field {name} must be a non-empty string, got {value!r}')
     check_encodable(where, [(name, value)])
-    if holds_thinking_marker(value):
-        raise CaseError(f'{where}: field {name} contains a thinking-channel marker {list(THINKING_MARKERS)}, '
-                        'which the counter does not cover')
+    refuse_thinking(f'{where}: field {name}', value, CaseError)
     if fact and value.splitlines() != [value]:
         raise CaseError(f'{where}: field {name} holds a line break; a fact is one line of the memory block')
     return value

@@ -49,7 +49,7 @@ import tempfile
 
 from common import LabError
 from scorer import memory_row
-from shapes import escape
+from shapes import build_request, escape
 from strategies import fit, words
 from text import clipped, printable
 
@@ -229,8 +229,8 @@ def kept_lines(facts: list[str], quota: int, cost) -> tuple[list[str], int]:
 
 def memory_request(instructions: str, question: str, lines: list[str]) -> list[dict]:
     """The request a fill sends: the instructions, then the memory block (quoted as notes are) and the question."""
-    block = '\n'.join([MEMORY_HEADER, '<memory>', *map(escape, lines), '</memory>', '', f'Question: {question}'])
-    return [{'role': 'system', 'content': instructions}, {'role': 'user', 'content': block}]
+    asked = {'instructions': instructions, 'current': question, 'history': ()}
+    return build_request(asked, (), list(map(escape, lines)), (MEMORY_HEADER, 'memory'))
 
 
 def filled_stores(folder: Path, name: str, events: list[dict], user: str) -> tuple[MemoryStore, MemoryStore]:

@@ -27,8 +27,8 @@ import weakref
 from best_possible import BEST, LABEL
 from common import LabError, cut
 from lab_files import path_text, sha256_file
-from shapes import build_request, carried_turns, each_turn, first_copies, is_pair, selection, turn_key, turn_messages, \
-    turn_places
+from shapes import build_request, carried_turns, each_turn, first_copies, is_agent, is_pair, selection, turn_key, \
+    turn_messages, turn_places
 from strategies import RULES as BUILT_IN, built as built_request
 from text import printable
 from tokenizer import CounterError
@@ -193,7 +193,7 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         count.case, count.counts = request['case'], {}
     case = dict(request['case'], history=working_copy(histories, request['history']))
     # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
-    count.original = None if 'tools' in case else dict(request['case'], history=histories[request['history']][0])
+    count.original = None if is_agent(case) else dict(request['case'], history=histories[request['history']][0])
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -302,7 +302,7 @@ class Child:
                     size = count(messages)  # the lab's count; whatever the rule said about its size is not read
                 except LabError as error:
                     raise RuleError(f'{where}: returned a request the counter does not accept: {error}') from None
-            if kept is None or (history and type(history[0]) is list):
+            if kept is None or is_agent(case):
                 return selection(messages, carried_turns(messages, known[2]), 0, size)
             return selection(messages, first_copies(kept, known[4]) if known[4] else kept, 0, size)
         return rule

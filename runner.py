@@ -1,7 +1,7 @@
 """The one runner: every rule on every case, each request graded; and the header every report opens with.
 
     from runner import run_rules, report_header
-    rows = run_rules(cases, RULES, count_request)    # rule -> its graded rows, in case-set order
+    rows = run_rules(cases, RULES, counter())    # rule -> its graded rows, in case-set order
     report_header(Path('cases.json'), case_set_sha256, rule_files=[])   # what the rows were made from
 
 evaluate.py (a report, or one case's --show), budget_sweep.py and benchmark.py all run rules through
@@ -42,14 +42,16 @@ def case_selections(case: dict, rules: dict, count) -> tuple[dict, dict]:
 
 
 @contextmanager
-def counting(path, cases: list[dict], count):
+def counting(path, cases: list[dict]):
     """Run a block that counts these cases' requests; a CounterError it raises comes out naming the file, the case
-    and the message as the case numbers its messages: the first case whose whole request or turns `count` refuses
-    says what (a rule's request holds fewer messages, so its indexes would point elsewhere), else the file alone."""
+    and the message as the case numbers its messages: the first case whose whole request or turns the counter chosen
+    then refuses says what (a rule's request holds fewer messages, so its indexes would point elsewhere), else the
+    file alone."""
     counter()  # a counter that is not prepared is refused as it is, not as a case's fault
     try:
         yield
     except CounterError as error:
+        count = counter()
         for case in cases:
             try:
                 count(build_request(case, range(len(case['history']))))

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from itertools import accumulate, chain
 from operator import itemgetter
 
-from shapes import SPLITS, allowance, escape, message_text, pair_texts, per_history, turn_texts
+from shapes import SPLITS, allowance, escape, is_agent, message_text, pair_texts, per_history, turn_texts
 from tokenizer import SELECTED
 from tool_formats import as_rendered, invalid
 
@@ -72,7 +72,7 @@ def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple
     message, and every template writes a message of only a role and a text whole (tool_formats.as_rendered)."""
     messages, history, kept = chosen['messages'], case.get('history'), chosen['turns']
     middle = messages[1:-1]  # read in C: a request holds hundreds of messages
-    if 'tools' in case or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
+    if is_agent(case) or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
             or any('\n' in fact for fact in case['stale']) or set(map(len, middle)) - {2} \
             or list(map(CONTENT, middle)) != list(chain.from_iterable(map(pair_texts, map(history.__getitem__, kept)))):
         return facts_in(case, messages, counter)  # a message holding more than its role and text (a call) is read whole
@@ -114,11 +114,11 @@ def graded_row(case: dict, chosen: dict, counter: str | None = None) -> dict:
     """One report row: which required and stale facts reached the selection's request as `counter` renders it
     (facts_in; ROW_FIELDS; an agent case's row also says why its request is invalid, AGENT_ROW_FIELDS, and an
     invalid request reaches no fact)."""
-    why = invalid(chosen['messages']) if 'tools' in case else None
+    why = invalid(chosen['messages']) if is_agent(case) else None
     row = {'case': case['id'], 'split': case['split'], 'kind': case['kind'], 'turns': chosen['turns'],
            'notes': chosen['notes'], 'invalid': why,
            **grades(case, ([], []) if why else request_facts(case, chosen, counter), chosen['input_tokens'])}
-    return {key: row[key] for key in (AGENT_ROW_FIELDS if 'tools' in case else ROW_FIELDS)}
+    return {key: row[key] for key in (AGENT_ROW_FIELDS if is_agent(case) else ROW_FIELDS)}
 
 
 def memory_row(question: dict, lines: list[str], memory_tokens: int, input_tokens: int) -> dict:

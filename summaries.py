@@ -198,9 +198,7 @@ def summarise(text: str, target: int, work: Work) -> str:
 
 def summary_request(case: dict, kept, summary: str) -> list[dict]:
     """The request with a summary: build_request's, the question after the summary block, escaped as notes are."""
-    request = build_request(case, kept)
-    block = [SUMMARY_HEADER, '<summary>', escape(summary), '</summary>', '', f'Question: {case["current"]}']
-    return [*request[:-1], {'role': 'user', 'content': '\n'.join(block)}]
+    return build_request(case, kept, [escape(summary)], (SUMMARY_HEADER, 'summary'))
 
 
 def telemetry(outcome: str, case: dict, whole: int, size: int, work: Work | None = None, **counted) -> dict:

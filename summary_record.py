@@ -86,14 +86,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str], live=None) -> int:
-    from tokenizer import count_request
+    from tokenizer import counter
     options = parse_args(argv)
     path = options.output or recording_path()
     lab_files.check_outputs([('--output', path)] if options.command == 'record' else [],
                             [('--cases', options.cases), ('--model', options.model), ('--keys', options.keys)])
     cases = load_cases(options.cases)
     if options.command == 'show':
-        rows = telemetry_rows(cases, count_request, load(path)['calls'], str(options.cases))
+        rows = telemetry_rows(cases, counter(), load(path)['calls'], str(options.cases))
         print('\t'.join(('case', *TELEMETRY)))
         print('\n'.join('\t'.join(map(str, row)) for row in rows))
         return 0
@@ -111,11 +111,11 @@ def main(argv: list[str], live=None) -> int:
 
     def runs(case: dict, call) -> None:  # the generations of a continuation case, else the rule; LangChain's
         if keys:
-            continuation.generations(case, keys[case['id']]['segments'], count_request, call)
+            continuation.generations(case, keys[case['id']]['segments'], counter(), call)
         else:
-            compact(case, count_request, call)
-        langchain_summary.summarised(case, count_request, call)
-    record(cases, count_request, live, recorded,
+            compact(case, counter(), call)
+        langchain_summary.summarised(case, counter(), call)
+    record(cases, counter(), live, recorded,
            lambda value: lab_files.write_output(path, lab_files.to_json(value, 1), 'summary recording'), runs)
     return 0
 

@@ -112,13 +112,13 @@ def caption(model: dict, recording: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from tokenizer import count_request
+    from tokenizer import counter
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--output', type=Path,
                         help=lab_files.output_help('also record both tables as JSON', 'the recording'))
     output, recording = parser.parse_args(argv).output, summaries.recording_path()
     lab_files.check_outputs([('--output', output)], [('the recording', recording)])
-    made = tables(count_request, recording)
+    made = tables(counter(), recording)
     print('\n'.join([caption(made['model'], recording), *made['rules'], '', *made['generations']]))
     if output:
         lab_files.write_output(output, lab_files.to_json(made), 'summary tables')

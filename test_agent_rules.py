@@ -22,7 +22,7 @@ from shapes import build_request
 from strategies import recent
 from test_support_fixtures import HERE, calling, read, result, said, user
 from test_support_runs import evaluate_py
-from tokenizer import count_request
+from tokenizer import counter
 from tool_formats import invalid
 
 SYSTEM = {'role': 'system', 'content': 'You are a coding agent.'}
@@ -40,7 +40,7 @@ CASE = agent_case('test', {
 
 
 def run(name: str, case: dict = CASE) -> dict:
-    return RULES[name](case, count_request)
+    return RULES[name](case, counter())
 
 
 class TrimLastTest(unittest.TestCase):
@@ -70,7 +70,7 @@ class TrimLastTest(unittest.TestCase):
 
         def counting(messages: list[dict]) -> int:
             asked.append([places[json.dumps(message, sort_keys=True)] for message in messages])
-            return count_request(messages)
+            return counter()(messages)
         for name in ('trim-last', 'trim-last-human'):
             RULES[name](CASE, counting)
         self.assertTrue(asked)
@@ -92,12 +92,12 @@ class ClearToolResultsTest(unittest.TestCase):
         self.assertEqual(chosen['messages'], [SYSTEM, *TURNS[0][:2], result('c1', CLEARED), TURNS[0][3],
                                               *TURNS[1], *TURNS[2], QUESTION])
         self.assertEqual((chosen['turns'], invalid(chosen['messages'])), ([0, 1, 2], None))
-        self.assertEqual(chosen['input_tokens'], count_request(chosen['messages']))
+        self.assertEqual(chosen['input_tokens'], counter()(chosen['messages']))
         self.assertEqual(graded_row(CASE, chosen)['stale_included'], [])
 
     def test_a_pair_case_has_no_tool_result_to_clear_so_the_rule_is_recent(self):
         for case in load_cases(HERE / 'cases.json'):
-            self.assertEqual(run('clear-tool-results', case), recent(case, count_request))
+            self.assertEqual(run('clear-tool-results', case), recent(case, counter()))
 
 
 class CaseTest(unittest.TestCase):
@@ -110,7 +110,7 @@ class CaseTest(unittest.TestCase):
     def test_every_rules_size_is_its_request_counted_whole(self):
         for name in RULES:
             chosen = run(name)
-            self.assertEqual(chosen['input_tokens'], count_request(chosen['messages']), name)
+            self.assertEqual(chosen['input_tokens'], counter()(chosen['messages']), name)
 
 
 class LangChainTest(unittest.TestCase):
@@ -145,7 +145,7 @@ class LabTest(unittest.TestCase):
         cases = load_cases(HERE / 'agent-cases.json')
         rows = report(HERE / 'agent-cases.json', [HERE / 'agent_rules.py'])['cases']
         for name, rule in RULES.items():
-            here = [graded_row(case, rule(case, count_request)) for case in cases]
+            here = [graded_row(case, rule(case, counter())) for case in cases]
             self.assertEqual([dict(row, turns=None) for row in rows[name]], [dict(row, turns=None) for row in here])
             parted = [(there['turns'], row['turns']) for there, row in zip(rows[name], here) if there != row]
             self.assertEqual(bool(parted), name != 'trim-last-human', name)

@@ -31,7 +31,7 @@ from test_support import (DETAILS, FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SE
                           only_loopback as setUpModule, reply)
 from test_support_fixtures import AnswerFilesTest, HERE, PYTHON, REDO, held_out_cases, recorded_answer
 from test_support_runs import run_answer_check, run_command
-from tokenizer import loaded
+from tokenizer import counter
 
 PY = ['.venv/bin/python', 'answer_check.py']  # how the docs start the answer check
 QWEN_RESULT = HERE / 'qwen-answer-result.json'  # the real recording from llama.cpp's server (docs/answer-check.md)
@@ -340,7 +340,7 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
                                 {'role': 'assistant', 'content': 'Rollbacks need approval from the on-call lead.'},
                                 {'role': 'user', 'content': 'When may we deploy?'}])
         self.assertEqual(json.loads(answers.read_text())['answers']['recent']['my-window'][0]['input_tokens'],
-                         loaded('llama-3.1')(sent))
+                         counter('llama-3.1')(sent))
         self.assertTrue(out.startswith('Answers of llama3.1:8b, counted by llama-3.1:\n| Strategy |'), out[:80])
         code, out, err = run_answer_check(own)  # offline, under the pin the recording carries
         grades = json.loads((self.folder / 'window-answers.grades.json').read_text())

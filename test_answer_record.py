@@ -42,7 +42,7 @@ from test_support import (FakeOllama, LOADED_CONTEXT, OTHER, PINNED, SERVER_VERS
 from test_support_fixtures import AnswerFilesTest, HERE, PYTHON, held_out_cases
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE
 from test_support_runs import run_answer_check
-from tokenizer import count_request
+from tokenizer import counter
 
 
 def causes(passed: int, passed_fact_missing: int, model_failed: int, rule_failed: int, stale_carried: int) -> dict:
@@ -101,7 +101,7 @@ class RecordTest(AnswerFilesTest):
         bodies = []
         for strategy in RULES.values():
             for case in held_out_cases():
-                messages = strategy(case, count_request)['messages']
+                messages = strategy(case, counter())['messages']
                 for seed in (1, 2, 3, 4, 5):
                     bodies.append({'model': 'gemma4:e2b', 'messages': messages, 'stream': False, 'think': False,
                                    'options': {'temperature': 1.0, 'top_k': 64, 'top_p': 0.95, 'seed': seed,

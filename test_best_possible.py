@@ -16,6 +16,7 @@ from best_possible import MAX_CANDIDATES, best_row, search, turn_facts
 from scorer import facts_in, graded_row, totals
 from shapes import build_request, turn_messages
 from test_support_fixtures import shipped_cases, whole_count
+from tokenizer import counter
 
 
 def allowance(case: dict) -> int:
@@ -82,13 +83,13 @@ class BestRowTest(unittest.TestCase):
     def test_every_case_row_equals_brute_force_over_all_subsets_of_turns(self):
         for case_id, case in shipped_cases().items():
             with self.subTest(case=case_id):
-                row = best_row(case)
+                row = best_row(case, counter())
                 self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
                                  brute_force(case))
                 self.assertEqual((row['stale_included'], row['not_searched']), ([], None))
 
     def test_shipped_rows_find_every_fact_but_the_one_inside_a_turn_too_long_to_send(self):
-        rows = {case_id: best_row(case) for case_id, case in shipped_cases().items()}
+        rows = {case_id: best_row(case, counter()) for case_id, case in shipped_cases().items()}
         self.assertEqual({case_id: row['turns'] for case_id, row in rows.items()}, {
             'dev-latest': [1], 'dev-old-decision': [0], 'dev-correction': [1], 'dev-pronoun': [1],
             'dev-spread': [0, 2], 'dev-no-overlap': [0], 'held-latest': [1], 'held-old-decision': [0],
@@ -99,7 +100,7 @@ class BestRowTest(unittest.TestCase):
     def test_the_only_fact_turn_is_not_taken_when_it_also_holds_a_stale_fact(self):
         case = copy.deepcopy(shipped_cases()['dev-correction'])
         case['history'][1]['assistant'] = 'Switched to PostgreSQL. We will use MySQL nowhere.'
-        row = best_row(case)
+        row = best_row(case, counter())
         self.assertEqual((row['fact_turns'], row['stale_turns']), ([1], [0, 1]))
         self.assertEqual((row['turns'], row['required_found'], row['stale_included']), ([], 0, []))
         self.assertEqual(row['input_tokens'], 35)  # dev-correction's bare request, a reference figure
@@ -111,7 +112,7 @@ class BestRowTest(unittest.TestCase):
         bare = whole_count(build_request(case, []))
         with_fact = whole_count(build_request(case, [0]))
         case['budget'] = {'context_limit': with_fact - 1 + 96 + 32, 'max_new_tokens': 96, 'margin': 32}
-        row = best_row(case)
+        row = best_row(case, counter())
         self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
                          ([], bare, 0, ['We chose PostgreSQL for the application.']))
         self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
@@ -120,14 +121,14 @@ class BestRowTest(unittest.TestCase):
     def test_a_fact_the_question_already_carries_makes_no_turn_worth_its_tokens(self):
         case = copy.deepcopy(shipped_cases()['dev-latest'])
         case['current'] = 'The release freeze starts on Thursday at noon. Is that still right?'
-        row = best_row(case)
+        row = best_row(case, counter())
         self.assertEqual((row['fact_turns'], row['turns'], row['required_found']), ([1], [], 1))
 
     def test_more_candidate_turns_than_the_search_allows_are_reported_not_guessed(self):
         facts = [f'Rule {n} is fixed.' for n in range(MAX_CANDIDATES + 1)]
         case = dict(copy.deepcopy(shipped_cases()['dev-latest']), required=facts,
                     history=[{'user': fact, 'assistant': 'Noted.'} for fact in facts])
-        row = best_row(case)
+        row = best_row(case, counter())
         self.assertEqual(row['not_searched'], '21 fact-holding turns without a stale fact; the exact search stops at 20')
         self.assertEqual((row['turns'], row['input_tokens'], row['required_found'], row['missing']),
                          (None, None, None, None))
@@ -140,7 +141,7 @@ class BestRowTest(unittest.TestCase):
         facts = ['Message 17 about', 'Message 150 about', 'Message 290 about', 'Reply 3.']
         case = dict(copy.deepcopy(shipped_cases()['dev-latest']), history=history, required=facts,
                     stale=['Reply 29'])
-        row = best_row(case)
+        row = best_row(case, counter())
         self.assertEqual((row['turns'], row['required_found'], row['fact_turns'], row['stale_turns']),
                          ([3, 17, 150], 3, [3, 17, 150, 290], [29, *range(290, 300)]))
         by_hand = [{fact for fact in case[kind] if facts_in(case, turn_messages(turn))[kind == 'stale'].count(fact)}

@@ -17,7 +17,7 @@ from shapes import message_text
 from summaries import CallFailed, compact
 from summary_record import record, recording
 from test_support_fixtures import HERE
-from tokenizer import count_request
+from tokenizer import counter
 
 CASES = load_cases(continuation.CASES)
 SHIPPED = json.loads(KEYS.read_text())
@@ -111,7 +111,7 @@ class Generations(unittest.TestCase):
             sent.append(messages[-1]['content'])
             return first_lines(messages, options)
         ends = SHIPPED['dev-cont-cache']['segments']
-        made = generations(CASES[0], ends, count_request, noting)
+        made = generations(CASES[0], ends, counter(), noting)
         self.assertEqual([told['outcome'] for _, told in made], ['summarised'] * 4)
         firsts = [sum(told['calls'] for _, told in made[:number]) for number in range(4)]  # each one's first call
         self.assertEqual(['[earlier summary]' in sent[first] for first in firsts], [False, True, True, True])
@@ -120,10 +120,10 @@ class Generations(unittest.TestCase):
 
     def test_every_summary_source_stays_under_2000_tokens(self):
         for case in CASES:
-            made = generations(case, SHIPPED[case['id']]['segments'], count_request, first_lines)
+            made = generations(case, SHIPPED[case['id']]['segments'], counter(), first_lines)
             self.assertLess(max(told['source_tokens'] for _, told in made), 2000, case['id'])
         for case in load_cases(HERE / 'agent-cases.json'):  # the agent cases' one summary each
-            self.assertLess(compact(case, count_request, first_lines)[1]['source_tokens'], 2000, case['id'])
+            self.assertLess(compact(case, counter(), first_lines)[1]['source_tokens'], 2000, case['id'])
 
     def test_a_case_losing_every_early_fact_at_once_is_named_with_its_generation(self):
         case = {'required': ['A-1', 'B-2'], 'history': [{'user': 'A-1', 'assistant': 'B-2'}]}
@@ -133,10 +133,10 @@ class Generations(unittest.TestCase):
     def test_the_report_replays_the_same_table_twice_from_one_recording(self):
         recorded = {'model': {}, 'calls': {}}
         keys = load_keys(KEYS, CASES)
-        record(CASES, count_request, first_lines, recorded, lambda value: None,
-               lambda case, call: generations(case, keys[case['id']]['segments'], count_request, call))
-        first = report(CASES, keys, count_request, recorded['calls'], 'c.json')
-        self.assertEqual(first, report(CASES, keys, count_request, recorded['calls'], 'c.json'))
+        record(CASES, counter(), first_lines, recorded, lambda value: None,
+               lambda case, call: generations(case, keys[case['id']]['segments'], counter(), call))
+        first = report(CASES, keys, counter(), recorded['calls'], 'c.json')
+        self.assertEqual(first, report(CASES, keys, counter(), recorded['calls'], 'c.json'))
         self.assertEqual(first.splitlines()[0].split(' | ')[1:3], ['Identifiers kept', 'Statuses kept'])
         self.assertEqual(len(first.splitlines()), 2 + 4 + 2)  # a blank line ends the table in Markdown
 
@@ -149,15 +149,15 @@ class Generations(unittest.TestCase):
         def runs(case, call):  # generation 1's calls fail, the later ones are answered
             ends = keys[case['id']]['segments']
             first = {**case, 'history': case['history'][:ends[1]]}
-            compact(first, count_request, recording(failing, recorded['calls']))
-            generations(case, ends, count_request, call)
-        record(CASES, count_request, first_lines, recorded, lambda value: None, runs)
-        rows = [line.split(' | ') for line in report(CASES, keys, count_request, recorded['calls'], 'c').splitlines()]
+            compact(first, counter(), recording(failing, recorded['calls']))
+            generations(case, ends, counter(), call)
+        record(CASES, counter(), first_lines, recorded, lambda value: None, runs)
+        rows = [line.split(' | ') for line in report(CASES, keys, counter(), recorded['calls'], 'c').splitlines()]
         self.assertEqual([row[6:8] for row in rows[2:4]], [['0.0', '-'], [rows[3][6], '-']])
         self.assertNotEqual(rows[3][6], '0.0')  # generation 2 summarised
 
     def test_a_generations_grade_reads_the_request_it_would_send(self):
-        chosen, told = generations(CASES[0], SHIPPED['dev-cont-cache']['segments'], count_request, first_lines)[0]
+        chosen, told = generations(CASES[0], SHIPPED['dev-cont-cache']['segments'], counter(), first_lines)[0]
         row = continuation.graded(CASES[0], SHIPPED['dev-cont-cache'], chosen, told)
         text = '\n'.join(message_text(m) or '' for m in chosen['messages'])
         self.assertEqual(row['found'], sum(fact in text for fact in CASES[0]['required']))

@@ -249,6 +249,13 @@ class RefusalTest(CounterTest):
 
 
 class ReportTest(CounterTest):
+    def test_counter_gives_the_chosen_counter_or_the_named_one_each_loaded_once(self):
+        counter_or_skip(self, 'llama-3.1')
+        self.assertIs(tokenizer.counter(), tokenizer.counter(DEFAULT))
+        tokenizer.choose_counter('llama-3.1')
+        self.assertEqual((tokenizer.counter().name, tokenizer.counter(DEFAULT).name), ('llama-3.1', DEFAULT))
+        self.assertIs(tokenizer.counter(), tokenizer.counter('llama-3.1'))
+
     def test_a_llama_table_and_turn_map_name_their_counter_and_gemmas_say_nothing(self):
         counter_or_skip(self, 'llama-3.1')
         tokenizer.choose_counter('llama-3.1')

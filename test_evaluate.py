@@ -32,7 +32,7 @@ import strategies
 from strategies import CUES, RULES, notes, recent, relevant
 from test_support_fixtures import HERE, RECORDED, shipped_cases, with_recorded_environment
 from test_support_runs import evaluate_py, in_process, lab_main
-from tokenizer import count_request
+from tokenizer import counter
 from views import compare
 
 
@@ -197,9 +197,9 @@ class FailurePatternTest(unittest.TestCase):
         case = shipped_cases()['dev-old-decision']
         # Turn 2 (index 1) is a log larger than the whole allowance on its own, so the walk back ends there.
         log = case['history'][1]
-        self.assertGreater(count_request([{'role': 'user', 'content': log['user']},
+        self.assertGreater(counter()([{'role': 'user', 'content': log['user']},
                                           {'role': 'assistant', 'content': log['assistant']}]), allowance(case))
-        row = graded_row(case, recent(case, count_request))
+        row = graded_row(case, recent(case, counter()))
         self.assertEqual((row['turns'], row['required_found'], row['missing']),
                          ([2], 0, ['We chose PostgreSQL for the application.']))
 
@@ -208,7 +208,7 @@ class FailurePatternTest(unittest.TestCase):
                                  ('held-spread', ['at least 14 characters', 'expire after 30 minutes'])):
             with self.subTest(case_id):
                 case = shipped_cases()[case_id]
-                result = graded_row(case, relevant(case, count_request))
+                result = graded_row(case, relevant(case, counter()))
                 self.assertEqual((result['turns'], result['required_found'], result['missing']), ([], 0, missing))
 
     def test_relevance_does_not_stem_plurals(self):
@@ -219,7 +219,7 @@ class FailurePatternTest(unittest.TestCase):
 
     def test_notes_miss_a_correction_without_a_cue_word_and_carry_the_replaced_decision(self):
         case = shipped_cases()['held-correction']
-        selected = notes(case, count_request)
+        selected = notes(case, counter())
         # "Actually, use Redis streams ..." has no cue word; only the RabbitMQ decision becomes a note.
         self.assertEqual(selected['notes'], 1)
         self.assertIn('\n- [turn 1, user] We decided to use RabbitMQ for the job queue.\n',
@@ -241,7 +241,7 @@ class FailurePatternTest(unittest.TestCase):
         fact = 'We must keep <b>bold</b> & italics in exports.'
         case = shipped_cases()['dev-pronoun']
         case['history'][1]['user'], case['required'] = fact, [fact]
-        selected = notes(case, count_request)
+        selected = notes(case, counter())
         self.assertIn('- [turn 2, user] We must keep &lt;b&gt;bold&lt;/b&gt; &amp; italics in exports.',
                       selected['messages'][-1]['content'])
         self.assertNotIn(fact, selected['messages'][-1]['content'])
@@ -256,7 +256,7 @@ class FailurePatternTest(unittest.TestCase):
             for cache in (strategies.cue_sentences, strategies.all_note_lines):  # they keep what the cues found
                 cache.cache_clear()
             with mock.patch.object(strategies, 'CUES', cues):
-                found = {case['id']: graded_row(case, notes(case, count_request))['required_found'] for case in held_out}
+                found = {case['id']: graded_row(case, notes(case, counter()))['required_found'] for case in held_out}
             for cache in (strategies.cue_sentences, strategies.all_note_lines):
                 cache.cache_clear()
             return found
@@ -274,14 +274,14 @@ class FailurePatternTest(unittest.TestCase):
             for case_id, case in shipped_cases().items():
                 with self.subTest(strategy=name, case=case_id):
                     before = json.dumps(case, sort_keys=True)
-                    strategy(case, count_request)
+                    strategy(case, counter())
                     self.assertEqual(json.dumps(case, sort_keys=True), before)
 
     def test_strategies_keep_turns_in_conversation_order_and_end_with_the_question(self):
         for name, strategy in RULES.items():
             for case in shipped_cases().values():
                 with self.subTest(strategy=name, case=case['id']):
-                    selected = strategy(case, count_request)
+                    selected = strategy(case, counter())
                     messages = selected['messages']
                     expected = [{'role': 'system', 'content': case['instructions']}]
                     for index in selected['turns']:

@@ -21,7 +21,7 @@ import field_rules
 from field_rules import RRF_K, bm25_index, bm25_ranked, bm25_words, dense_ranked, fuse, keep_in_order
 from shapes import build_request, turn_texts
 from test_support_fixtures import HERE, whole_count
-from tokenizer import count_request
+from tokenizer import counter
 from views import report_table
 
 
@@ -68,7 +68,7 @@ class Bm25Test(unittest.TestCase):
         turns = (('alpha beta', 'gamma'), ('delta', 'epsilon unique-to-this-test'))
         before = bm25_index.cache_info().misses
         for question in ('alpha?', 'delta?', 'epsilon?'):
-            field_rules.RULES['bm25'](case_of(turns, question), count_request)  # a new list, same text
+            field_rules.RULES['bm25'](case_of(turns, question), counter())  # a new list, same text
         self.assertEqual(bm25_index.cache_info().misses - before, 1)
 
 
@@ -119,7 +119,7 @@ class RequestTest(unittest.TestCase):
                 kept = reference_keep_in_order(sized, order)
                 expected = {'messages': build_request(sized, kept), 'turns': kept, 'notes': 0,
                             'input_tokens': whole_count(build_request(sized, kept))}
-                for label, count in (('the lab counter', count_request), ('a plain count function', whole_count)):
+                for label, count in (('the lab counter', counter()), ('a plain count function', whole_count)):
                     with self.subTest(case=case['id'], limit=limit, count=label):
                         self.assertEqual(keep_in_order(sized, count, dense_ranked), expected)
 
@@ -127,7 +127,7 @@ class RequestTest(unittest.TestCase):
         long_turn = ('ferret ' + 'word ' * 300, 'noted')
         turns = (('ferret zeta', 'noted'), long_turn, ('weather ferret', 'noted'))
         case = case_of(turns, 'ferret?', context_limit=200)
-        selected = field_rules.RULES['bm25'](case, count_request)
+        selected = field_rules.RULES['bm25'](case, counter())
         self.assertEqual(selected['turns'], [0, 2])
         self.assertLessEqual(selected['input_tokens'], 200)
 
@@ -137,7 +137,7 @@ class RequestTest(unittest.TestCase):
         cases = load_cases(HERE / 'cases.json')
         rows = report(HERE / 'cases.json', [HERE / 'field_rules.py'])['cases']
         for name, rule in field_rules.RULES.items():
-            self.assertEqual(rows[name], [graded_row(case, rule(case, count_request)) for case in cases])
+            self.assertEqual(rows[name], [graded_row(case, rule(case, counter())) for case in cases])
 
     def test_the_readme_shows_the_field_rules_rows_of_the_twelve_cases(self):
         printed = report_table(report(HERE / 'cases.json', [HERE / 'field_rules.py'])).splitlines()
@@ -159,11 +159,11 @@ def refuse(*args, **kwargs):
     raise AssertionError('requests was called')
 requests.Session.request = refuse
 import field_rules
-from tokenizer import count_request
+from tokenizer import counter
 case = {'id': 't', 'split': 'dev', 'kind': 't', 'instructions': 'Answer.', 'current': 'What vehicle did I purchase?',
         'history': [{'user': 'I bought a new car.', 'assistant': 'Nice.'}, {'user': 'Lunch was pasta.', 'assistant': 'Yum.'}],
         'budget': {'context_limit': 4096, 'max_new_tokens': 0, 'margin': 0}}
-print([field_rules.RULES[name](case, count_request)['turns'] for name in ('bm25', 'dense', 'fused')])
+print([field_rules.RULES[name](case, counter())['turns'] for name in ('bm25', 'dense', 'fused')])
 '''
 
 

@@ -29,7 +29,7 @@ from scorer import graded_row, totals
 from locomo_cases import evidence_ids
 from strategies import RULES, build_request
 from test_support_fixtures import HERE
-from tokenizer import count_request
+from tokenizer import counter
 from views import report_table
 
 LOCOMO_SHA256 = '79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4'
@@ -464,7 +464,7 @@ class LeanLoadingTest(unittest.TestCase):
             loaded = load_cases(output)
         for case in loaded:
             for rule in RULES.values():
-                graded_row(case, rule(case, count_request))
+                graded_row(case, rule(case, counter()))
         self.assertEqual(loaded, parsed)
 
 
@@ -644,7 +644,7 @@ class RealFileTest(unittest.TestCase):
         for case in cases:
             history = case['history']
             if id(history) not in seen:  # load_cases shares one history among the cases of a conversation
-                seen[id(history)] = (len(history), count_request(build_request(case, range(len(history)))))
+                seen[id(history)] = (len(history), counter()(build_request(case, range(len(history)))))
         return list(seen.values())
 
 

@@ -40,7 +40,7 @@ from rule_files import RuleError, carried_turns, first_copies, load_rule_files, 
 from shapes import build_request, turn_key, turn_messages
 from test_support_fixtures import HERE, RECORDED
 from test_support_runs import evaluate_py, in_process, lab_main
-from tokenizer import count_request, counter
+from tokenizer import counter
 from views import report_table
 
 
@@ -76,7 +76,7 @@ class RulesFolder(unittest.TestCase):
     def refusal(self, body: str, case_id: str = 'dev-latest', timeout: float = rule_files.RULE_TIMEOUT) -> str:
         """The message of the RuleError the rule with this body ends in, on that case."""
         with self.assertRaises(RuleError) as raised:
-            self.rule(body, timeout=timeout)(case_named(case_id), count_request)
+            self.rule(body, timeout=timeout)(case_named(case_id), counter())
         self.assertNotIn('\n', str(raised.exception))
         return str(raised.exception)
 
@@ -84,7 +84,7 @@ class RulesFolder(unittest.TestCase):
 class ContractTest(RulesFolder):
     def test_a_rule_never_sees_the_labels(self):
         selected = self.rule('return [{"role": "user", "content": ",".join(sorted(case))}]')(
-            case_named('dev-correction'), count_request)
+            case_named('dev-correction'), counter())
         self.assertEqual(selected['messages'][0]['content'], 'budget,current,history,id,instructions,kind,split')
 
     def test_a_rule_that_searches_frames_and_the_garbage_collector_finds_no_labels_to_read_or_change(self):
@@ -92,7 +92,7 @@ class ContractTest(RulesFolder):
         # to its labels changed the best possible row. In the rules process there is no labelled case to find.
         path = self.write(CHEAT, 'cheat.py')
         rules, _ = load_rule_files([path])
-        said = rules['cheat'](case_named('dev-correction'), count_request)['messages'][-1]['content']
+        said = rules['cheat'](case_named('dev-correction'), counter())['messages'][-1]['content']
         self.assertTrue(said.startswith('labelled objects found: 0, objects searched: '), said)
         self.assertGreater(int(said.split(': ')[-1].split('\n')[0]), 1000)  # the search did run
         recorded = json.loads(RECORDED.read_text(encoding='utf-8'))
@@ -119,8 +119,8 @@ class ContractTest(RulesFolder):
             request[-1] = Shifty(request[-1])
             return request''')
         case = case_named('dev-correction')
-        selected = rule(case, count_request)
-        self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
+        selected = rule(case, counter())
+        self.assertEqual(selected['input_tokens'], counter()(selected['messages']))
         row = graded_row(case, selected)
         self.assertEqual((row['required_found'], row['within_budget']), (1, False))  # the whole history is sent
 
@@ -131,9 +131,9 @@ class ContractTest(RulesFolder):
             before = count(request)
             request[-1]['content'] += ' And the history? ' + case['history'][0]['user']
             return {'messages': request, 'input_tokens': before}''')
-        selected = rule(case_named('dev-correction'), count_request)
-        self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
-        self.assertGreater(selected['input_tokens'], count_request(build_request(case_named('dev-correction'), [])))
+        selected = rule(case_named('dev-correction'), counter())
+        self.assertEqual(selected['input_tokens'], counter()(selected['messages']))
+        self.assertGreater(selected['input_tokens'], counter()(build_request(case_named('dev-correction'), [])))
 
     def test_a_rule_that_changes_its_history_does_not_change_what_the_next_call_sees(self):
         # The rules process hands the next call the copy the call before got only while it equals the original.
@@ -143,7 +143,7 @@ class ContractTest(RulesFolder):
             case['history'].append({'user': 'added', 'assistant': 'added'})
             return [{'role': 'user', 'content': first}]''')
         case = case_named('dev-correction')
-        self.assertEqual([rule(case, count_request)['messages'][0]['content'] for _ in range(2)],
+        self.assertEqual([rule(case, counter())['messages'][0]['content'] for _ in range(2)],
                          [case['history'][0]['user']] * 2)
 
     def test_a_request_sent_as_its_turns_is_counted_and_graded_as_its_messages(self):
@@ -151,7 +151,7 @@ class ContractTest(RulesFolder):
         selected = self.rule('''
             request = build_request(case, [1, 0], ['- a note'])
             return {'messages': request, 'size': count.count_built(request, case, [1, 0], ['- a note'])}''')(
-            case := case_named('dev-correction'), count_request)
+            case := case_named('dev-correction'), counter())
         request = build_request(case, [0, 1], ['- a note'])
         self.assertEqual((selected['messages'], selected['turns']), (request, [0, 1]))
         self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(request))))  # rendered whole
@@ -161,7 +161,7 @@ class ContractTest(RulesFolder):
         selected = self.rule('''
             from strategies import fitting
             return fitting(dict(case, current='Answer briefly. ' + case['current']), count, [0, 1])''')(
-            case := case_named('dev-correction'), count_request)
+            case := case_named('dev-correction'), counter())
         self.assertEqual(selected['messages'][-1]['content'], 'Answer briefly. ' + case['current'])
         self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(selected['messages']))))
 
@@ -177,7 +177,7 @@ class ContractTest(RulesFolder):
         path = self.write('import os\nRULES = {name: lambda case, count: [{"role": "user", "content": str(os.getpid())}]'
                           ' for name in ("one", "two")}\n')
         rules, _ = load_rule_files([path])
-        pids = {rule(case, count_request)['messages'][0]['content'] for rule in rules.values()
+        pids = {rule(case, counter())['messages'][0]['content'] for rule in rules.values()
                 for case in load_cases(HERE / 'cases.json')}
         self.assertEqual(len(pids), 1)
         self.assertNotEqual(pids, {str(os.getpid())})
@@ -186,19 +186,19 @@ class ContractTest(RulesFolder):
         self.write('PREFIX = "from the helper: "\n', 'my_helper.py')
         path = self.write('import my_helper\nRULES = {"helped": lambda case, count: '
                           '[{"role": "user", "content": my_helper.PREFIX + case["current"]}]}\n')
-        selected = load_rule_files([path])[0]['helped'](case_named('dev-latest'), count_request)
+        selected = load_rule_files([path])[0]['helped'](case_named('dev-latest'), counter())
         self.assertEqual(selected['messages'][0]['content'], 'from the helper: ' + case_named('dev-latest')['current'])
         self.assertEqual(sorted(p.name for p in path.parent.iterdir()), ['my_helper.py', 'rules.py'])
 
     def test_a_plain_list_of_messages_is_a_request(self):
-        selected = self.rule('return build_request(case, [0, 1])')(case_named('dev-correction'), count_request)
+        selected = self.rule('return build_request(case, [0, 1])')(case_named('dev-correction'), counter())
         row = graded_row(case_named('dev-correction'), selected)
         self.assertEqual((row['turns'], row['required_found'], row['stale_included']), ([0, 1], 1, ['We will use MySQL']))
 
     def test_a_request_over_the_allowance_is_graded_and_marked_not_refused(self):
         # dev-old-decision's history holds a turn larger than the whole 256-token allowance.
         case = case_named('dev-old-decision')
-        row = graded_row(case, self.rule('return build_request(case, [0, 1, 2])')(case, count_request))
+        row = graded_row(case, self.rule('return build_request(case, [0, 1, 2])')(case, counter()))
         self.assertEqual((row['turns'], row['within_budget'], row['required_found']), ([0, 1, 2], False, 1))
         self.assertGreater(row['input_tokens'], 256)
 
@@ -314,7 +314,8 @@ class RefusalTest(RulesFolder):
                           '"nothing": lambda case, count: None}\n')
         self.assertEqual(self.refused(path),
                          f"evaluate.py: {path}: rule robot: case dev-latest: returned a request the counter does not "
-                         f"accept: message 0: unknown role 'robot'; expected one of ['assistant', 'system', 'user']\n")
+                         f"accept: message 0: unknown role 'robot'; expected one of ['system', 'user', 'assistant', "
+                         "'tool']\n")
         path = self.write('RULES = {"nothing": lambda case, count: None}\n')
         self.assertEqual(self.refused(path), f"evaluate.py: {path}: rule nothing: case dev-latest: returned NoneType; "
                                              "expected a list of chat messages or a dict with 'messages'\n")
@@ -432,7 +433,7 @@ class AnythingGoesWrongTest(RulesFolder):
                                                                   '(half a UTF-16 pair), which is not text')
         # A pair is one character, and text.
         selected = self.rule('return [{"role": "user", "content": "a\\U0001F600"}]')(case_named('dev-latest'),
-                                                                                    count_request)
+                                                                                    counter())
         self.assertEqual(selected['messages'], [{'role': 'user', 'content': 'a\U0001F600'}])
 
     def test_a_request_nested_past_what_the_counter_renders_is_refused_not_a_recursion_error_in_the_lab(self):
@@ -464,7 +465,7 @@ class AnythingGoesWrongTest(RulesFolder):
         started = time.monotonic()
         rule = self.rule('while True:\n    pass', timeout=0.3)
         with self.assertRaisesRegex(RuleError, r': rule mine: case dev-latest: still running after 0\.3 s '):
-            rule(case_named('dev-latest'), count_request)
+            rule(case_named('dev-latest'), counter())
         self.assertLess(time.monotonic() - started, 30)
         self.assertEqual([child.process.returncode for child in rule_files.CHILDREN
                           if child.timeout == 0.3], [-signal.SIGKILL])
@@ -544,7 +545,7 @@ class ProcessTest(RulesFolder):
         rule = load_rule_files([path], 0.5)[0]['forks']
         started = time.monotonic()
         with self.assertRaisesRegex(RuleError, r'rule forks: case dev-latest: still running after 0\.5 s '):
-            rule(case_named('dev-latest'), count_request)
+            rule(case_named('dev-latest'), counter())
         self.assertLess(time.monotonic() - started, 5)
         self.addCleanup(end_if_alive, pid := int(forked.read_text()))
         self.assertTrue(gone(pid, 5))
@@ -679,7 +680,7 @@ class ReportTest(RulesFolder):
             for paths in ([a, b], [b, a]):
                 rules = load_rule_files(paths)[0]
                 with self.subTest(first=first, second=second, order=paths):
-                    self.assertEqual({name: rule(case_named('dev-latest'), count_request)['messages'][0]['content']
+                    self.assertEqual({name: rule(case_named('dev-latest'), counter())['messages'][0]['content']
                                       for name, rule in rules.items()}, {name: name[5] for name in rules})
                     self.assertEqual(len(rules), (first, second).count(in_rule) + 2)
 
@@ -688,7 +689,7 @@ class ReportTest(RulesFolder):
         two = self.write('RULES = {"second": lambda case, count: [{"role": "user", "content": "2"}]}\n', under='b')
         rules, files = load_rule_files([one, two])
         case = case_named('dev-latest')
-        self.assertEqual([rules[name](case, count_request)['messages'][0]['content'] for name in rules], ['1', '2'])
+        self.assertEqual([rules[name](case, counter())['messages'][0]['content'] for name in rules], ['1', '2'])
         self.assertEqual([entry['file'] for entry in files], ['rules.py', 'rules.py'])
 
 

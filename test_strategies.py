@@ -27,7 +27,7 @@ import strategies
 from strategies import RULES, STOP_WORDS, check_additive, note_lines
 from test_support_fixtures import (DEV_CORRECTION_NOTES, hypothesis_home_outside_the_tree as setUpModule, shipped_cases,
                                    whole_count)
-from tokenizer import TokenCounter, count_request, counter
+from tokenizer import TokenCounter, counter
 
 EXAMPLES = settings(max_examples=60, deadline=None, database=None)
 
@@ -204,7 +204,7 @@ def cases(draw) -> dict:
 def plain_count(messages: list[dict]) -> int:
     """The lab's counter behind a plain function: no `turn_costs`, so the rules take each turn's cost as a
     difference of whole counts."""
-    return count_request(messages)
+    return counter()(messages)
 
 
 class SameSelectionsTest(unittest.TestCase):
@@ -214,14 +214,14 @@ class SameSelectionsTest(unittest.TestCase):
 
     def test_the_rules_select_on_the_shipped_cases_what_the_readme_rules_select(self):
         for case_id, case in shipped_cases().items():
-            for label, count in (('the lab counter', count_request), ('a whole count', whole_count)):
+            for label, count in (('the lab counter', counter()), ('a whole count', whole_count)):
                 with self.subTest(case=case_id, count=label):
                     self.assert_same(case, count)
 
     @EXAMPLES
     @given(cases())
     def test_turn_by_turn_costs_select_what_counting_each_request_whole_selects(self, case):
-        self.assert_same(case, count_request)
+        self.assert_same(case, counter())
 
     @EXAMPLES
     @given(cases())
@@ -232,7 +232,7 @@ class SameSelectionsTest(unittest.TestCase):
     @given(cases())
     def test_notes_blocks_measured_whole_give_the_same_selections(self, case):
         with mock.patch.dict(vars(counter()), {'lines_apart': False}):  # as for a tokenizer that merges lines
-            self.assert_same(case, count_request)
+            self.assert_same(case, counter())
 
 
 def dev_correction_at(allowance: int) -> dict:
@@ -249,22 +249,22 @@ class HandWorkedTest(unittest.TestCase):
 
     def test_the_allowance_is_the_context_limit_less_the_answer_and_the_margin_to_the_token(self):
         # relevant keeps turn 1 (57 tokens) when the allowance is 57 and not when it is 56; turn 3 never fits.
-        self.assertEqual(RULES['relevant'](dev_correction_at(57), count_request)['turns'], [0])
-        self.assertEqual(RULES['relevant'](dev_correction_at(56), count_request)['turns'], [])
+        self.assertEqual(RULES['relevant'](dev_correction_at(57), counter())['turns'], [0])
+        self.assertEqual(RULES['relevant'](dev_correction_at(56), counter())['turns'], [])
 
     def test_notes_are_quoted_under_the_header_with_turn_and_role_before_the_question(self):
-        selected = RULES['notes'](dev_correction_at(110), count_request)
+        selected = RULES['notes'](dev_correction_at(110), counter())
         self.assertEqual(selected['messages'][-1], {'role': 'user', 'content': DEV_CORRECTION_NOTES})
         self.assertEqual((selected['turns'], selected['notes'], selected['input_tokens']), ([], 3, 110))
 
     def test_notes_stop_at_the_first_note_that_does_not_fit_newest_kept(self):
         # One token short of the three notes: the newest two still fit, the oldest is left out.
-        selected = RULES['notes'](dev_correction_at(109), count_request)
+        selected = RULES['notes'](dev_correction_at(109), counter())
         self.assertEqual(selected['notes'], 2)
         self.assertIn('<notes>\n- [turn 2, user] Switch to PostgreSQL', selected['messages'][-1]['content'])
 
     def test_without_notes_the_question_is_sent_as_it_is(self):
-        selected = RULES['notes'](dev_correction_at(35), count_request)
+        selected = RULES['notes'](dev_correction_at(35), counter())
         self.assertEqual((selected['messages'][-1]['content'], selected['notes'], selected['input_tokens']),
                          ('Which database will we use?', 0, 35))
 
@@ -321,7 +321,7 @@ class LinearTimeTest(unittest.TestCase):
 
         counter().forget()
         with mock.patch.object(TokenCounter, 'encode', spy):
-            selected = {name: rule(case, count_request) for name, rule in RULES.items()}
+            selected = {name: rule(case, counter()) for name, rule in RULES.items()}
         return texts, selected
 
     @staticmethod
@@ -347,11 +347,11 @@ class LinearTimeTest(unittest.TestCase):
         case, asked = self.chat(20, 1_000_000), []
 
         class Spy:
-            turn_costs = staticmethod(count_request.turn_costs)
+            turn_costs = staticmethod(counter().turn_costs)
 
             def __call__(self, messages):
                 asked.append(messages)
-                return count_request(messages)
+                return counter()(messages)
 
         for name in ('recent', 'relevant', 'hybrid'):
             with self.subTest(name):
@@ -379,7 +379,7 @@ class SharedWordsTest(unittest.TestCase):
         history = [dict(turn) for turn in case['history']]  # a list of its own, read by no other test
         with mock.patch.object(strategies, 'words', wraps=strategies.words) as reading:
             for question in ('Which database?', 'Which one?', 'Why MySQL?'):
-                RULES['relevant'](dict(case, history=history, current=question), count_request)
+                RULES['relevant'](dict(case, history=history, current=question), counter())
         self.assertEqual(reading.call_count, len(history) + 3)
 
 

@@ -23,7 +23,7 @@ from summary_record import record, recording
 from test_support import FakeLlamaServer, LLAMA_MODEL, llama_count, only_loopback as setUpModule
 from test_support_fixtures import HERE
 from test_support_runs import run_answer_check, run_command
-from tokenizer import count_request
+from tokenizer import counter
 
 
 CASES = load_cases(HERE / 'agent-cases.json')[:3]
@@ -40,7 +40,7 @@ def echo(asked: list):
 
 def recorded_calls(cases=CASES) -> tuple[dict, list]:
     asked, recorded = [], {'model': {}, 'calls': {}}
-    record(cases, count_request, echo(asked), recorded, lambda value: None)
+    record(cases, counter(), echo(asked), recorded, lambda value: None)
     return recorded, asked
 
 
@@ -59,27 +59,27 @@ class Replay(unittest.TestCase):
         self.assertGreater(len(asked), len(CASES))  # these cases need parts and a merge
         self.assertTrue(any(m[-1]['content'].startswith('Merge these') for m in asked))
         for case in CASES:
-            live = compact(case, count_request, recording(echo([]), {}))
-            self.assertEqual(compact(case, count_request, replaying(recorded['calls'], case['id'], 'c.json')), live)
+            live = compact(case, counter(), recording(echo([]), {}))
+            self.assertEqual(compact(case, counter(), replaying(recorded['calls'], case['id'], 'c.json')), live)
 
     def test_record_again_resumes_and_asks_the_model_nothing_it_has(self):
         recorded, _ = recorded_calls()
         again = []
-        record(CASES, count_request, echo(again), recorded, lambda value: None)
+        record(CASES, counter(), echo(again), recorded, lambda value: None)
         self.assertEqual(again, [])
 
     def test_a_failed_call_is_recorded_as_one_and_replays_as_the_same_fallback(self):
         def refusing(messages, options):
             raise CallFailed('HTTP 503 from the server')
         calls = {}
-        made = compact(CASES[0], count_request, recording(refusing, calls))
+        made = compact(CASES[0], counter(), recording(refusing, calls))
         self.assertEqual(made[1]['outcome'], 'failed_call')
         self.assertEqual([entry['reply'] for entry in calls.values()], [{'failed': 'HTTP 503 from the server'}])
-        self.assertEqual(compact(CASES[0], count_request, replaying(calls, CASES[0]['id'], 'c.json')), made)
+        self.assertEqual(compact(CASES[0], counter(), replaying(calls, CASES[0]['id'], 'c.json')), made)
 
     def test_a_missing_call_names_the_case_and_the_command_that_records_it(self):
         with self.assertRaises(MissingCall) as refused:
-            compact(CASES[0], count_request, replaying({}, CASES[0]['id'], 'my-cases.json'))
+            compact(CASES[0], counter(), replaying({}, CASES[0]['id'], 'my-cases.json'))
         self.assertRegex(str(refused.exception), r'^case dev-agent-latest: the summary recording has no reply to '
                          r'call [0-9a-f]{16}; record it with `\.venv/bin/python summary_record\.py record --cases '
                          r'my-cases\.json`$')
@@ -92,7 +92,7 @@ class Replay(unittest.TestCase):
             return echo(asked)(messages, options)
         recorded = {'model': {}, 'calls': {}}
         with self.assertRaises(KeyboardInterrupt):
-            record(CASES, count_request, stopping, recorded, lambda value: saved.append(json.dumps(value)))
+            record(CASES, counter(), stopping, recorded, lambda value: saved.append(json.dumps(value)))
         self.assertEqual(len(json.loads(saved[-1])['calls']), 2)
 
 
@@ -162,7 +162,7 @@ class Files(unittest.TestCase):
         self.assertEqual((code, err), (0, ''))
         lines = out.splitlines()
         self.assertEqual(lines[0].split('\t'), ['case', *summary_record.TELEMETRY])
-        told = compact(cases[0], count_request, replaying(recorded['calls'], cases[0]['id'], 'c.json'))[1]
+        told = compact(cases[0], counter(), replaying(recorded['calls'], cases[0]['id'], 'c.json'))[1]
         self.assertEqual(lines[1].split('\t'), [cases[0]['id'], *map(str, told.values())])
         self.assertEqual(len(lines), 1 + len(cases))
 
@@ -198,7 +198,7 @@ class Files(unittest.TestCase):
                 return {'answer': 'Kept \ud800', 'prompt_tokens': 9, 'answer_tokens': 2}
         live = summary_record.live_call(json.loads((HERE / 'qwen-answer-model.json').read_text()), Client(), 4096)
         with self.assertRaisesRegex(LabError, r"^a summary call's reply: field answer holds a lone surrogate"):
-            record(CASES[:1], count_request, live, {'model': {}, 'calls': {}}, lambda value: lab_files.write_output(
+            record(CASES[:1], counter(), live, {'model': {}, 'calls': {}}, lambda value: lab_files.write_output(
                 self.folder / 'rec.json', lab_files.to_json(value, 1), 'summary recording'))  # as main saves
 
     def test_no_server_is_one_line_and_writes_no_recording(self):

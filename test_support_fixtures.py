@@ -212,7 +212,7 @@ def counted(path: str, messages, count: TokenCounter | None = None) -> int:
 def prepared(name: str) -> TokenCounter | None:
     """The counter, or None where it is not prepared."""
     try:
-        return tokenizer.loaded(name)
+        return tokenizer.counter(name)
     except CounterError:
         return None
 

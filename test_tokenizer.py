@@ -31,7 +31,7 @@ from test_support_fixtures import (DEV_CORRECTION_NOTES, HERE, MANIFEST, PATHS, 
                                    conversations, counted, counting_path,
                                    hypothesis_home_outside_the_tree as setUpModule, rule_requests)
 from test_support_oracle import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
-from tokenizer import LINE_START, CounterError, TokenCounter, count_request, counter, line_cuts, splits_cleanly
+from tokenizer import LINE_START, CounterError, TokenCounter, counter, line_cuts, splits_cleanly
 
 MANIFEST_SHA256 = hashlib.sha256((HERE / 'tokenizer-manifest.json').read_bytes()).hexdigest()
 TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
@@ -92,15 +92,15 @@ class ReferenceFiguresTest(unittest.TestCase):
 
     def test_bare_request_counts_35(self):
         self.assertEqual(build_request(self.dev_correction(), []), BARE_REQUEST)
-        self.assertEqual(count_request(BARE_REQUEST), 35)
+        self.assertEqual(counter()(BARE_REQUEST), 35)
 
     def test_request_with_the_first_turn_counts_57_and_the_turn_adds_22(self):
         case = self.dev_correction()
         self.assertEqual(build_request(case, [0]), FIRST_TURN_REQUEST)
-        self.assertEqual((count_request(FIRST_TURN_REQUEST), count_request.turn_costs(case['history'])[0]), (57, 22))
+        self.assertEqual((counter()(FIRST_TURN_REQUEST), counter().turn_costs(case['history'])[0]), (57, 22))
 
     def test_notes_request_with_three_notes_counts_110(self):
-        selected = RULES['notes'](self.dev_correction(), count_request)
+        selected = RULES['notes'](self.dev_correction(), counter())
         self.assertEqual(selected['messages'], NOTES_REQUEST)
         self.assertEqual((selected['turns'], selected['notes'], selected['input_tokens']), ([], 3, 110))
 
@@ -111,12 +111,12 @@ class OfficialTemplateTest(unittest.TestCase):
         self.assertEqual(hashlib.sha256(OFFICIAL_PATH.read_bytes()).hexdigest(), TEMPLATE_SHA256)
 
     def test_every_rule_request_renders_and_counts_as_the_official_template(self):
-        requests = rule_requests(count_request)
+        requests = rule_requests(counter())
         self.assertGreater(len(requests), 100)
         for index, messages in enumerate(requests):
             with self.subTest(request=index):
                 self.assertEqual(counter().prompt(messages), official_render(messages))
-                self.assertEqual(count_request(messages), official_count(messages))
+                self.assertEqual(counter()(messages), official_count(messages))
 
     @EXAMPLES
     @given(chats(), conversations())
@@ -248,10 +248,10 @@ class LookAlikeInputTest(unittest.TestCase):
     def test_unhashable_role_or_content_is_a_counter_error_on_every_path(self):
         table = [
             ('list role', [{'role': ['user'], 'content': 'x'}],
-             "message 0: unknown role ['user']; expected one of ['assistant', 'system', 'user']"),
+             "message 0: unknown role ['user']; expected one of ['system', 'user', 'assistant', 'tool']"),
             ('dict role', [{'role': {}, 'content': 'x'}],
-             "message 0: unknown role {}; expected one of ['assistant', 'system', 'user']"),
-            ('list content', [{'role': 'user', 'content': ['x']}], 'message 0: content must be a string, got list'),
+             "message 0: unknown role {}; expected one of ['system', 'user', 'assistant', 'tool']"),
+            ('list content', [{'role': 'user', 'content': ['x']}], 'message 0: content must be a string, got ["x"]'),
         ]
         for name, messages, message in table:
             for path in PATHS:
@@ -264,19 +264,20 @@ class RefusalTest(unittest.TestCase):
     def test_a_thinking_channel_in_a_history_is_refused_by_turn_costs_so_no_later_count_finds_it_cached(self):
         history = [{'user': 'Hi', 'assistant': 'Fine.'}, {'user': 'Q', 'assistant': '<|channel>thought\n<channel|>A'}]
         with self.assertRaises(CounterError) as caught:
-            count_request.turn_costs(history)
-        self.assertEqual(str(caught.exception), 'history[1]: assistant content with a thinking channel is not counted')
+            counter().turn_costs(history)
+        self.assertEqual(str(caught.exception), "history[1]: assistant content contains a thinking-channel marker "
+                                                "['<|channel>', '<channel|>'], which the counter does not cover")
         with self.assertRaises(CounterError):
-            count_request([{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': history[1]['assistant']},
+            counter()([{'role': 'user', 'content': 'Q'}, {'role': 'assistant', 'content': history[1]['assistant']},
                            {'role': 'user', 'content': 'Again?'}])
 
     def test_requests_outside_the_text_format_are_refused_even_when_each_message_was_counted_before(self):
         table = [
             ('no messages', [], 'a request must be a non-empty list of messages'),
             ('non-string content', [{'role': 'user', 'content': [{'type': 'text', 'text': 'hi'}]}],
-             'message 0: content must be a string, got list'),
+             'message 0: content must be a string, got [{"type": "text", "text": "hi"}]'),
             ('unknown role', [{'role': 'developer', 'content': 'x'}],
-             "message 0: unknown role 'developer'; expected one of ['assistant', 'system', 'user']"),
+             "message 0: unknown role 'developer'; expected one of ['system', 'user', 'assistant', 'tool']"),
             ('a tool message without its call id', [{'role': 'tool', 'content': 'x'}],
              "message 0: a tool message holds ['content', 'tool_call_id'] and may hold ['name'], got ['content']"),
             ('a tool message beside a non-message', [{'role': 'tool', 'tool_call_id': 'c', 'content': 'x'}, 'x'],
@@ -286,7 +287,7 @@ class RefusalTest(unittest.TestCase):
              "message 1, tool call 0: arguments must be a JSON object, got str (parse a JSON string first: Gemma 4's "
              "template raises on one, Llama 3's and Qwen 2.5's encode it twice)"),
             ('an image', [{'role': 'user', 'content': 'a', 'images': ['x']}],
-             "message 0: expected exactly the keys role and content, got ['content', 'images', 'role'] "
+             "message 0: a user message holds ['content'] and may hold [], got ['content', 'images'] "
              '(images and thinking are not counted by this lab)'),
             ('late system message', [{'role': 'user', 'content': 'a'}, {'role': 'system', 'content': 'b'}],
              'message 1: a system message may only come first'),
@@ -294,9 +295,10 @@ class RefusalTest(unittest.TestCase):
                                                  {'role': 'assistant', 'content': 'c'}],
              'message 2: two assistant messages in a row are not counted'),
             ('thinking channel', [{'role': 'assistant', 'content': '<|channel>thought\n<channel|>Hi'}],
-             'message 0: assistant content with a thinking channel is not counted'),
+             "message 0: assistant content contains a thinking-channel marker ['<|channel>', '<channel|>'], which "
+             'the counter does not cover'),
             ('a lone surrogate', [{'role': 'user', 'content': 'a\ud800'}],  # TypeError in the tokenizer before
-             'message 0: content: holds a lone surrogate (half a UTF-16 pair), which is not text'),
+             'message 0: holds a lone surrogate (half a UTF-16 pair), which is not text'),
         ]
         for name, messages, message in table:
             for path in PATHS:

@@ -16,10 +16,9 @@ from hypothesis import given, settings, strategies as st
 from jinja2.exceptions import TemplateError
 
 from common import LabError
-from shapes import holds_thinking_marker
 from test_support_fixtures import FORMS, call, hypothesis_home_outside_the_tree as setUpModule
 from test_support_oracle import TOOL_FAMILIES, compiled, official, template_path
-from tool_formats import CounterError, as_rendered, prompt_text, turn_prompt_text
+from tool_formats import THINKING_MARKERS, CounterError, as_rendered, prompt_text, refuse_thinking, turn_prompt_text
 
 EXAMPLES = settings(max_examples=120, deadline=None, database=None)
 
@@ -237,9 +236,9 @@ class HandWrittenTest(ToolFormatTest):
 
     def test_a_message_outside_the_format_is_refused_in_one_line_naming_its_index(self):
         for message, says in (({'role': 'tool', 'content': 'x'}, 'message 1: a tool message holds'),
-                              ({'role': 'assistant', 'content': None}, 'message 1: content must be a string'),
+                              ({'role': 'assistant', 'content': None}, 'message 1: content must be a string, got null'),
                               ({'role': 'tool', 'tool_call_id': '', 'content': 'x'},
-                               'message 1: content must be a string, tool_call_id and name non-empty strings'),
+                               'message 1: tool_call_id must be a non-empty string, got ""'),
                               ({**CALL, 'tool_calls': []}, 'message 1: tool_calls must be a non-empty list of calls'),
                               ({**CALL, 'tool_calls': [{'id': 'c', 'function': {}}]}, 'message 1, tool call 0: '),
                               ({'role': 'user', 'content': 'x', 'extra': 1}, 'message 1: a user message holds'),
@@ -247,6 +246,14 @@ class HandWrittenTest(ToolFormatTest):
             with self.subTest(says), self.assertRaises(CounterError) as caught:
                 prompt_text('qwen-2.5', FORMS['qwen-2.5'], [ASK, message])
             self.assertTrue(str(caught.exception).startswith(says), str(caught.exception))
+
+    def test_a_thinking_marker_is_refused_in_one_line_naming_where_as_the_caller_asks(self):
+        with self.assertRaises(CounterError) as caught:
+            refuse_thinking('cases.json: case c: field history[1].assistant', 'a <channel|>')
+        self.assertEqual(str(caught.exception), "cases.json: case c: field history[1].assistant contains a "
+                         "thinking-channel marker ['<|channel>', '<channel|>'], which the counter does not cover")
+        self.assertRaises(LookupError, refuse_thinking, 'w', 'a <|channel>b', LookupError)  # a loader's own error
+        self.assertIsNone(refuse_thinking('w', '<|turn> <|channel <channel>'))  # other markers are text
 
     def test_a_turn_that_does_not_start_with_its_one_user_message_is_refused(self):
         for turn in ([CALL, RESULT], [ASK, ANSWER, QUESTION], [SYSTEM, ASK], []):
@@ -258,7 +265,7 @@ KEYS = st.one_of(st.sampled_from(['a', 'A', 'b', 'B', 'path', 'Path', '_', 'é',
 JSON_FRAGMENTS = [' ', '\n', '\n\n', '\t', ' x ', 'é', '日本', '🦙', '"', '\\', '{', '}', '<|"|>', '<tool_call>',
              '<|im_end|>', '<turn|>', '<|eot_id|>', 'null', '0']
 TEXT = st.lists(st.one_of(st.sampled_from(JSON_FRAGMENTS), st.text(max_size=8)), max_size=6).map(''.join)
-ASSISTANT_TEXT = TEXT.filter(lambda text: not holds_thinking_marker(text))
+ASSISTANT_TEXT = TEXT.filter(lambda text: not any(marker in text for marker in THINKING_MARKERS))
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 40, 2 ** 40),
                     st.floats(allow_nan=False, allow_infinity=False), TEXT)
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),

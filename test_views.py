@@ -37,7 +37,7 @@ from test_support_fixtures import DEV_CORRECTION_NOTES, HERE, RECORDED, result, 
 from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
 from test_support_runs import in_process
 import tokenizer
-from tokenizer import CounterError, count_request
+from tokenizer import CounterError, counter
 from prepared_folder import DEFAULT
 from common import LabError
 from runner import case_selections
@@ -98,7 +98,7 @@ held-spread (held-out, facts spread across turns), 4 turns
 
 def show_case(case: dict, rules: dict, full: bool = False) -> str:
     """What --show prints for these rules on one case, without colour and without the best possible selection."""
-    return views.show_requests(case, *case_selections(case, rules, count_request), False, full, False)
+    return views.show_requests(case, *case_selections(case, rules, counter()), False, full, False)
 
 
 @lru_cache(maxsize=None)
@@ -144,7 +144,7 @@ class ShowTest(unittest.TestCase):
     def test_prompt_is_what_the_official_template_renders_and_counts_110_tokens(self):
         result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
         self.assertEqual(result.returncode, 0, result.stderr)
-        messages = notes(shipped_cases()['dev-correction'], count_request)['messages']
+        messages = notes(shipped_cases()['dev-correction'], counter())['messages']
         self.assertEqual(result.stdout, official_render(messages))
         self.assertEqual(official_count(messages), 110)
 
@@ -185,7 +185,7 @@ class ShowTest(unittest.TestCase):
         for name, rule in RULES.items():
             for case_id, case in shipped_cases().items():
                 with self.subTest(rule=name, case=case_id):
-                    messages = rule(case, count_request)['messages']
+                    messages = rule(case, counter())['messages']
                     shown = show_case(case, {name: rule}, full=True)
                     sizes = [int(size) for size in SIZE_LINE.findall(shown)]
                     self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
@@ -209,7 +209,7 @@ class AgentShowTest(unittest.TestCase):
         for case in load_cases(HERE / 'agent-cases.json'):
             for name, rule in {**RULES, **agent_rules.RULES}.items():
                 with self.subTest(rule=name, case=case['id']):
-                    messages = rule(case, count_request)['messages']
+                    messages = rule(case, counter())['messages']
                     sizes = [int(size) for size in AGENT_SIZE_LINE.findall(show_case(case, {name: rule}, full=True))]
                     self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
                     self.assertEqual(sum(sizes), whole_count(messages))
@@ -219,7 +219,7 @@ class AgentShowTest(unittest.TestCase):
     def test_a_result_says_whether_the_template_writes_it_in_its_calls_turn_or_drops_it(self):
         case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-parallel']
         relevant = show_case(case, {'relevant': RULES['relevant']}).splitlines()
-        trimmed = agent_rules.RULES['trim-last'](case, count_request)['messages']
+        trimmed = agent_rules.RULES['trim-last'](case, counter())['messages']
         self.assertIn('[turn 1, tool] 0 tokens · answers call_a · written in the share of its call', relevant)
         self.assertIn('[message 0, tool] 0 tokens · answers call_c · not sent: the template drops it',
                       show_case(case, {'trim-last': agent_rules.RULES['trim-last']}).splitlines())
@@ -241,7 +241,7 @@ class AgentShowTest(unittest.TestCase):
 
     def test_text_beside_a_call_is_marked_not_sent_and_carries_no_fact_under_llama(self):
         try:
-            tokenizer.loaded('llama-3.1')
+            tokenizer.counter('llama-3.1')
         except CounterError:
             self.skipTest('llama-3.1 is not prepared')
         tokenizer.choose_counter('llama-3.1')
@@ -297,7 +297,7 @@ class ColourTest(unittest.TestCase):
 
     def test_colour_marks_the_facts_in_red_and_green(self):
         case = shipped_cases()['dev-correction']
-        selected = notes(case, count_request)
+        selected = notes(case, counter())
         coloured = request_text(case, 'title', selected, graded_row(case, selected), full=False, colour=True)
         self.assertIn('\x1b[32m  + required fact: "Switch to PostgreSQL instead of MySQL."\x1b[0m', coloured)
         self.assertIn('\x1b[31m  ! stale fact: "We will use MySQL"\x1b[0m', coloured)
@@ -332,14 +332,14 @@ class LayoutTest(unittest.TestCase):
 
     def test_in_colour_a_message_line_that_reads_like_the_fold_is_not_dimmed_as_one(self):
         case = dict(shipped_cases()['dev-correction'], current='Which database?\n… 2 more lines …')
-        selected = RULES['recent'](case, count_request)
+        selected = RULES['recent'](case, counter())
         coloured = request_text(case, 'title', selected, graded_row(case, selected), full=False, colour=True)
         self.assertIn('\n    Which database?\n    … 2 more lines …\n', coloured)
         self.assertNotIn('\x1b[2m', coloured)
 
     def test_a_count_the_message_sizes_do_not_reach_is_refused_as_every_run_refuses_it(self):
         case = shipped_cases()['dev-correction']
-        chosen = notes(case, count_request)  # 110 tokens
+        chosen = notes(case, counter())  # 110 tokens
         row = dict(graded_row(case, chosen), input_tokens=115)  # as a counter that is not additive might count it
         with self.assertRaises(LabError) as raised:
             request_text(case, 'title', chosen, row, full=False, colour=False)

@@ -3,9 +3,9 @@
     .venv/bin/python tokenizer.py [--counter NAME]   # the counter's profile and the count of a small example
     .venv/bin/python tokenizer.py --counter list     # every counter, what it pins, and whether it is prepared
 
-    from tokenizer import count_request
-    count_request([{'role': 'system', 'content': 'Answer only from the conversation.'},
-                   {'role': 'user', 'content': 'Which database will we use?'}])
+    from tokenizer import counter
+    counter()([{'role': 'system', 'content': 'Answer only from the conversation.'},
+                {'role': 'user', 'content': 'Which database will we use?'}])   # the chosen counter's count
 
 A counter is a vocabulary and a chat format, both pinned in tokenizer-manifest.json (docs/counters.md): the model's
 official template as tool_formats.py renders it, thinking off, its fixed inputs (Llama 3's date) filled in. Images
@@ -20,7 +20,7 @@ reads prepared/ (or $CONTEXT_LAB_PREPARED; another counter from prepared-NAME/ b
 import argparse
 from bisect import bisect_right
 from collections.abc import Mapping
-from functools import cached_property, lru_cache
+from functools import cached_property
 from itertools import accumulate
 import json
 from operator import itemgetter
@@ -28,13 +28,12 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import (HISTORIES_KEPT, ROLE_AND_TEXT, TURN_ROLES, build_request, holds_thinking_marker, per_history,
-                    turn_key)
-from tool_formats import CounterError, as_json, frame_span, per_turn, prompt_text, request_parts, turn_prompt_text
+from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, per_history, turn_key
+from tool_formats import CounterError, checked_request, frame_span, per_turn, prompt_text, refuse_thinking, \
+    request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
 
-ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
 LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see line_cuts
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
@@ -44,32 +43,17 @@ LINE_SAFE_SPLITS = (SPLIT % '{1,3}', SPLIT % '')  # Llama 3's and Qwen 2's
 MARKER = re.compile(r'<[^<>\s]+>')  # what a chat format writes as a special token: <|turn>, <|eot_id|>
 ROLE = itemgetter('role')
 SELECTED = {'name': DEFAULT}  # the counter counter() returns; scripts choose it with --counter (choose_counter)
+LOADED: dict[str, 'TokenCounter'] = {}  # each counter counter() has loaded, by name
 
 
 def checked(messages) -> list[dict]:
-    """A text-only request checked, as dicts (a mapping of another kind counts as its dict): CounterError for a
-    message the text format cannot hold where it is."""
-    if not isinstance(messages, list) or not messages:
-        raise CounterError('a request must be a non-empty list of messages')
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or set(message) != {'role', 'content'}:
-            keys = sorted(message) if isinstance(message, Mapping) else type(message).__name__
-            raise CounterError(f'message {index}: expected exactly the keys role and content, got {keys} '
-                               '(images and thinking are not counted by this lab)')
-        role, content = message['role'], message['content']
-        if not isinstance(role, str) or role not in ROLES:  # isinstance first: an unhashable role is not a key
-            raise CounterError(f'message {index}: unknown role {role!r}; expected one of {sorted(ROLES)}')
-        if not isinstance(content, str):
-            raise CounterError(f'message {index}: content must be a string, got {type(content).__name__}')
-        if not content.isascii():  # a lone surrogate is no text: the tokenizer would raise TypeError
-            as_json(content, f'message {index}: content')
-        if role == 'system' and index != 0:
-            raise CounterError(f'message {index}: a system message may only come first')
-        if index and role == 'assistant' == messages[index - 1]['role']:  # Gemma's official template would merge them
+    """A text-only request checked as every request is (tool_formats.checked_request), as plain dicts; CounterError
+    too for two assistant messages in a row, which the official template would merge: no sum of messages."""
+    request = checked_request(messages)
+    for index, (before, after) in enumerate(zip(request, request[1:]), start=1):
+        if before['role'] == 'assistant' == after['role']:
             raise CounterError(f'message {index}: two assistant messages in a row are not counted')
-        if role == 'assistant' and holds_thinking_marker(content):
-            raise CounterError(f'message {index}: assistant content with a thinking channel is not counted')
-    return [{'role': message['role'], 'content': message['content']} for message in messages]
+    return request
 
 
 def agent_request(messages) -> bool:
@@ -193,7 +177,7 @@ class TokenCounter:
         agent = bool(history) and type(history[0]) is list
         if not self.fast or (tools and not agent) or not per_turn(self.name, tools):
             return self(messages)
-        cost = self.turn_costs(history)
+        cost = self.turn_costs(case['history'])
         return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
 
     def known_sizes(self, messages) -> list[int] | None:
@@ -253,8 +237,7 @@ class TokenCounter:
     def pair_costs(self, pairs: tuple[tuple[str, str], ...]) -> list[int]:
         """Each (user, assistant) pair's two messages, counted once and kept."""
         for index, (_, answer) in enumerate(pairs):  # as checked() refuses it, so the cache never holds it
-            if holds_thinking_marker(answer):
-                raise CounterError(f'history[{index}]: assistant content with a thinking channel is not counted')
+            refuse_thinking(f'history[{index}]: assistant content', answer)
         return [self.message_size('user', user, keep=True) + self.message_size('assistant', answer, keep=True)
                 for user, answer in pairs]
 
@@ -318,14 +301,13 @@ def line_cuts(tokenizer) -> re.Pattern | None:
     return LINE_BEFORE_TEXT if safe else None
 
 
-@lru_cache(maxsize=None)
-def loaded(name: str) -> TokenCounter:
-    return TokenCounter(name=name)
-
-
-def counter() -> TokenCounter:
-    """The process-wide counter, loaded on first use: the default unless choose_counter named another (--counter)."""
-    return loaded(SELECTED['name'])
+def counter(name: str | None = None) -> TokenCounter:
+    """The one way to get a counter: the one named, else the one chosen (choose_counter, --counter; the default
+    unless named), loaded on first use and kept for the process. Rules count with it: counter()(messages) -> int."""
+    name = name or SELECTED['name']
+    if name not in LOADED:
+        LOADED[name] = TokenCounter(name=name)
+    return LOADED[name]
 
 
 def choose_counter(name: str) -> None:  # a name counter_choice accepted
@@ -350,26 +332,6 @@ def add_counter_option(parser) -> None:
                              'it pins and whether it is prepared (docs/counters.md)')
 
 
-class LazyCount:
-    """count_request: the chosen counter's interface, loading the counter on first use."""
-
-    def __call__(self, messages: list[dict]) -> int:
-        return counter()(messages)
-
-    def turn_costs(self, history: list[dict]) -> list[int]:
-        return counter().turn_costs(history)
-
-    def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
-        return counter().count_built(messages, case, kept, notes)
-
-    @property
-    def name(self) -> str:  # as a TokenCounter's, without loading it
-        return SELECTED['name']
-
-
-count_request = LazyCount()
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Print the counter's profile and the token count of a small example "
                                      'request: a quick check that `.venv/bin/python prepare.py` worked. Reads '
@@ -378,7 +340,7 @@ def main(argv: list[str]) -> int:
     choose_counter(parser.parse_args(argv).counter)
     example = [{'role': 'system', 'content': 'Answer only from the conversation. If a fact is missing, say so.'},
                {'role': 'user', 'content': 'Which database will we use?'}]
-    print(json.dumps({'profile': counter().profile(), 'example_tokens': count_request(example)}, indent=2))
+    print(json.dumps({'profile': counter().profile(), 'example_tokens': counter()(example)}, indent=2))
     return 0
 
 

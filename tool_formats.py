@@ -16,13 +16,16 @@ as_rendered(name, messages) leaves out what a template drops of a message (Llama
 the calls): what grading reads. invalid(messages) says why an API would refuse a request (a call without its
 result, no question last), or None. No files, no token counts.
 """
+from collections.abc import Mapping
 from itertools import takewhile
 import json
 import re
 
 from common import LabError
-from shapes import holds_thinking_marker
 
+# The official chat template rewrites assistant text that contains these (it strips thought channels), so no
+# case may hold them and the counter refuses them (refuse_thinking).
+THINKING_MARKERS = ('<|channel>', '<channel|>')
 # Each role's required keys besides role, and its optional ones
 MESSAGE_KEYS = {'system': ({'content'}, set()), 'user': ({'content'}, set()),
                 'assistant': ({'content'}, {'tool_calls'}), 'tool': ({'content', 'tool_call_id'}, {'name'})}
@@ -81,27 +84,39 @@ def as_json(value, where: str):
     return copy
 
 
+def refuse_thinking(where: str, text: str, error: type[Exception] = CounterError) -> None:
+    """`error` naming where the text is if it holds a thinking-channel marker: the official chat template strips
+    thought channels out of assistant text, so no case may hold one and the counter counts none."""
+    if any(marker in text for marker in THINKING_MARKERS):
+        raise error(f'{where} contains a thinking-channel marker {list(THINKING_MARKERS)}, which the counter does not '
+                    'cover')
+
+
 def checked_message(index: int, message) -> dict:
+    """The one check of a message, a plain JSON copy of it, or CounterError naming message `index` and its field."""
     where = f'message {index}'
     message = as_json(message, where)
-    role = message.get('role') if isinstance(message, dict) else None
-    if not isinstance(role, str) or role not in MESSAGE_KEYS:
+    if not isinstance(message, dict):
         raise CounterError(f"{where}: expected an object whose role is one of {', '.join(MESSAGE_KEYS)}")
+    if not isinstance(role := message.get('role'), str) or role not in MESSAGE_KEYS:
+        raise CounterError(f'{where}: unknown role {role!r}; expected one of {list(MESSAGE_KEYS)}')
     (needed, optional), keys = MESSAGE_KEYS[role], set(message) - {'role'}
     if not needed <= keys <= needed | optional:
+        extra = ' (images and thinking are not counted by this lab)' * bool(keys - needed - optional)
         raise CounterError(f'{where}: a {role} message holds {sorted(needed)} and may hold {sorted(optional)}, '
-                           f'got {sorted(keys)}')
+                           f'got {sorted(keys)}{extra}')
     if not isinstance(message.get('tool_calls', [None]), list) or message.get('tool_calls') == []:
         kind = type(message['tool_calls'])
         got = {dict: 'an object', list: 'an empty list', str: 'a string', type(None): 'null'}.get(kind, kind.__name__)
         raise CounterError(f'{where}: tool_calls must be a non-empty list of calls, got {got}')
-    if not all(isinstance(message[key], str) and (message[key] or key == 'content')
-               for key in ('content', 'tool_call_id', 'name') if key in message):
-        raise CounterError(f'{where}: content must be a string, tool_call_id and name non-empty strings')
+    if wrong := [key for key in ('content', 'tool_call_id', 'name') if key in message and not (
+            isinstance(message[key], str) and (message[key] or key == 'content'))]:
+        raise CounterError(f"{where}: {wrong[0]} must be a {'string' if wrong[0] == 'content' else 'non-empty string'}"
+                           f', got {json.dumps(message[wrong[0]], ensure_ascii=False):.40}')
     if role == 'system' and index:
         raise CounterError(f'{where}: a system message may only come first')
-    if role == 'assistant' and holds_thinking_marker(message['content']):
-        raise CounterError(f'{where}: assistant content with a thinking channel is not counted')
+    if role == 'assistant':
+        refuse_thinking(f'{where}: assistant content', message['content'])
     for number, call in enumerate(message.get('tool_calls', ())):
         function = call.get('function') if isinstance(call, dict) else None
         if not (isinstance(function, dict) and set(call) == {'id', 'type', 'function'} and call['type'] == 'function'
@@ -114,6 +129,15 @@ def checked_message(index: int, message) -> dict:
                                f"{type(function['arguments']).__name__} (parse a JSON string first: Gemma 4's "
                                "template raises on one, Llama 3's and Qwen 2.5's encode it twice)")
     return message
+
+
+def checked_request(messages) -> list[dict]:
+    """Each message of a request checked (checked_message; a mapping of another kind counts as its dict), or
+    CounterError for a request that is no list or an empty one."""
+    if not isinstance(messages, list) or not messages:
+        raise CounterError('a request must be a non-empty list of messages')
+    return [checked_message(index, dict(message) if isinstance(message, Mapping) else message)
+            for index, message in enumerate(messages)]
 
 
 def checked_tools(tools) -> list[dict] | None:
@@ -330,10 +354,7 @@ def request_parts(name: str, form: dict, messages: list[dict], tools) -> tuple[s
 
 def prompt_text(name: str, form: dict, messages: list[dict], tools: list[dict] | None = None) -> str:
     """The whole prompt the official template of counter `name` renders for this request and tools list."""
-    if not isinstance(messages, list) or not messages:
-        raise CounterError('a request must be a non-empty list of messages')
-    head, pieces, tail = request_parts(name, form, [checked_message(index, message)
-                                                    for index, message in enumerate(messages)], checked_tools(tools))
+    head, pieces, tail = request_parts(name, form, checked_request(messages), checked_tools(tools))
     return head + ''.join(pieces) + tail
 
 
