@@ -482,23 +482,27 @@ class CommandLineTest(unittest.TestCase):
         broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}}
         path, result = self.run_on_file('--compare', json.dumps(broken))
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report (cases.recent[0] lacks "
-                                        "['split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', "
-                                        "'required_found', 'required_total', 'missing', 'stale_included'])\n")
+        lacking = "['split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found', " \
+                  "'required_total', 'missing', 'stale_included']"
+        self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report (cases.recent[0]: must be an "
+                                        f"object with the fields ['case', {lacking[1:]}; missing {lacking})\n")
 
     def test_compare_refuses_a_row_whose_case_is_not_a_string(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         old['cases']['notes'][0]['case'] = ['dev-latest']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stderr),
-                         (2, f'evaluate.py: {path}: not an evaluate.py report (cases.notes[0].case must be a string)\n'))
+                         (2, f'evaluate.py: {path}: not an evaluate.py report (cases.notes[0]: field case must be a '
+                             'string, got ["dev-latest"])\n'))
 
     def test_compare_refuses_a_best_possible_part_without_its_fields(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         del old['best_possible']['cases'][3]['fact_turns']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stderr), (2, f"evaluate.py: {path}: not an evaluate.py report "
-                                                                 "(best_possible.cases[3] lacks ['fact_turns'])\n"))
+            "(best_possible.cases[3]: must be an object with the fields ['case', 'split', 'kind', 'history_turns', "
+            "'fact_turns', 'stale_turns', 'turns', 'input_tokens', 'required_found', 'required_total', 'missing', "
+            "'stale_included', 'not_searched']; missing ['fact_turns'])\n"))
 
     def test_compare_refuses_a_report_from_before_the_best_possible_instead_of_a_traceback(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
@@ -510,16 +514,16 @@ class CommandLineTest(unittest.TestCase):
 
     def test_compare_refuses_turns_that_are_not_turn_indices_instead_of_a_traceback(self):
         for where, change, expected in (
-                ('cases.recent[1].turns', lambda old: old['cases']['recent'][1].update(turns='x'), 'turns'),
-                ('best_possible.cases[2].fact_turns',
-                 lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), 'fact_turns')):
+                ('cases.recent[1]: field turns', lambda old: old['cases']['recent'][1].update(turns='x'), '"x"'),
+                ('best_possible.cases[2]: field fact_turns',
+                 lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), '["a"]')):
             with self.subTest(where):
                 old = json.loads(RECORDED.read_text(encoding='utf-8'))
                 change(old)
                 path, result = self.run_on_file('--compare', json.dumps(old))
                 self.assertEqual((result.returncode, result.stderr),
                                  (2, f'evaluate.py: {path}: not an evaluate.py report ({where} must be a list of '
-                                     'turn indices)\n'))
+                                     f'turn indices, got {expected})\n'))
 
     def test_compare_with_a_table_format_is_a_usage_error(self):
         result = in_process(evaluate, '--compare', str(RECORDED), '--format', 'table')

@@ -18,6 +18,7 @@ import textwrap
 
 from best_possible import BEST
 from common import LabError
+from lab_files import ANY, COUNT, STRING, check_fields, list_of, or_null
 from runner import COUNTED_BY, counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
@@ -43,14 +44,10 @@ TABLE_HEADER = ['Strategy', '{group}', 'Facts found', 'Complete cases', 'Cases w
 MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
 FACT_CHARS = 60  # a longer fact is cut to its start
-# What --compare reads in a row, and how each value must look: (test, its description).
-ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), (lambda value: isinstance(value, str), 'a string')),
-              **dict.fromkeys(('missing', 'stale_included'), (
-                  lambda value: isinstance(value, list) and all(isinstance(fact, str) for fact in value),
-                  'a list of facts')),
-              **dict.fromkeys(('turns', 'fact_turns', 'stale_turns'), (
-                  lambda value: isinstance(value, list) and all(type(index) is int and index >= 0 for index in value),
-                  'a list of turn indices'))}
+# What --compare reads in a row, and how each value must look (lab_files' kinds); any other field it only names.
+ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), STRING),
+              **dict.fromkeys(('missing', 'stale_included'), list_of(STRING, 'a list of facts')),
+              **dict.fromkeys(('turns', 'fact_turns', 'stale_turns'), list_of(COUNT, 'a list of turn indices'))}
 UNSEARCHED = ('turns', 'missing', 'stale_included')  # None in a best-possible row that was not searched
 
 
@@ -336,10 +333,10 @@ def check_rows(wrong, where: str, rows, fields: tuple) -> None:
     (it has not_searched) holds None where it was not searched."""
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         raise wrong(f'{where} must be a list of rows')
+    spec = {field: ROW_VALUES.get(field, ANY) for field in fields}
+    unsearched = spec | {field: or_null(spec[field]) for field in UNSEARCHED if field in spec}
     for index, row in enumerate(rows):
-        if absent := [field for field in fields if field not in row]:
-            raise wrong(f'{where}[{index}] lacks {absent}')
-        for field in (field for field in fields if field in ROW_VALUES):
-            unsearched = row[field] is None and field in UNSEARCHED and 'not_searched' in row
-            if not ROW_VALUES[field][0](row[field]) and not unsearched:
-                raise wrong(f'{where}[{index}].{field} must be {ROW_VALUES[field][1]}')
+        try:
+            check_fields(f'{where}[{index}]', row, unsearched if 'not_searched' in row else spec, exact=False)
+        except LabError as error:
+            raise wrong(str(error)) from None
