@@ -149,16 +149,18 @@ def check_fields(where: str, record, spec: dict, advice: str = '', name: str = '
         raise error(f'{where}: {subject}must be an object with {fields}, got {got}{tail}')
     missing = [field for field in spec if field not in record and field not in optional]
     unexpected = sorted(set(record) - set(spec)) if exact else []
-    if missing or unexpected:
-        gaps = f'missing {missing}' + (f', unexpected {unexpected}' if exact else '')
-        raise error(f'{where}: {subject}must be an object with {fields}; {gaps}{tail}')
+    if exact and (missing or unexpected):
+        raise error(f'{where}: {subject}must be an object with {fields}; missing {missing}, unexpected {unexpected}'
+                    + tail)
+    dotted = {field: f'{name}.{field}' if name else field for field in spec}
+    if missing:  # an open record: only what is read is named
+        raise error(f'{where}: missing field{"s" * (len(missing) > 1)} {", ".join(map(dotted.get, missing))}{tail}')
     for field, kind in ((field, kind) for field, kind in spec.items() if field in record):
-        dotted = f'{name}.{field}' if name else field
         if isinstance(kind, dict):
-            check_fields(where, record[field], kind, advice, dotted, exact=exact, error=error)
+            check_fields(where, record[field], kind, advice, dotted[field], exact=exact, error=error)
         elif not kind[0](record[field]):
             got = clipped(json.dumps(record[field], ensure_ascii=False), 40)
-            raise error(f'{where}: field {dotted} must be {kind[1]}, got {got}{tail}')
+            raise error(f'{where}: field {dotted[field]} must be {kind[1]}, got {got}{tail}')
     return record
 
 
