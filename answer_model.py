@@ -39,7 +39,8 @@ SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
 # A recorded answer's fields: answer()'s reply (its tool_calls always a list), then what the lab knew of the request.
 ANSWER_CHECKS = {
     'seed': INTEGER, 'answer': STRING, 'tool_calls': list_of(OBJECT, 'a list of objects'),
-    'done_reason': or_null(STRING), 'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256, 'input_tokens': COUNT}
+    'done_reason': or_null(STRING), 'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256,
+    'input_tokens': COUNT}
 ORIGINAL_CHECKS = dict(list(ANSWER_CHECKS.items())[:6])  # the original's answers: the reply, no request named
 # The lab's counter of what Ollama serves under a tag, with the family /api/show must report (a copy: pin --counter).
 SERVED = {'gemma-4-e2b': ('gemma4', r'gemma4:e2b(-.+)?'), 'llama-3.1': ('llama', r'llama3\.1(:.+)?'),

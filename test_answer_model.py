@@ -172,8 +172,9 @@ class RecordingValidationTest(Rejecting):
     def test_a_pins_counter_must_be_one_the_lab_has(self):
         for value, got in (('llama-3', '"llama-3"'), ([], '[]'), (None, 'null')):
             with self.subTest(value=value):
-                self.assertIn('model: field counter must be one of gemma-4-e2b, llama-3.1, llama-3.2, llama-3.3, qwen-2.5, '
-                              f'phi-3.5, got {got}', self.load(one_answer_recording({**load_model(), 'counter': value})))
+                self.assertIn('model: field counter must be one of gemma-4-e2b, llama-3.1, llama-3.2, llama-3.3, '
+                              f'qwen-2.5, phi-3.5, got {got}',
+                              self.load(one_answer_recording({**load_model(), 'counter': value})))
 
     def test_loaded_context_length_must_be_a_positive_integer(self):
         for value, got in ((0, '0'), (4096.0, '4096.0'), ('4096', '"4096"'), (True, 'true'), (None, 'null')):
@@ -190,9 +191,9 @@ class RecordingValidationTest(Rejecting):
             result.write_text(json.dumps(recorded))
             code, out, err = run_answer_check([], result_path=result, grades_path=Path(folder) / 'grades.json')
         self.assertEqual((code, out), (2, ''))
-        self.assertEqual(err, f'answer_check.py: {result}: answers.recent.held-latest[0]: field seed must be an integer, '
-                              f'got [1]; record again with `{PYTHON} answer_check.py record`, or restore it from '
-                              'version control\n')
+        self.assertEqual(err, f'answer_check.py: {result}: answers.recent.held-latest[0]: field seed must be an '
+                              f'integer, got [1]; record again with `{PYTHON} answer_check.py record`, or restore it '
+                              'from version control\n')
 
 
 if __name__ == '__main__':

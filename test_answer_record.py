@@ -583,8 +583,8 @@ class RecordTest(AnswerFilesTest):
         code, out, err, fake = self.sampled([])
         self.assertEqual(code, 0, err)
         self.assertEqual(len(fake.chats()), 20 - 3 + 1)
-        self.assertIn('answer-result.partial.json: line 2 is not a kept answer (line: field strategy must be a non-empty '
-                      'string, got ["recent"]', err)
+        self.assertIn('answer-result.partial.json: line 2 is not a kept answer (line: field strategy must be a '
+                      'non-empty string, got ["recent"]', err)
         self.assertEqual(self.result.read_bytes(), whole)
 
     def uninterrupted_sample(self) -> bytes:

@@ -253,15 +253,17 @@ class ChatCasesTest(TempFolderTest):
         for labels, message in [
                 (LABELS[0], '{labels}: expected a non-empty list of labels'),
                 ([], '{labels}: expected a non-empty list of labels'),
-                ([LABELS[0], 'green'], f'{{labels}}: label at index 1: must be an object with exactly the fields {fields}, '
-                                       'got "green"'),
-                ([{**LABELS[0], 'note': 'x'}], f"{{labels}}: label at index 0: must be an object with exactly the fields "
-                                               f"{fields}; missing [], unexpected ['note']"),
+                ([LABELS[0], 'green'],
+                 f'{{labels}}: label at index 1: must be an object with exactly the fields {fields}, got "green"'),
+                ([{**LABELS[0], 'note': 'x'}],
+                 f"{{labels}}: label at index 0: must be an object with exactly the fields {fields}; missing [], "
+                 "unexpected ['note']"),
                 ([stale_missing], f"{{labels}}: label at index 0: must be an object with exactly the fields {fields}; "
                                   "missing ['stale'], unexpected []"),
                 ([{**LABELS[0], 'conversation': '0'}],
                  '{labels}: label at index 0: field conversation must be a 0-based index, got "0"'),
-                ([{**LABELS[0], 'message': True}], '{labels}: label at index 0: field message must be a 0-based index, got true'),
+                ([{**LABELS[0], 'message': True}],
+                 '{labels}: label at index 0: field message must be a 0-based index, got true'),
                 ([{**LABELS[0], 'message': -1}], '{labels}: label at index 0: field message must be a 0-based index, got -1'),
                 ([LABELS[0], {**LABELS[1], 'id': 'green'}],
                  "{labels}: label at index 1: field id 'green' repeats an earlier label; every case id is unique"),

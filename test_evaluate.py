@@ -482,9 +482,9 @@ class CommandLineTest(unittest.TestCase):
         broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}}
         path, result = self.run_on_file('--compare', json.dumps(broken))
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report (cases.recent[0]: missing "
-                                        "fields split, kind, turns, notes, input_tokens, within_budget, required_found, "
-                                        "required_total, missing, stale_included)\n")
+        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report (cases.recent[0]: missing '
+                                        'fields split, kind, turns, notes, input_tokens, within_budget, '
+                                        'required_found, required_total, missing, stale_included)\n')
 
     def test_compare_refuses_a_row_whose_case_is_not_a_string(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
@@ -498,8 +498,9 @@ class CommandLineTest(unittest.TestCase):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         del old['best_possible']['cases'][3]['fact_turns']
         path, result = self.run_on_file('--compare', json.dumps(old))
-        self.assertEqual((result.returncode, result.stderr), (2, f"evaluate.py: {path}: not an evaluate.py report "
-                                                                 "(best_possible.cases[3]: missing field fact_turns)\n"))
+        self.assertEqual((result.returncode, result.stderr),
+                         (2, f'evaluate.py: {path}: not an evaluate.py report (best_possible.cases[3]: missing field '
+                             'fact_turns)\n'))
 
     def test_compare_refuses_a_report_from_before_the_best_possible_instead_of_a_traceback(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))

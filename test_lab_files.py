@@ -513,7 +513,8 @@ class CheckFieldsTest(unittest.TestCase):
         spec = {'pin': {'size': lab_files.INTEGER, 'sha256': lab_files.SHA256}}
         self.assertEqual(self.refusal({'pin': {'size': 3, 'sha256': 'A' * 64}, 'more': 1}, spec, exact=False),
                          f'x.json: case a: field pin.sha256 must be 64 lowercase hex digits, got "{"A" * 36}...')
-        self.assertEqual(self.refusal({'pin': {'size': 3}}, spec, exact=False), 'x.json: case a: missing field pin.sha256')
+        self.assertEqual(self.refusal({'pin': {'size': 3}}, spec, exact=False),
+                         'x.json: case a: missing field pin.sha256')
         self.assertEqual(self.refusal({}, spec, exact=False), 'x.json: case a: missing field pin')
 
     def test_the_kinds_refuse_what_json_would_confuse(self):

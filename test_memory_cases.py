@@ -182,7 +182,8 @@ REFUSALS = [
     ('a forget of a fact never remembered', add_event(time=16, action='forget', fact='Ana is tall'),
      "user ana: event 10: field fact: fact 'Ana is tall' is never remembered at time 16; only a current fact can be "
      'forgotten'),
-    ('no questions', lambda data: data.update(questions=[]), 'field questions must be a non-empty list of questions, got []'),
+    ('no questions', lambda data: data.update(questions=[]),
+     'field questions must be a non-empty list of questions, got []'),
     ('a question not an object', lambda data: data['questions'].insert(0, 'Where?'),
      f'question at index 0: must be an object with exactly the fields {QUESTION}, got "Where?"'),
     ('a question without forgotten', lambda data: data['questions'][0].pop('forgotten'),

