@@ -36,7 +36,8 @@ RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, whi
 RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
 SOME_CASES = 'CASE_FILE'  # what record_command names where the case file is not known (in the rules process)
 # A recorded reply (or FAILED alone), and a recorded call: what was asked, for a reader, and the reply.
-REPLY = {'text': STRING, **dict.fromkeys(('prompt_tokens', 'completion_tokens'), or_null(INTEGER)), 'elapsed_ms': INTEGER}
+REPLY = {'text': STRING, 'prompt_tokens': or_null(INTEGER), 'completion_tokens': or_null(INTEGER),
+         'elapsed_ms': INTEGER}
 FAILED = {'failed': STRING}
 CALL = {'messages': ANY, 'options': ANY, 'reply': OBJECT}
 
