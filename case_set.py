@@ -21,16 +21,16 @@ from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowanc
 from tool_formats import CounterError, checked_message, checked_tools
 
 # What a case is, field by field (lab_files' kinds). Changing any of these changes which case sets are accepted.
-BUDGET = dict.fromkeys(BUDGET_FIELDS, COUNT)
+BUDGET_KINDS = dict.fromkeys(BUDGET_FIELDS, COUNT)
 FACTS = list_of(TEXT, 'a list of non-empty strings')
 NAMES = {'id': TEXT, 'split': one_of(SPLITS), 'kind': TEXT}
 CASE = {**NAMES, 'instructions': TEXT, 'current': TEXT,
         'history': (lambda v: isinstance(v, list), 'a list of {"user", "assistant"} objects'),
-        'budget': BUDGET, 'required': FACTS, 'stale': FACTS}
+        'budget': BUDGET_KINDS, 'required': FACTS, 'stale': FACTS}
 # An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
 AGENT_CASE = {**NAMES, 'messages': (lambda v: isinstance(v, list) and len(v) >= 2,
                                     'a list: the system message, the turns, the question'),
-              'tools': ANY, 'budget': BUDGET, 'required': FACTS, 'stale': FACTS}
+              'tools': ANY, 'budget': BUDGET_KINDS, 'required': FACTS, 'stale': FACTS}
 # Fields of a message OpenAI's API returns and accepts, read as absent when they hold one of these values: no
 # template renders them. Any other value is refused (a refusal's text would be counted as nothing).
 EMPTY_FIELDS = {'refusal': [None], 'annotations': [None, []], 'audio': [None], 'function_call': [None],
@@ -42,7 +42,7 @@ class CaseError(LabError):
 
 
 def check_budget(where: str, budget) -> None:
-    check_fields(where, budget, BUDGET, name='budget', error=CaseError)
+    check_fields(where, budget, BUDGET_KINDS, name='budget', error=CaseError)
     if allowance(budget) <= 0:
         raise CaseError(f'{where}: field budget leaves no input allowance '
                         '(context_limit - max_new_tokens - margin must be positive)')

@@ -16,7 +16,7 @@ a time past MAX_TIME, a replay of more than MAX_REPLAY_TURNS turns. It stores an
 import argparse
 from pathlib import Path
 
-from case_set import BUDGET, CaseError, check_budget, check_encodable
+from case_set import BUDGET_KINDS, CaseError, check_budget, check_encodable
 from common import HERE, run  # standard library only, as are the four below
 from lab_files import (ANY, OBJECT, POSITIVE, STRING, TEXT, at_most, check_fields, check_outputs, list_of, one_of,
                        read_json_file, to_json, write_output)
@@ -31,9 +31,8 @@ MAX_REPLAY_TURNS = 1_000  # a replay's most turns, so events (each a write to di
 REPLAY = {'user': TEXT, 'turns': at_most(MAX_REPLAY_TURNS), 'events': ANY}
 DISTINCT_FACTS = list_of(STRING, 'a list of distinct facts (strings)', distinct=True)
 QUESTION = {'id': TEXT, 'user': TEXT, 'time': at_most(MAX_TIME), 'split': one_of(SPLITS), 'kind': TEXT,
-            'question': TEXT, 'required': DISTINCT_FACTS, 'stale': DISTINCT_FACTS,
-            'forgotten': DISTINCT_FACTS, 'facts_quota': POSITIVE,
-            'budget': BUDGET}
+            'question': TEXT, **dict.fromkeys(('required', 'stale', 'forgotten'), DISTINCT_FACTS),
+            'facts_quota': POSITIVE, 'budget': BUDGET_KINDS}
 ACTIONS = ('remember', 'replace', 'forget')
 EVENT = {'action': one_of(ACTIONS), 'fact': TEXT, 'replaces': TEXT}  # after its time or turn; replaces: a replace's
 PAST = {'replace': 'replaced', 'forget': 'forgotten'}  # a fact's status after each action that ends it
