@@ -23,8 +23,9 @@ from common import run  # standard library only, as are the two below
 from lab_files import (ANY, COUNT, check_fields, check_outputs, file_identity, output_help, parse_json, read_json,
                        read_text, to_json, write_output)
 
+# A conversation's fields read (any other, such as an id, is ignored), and a label's (each checked in this order).
+CONVERSATION = {'messages': (lambda v: isinstance(v, list), 'a list of messages'), 'tools': ANY}
 INDEX = (COUNT[0], 'a 0-based index')  # conversation and message: what only this step sees
-# A label's fields: the indexes, and what the loader checks in the case they make.
 LABEL = {'id': ANY, 'conversation': INDEX, 'message': INDEX, 'split': ANY, 'kind': ANY, 'budget': ANY, 'required': ANY,
          'stale': ANY}
 JSON_SPACE = ' \t\n\r'  # the whitespace JSON allows between values; str.strip() would also take U+2028 and more
@@ -48,11 +49,7 @@ def conversations(path: Path) -> list[tuple[str, dict]]:
     if not found:
         raise CaseError(f'{path}: holds no conversation')
     for where, conversation in found:
-        if not isinstance(conversation, dict):
-            raise CaseError(f'{where}: expected a conversation object, got {type(conversation).__name__}')
-        if not isinstance(conversation.get('messages'), list):
-            missing = '' if 'messages' in conversation else ', and is missing'
-            raise CaseError(f'{where}: field messages must be a list of messages{missing}')
+        check_fields(where, conversation, CONVERSATION, optional=['tools'], exact=False, error=CaseError)
         check_written(where, conversation, [name for name in ('messages', 'tools') if name in conversation])
     return found
 
