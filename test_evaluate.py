@@ -471,57 +471,61 @@ class CommandLineTest(unittest.TestCase):
         ])
 
     def test_compare_refuses_a_file_that_is_not_a_report_even_null_instead_of_printing_the_report(self):
-        for text, kind in (('[1, 2]', 'a list'), ('null', 'null'), ('3', 'a number'), ('"x"', 'a string')):
+        for text in ('[1, 2]', 'null', '3', '"x"'):
             with self.subTest(text):
                 path, result = self.run_on_file('--compare', text)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
-                self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
-                                                f'(expected an object with cases and summary, got {kind})\n')
+                self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report: must be an object "
+                                                f"with the fields ['cases', 'summary', 'best_possible'], got {text}\n")
 
     def test_compare_refuses_rows_without_the_report_fields(self):
-        broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}}
+        broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}, 'best_possible': {'cases': [],
+                                                                                                'summary': {}}}
         path, result = self.run_on_file('--compare', json.dumps(broken))
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report (cases.recent[0]: missing '
-                                        'fields split, kind, turns, notes, input_tokens, within_budget, '
-                                        'required_found, required_total, missing, stale_included)\n')
+        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report: missing fields '
+                                        'cases.recent[0].split, cases.recent[0].kind, cases.recent[0].turns, '
+                                        'cases.recent[0].notes, cases.recent[0].input_tokens, '
+                                        'cases.recent[0].within_budget, cases.recent[0].required_found, '
+                                        'cases.recent[0].required_total, cases.recent[0].missing, '
+                                        'cases.recent[0].stale_included\n')
 
     def test_compare_refuses_a_row_whose_case_is_not_a_string(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         old['cases']['notes'][0]['case'] = ['dev-latest']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stderr),
-                         (2, f'evaluate.py: {path}: not an evaluate.py report (cases.notes[0]: field case must be a '
-                             'string, got ["dev-latest"])\n'))
+                         (2, f'evaluate.py: {path}: not an evaluate.py report: field cases.notes[0].case must be a '
+                             'string, got ["dev-latest"]\n'))
 
     def test_compare_refuses_a_best_possible_part_without_its_fields(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         del old['best_possible']['cases'][3]['fact_turns']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stderr),
-                         (2, f'evaluate.py: {path}: not an evaluate.py report (best_possible.cases[3]: missing field '
-                             'fact_turns)\n'))
+                         (2, f'evaluate.py: {path}: not an evaluate.py report: missing field '
+                             'best_possible.cases[3].fact_turns\n'))
 
     def test_compare_refuses_a_report_from_before_the_best_possible_instead_of_a_traceback(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         del old['best_possible']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stdout), (2, ''))
-        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
-                                        '(best_possible must be an object with cases and summary)\n')
+        self.assertEqual(result.stderr,
+                         f'evaluate.py: {path}: not an evaluate.py report: missing field best_possible\n')
 
     def test_compare_refuses_turns_that_are_not_turn_indices_instead_of_a_traceback(self):
         for where, change, expected in (
-                ('cases.recent[1]: field turns', lambda old: old['cases']['recent'][1].update(turns='x'), '"x"'),
-                ('best_possible.cases[2]: field fact_turns',
+                ('cases.recent[1].turns', lambda old: old['cases']['recent'][1].update(turns='x'), '"x"'),
+                ('best_possible.cases[2].fact_turns',
                  lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), '["a"]')):
             with self.subTest(where):
                 old = json.loads(RECORDED.read_text(encoding='utf-8'))
                 change(old)
                 path, result = self.run_on_file('--compare', json.dumps(old))
                 self.assertEqual((result.returncode, result.stderr),
-                                 (2, f'evaluate.py: {path}: not an evaluate.py report ({where} must be a list of '
-                                     f'turn indices, got {expected})\n'))
+                                 (2, f'evaluate.py: {path}: not an evaluate.py report: field {where} must be a list '
+                                     f'of turn indices, got {expected}\n'))
 
     def test_compare_with_a_table_format_is_a_usage_error(self):
         result = in_process(evaluate, '--compare', str(RECORDED), '--format', 'table')

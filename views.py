@@ -18,7 +18,7 @@ import textwrap
 
 from best_possible import BEST
 from common import LabError
-from lab_files import ANY, COUNT, STRING, check_fields, list_of, or_null
+from lab_files import ANY, COUNT, OBJECT, STRING, check_fields, list_of, or_null
 from runner import COUNTED_BY, counter_note
 from scorer import by_group, check_additive, facts_in
 from shapes import BEST_ROW_FIELDS, ROW_FIELDS, allowance, build_request, turn_messages
@@ -49,6 +49,7 @@ ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), STRING),
               **dict.fromkeys(('missing', 'stale_included'), list_of(STRING, 'a list of facts')),
               **dict.fromkeys(('turns', 'fact_turns', 'stale_turns'), list_of(COUNT, 'a list of turn indices'))}
 UNSEARCHED = ('turns', 'missing', 'stale_included')  # None in a best-possible row that was not searched
+REPORT = {'cases': OBJECT, 'summary': OBJECT, 'best_possible': {'cases': ANY, 'summary': ANY}}  # what --compare reads
 
 
 class ReportError(LabError):
@@ -310,33 +311,25 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
 
 def check_report(path: Path, report) -> None:
     """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
-    def wrong(what: str) -> ReportError:
-        return ReportError(f'{path}: not an evaluate.py report ({what})')
-
-    if not isinstance(report, dict) or not all(isinstance(report.get(part), dict) for part in ('cases', 'summary')):
-        kind = json.dumps(report) if report is None or isinstance(report, bool) else \
-            {list: 'a list', str: 'a string'}.get(type(report), 'a number')  # what the JSON is, in JSON's words
-        raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
-    for name, rows in report['cases'].items():
-        check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
-    if not isinstance(best := report.get('best_possible'), dict):  # its parts are checked as the rules' are
-        raise wrong('best_possible must be an object with cases and summary')
-    check_rows(wrong, 'best_possible.cases', best.get('cases'), BEST_ROW_FIELDS)
-    for where, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
-                          ('best_possible.summary', best.get('summary'))]:
+    where = f'{path}: not an evaluate.py report'
+    check_fields(where, report, REPORT, exact=False, error=ReportError)
+    best = report['best_possible']  # its parts are checked as the rules' are
+    for name, rows in [*((f'cases.{name}', rows) for name, rows in report['cases'].items()),
+                       ('best_possible.cases', best['cases'])]:
+        check_rows(where, name, rows, BEST_ROW_FIELDS if name == 'best_possible.cases' else ROW_FIELDS)
+    for name, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
+                         ('best_possible.summary', best['summary'])]:
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
-            raise wrong(f'{where} must map each split to its figures')
+            raise ReportError(f'{where}: field {name} must map each split to its figures')
 
 
-def check_rows(wrong, where: str, rows, fields: tuple) -> None:
+def check_rows(where: str, name: str, rows, fields: tuple) -> None:
     """Refuse rows that lack one of `fields` or hold a value --compare cannot read (ROW_VALUES); a best-possible row
     (it has not_searched) holds None where it was not searched."""
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise wrong(f'{where} must be a list of rows')
+        raise ReportError(f'{where}: field {name} must be a list of rows')
     spec = {field: ROW_VALUES.get(field, ANY) for field in fields}
     unsearched = spec | {field: or_null(spec[field]) for field in UNSEARCHED if field in spec}
     for index, row in enumerate(rows):
-        try:
-            check_fields(f'{where}[{index}]', row, unsearched if 'not_searched' in row else spec, exact=False)
-        except LabError as error:
-            raise wrong(str(error)) from None
+        check_fields(where, row, unsearched if 'not_searched' in row else spec, name=f'{name}[{index}]', exact=False,
+                     error=ReportError)
