@@ -1,7 +1,6 @@
-"""The lab's files: JSON read from regular files only and checked field by field, outputs written whole, folders
-replaced whole.
+"""The lab's files: JSON read from regular files only, outputs written whole, folders replaced whole.
 
-    check_fields(f'{path}: case {id}', case, {'id': TEXT, 'budget': {'margin': COUNT}})  # the one field check
+    check_fields(f'{path}: case {id}', case, {'id': TEXT, 'budget': {'margin': COUNT}})  # JSON checked field by field
     check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input or the lab's own
     write_output(Path('report.json'), to_json(report), 'report')           # whole, or not at all
     replace_folder(Path('prepared'), stage, say)                           # prepare.py's last step
