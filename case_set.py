@@ -14,9 +14,9 @@ from pathlib import Path
 import sys
 
 from common import LabError
-from lab_files import ANY, COUNT, TEXT, check_fields, list_of, one_of, parse_json, read_json_file
+from lab_files import ANY, COUNT, STRING, TEXT, check_fields, list_of, one_of, parse_json, read_json_file
 from scorer import invalid
-from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, is_pair, \
+from shapes import BUDGET_FIELDS, SPLITS, THINKING_MARKERS, TURN_ROLES, allowance, holds_thinking_marker, \
     each_turn, make_turn, turn_texts
 from tool_formats import CounterError, checked_message, checked_tools
 
@@ -27,6 +27,7 @@ NAMES = {'id': TEXT, 'split': one_of(SPLITS), 'kind': TEXT}
 CASE = {**NAMES, 'instructions': TEXT, 'current': TEXT,
         'history': (lambda v: isinstance(v, list), 'a list of {"user", "assistant"} objects'),
         'budget': BUDGET_KINDS, 'required': FACTS, 'stale': FACTS}
+PAIR = dict.fromkeys(TURN_ROLES, STRING)  # a turn of a case's history
 # An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
 AGENT_CASE = {**NAMES, 'messages': (lambda v: isinstance(v, list) and len(v) >= 2,
                                     'a list: the system message, the turns, the question'),
@@ -69,9 +70,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     if known is not None:
         return known
     for index, turn in enumerate(history):
-        if not is_pair(turn):
-            raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
-                            'the string fields user and assistant')
+        check_fields(where, turn, PAIR, name=f'history[{index}]', error=CaseError)
     pairs = each_turn(turn_texts, history)
     for index, (_, assistant) in enumerate(pairs):
         if holds_thinking_marker(assistant):

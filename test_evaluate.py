@@ -337,9 +337,10 @@ class CaseValidationTest(unittest.TestCase):
             ('history not a list', one(lambda c: c.update(history='hello')),
              'case dev-latest: field history must be a list of {"user", "assistant"} objects, got "hello"'),
             ('turn without assistant', one(lambda c: c['history'][1].pop('assistant')),
-             'case dev-latest: field history[1] must be an object with exactly the string fields user and assistant'),
+             "case dev-latest: field history[1] must be an object with exactly the fields ['user', 'assistant']; "
+             "missing ['assistant'], unexpected []"),
             ('turn with a number', one(lambda c: c['history'][0].update(user=3)),
-             'case dev-latest: field history[0] must be an object with exactly the string fields user and assistant'),
+             'case dev-latest: field history[0].user must be a string, got 3'),
             ('budget field missing', one(lambda c: c['budget'].pop('margin')),
              "case dev-latest: field budget must be an object with exactly the fields ['context_limit', "
              "'max_new_tokens', 'margin']; missing ['margin'], unexpected []"),
