@@ -18,8 +18,8 @@ from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
 import string
 
 from common import LabError, tell
-from lab_files import read_json
-from text import counted, excerpt, markdown_table
+from lab_files import STRING, check_fields, list_of, read_json
+from text import counted, markdown_table
 
 # The regex grader's sentence split, and the words that mark a correction or a missing fact (see answer_verdict).
 SENTENCE = re.compile(r'(?<=[.!?])\s+|\n+')
@@ -41,7 +41,10 @@ CAUSES = {'passed': 'Passed, every required fact in the request',
           'rule_failed': 'Failed, a required fact not in the request (the rule)',
           'stale_carried': 'Gave a stale fact the request carried'}
 NAMED = 5  # ids a refusal names before it only counts them
-KINDS = (('must', 'a non-empty list of strings', 'required'), ('stale', 'a list of strings', 'stale'))
+PATTERNS = list_of(STRING, 'a list of strings')
+# A case's key, and the facts each of its lists must match: must a required fact, stale a stale one.
+KEY = {'must': (lambda v: PATTERNS[0](v) and v != [], 'a non-empty list of strings'), 'stale': PATTERNS}
+MATCHED = {'must': 'required', 'stale': 'stale'}
 PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; one that cannot run away takes microseconds
 # The second grader, LoCoMo's token F1 (--grader f1).
 ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
@@ -64,14 +67,9 @@ def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
         raise LabError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
     exactly(path, 'keys', keys, [case['id'] for case in cases], {case['id'] for case in every})
     for case in (case for case in every if case['id'] in keys):
-        key = keys[case['id']]
-        if not isinstance(key, dict) or set(key) != {'must', 'stale'}:
-            raise LabError(f'{path}: keys.{case["id"]} must have exactly "must" and "stale"')
-        for kind, wanted, facts in KINDS:
+        key = check_fields(f'{path}: keys.{case["id"]}', keys[case['id']], KEY)
+        for kind, facts in MATCHED.items():
             where, patterns = f'{path}: keys.{case["id"]}.{kind}', key[kind]
-            if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns) or (
-                    kind == 'must' and not patterns):
-                raise LabError(f'{where} must be {wanted}, got {excerpt(patterns)}')
             for index, pattern in enumerate(patterns):
                 try:
                     matched = any(found(pattern, fact) for fact in case[facts])

@@ -15,6 +15,8 @@ import time
 import common
 from common import LabError, tell
 import lab_files
+from lab_files import (COUNT, INTEGER, NUMBER, OBJECT, POSITIVE, SHA256, STRING, TEXT, check_fields, list_of, one_of,
+                       or_null)
 from prepared_folder import DEFAULT
 from text import counted as counted_text, excerpt
 
@@ -24,29 +26,20 @@ SAMPLING_OPTIONS = ('temperature', 'top_k', 'top_p')
 SERVER_OPTIONS = ('top_k', 'repeat_penalty')  # sent to an OpenAI-compatible server only if it documents them
 PARTIAL_SUFFIX = '.partial.json'  # answer-result.json keeps its answers so far in answer-result.partial.json
 RECENT_CALLS = 10  # the time left is estimated from these last calls, where a server or machine slowing down shows
-# Checks of a field: (whether a value passes, what it must be).
-TEXT = (lambda v: isinstance(v, str) and v != '', 'a non-empty string')
-COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')
-POSITIVE = (lambda v: type(v) is int and v > 0, 'a positive integer')
-SHA256 = (lambda v: isinstance(v, str) and re.fullmatch('[0-9a-f]{64}', v) is not None, '64 lowercase hex digits')
-NUMBER = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), 'a number')
-OBJECT = (lambda v: isinstance(v, dict), 'an object')
 # The fields answer-model.json must have, in order; a recording copies them into its model block.
 MODEL_CHECKS = {**dict.fromkeys(('checked_on', 'publisher_model', 'license', 'ollama_tag'), TEXT), 'ollama_digest': (
-    SHA256[0], '64 lowercase hex digits, as /api/tags reports them'), 'ollama_version': TEXT, 'quantization': TEXT,
+    SHA256[0], f'{SHA256[1]}, as /api/tags reports them'), 'ollama_version': TEXT, 'quantization': TEXT,
     'parameters': TEXT, 'options': (lambda v: isinstance(v, dict) and set(v) == set(SAMPLING_OPTIONS) and all(
         NUMBER[0](n) for n in v.values()), f'a number for each of {", ".join(SAMPLING_OPTIONS)}, and nothing else'),
-    'think': (lambda v: v is False, 'false: the recording asks for answers without thinking'), 'trials': POSITIVE,
-    'seeds': (lambda v: isinstance(v, list) and all(type(s) is int for s in v) and len(set(v)) == len(v),
-              'distinct integers, one per trial')}
+    'think': one_of((False,), 'false: the recording asks for answers without thinking'), 'trials': POSITIVE,
+    'seeds': list_of(INTEGER, 'distinct integers, one per trial', distinct=True)}
 # What a recording's model block adds to answer-model.json's from the server; no other field may differ.
 SERVER_REPORTED = ('ollama_version', 'loaded_context_length')
 # A recorded answer's fields: answer()'s reply (its tool_calls always a list), then what the lab knew of the request.
 ANSWER_CHECKS = {
-    'seed': (lambda v: type(v) is int, 'an integer'), 'answer': (lambda v: isinstance(v, str), 'a string'),
-    'tool_calls': (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), 'a list of objects'),
-    'done_reason': (lambda v: v is None or isinstance(v, str), 'a string or null'),
-    'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256, 'input_tokens': COUNT}
+    'seed': INTEGER, 'answer': STRING, 'tool_calls': list_of(OBJECT, 'a list of objects'),
+    'done_reason': or_null(STRING), 'prompt_tokens': COUNT, 'answer_tokens': COUNT, 'request_sha256': SHA256,
+    'input_tokens': COUNT}
 ORIGINAL_CHECKS = dict(list(ANSWER_CHECKS.items())[:6])  # the original's answers: the reply, no request named
 # The lab's counter of what Ollama serves under a tag, with the family /api/show must report (a copy: pin --counter).
 SERVED = {'gemma-4-e2b': ('gemma4', r'gemma4:e2b(-.+)?'), 'llama-3.1': ('llama', r'llama3\.1(:.+)?'),
@@ -54,19 +47,19 @@ SERVED = {'gemma-4-e2b': ('gemma4', r'gemma4:e2b(-.+)?'), 'llama-3.1': ('llama',
           'qwen-2.5': ('qwen2', r'qwen2\.5(:.+)?'), 'phi-3.5': ('phi3', r'phi3\.5(:.+)?')}
 CLOSEST = 'closest'  # pin --counter closest: the first counter of the served model's family
 # A pin's counter, which pins made before it lack; the context the server loaded, which a recording adds.
-OPTIONAL_CHECKS = {'counter': (lambda v: isinstance(v, str) and v in SERVED, f'one of {", ".join(SERVED)}'),
+OPTIONAL_CHECKS = {'counter': one_of(tuple(SERVED), f'one of {", ".join(SERVED)}'),
                    'loaded_context_length': POSITIVE}
 # The fields of a pin for an OpenAI-compatible server (api "openai"), in order: what its server revealed of the model
 # (/v1/models, and /props where it is llama.cpp's), which record finds again before any chat, and its own counter.
-OPENAI_CHECKS = {'checked_on': TEXT, 'api': (lambda v: v == 'openai', '"openai"'), 'base_url': TEXT, 'model_id': TEXT,
+OPENAI_CHECKS = {'checked_on': TEXT, 'api': one_of(('openai',), '"openai"'), 'base_url': TEXT, 'model_id': TEXT,
                  'server': OBJECT, 'options': (lambda v: isinstance(v, dict) and {'temperature', 'top_p'} <= set(v) <= {
                      'temperature', 'top_p', *SERVER_OPTIONS} and all(NUMBER[0](n) for n in v.values()),
                      f'a number for temperature and top_p, and for any of {", ".join(SERVER_OPTIONS)}'),
                  'trials': POSITIVE, 'seeds': MODEL_CHECKS['seeds'], 'counter': OPTIONAL_CHECKS['counter']}
 IDENTITY = {'ollama': ('ollama_digest', 'ollama_version'), 'openai': ('model_id', 'server')}  # answers reused only here
 # What a recording carries of the cases it asked about, so that grading needs no option repeated.
-CHOSEN_CHECKS = {'split': (lambda v: v in ('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
-                 'sample': (lambda v: v is None or POSITIVE[0](v), 'null or a positive integer')}
+CHOSEN_CHECKS = {'split': one_of(('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
+                 'sample': or_null(POSITIVE)}
 JSON_INDENT = 1  # how the answer files are indented
 ANSWER_LINE = {'strategy': TEXT, 'case': TEXT, 'answer': OBJECT}  # a kept answer's line in the partial file
 
@@ -79,7 +72,9 @@ def load_model(path: Path = MODEL_PATH) -> dict:
 
 def check_model(where: str, model, advice: str = PIN_AGAIN) -> dict:
     """A pin, or a recording's model block (which may add the context the server loaded), checked field by field."""
-    check_fields(where, model, OPENAI_CHECKS if api(model) == 'openai' else MODEL_CHECKS, advice, OPTIONAL_CHECKS)
+    checks = OPENAI_CHECKS if api(model) == 'openai' else MODEL_CHECKS
+    check_fields(where, model, {**checks, **OPTIONAL_CHECKS}, advice,
+                 optional=[field for field in OPTIONAL_CHECKS if field not in checks])
     if len(model['seeds']) != model['trials']:
         raise LabError(f'{where}.seeds: must be {model["trials"]} distinct integers, one per trial; {advice}')
     return model
@@ -95,16 +90,6 @@ def model_name(model: dict) -> str:
     return model['model_id'] if api(model) == 'openai' else model['ollama_tag']
 
 
-def check_fields(where: str, value, checks: dict, advice: str, optional: dict | None = None) -> None:
-    """Refuse value unless it is an object with exactly the fields of checks (and any of optional), each valid."""
-    if not isinstance(value, dict):
-        raise LabError(f'{where}: must be an object with fields {list(checks)}, got {excerpt(value)}; {advice}')
-    checks = {**checks, **{field: check for field, check in (optional or {}).items() if field in value}}
-    if gaps := lab_files.field_gaps(value, checks):
-        raise LabError(f'{where}: fields must be exactly {list(checks)}; {gaps}; {advice}')
-    for field, (valid, wanted) in checks.items():
-        if not valid(value[field]):
-            raise LabError(f'{where}.{field}: must be {wanted}, got {excerpt(value[field])}; {advice}')
 
 
 def load_recording(path: Path, advice: str) -> dict:
@@ -112,7 +97,8 @@ def load_recording(path: Path, advice: str) -> dict:
     and "chosen": its split, sample and the case file's sha256}, checked. The original's recordings have no "chosen",
     and their answers six fields that name no request."""
     recorded = lab_files.read_json(path, 'recording', advice)
-    check_fields(f'{path}: recording', recorded, {'model': OBJECT, 'answers': OBJECT}, advice, {'chosen': OBJECT})
+    check_fields(f'{path}: recording', recorded, dict.fromkeys(('model', 'answers', 'chosen'), OBJECT), advice,
+                 optional=['chosen'])
     check_model(f'{path}: model', recorded['model'], advice)
     if 'chosen' in recorded:
         check_fields(f'{path}: chosen', recorded['chosen'], CHOSEN_CHECKS, advice)

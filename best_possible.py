@@ -14,7 +14,6 @@ from itertools import accumulate
 from scorer import BEST_GRADED, facts_in, graded_row, holders
 from shapes import allowance, build_request, turn_messages
 from strategies import chosen, costs
-from tokenizer import counter
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
 LABEL = 'best possible (reads the labels)'  # its name in the table, the turn map and --show

@@ -14,15 +14,23 @@ import json
 from pathlib import Path
 
 from common import LabError, tell
-from lab_files import field_gaps, parse_json, read_json_file
+from lab_files import ANY, COUNT, STRING, TEXT, check_fields, list_of, one_of, parse_json, read_json_file
 from shapes import BUDGET_FIELDS, SPLITS, TURN_ROLES, allowance, at_limit, build_request, each_turn, is_agent, \
-    is_pair, make_turn, turn_texts
+    make_turn, turn_texts
 from tool_formats import CounterError, checked_message, checked_tools, invalid, refuse_thinking
 
-# What a case is. Changing any of these changes which case sets are accepted.
-CASE_FIELDS = ('id', 'split', 'kind', 'instructions', 'current', 'history', 'budget', 'required', 'stale')
+# What a case is, field by field (lab_files' kinds). Changing any of these changes which case sets are accepted.
+BUDGET_KINDS = dict.fromkeys(BUDGET_FIELDS, COUNT)
+FACTS = list_of(TEXT, 'a list of non-empty strings')
+NAMES = {'id': TEXT, 'split': one_of(SPLITS), 'kind': TEXT}
+CASE = {**NAMES, 'instructions': TEXT, 'current': TEXT,
+        'history': (lambda v: isinstance(v, list), 'a list of {"user", "assistant"} objects'),
+        'budget': BUDGET_KINDS, 'required': FACTS, 'stale': FACTS}
+PAIR = dict.fromkeys(TURN_ROLES, STRING)  # a turn of a case's history
 # An agent case (docs/agents.md): a message list in place of instructions, history and current; tools optional.
-AGENT_FIELDS = ('id', 'split', 'kind', 'messages', 'tools', 'budget', 'required', 'stale')
+AGENT_CASE = {**NAMES, 'messages': (lambda v: isinstance(v, list) and len(v) >= 2,
+                                    'a list: the system message, the turns, the question'),
+              'tools': ANY, 'budget': BUDGET_KINDS, 'required': FACTS, 'stale': FACTS}
 # Fields of a message OpenAI's API returns and accepts, read as absent when they hold one of these values: no
 # template renders them. Any other value is refused (a refusal's text would be counted as nothing).
 EMPTY_FIELDS = {'refusal': [None], 'annotations': [None, []], 'audio': [None], 'function_call': [None],
@@ -34,12 +42,7 @@ class CaseError(LabError):
 
 
 def check_budget(where: str, budget) -> None:
-    if gaps := field_gaps(budget, BUDGET_FIELDS):
-        raise CaseError(f'{where}: field budget must be an object with exactly {list(BUDGET_FIELDS)}; {gaps}')
-    for name in BUDGET_FIELDS:
-        value = budget[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CaseError(f'{where}: field budget.{name} must be a non-negative integer, got {value!r}')
+    check_fields(where, budget, BUDGET_KINDS, name='budget', error=CaseError)
     if allowance(budget) <= 0:
         raise CaseError(f'{where}: field budget leaves no input allowance '
                         '(context_limit - max_new_tokens - margin must be positive)')
@@ -58,8 +61,6 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     """The history as (user, assistant) pairs, and its messages joined by NUL for the fact search, once it holds
     nothing the counter cannot count: [{'user': 'Hi', 'assistant': 'Yes'}] -> ((('Hi', 'Yes'),), 'Hi\\0Yes').
     `checked` keeps each conversation checked so far, by its turns' fields: LoCoMo's 1,534 cases hold 10."""
-    if not isinstance(history, list):
-        raise CaseError(f'{where}: field history must be a list of {{"user", "assistant"}} objects')
     try:  # the history's fields as read, a key found in C: each conversation is checked once, not once a question
         key = tuple(map(tuple, map(dict.items, history)))
         known = checked.get(key)
@@ -68,9 +69,7 @@ def check_history(where: str, history, checked: dict) -> tuple[tuple[tuple[str, 
     if known is not None:
         return known
     for index, turn in enumerate(history):
-        if not is_pair(turn):
-            raise CaseError(f'{where}: field history[{index}] must be an object with exactly '
-                            'the string fields user and assistant')
+        check_fields(where, turn, PAIR, name=f'history[{index}]', error=CaseError)
     pairs = each_turn(turn_texts, history)
     for index, (_, assistant) in enumerate(pairs):
         refuse_thinking(f'{where}: field history[{index}].assistant', assistant, CaseError)
@@ -133,11 +132,7 @@ def as_counted(where: str, message):
 def agent_case(where: str, case: dict) -> dict:
     """An agent case as the lab holds it: its messages' first the instructions, its last the question, and the
     turns between, each a user message and the assistant and tool messages after it (shapes.turn_messages)."""
-    if gaps := field_gaps(case, [name for name in AGENT_FIELDS if name != 'tools' or name in case]):
-        raise CaseError(f'{where}: an agent case has exactly the fields {list(AGENT_FIELDS)} (tools optional); {gaps}')
-    messages = case['messages']
-    if not isinstance(messages, list) or len(messages) < 2:
-        raise CaseError(f'{where}: field messages must be a list: the system message, the turns, the question')
+    messages = check_fields(where, case, AGENT_CASE, optional=['tools'], error=CaseError)['messages']
     try:  # what the counter cannot read, the loader refuses: one check of a message's shape
         plain = [checked_message(index, as_counted(f'{where}: field messages: message {index}', message))
                  for index, message in enumerate(messages)]
@@ -159,15 +154,10 @@ def agent_case(where: str, case: dict) -> dict:
 def check_case(where: str, case: dict, conversations: dict | None = None) -> dict:
     """The case as the lab holds it, or CaseError for the first thing wrong with it; `where` already names file and
     case. `conversations` is check_history's record of the conversations checked so far."""
-    if 'messages' in case:
-        case = agent_case(where, case)
-    elif gaps := field_gaps(case, CASE_FIELDS):
-        raise CaseError(f'{where}: fields must be exactly {list(CASE_FIELDS)}; {gaps}')
-    for name in ('id', 'split', 'kind', 'instructions', 'current'):
-        if not isinstance(case[name], str) or not case[name].strip():
-            raise CaseError(f'{where}: field {name} must be a non-empty string, got {case[name]!r}')
-    if case['split'] not in SPLITS:
-        raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {case["split"]!r}')
+    if 'messages' in case:  # its instructions and question are its first and last messages' text
+        case = check_fields(where, agent_case(where, case), CASE, exact=False, error=CaseError)
+    else:
+        check_fields(where, case, CASE, error=CaseError)
     if is_agent(case):  # an agent case, its messages checked as they were read (agent_case)
         pairs = each_turn(turn_texts, case['history'])
         joined = '\0'.join(text for texts in pairs for text in texts)
@@ -176,10 +166,7 @@ def check_case(where: str, case: dict, conversations: dict | None = None) -> dic
     check_budget(where, case['budget'])
     check_encodable(where, [(name, case[name]) for name in ('id', 'split', 'kind', 'instructions', 'current')])
     for name in ('required', 'stale'):
-        facts = case[name]
-        if not isinstance(facts, list) or not all(isinstance(fact, str) and fact for fact in facts):
-            raise CaseError(f'{where}: field {name} must be a list of non-empty strings')
-        check_encodable(where, [(f'{name}[{i}]', fact) for i, fact in enumerate(facts)])
+        check_encodable(where, [(f'{name}[{i}]', fact) for i, fact in enumerate(case[name])])
     if not case['required']:
         raise CaseError(f'{where}: field required is empty; a case needs at least one required fact')
     if not case['history']:

@@ -18,13 +18,16 @@ import argparse
 import json
 from pathlib import Path
 
-from case_set import AGENT_FIELDS, CaseError, check_encodable
+from case_set import AGENT_CASE, CaseError, check_encodable
 from common import run  # standard library only, as are the two below
-from lab_files import (check_outputs, field_gaps, file_identity, output_help, parse_json, read_json, read_text, to_json,
-                       write_output)
+from lab_files import (ANY, COUNT, check_fields, check_outputs, file_identity, output_help, parse_json, read_json,
+                       read_text, to_json, write_output)
 
-LABEL_FIELDS = ('id', 'conversation', 'message', 'split', 'kind', 'budget', 'required', 'stale')
-INDEX_FIELDS = ('conversation', 'message')  # what only this step sees; the loader checks the rest of a case
+# A conversation's fields read (any other, such as an id, is ignored), and a label's (each checked in this order).
+CONVERSATION = {'messages': (lambda v: isinstance(v, list), 'a list of messages'), 'tools': ANY}
+INDEX = (COUNT[0], 'a 0-based index')  # conversation and message: what only this step sees
+LABEL = {'id': ANY, 'conversation': INDEX, 'message': INDEX, 'split': ANY, 'kind': ANY, 'budget': ANY, 'required': ANY,
+         'stale': ANY}
 JSON_SPACE = ' \t\n\r'  # the whitespace JSON allows between values; str.strip() would also take U+2028 and more
 
 
@@ -46,11 +49,7 @@ def conversations(path: Path) -> list[tuple[str, dict]]:
     if not found:
         raise CaseError(f'{path}: holds no conversation')
     for where, conversation in found:
-        if not isinstance(conversation, dict):
-            raise CaseError(f'{where}: expected a conversation object, got {type(conversation).__name__}')
-        if not isinstance(conversation.get('messages'), list):
-            missing = '' if 'messages' in conversation else ', and is missing'
-            raise CaseError(f'{where}: field messages must be a list of messages{missing}')
+        check_fields(where, conversation, CONVERSATION, optional=['tools'], exact=False, error=CaseError)
         check_written(where, conversation, [name for name in ('messages', 'tools') if name in conversation])
     return found
 
@@ -63,14 +62,7 @@ def labels_of(path: Path) -> list[tuple[str, dict]]:
     found, seen = [], set()
     for index, label in enumerate(labels):
         where = f'{path}: label at index {index}'
-        if not isinstance(label, dict):
-            raise CaseError(f'{where}: expected an object, got {type(label).__name__}')
-        if gaps := field_gaps(label, LABEL_FIELDS):
-            raise CaseError(f'{where}: fields must be exactly {list(LABEL_FIELDS)}; {gaps}')
-        for name in INDEX_FIELDS:
-            if type(label[name]) is not int or label[name] < 0:  # not True, not 1.0
-                raise CaseError(f'{where}: field {name} must be a 0-based index, got {label[name]!r}')
-        check_written(where, label, LABEL_FIELDS)
+        check_written(where, check_fields(where, label, LABEL, error=CaseError), LABEL)
         if isinstance(label['id'], str) and label['id'] in seen:  # any other id is the loader's to refuse
             raise CaseError(f'{where}: field id {label["id"]!r} repeats an earlier label; every case id is unique')
         seen.add(label['id'] if isinstance(label['id'], str) else None)
@@ -89,7 +81,7 @@ def role(message) -> object:
 
 
 def case_of(where: str, label: dict, logs: Path, found: list[tuple[str, dict]]) -> dict:
-    """The case one label asks for, its fields in the loader's order (case_set.AGENT_FIELDS)."""
+    """The case one label asks for, its fields in the loader's order (case_set.AGENT_CASE)."""
     if label['conversation'] >= len(found):
         raise CaseError(f'{where}: field conversation is {label["conversation"]}, but {logs} holds '
                         f'{len(found)} conversations (indexes from 0)')
@@ -105,7 +97,7 @@ def case_of(where: str, label: dict, logs: Path, found: list[tuple[str, dict]]) 
         raise CaseError(f'{where}: field message: messages[{index}] of conversation {label["conversation"]} must be '
                         f'a user message, since it asks the question; its role is {role(messages[index])!r}')
     case = {**label, 'messages': messages[:index + 1], 'tools': conversation.get('tools')}
-    return {name: case[name] for name in AGENT_FIELDS if name != 'tools' or 'tools' in conversation}
+    return {name: case[name] for name in AGENT_CASE if name != 'tools' or 'tools' in conversation}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

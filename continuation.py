@@ -22,6 +22,7 @@ import common
 from common import LabError
 from case_set import load_cases
 import lab_files
+from lab_files import ANY, TEXT, check_fields, list_of, one_of
 from shapes import message_text, turn_texts
 from summaries import compact, load, recording_path, replaying
 from text import markdown_table
@@ -35,7 +36,9 @@ SEGMENTS = 5  # a history arrives in this many segments: one whole request, then
 # a flag (--fresh), a number of three or more digits, a snake_case name (lru_cache).
 IDENTIFIER = re.compile(r'(?:[\w.@-]+/)+[\w.@-]*\w|\b[\w-]+\.(?:py|sql|toml|md|json|sh|conf|txt|ya?ml|js|ts)\b'
                         r'|\b[A-Z]{2,}-\d+\b|(?<![\w-])--[a-z][\w-]*|\b\d{3,}\b|\b[a-z]+(?:_[a-z0-9]+)+\b')
-KEY_FIELDS = ('kind', 'subject', 'kept', 'reversed')
+PATTERNS = list_of(TEXT, 'a list of regular expressions')
+KEY = {'kind': one_of(KINDS), 'subject': TEXT, 'kept': (lambda v: PATTERNS[0](v) and v != [], 'a non-empty list of '
+       'regular expressions'), 'reversed': PATTERNS}  # a status key
 
 
 def status_of(text: str, key: dict) -> str:
@@ -57,11 +60,7 @@ def fabricated(summary: str, source: str) -> list[str]:
 
 def check_key(where: str, key, source: str) -> None:
     """Refuse a status key that is malformed, or that reads its own history as other than kept."""
-    if not isinstance(key, dict) or list(key) != list(KEY_FIELDS) or key['kind'] not in KINDS or not all(
-            isinstance(key[field], list) and all(isinstance(p, str) and p for p in key[field])
-            for field in KEY_FIELDS[2:]) or not key['kept']:
-        raise LabError(f'{where}: expected {list(KEY_FIELDS)}, kind one of {list(KINDS)}, kept and reversed lists of '
-                       'regular expressions (kept not empty)')
+    check_fields(where, key, KEY)
     for pattern in key['kept'] + key['reversed']:
         try:
             re.compile(pattern)
@@ -72,19 +71,21 @@ def check_key(where: str, key, source: str) -> None:
                        'own source as kept')
 
 
+def rising(turns: int) -> tuple:
+    """The kind of a case's segments: SEGMENTS rising turn counts, the last the history's `turns`."""
+    return (lambda ends: isinstance(ends, list) and len(ends) == SEGMENTS and all(type(end) is int for end in ends)
+            and ends == sorted(set(ends)) and ends[0] >= 1 and ends[-1] == turns,
+            f"{SEGMENTS} rising turn counts ending at the history's {turns}")
+
+
 def load_keys(path: Path, cases: list[dict]) -> dict:
     """The keys of every case, checked: SEGMENTS rising turn counts ending at the history's, and each status key."""
     keys = lab_files.read_json(path, 'continuation keys')
-    if not isinstance(keys, dict) or set(keys) != {case['id'] for case in cases}:
-        raise LabError(f'{path}: expected an object with one entry per case of the case file, and no other')
+    check_fields(str(path), keys, dict.fromkeys((case['id'] for case in cases), ANY))  # an entry for each case
     for case in cases:
-        where, entry = f'{path}: case {case["id"]}', keys[case['id']]
-        ends = entry.get('segments') if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or list(entry) != ['segments', 'statuses'] or not isinstance(ends, list) \
-                or len(ends) != SEGMENTS or not all(type(end) is int for end in ends) or ends != sorted(set(ends)) \
-                or ends[0] < 1 or ends[-1] != len(case['history']) or not isinstance(entry['statuses'], list):
-            raise LabError(f'{where}: expected segments, {SEGMENTS} rising turn counts ending at the history\'s '
-                           f'{len(case["history"])}, and statuses, a list')
+        where = f'{path}: case {case["id"]}'
+        entry = check_fields(where, keys[case['id']], {'segments': rising(len(case['history'])), 'statuses': (
+            lambda statuses: isinstance(statuses, list), 'a list of status keys')})
         for index, key in enumerate(entry['statuses']):
             check_key(f'{where}: statuses[{index}]', key, history_text(case))
     return keys

@@ -1,6 +1,7 @@
 """The lab's files: JSON read from regular files only, outputs written whole, pinned downloads checked
 (pip_download, check_file: prepare.py's and real_server.py's).
 
+    check_fields(f'{path}: case {id}', case, {'id': TEXT, 'budget': {'margin': COUNT}})  # JSON checked field by field
     check_outputs([('--output', args.output)], [('--cases', args.cases)])  # no output is an input or the lab's own
     write_output(Path('report.json'), to_json(report), 'report')           # whole, or not at all
 
@@ -24,6 +25,7 @@ import tempfile
 import time
 
 from common import HERE, LabError
+from text import clipped
 
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
@@ -108,13 +110,62 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return found
 
 
-def field_gaps(value, fields) -> str | None:
-    """How an object's keys differ from exactly `fields`, else None (a value that is no object lacks them all):
-    field_gaps({'a': 1, 'c': 2}, ('a', 'b')) -> "missing ['b'], unexpected ['c']"."""
-    keys = list(value) if isinstance(value, dict) else []
-    if set(keys) == set(fields):
-        return None
-    return f'missing {[name for name in fields if name not in keys]}, unexpected {sorted(set(keys) - set(fields))}'
+# Kinds of a field's value, each (whether a value is one, what a message says it must be); JSON's true is no number.
+ANY = (lambda v: True, 'any value')  # a field whose value another check reads
+STRING = (lambda v: isinstance(v, str), 'a string')
+TEXT = (lambda v: isinstance(v, str) and v.strip() != '', 'a non-empty string')
+INTEGER = (lambda v: type(v) is int, 'an integer')
+COUNT = (lambda v: type(v) is int and v >= 0, 'a non-negative integer')
+POSITIVE = (lambda v: type(v) is int and v > 0, 'a positive integer')
+NUMBER = (lambda v: type(v) in (int, float), 'a number')
+BOOLEAN = (lambda v: type(v) is bool, 'true or false')
+SHA256 = (lambda v: isinstance(v, str) and re.fullmatch('[0-9a-f]{64}', v) is not None, '64 lowercase hex digits')
+OBJECT = (lambda v: isinstance(v, dict), 'an object')
+
+
+def list_of(kind: tuple, what: str, distinct: bool = False) -> tuple:
+    """A list of values of a kind (each distinct, if asked): list_of(STRING, 'a list of strings')."""
+    return (lambda v: isinstance(v, list) and all(map(kind[0], v)) and (not distinct or len(set(v)) == len(v)), what)
+
+
+def one_of(values, what: str = '') -> tuple:
+    return (lambda v: v in values and type(v) in map(type, values), what or f'one of {list(values)}')
+
+
+def at_most(most: int) -> tuple:
+    return (lambda v: POSITIVE[0](v) and v <= most, f'a positive integer of at most {most}')
+
+
+def or_null(kind: tuple) -> tuple:
+    return (lambda v: v is None or kind[0](v), f'{kind[1]} or null')
+
+
+def check_fields(where: str, record, spec: dict, advice: str = '', name: str = '', optional=(), exact: bool = True,
+                 error: type = LabError) -> dict:
+    """The record, or one `error` naming where it is, the field and what it must be. spec maps each field to its kind
+    or to the spec of the object it holds; `optional` fields may be absent; exact: no other field. check_fields(
+    'x.json: case a', {'id': 7}, {'id': TEXT}) raises "x.json: case a: field id must be a non-empty string, got 7"."""
+    tail = f'; {advice}' if advice else ''
+    subject = f'field {name} ' if name else ''
+    fields = f'{"exactly " * exact}the fields {list(spec)}' + (f' ({", ".join(optional)} optional)' * bool(optional))
+    if not isinstance(record, dict):
+        got = clipped(json.dumps(record, ensure_ascii=False), 40)
+        raise error(f'{where}: {subject}must be an object with {fields}, got {got}{tail}')
+    missing = [field for field in spec if field not in record and field not in optional]
+    unexpected = sorted(set(record) - set(spec)) if exact else []
+    if exact and (missing or unexpected):
+        raise error(f'{where}: {subject}must be an object with {fields}; missing {missing}, unexpected {unexpected}'
+                    + tail)
+    dotted = {field: f'{name}.{field}' if name else field for field in spec}
+    if missing:  # an open record: only what is read is named
+        raise error(f'{where}: missing field{"s" * (len(missing) > 1)} {", ".join(map(dotted.get, missing))}{tail}')
+    for field, kind in ((field, kind) for field, kind in spec.items() if field in record):
+        if isinstance(kind, dict):
+            check_fields(where, record[field], kind, advice, dotted[field], exact=exact, error=error)
+        elif not kind[0](record[field]):
+            got = clipped(json.dumps(record[field], ensure_ascii=False), 40)
+            raise error(f'{where}: field {dotted[field]} must be {kind[1]}, got {got}{tail}')
+    return record
 
 
 def to_json(value, indent: int = 2) -> str:

@@ -22,7 +22,8 @@ import re
 from answer_keys import CATEGORIES  # LoCoMo's question categories, as its F1 scores them
 from case_set import CaseError, check_budget, check_case
 from common import run, tell  # standard library only, as are the others here
-from lab_files import check_outputs, output_help, read_json, to_json, write_output
+from lab_files import (OBJECT, STRING, TEXT, check_fields, check_outputs, list_of, one_of, output_help, read_json,
+                       to_json, write_output)
 from shapes import SPLITS, make_turn
 
 # What a case looks like. Changing any of these changes every case written.
@@ -42,6 +43,15 @@ SESSION_KEY = re.compile(r'session_(\d{1,9})')
 UTTERANCE_ID = re.compile(r'D(\d{1,9}):(\d{1,9})')  # the dia_id of an utterance
 EVIDENCE_ID = re.compile(r'D:?(\d{1,9}):(\d{1,9})')  # an evidence id, allowing LoCoMo's stray colon ('D:11:26')
 EVIDENCE_SEPARATOR = re.compile(r'[\s;,]+')  # between several ids in one evidence string
+# The fields read of LoCoMo's records (lab_files' kinds; any other field is left alone), checked in this order.
+SAMPLE = {'conversation': OBJECT, 'qa': (lambda v: isinstance(v, list), 'a list of questions')}
+SPEAKERS = {'speaker_a': STRING, 'speaker_b': STRING}
+UTTERANCES = (lambda v: isinstance(v, list) and v != [], 'a non-empty list of utterances')
+UTTERANCE = {'text': TEXT, 'blip_caption': TEXT,  # and the speaker, one of the sample's two
+             'dia_id': (lambda v: isinstance(v, str) and UTTERANCE_ID.fullmatch(v) is not None, 'an id like D1:3')}
+QA_ITEM = {'question': TEXT, 'category': one_of(tuple(CATEGORIES)),
+            'evidence': list_of(STRING, 'a list of utterance ids (strings)')}
+GOLD = (lambda v: type(v) in (str, int) and str(v).strip() != '', 'a non-empty string or an integer')
 # Why a question gives no case, in the order the summary line lists them.
 SKIP_REASONS = ('category not chosen', 'no evidence id', 'evidence names no utterance', 'evidence not an id')
 
@@ -83,12 +93,10 @@ class Sample:
         self.where = f'{path}: sample at index {index}'
         if not isinstance(sample, dict):
             raise CaseError(f'{self.where}: expected an object, got {type(sample).__name__}')
-        self.sample_id = self.field(sample, 'sample_id', str, 'a non-empty string')
+        self.sample_id = self.field(sample, {'sample_id': TEXT})['sample_id']
         self.where = f'{path}: sample {self.sample_id}'
-        conversation = self.field(sample, 'conversation', dict, 'an object')
-        self.qa = self.field(sample, 'qa', list, 'a list of questions')
-        speakers = [self.field(conversation, name, str, 'a string', 'conversation.') for name in
-                    ('speaker_a', 'speaker_b')]
+        conversation, self.qa = self.field(sample, SAMPLE).values()
+        speakers = list(self.field(conversation, SPEAKERS, 'conversation').values())
         if speakers[0] == speakers[1]:
             raise self.error('conversation.speaker_b', 'must differ from speaker_a')
         numbers = sorted(int(match[1]) for key in conversation if (match := SESSION_KEY.fullmatch(key)))
@@ -101,33 +109,22 @@ class Sample:
     def error(self, field: str, expected: str) -> CaseError:
         return CaseError(f'{self.where}: field {field} {expected}')
 
-    def field(self, holder: dict, name: str, kind: type, described: str, prefix: str = ''):
-        value = holder.get(name)
-        if not isinstance(value, kind) or (kind is str and not value.strip()):
-            raise self.error(prefix + name, f'must be {described}' + ('' if name in holder else ', and is missing'))
-        return value
+    def field(self, holder, spec: dict, name: str = '', optional=()) -> dict:
+        """The fields of spec that holder (the record at `name`) holds, each checked, in spec's order."""
+        check_fields(self.where, holder, spec, '', name, optional, exact=False, error=CaseError)
+        return {field: holder[field] for field in spec if field in holder}
 
     def read_session(self, conversation: dict, number: int, speakers: list[str]) -> None:
         name = f'session_{number}'
-        utterances = self.field(conversation, name, list, 'a non-empty list of utterances', 'conversation.')
-        date_time = self.field(conversation, f'{name}_date_time', str, 'a non-empty string', 'conversation.')
-        if not utterances:
-            raise self.error(f'conversation.{name}', 'must be a non-empty list of utterances')
+        utterances, date_time = self.field(conversation, {name: UTTERANCES, f'{name}_date_time': TEXT},
+                                           'conversation').values()
         for index, utterance in enumerate(utterances):
             where = f'conversation.{name}[{index}]'
-            if not isinstance(utterance, dict):
-                raise self.error(where, 'must be an object')
-            speaker = self.field(utterance, 'speaker', str, f'one of {speakers}', where + '.')
-            if speaker not in speakers:
-                raise self.error(f'{where}.speaker', f'must be one of {speakers}, got {speaker!r}')
+            self.field(utterance, {'speaker': one_of(speakers), **UTTERANCE}, where, ['blip_caption'])
+            speaker, text = utterance['speaker'], utterance['text']
             if index and utterances[index - 1]['speaker'] == speaker:
                 raise self.error(f'{where}.speaker', 'repeats the previous speaker; LoCoMo alternates speakers')
-            text = self.field(utterance, 'text', str, 'a non-empty string', where + '.')
-            if 'blip_caption' in utterance:
-                self.field(utterance, 'blip_caption', str, 'a non-empty string', where + '.')
-            match = UTTERANCE_ID.fullmatch(self.field(utterance, 'dia_id', str, 'an id like D1:3', where + '.'))
-            if not match:
-                raise self.error(f'{where}.dia_id', f'must be an id like D1:3, got {utterance["dia_id"]!r}')
+            match = UTTERANCE_ID.fullmatch(utterance['dia_id'])
             key = (int(match[1]), int(match[2]))
             if key in self.texts:
                 raise self.error(f'{where}.dia_id', f'repeats {utterance["dia_id"]!r}')
@@ -140,15 +137,7 @@ def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str,
     cases, conversations = [], {}  # check_case's record: the history all the cases share is checked once
     for index, item in enumerate(sample.qa):
         where = f'qa[{index}]'
-        if not isinstance(item, dict):
-            raise sample.error(where, 'must be an object')
-        current = sample.field(item, 'question', str, 'a non-empty string', where + '.')
-        category = item.get('category')
-        if type(category) is not int or category not in CATEGORIES:  # not True, not 4.0
-            raise sample.error(f'{where}.category', f'must be one of {list(CATEGORIES)}, got {category!r}')
-        evidence = sample.field(item, 'evidence', list, 'a list of utterance ids', where + '.')
-        if not all(isinstance(entry, str) for entry in evidence):
-            raise sample.error(f'{where}.evidence', 'must be a list of strings')
+        current, category, evidence = sample.field(item, QA_ITEM, where).values()  # a category not True, not 4.0
         ids = evidence_ids(evidence)
         reason = ('category not chosen' if category not in categories else
                   'evidence not an id' if ids is None else
@@ -163,10 +152,7 @@ def sample_cases(sample: Sample, categories: set[int], budget: dict, split: str,
         check_case(f'{sample.where}: question {where} as case {case["id"]}', case,  # what load_cases will demand
                    conversations)
         if golds is not None:  # LoCoMo's scoring reads an answer as str() of it; a few are years, as integers
-            gold = item.get('answer')
-            if isinstance(gold, bool) or not isinstance(gold, (str, int)) or not str(gold).strip():
-                raise sample.error(f'{where}.answer', f'must be a non-empty string or an integer, got {gold!r}')
-            golds[case['id']] = str(gold)
+            golds[case['id']] = str(sample.field(item, {'answer': GOLD}, where)['answer'])
         cases.append(case)
     return cases
 

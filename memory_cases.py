@@ -16,22 +16,26 @@ a time past MAX_TIME, a replay of more than MAX_REPLAY_TURNS turns. It stores an
 import argparse
 from pathlib import Path
 
-from case_set import CaseError, check_budget, check_encodable
+from case_set import BUDGET_KINDS, CaseError, check_budget, check_encodable
 from common import HERE, run  # standard library only, as are the five below
-from lab_files import check_outputs, field_gaps, read_json_file, to_json, write_output
+from lab_files import (ANY, OBJECT, POSITIVE, STRING, TEXT, at_most, check_fields, check_outputs, list_of, one_of,
+                       read_json_file, to_json, write_output)
 from memory_store import MAX_TIME
 from shapes import SPLITS
-from text import clipped
 from tool_formats import refuse_thinking
 
 # What a memory case set is. Changing any of these changes which files are accepted.
-TOP_FIELDS = ('instructions', 'users', 'questions', 'replay')  # replay is optional
-REPLAY_FIELDS = ('user', 'turns', 'events')
+TOP = {'instructions': TEXT, 'users': (lambda v: isinstance(v, dict) and v != {}, 'a non-empty object of user names '
+                                       'and their events'),
+       'questions': (lambda v: isinstance(v, list) and v != [], 'a non-empty list of questions'), 'replay': OBJECT}
 MAX_REPLAY_TURNS = 1_000  # a replay's most turns, so events (each a write to disk, about 20 ms here) and samples
-QUESTION_FIELDS = ('id', 'user', 'time', 'split', 'kind', 'question', 'required', 'stale', 'forgotten',
-                   'facts_quota', 'budget')
+REPLAY = {'user': TEXT, 'turns': at_most(MAX_REPLAY_TURNS), 'events': ANY}
+DISTINCT_FACTS = list_of(STRING, 'a list of distinct facts (strings)', distinct=True)
+QUESTION = {'id': TEXT, 'user': TEXT, 'time': at_most(MAX_TIME), 'split': one_of(SPLITS), 'kind': TEXT,
+            'question': TEXT, **dict.fromkeys(('required', 'stale', 'forgotten'), DISTINCT_FACTS),
+            'facts_quota': POSITIVE, 'budget': BUDGET_KINDS}
 ACTIONS = ('remember', 'replace', 'forget')
-EVENT_FIELDS = ('action', 'fact', 'replaces')  # after the event's time or turn; only a replace has replaces
+EVENT = {'action': one_of(ACTIONS), 'fact': TEXT, 'replaces': TEXT}  # after its time or turn; replaces: a replace's
 PAST = {'replace': 'replaced', 'forget': 'forgotten'}  # a fact's status after each action that ends it
 MEMORY_CASES = HERE / 'memory-cases.json'  # the case set main writes by default and memory_eval reads
 LABELS = {'required': 'current', 'stale': 'replaced', 'forgotten': 'forgotten'}  # what each list's facts must be
@@ -100,41 +104,25 @@ def replay_events() -> list[dict]:
     for ticket in range(REPLAY_TICKETS):
         opened, review = (f'Dan is tracking ticket OPS-{101 + ticket}, {stage}' for stage in ('opened', 'in review'))
         events += [('remember', opened), ('replace', review, opened), *[('forget', review)] * (ticket % 2 == 0)]
-    return [dict(zip(('turn', *EVENT_FIELDS), (1 + index * 10 // 3, *event))) for index, event in enumerate(events)]
+    return [dict(zip(('turn', *EVENT), (1 + index * 10 // 3, *event))) for index, event in enumerate(events)]
 
 
 def memory_cases() -> dict:
     """The case set memory_cases.py writes, in the order of its keys."""
     return {'instructions': MEMORY_INSTRUCTIONS,
-            'users': {user: [dict(zip(('time', *EVENT_FIELDS), event)) for event in events]
+            'users': {user: [dict(zip(('time', *EVENT), event)) for event in events]
                       for user, events in EVENTS.items()},
-            'questions': [dict(zip(QUESTION_FIELDS, question), facts_quota=FACTS_QUOTA, budget=dict(MEMORY_BUDGET))
+            'questions': [dict(zip(QUESTION, question), facts_quota=FACTS_QUOTA, budget=dict(MEMORY_BUDGET))
                           for question in QUESTIONS],
             'replay': {'user': REPLAY_USER, 'turns': REPLAY_TURNS, 'events': replay_events()}}
 
 
-def check_text(where: str, name: str, value, fact: bool = False) -> str:
-    """A non-empty string the counter can count; a fact is also one line, as the memory block holds it."""
-    if not isinstance(value, str) or not value.strip():
-        raise CaseError(f'{where}: field {name} must be a non-empty string, got {value!r}')
+def check_text(where: str, name: str, value: str, fact: bool = False) -> str:
+    """A string the counter can count; a fact is also one line, as the memory block holds it."""
     check_encodable(where, [(name, value)])
     refuse_thinking(f'{where}: field {name}', value, CaseError)
     if fact and value.splitlines() != [value]:
         raise CaseError(f'{where}: field {name} holds a line break; a fact is one line of the memory block')
-    return value
-
-
-def check_count(where: str, name: str, value, most: int | None = None) -> int:
-    """A positive integer, at most `most` if given: a time, a turn, a count."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or most is not None and value > most:
-        raise CaseError(f'{where}: field {name} must be a positive integer{f" of at most {most}" if most else ""}, '
-                        f'got {clipped(repr(value), 40)}')
-    return value
-
-
-def exact_fields(where: str, what: str, value, fields) -> dict:
-    if gaps := field_gaps(value, fields):
-        raise CaseError(f'{where}: {what} must be an object with exactly the fields {list(fields)}; {gaps}')
     return value
 
 
@@ -153,10 +141,9 @@ def check_events(where: str, events, clock: str) -> dict[str, list]:
     for index, event in enumerate(events):
         at = f'{where}: event {index}'
         action = event.get('action') if isinstance(event, dict) else None
-        if isinstance(event, dict) and action not in ACTIONS:
-            raise CaseError(f'{at}: field action must be one of {list(ACTIONS)}, got {action!r}')
-        exact_fields(at, f'a {action or "memory"} event', event, (clock, *EVENT_FIELDS[:2 + (action == 'replace')]))
-        if check_count(at, clock, event[clock], MAX_TIME) <= time:
+        spec = {clock: at_most(MAX_TIME), **EVENT}
+        check_fields(at, event, dict(list(spec.items())[:3 + (action == 'replace')]), error=CaseError)
+        if event[clock] <= time:
             raise CaseError(f"{at}: field {clock} is {event[clock]}, not after the previous event's {time}")
         time, fact = event[clock], check_text(at, 'fact', event['fact'], fact=True)
         old = check_text(at, 'replaces', event['replaces'], fact=True) if action == 'replace' else fact
@@ -178,22 +165,13 @@ def check_events(where: str, events, clock: str) -> dict[str, list]:
 
 
 def check_question(where: str, question, histories: dict[str, dict]) -> None:
-    exact_fields(where, 'a question', question, QUESTION_FIELDS)
+    check_fields(where, question, {**QUESTION, 'user': one_of(tuple(histories))}, error=CaseError)
     for name in ('id', 'user', 'split', 'kind', 'question'):
         check_text(where, name, question[name])
-    if question['split'] not in SPLITS:
-        raise CaseError(f'{where}: field split must be one of {list(SPLITS)}, got {question["split"]!r}')
-    if (user := question['user']) not in histories:
-        raise CaseError(f'{where}: field user must be one of {list(histories)}, got {user!r}')
-    time = check_count(where, 'time', question['time'], MAX_TIME)
-    check_count(where, 'facts_quota', question['facts_quota'])
+    user, time = question['user'], question['time']
     check_budget(where, question['budget'])
     for name, wanted in LABELS.items():
-        facts = question[name]
-        if not isinstance(facts, list) or not all(isinstance(fact, str) for fact in facts) \
-                or len(set(facts)) != len(facts):
-            raise CaseError(f'{where}: field {name} must be a list of distinct facts (strings)')
-        for fact in facts:
+        for fact in question[name]:
             if fact not in histories[user]:
                 raise CaseError(f'{where}: field {name}: fact {fact!r} is stated by no event of user {user}')
             if (found := status(histories[user], fact, time)) != wanted:
@@ -205,14 +183,9 @@ def check_question(where: str, question, histories: dict[str, dict]) -> None:
 
 def check_memory_cases(where: str, data) -> dict:
     """The case set, once every check passes; else CaseError for the first mistake, `where` naming the file."""
-    exact_fields(where, 'the top level (replay is optional)', data,
-                 TOP_FIELDS[:3 + (isinstance(data, dict) and 'replay' in data)])
+    check_fields(where, data, TOP, optional=['replay'], error=CaseError)
     check_text(where, 'instructions', data['instructions'])
-    if not isinstance(data['users'], dict) or not data['users']:
-        raise CaseError(f'{where}: field users must be a non-empty object of user names and their events')
     histories = {user: check_events(f'{where}: user {user}', events, 'time') for user, events in data['users'].items()}
-    if not isinstance(data['questions'], list) or not data['questions']:
-        raise CaseError(f'{where}: field questions must be a non-empty list of questions')
     seen = set()
     for index, question in enumerate(data['questions']):
         named = isinstance(question, dict) and isinstance(question.get('id'), str) and question['id'].strip()
@@ -228,9 +201,8 @@ def check_memory_cases(where: str, data) -> dict:
 
 def check_replay(where: str, replay) -> None:
     """A replay: a user, its number of turns, and its events, each at a turn within them."""
-    exact_fields(where, 'the replay', replay, REPLAY_FIELDS)
+    turns = check_fields(where, replay, REPLAY, error=CaseError)['turns']
     check_text(where, 'user', replay['user'])
-    turns = check_count(where, 'turns', replay['turns'], MAX_REPLAY_TURNS)
     check_events(where, replay['events'], 'turn')
     if (last := replay['events'][-1]['turn']) > turns:
         raise CaseError(f'{where}: event {len(replay["events"]) - 1}: field turn is {last}, past the '

@@ -24,7 +24,8 @@ import signal
 import stat
 
 from common import HERE, LabError, python_command, run
-from lab_files import PREPARED_JSON, process_alive, read_json, read_json_file, sha256_file, to_json
+from lab_files import (BOOLEAN, INTEGER, OBJECT, PREPARED_JSON, STRING, check_fields, list_of, or_null, process_alive,
+                       read_json, read_json_file, sha256_file, to_json)
 
 PREPARED_ENV = 'CONTEXT_LAB_PREPARED'  # names another prepared folder, for every script at once
 # Written by prepare.py, git-ignored; realpath, unlike resolve, leaves a symlink loop for the checks to name.
@@ -38,74 +39,56 @@ VECTOR_FILES = {'vectors_input': 'vocab-vectors.inp', 'vectors_output': 'vocab-v
 DEFAULT = 'gemma-4-e2b'  # the counter of every recorded figure; the others are prepared on request (--counter)
 TEMPLATE_FILE = HUB_FILES[1]  # another counter's folder keeps its official template (the tests' oracle)
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # held during a swap: Ctrl-C, kill, a closed terminal
-PIN = {'size': int, 'sha256': str}
-# Every manifest key a script reads and its kind (VALUE_KINDS), nested as in the manifest, checked in this order;
+PIN = {'size': INTEGER, 'sha256': STRING}
+STRINGS = list_of(STRING, 'a list of strings')
+# Every manifest key a script reads and its kind (lab_files' kinds), nested as in the manifest, checked in this order;
 # first what the PyPI mirror and each entry of vocabs pin alike: the vocabulary's figures, members and tokenizer.
-VOCAB_PINS = {'vocab_tokens': int, 'bpe_merges': int, 'special_token_types': list, 'test_vectors': int,
-              'members': dict.fromkeys(('vocab', *VECTOR_FILES), {'path': str} | PIN), 'built_tokenizer': PIN}
-FORMAT_KEYS = {'format': {'prefix': str, 'suffix': str, 'close': str, 'trim': bool, 'no_system': None,  # tokenizer.py's
-                          'drop_empty_system': bool, 'open': dict.fromkeys(('system', 'user', 'assistant'), str)}}
+VOCAB_PINS = {'vocab_tokens': INTEGER, 'bpe_merges': INTEGER, 'special_token_types': list_of(INTEGER, 'a list of '
+              'integers'), 'test_vectors': INTEGER, 'members': dict.fromkeys(('vocab', *VECTOR_FILES),
+                                                                              {'path': STRING} | PIN),
+              'built_tokenizer': PIN}
+FORMAT_KEYS = {'format': {**dict.fromkeys(('prefix', 'suffix', 'close'), STRING), 'trim': BOOLEAN,
+                          'no_system': or_null(STRING), 'drop_empty_system': BOOLEAN,  # tokenizer.py's
+                          'open': dict.fromkeys(('system', 'user', 'assistant'), STRING)}}
 MANIFEST_KEYS = {
-    'publisher_model': str, 'revision': str, 'chat_format': {'enable_thinking': bool, 'count_scope': str},
-    'hub_files': dict.fromkeys(HUB_FILES, PIN), 'counters': dict, 'vocabs': dict,
-    'pypi_mirror': {**dict.fromkeys(('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator'), str),
-                    **VOCAB_PINS, 'built_tokenizer': {'file': str, 'built_with': str} | PIN},
+    'publisher_model': STRING, 'revision': STRING, 'chat_format': {'enable_thinking': BOOLEAN, 'count_scope': STRING},
+    'hub_files': dict.fromkeys(HUB_FILES, PIN), 'counters': OBJECT, 'vocabs': OBJECT,
+    'pypi_mirror': {**dict.fromkeys(('package', 'version', 'sdist', 'sdist_sha256', 'vector_separator'), STRING),
+                    **VOCAB_PINS, 'built_tokenizer': {'file': STRING, 'built_with': STRING} | PIN},
 }
-COUNTER_KEYS = FORMAT_KEYS | {'publisher_model': str, 'vocab': str, 'fixed_inputs': dict, 'not_counted': tuple,
-                              'template': {'path': str} | PIN}  # another counter's format and pins
-VOCAB_KEYS = VOCAB_PINS | {'split': tuple, 'ignore_merges': bool, 'nfc': bool, 'prepend_space': bool, 'rstrip': tuple,
-                           'added_tokens': 'objects'}
+COUNTER_KEYS = FORMAT_KEYS | {'publisher_model': STRING, 'vocab': STRING, 'fixed_inputs': OBJECT,
+                              'not_counted': STRINGS, 'template': {'path': STRING} | PIN}  # another counter's
+VOCAB_KEYS = VOCAB_PINS | {'split': STRINGS, 'ignore_merges': BOOLEAN, 'nfc': BOOLEAN, 'prepend_space': BOOLEAN,
+                           'rstrip': STRINGS, 'added_tokens': list_of(OBJECT, 'a list of objects')}
 # A served vocab (test_vectors 0): the GGUF it is built from is its only member, its path the GGUF's file name
-SERVED_VOCAB_KEYS = VOCAB_KEYS | {'members': {'vocab': {'path': str} | PIN}}
+SERVED_VOCAB_KEYS = VOCAB_KEYS | {'members': {'vocab': {'path': STRING} | PIN}}
 ADDED_FLAGS = ('special', 'normalized', 'lstrip', 'rstrip', 'single_word')  # an added token's, as tokenizer.json has
-ADDED_KEYS = {'id': int, 'content': str, **dict.fromkeys(ADDED_FLAGS, bool)}
-# A kind in the tables above -> (what a message calls it, the type a value must be, the type of each list item).
-VALUE_KINDS = {str: ('a string', str, object), int: ('an integer', int, object), bool: ('true or false', bool, object),
-               list: ('a list of integers', list, int), tuple: ('a list of strings', list, str),
-               dict: ('an object', dict, object), None: ('a string or null', (str, type(None)), object),
-               'objects': ('a list of objects', list, dict)}
+ADDED_KEYS = {'id': INTEGER, 'content': STRING, **dict.fromkeys(ADDED_FLAGS, BOOLEAN)}
 RESTORE = 'restore the manifest with git checkout'
-MISSING = object()  # what read_manifest finds where a manifest has no such key
 
 
 def read_manifest(path: Path = MANIFEST) -> tuple[dict, str]:
     """The manifest and the sha256 of its bytes (prepared.json records it), or one LabError saying what is off."""
     manifest, sha256 = read_json_file(path, 'manifest', RESTORE)
-    if not isinstance(manifest, dict):
-        raise LabError(f'{path}: not a JSON object; {RESTORE}')
-    check_keys(path, manifest, MANIFEST_KEYS)
-    check_keys(path, manifest['counters'], {DEFAULT: FORMAT_KEYS}, ('counters',))
+    check_fields(str(path), manifest, MANIFEST_KEYS, RESTORE, exact=False)
+    check_fields(str(path), manifest['counters'], {DEFAULT: FORMAT_KEYS}, RESTORE, 'counters', exact=False)
     for name, counter in manifest['counters'].items():
         if not re.fullmatch(r'[a-z0-9][a-z0-9.-]*', name):  # it names a folder (counter_folder)
             raise LabError(f'{path}: counter name {name!r} is not lowercase letters, digits, dots and dashes; '
                            f'{RESTORE}')
         if name != DEFAULT:
-            check_keys(path, counter, COUNTER_KEYS, ('counters', name))
+            check_fields(str(path), counter, COUNTER_KEYS, RESTORE, f'counters.{name}', exact=False)
             if counter['vocab'] not in manifest['vocabs']:
                 raise LabError(f"{path}: counters.{name}.vocab names no entry of vocabs; {RESTORE}")
     for name, vocab in manifest['vocabs'].items():
-        check_keys(path, vocab, SERVED_VOCAB_KEYS if vocab.get('test_vectors') == 0 else VOCAB_KEYS, ('vocabs', name))
+        spec = SERVED_VOCAB_KEYS if isinstance(vocab, dict) and vocab.get('test_vectors') == 0 else VOCAB_KEYS
+        check_fields(str(path), vocab, spec, RESTORE, f'vocabs.{name}', exact=False)
         for index, token in enumerate(vocab['added_tokens']):
-            check_keys(path, token, ADDED_KEYS, ('vocabs', name, 'added_tokens', str(index)))
+            check_fields(str(path), token, ADDED_KEYS, RESTORE, f'vocabs.{name}.added_tokens.{index}', exact=False)
     if (built := manifest['pypi_mirror']['built_tokenizer']['file']) != TOKENIZER_JSON:
         raise LabError(f'{path}: pypi_mirror.built_tokenizer.file is {built!r}, but prepare.py builds '
                        f'{TOKENIZER_JSON}; {RESTORE}')
     return manifest, sha256
-
-
-def check_keys(path: Path, tree, keys: dict, where: tuple = ()) -> None:
-    """LabError naming the first key of `keys` that tree lacks (even under a non-object) or holds of another kind."""
-    for key, kind in keys.items():
-        value = tree.get(key, MISSING) if isinstance(tree, dict) else MISSING
-        name = '.'.join((*where, key))
-        if isinstance(kind, dict):
-            check_keys(path, value, kind, (*where, key))
-            continue
-        if value is MISSING:
-            raise LabError(f'{path}: missing key {name}; {RESTORE}')
-        described, outer, inner = VALUE_KINDS[kind]
-        if not isinstance(value, outer) or isinstance(value, list) and not all(isinstance(v, inner) for v in value):
-            raise LabError(f'{path}: {name} is not {described}; {RESTORE}')
 
 
 def prepare_command(name: str = DEFAULT, gguf: str | None = None) -> str:
@@ -201,7 +184,7 @@ def check_prepared(folder: Path, manifest: dict, manifest_sha256: str, source: s
 def file_problem(path: Path, entry, pin: dict, pinned_at: str) -> str | None:
     """Why a prepared file is not the one its record (entry) and the manifest (pin, at pinned_at) name, or None."""
     entry = entry if isinstance(entry, dict) else {}
-    if not all(isinstance(entry.get(key), kind) for key, kind in PIN.items()):
+    if not all(valid(entry.get(key)) for key, (valid, _) in PIN.items()):
         return f'its record gives no size and sha256 for {path.name}'
     if not path.is_file():
         return f'{path} is missing'

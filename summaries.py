@@ -31,6 +31,7 @@ from pathlib import Path
 import common
 from common import LabError
 import lab_files
+from lab_files import ANY, INTEGER, OBJECT, STRING, check_fields, or_null
 from shapes import allowance, build_request, escape, message_text, selection, turn_messages
 from strategies import chosen, costs, fit, recent
 
@@ -50,8 +51,11 @@ SUMMARY_INSTRUCTIONS = (
 RECORDING = common.HERE / 'summary-recording.json'  # the shipped recording, which summary_rules.py replays
 RECORDING_ENV = 'CONTEXT_LAB_SUMMARIES'  # another recording for summary_rules.py, as a path
 SOME_CASES = 'CASE_FILE'  # what record_command names where the case file is not known (in the rules process)
-REPLY_FIELDS = ('text', 'prompt_tokens', 'completion_tokens', 'elapsed_ms')  # a recorded reply; or 'failed' alone
-CALL_FIELDS = ('messages', 'options', 'reply')  # a recorded call: what was asked, for a reader, and the reply
+# A recorded reply (or FAILED alone), and a recorded call: what was asked, for a reader, and the reply.
+REPLY = {'text': STRING, 'prompt_tokens': or_null(INTEGER), 'completion_tokens': or_null(INTEGER),
+         'elapsed_ms': INTEGER}
+FAILED = {'failed': STRING}
+CALL = {'messages': ANY, 'options': ANY, 'reply': OBJECT}
 EARLIER = '[earlier summary]'  # the label of a previous generation's summary in a source
 # Outcomes, and the reason each gives: none (nothing removed), input_pressure (summarised), llm_fallback (kept turns).
 OUTCOMES = {'whole_history': 'none', 'summarised': 'input_pressure', **dict.fromkeys((
@@ -278,16 +282,9 @@ def replaying(calls: dict, case_id: str, cases: str):
 
 
 def check_call(where: str, entry) -> None:
-    """Refuse a recorded call that is not {messages, options, reply} with a reply of REPLY_FIELDS or one 'failed'."""
-    if not isinstance(entry, dict) or list(entry) != list(CALL_FIELDS):
-        raise LabError(f'{where}: expected the fields {list(CALL_FIELDS)}')
-    reply = entry['reply']
-    failed = isinstance(reply, dict) and list(reply) == ['failed'] and isinstance(reply['failed'], str)
-    if not failed and not (isinstance(reply, dict) and list(reply) == list(REPLY_FIELDS)
-                           and isinstance(reply['text'], str) and type(reply['elapsed_ms']) is int and all(
-                               reply[field] is None or type(reply[field]) is int for field in REPLY_FIELDS[1:3])):
-        raise LabError(f'{where}.reply: expected {list(REPLY_FIELDS)} (a string, two integers or nulls, an integer) '
-                       'or {"failed": reason}')
+    """Refuse a recorded call that is not {messages, options, reply} with a reply of REPLY or FAILED."""
+    reply = check_fields(where, entry, CALL)['reply']
+    check_fields(where, reply, FAILED if 'failed' in reply else REPLY, name='reply')
     if key(entry['messages'], entry['options']) != where.rsplit('.', 1)[1]:
         raise LabError(f'{where}: the key is not the sha256 of the call\'s request body')
 
@@ -296,9 +293,7 @@ def load(path: Path) -> dict:
     """A recording, {"model": what it was recorded from, "calls": {sha256: call}}, checked call by call."""
     advice = f'record it with `{record_command(SOME_CASES)}` (--fresh to start over)'
     recorded = lab_files.read_json(path, 'summary recording', advice)
-    if not isinstance(recorded, dict) or list(recorded) != ['model', 'calls'] or not all(
-            isinstance(recorded[field], dict) for field in recorded):
-        raise LabError(f'{path}: expected an object of "model" and "calls"; {advice}')
+    check_fields(str(path), recorded, {'model': OBJECT, 'calls': OBJECT}, advice)
     for name, entry in recorded['calls'].items():
         check_call(f'{path}: calls.{name}', entry)
     return recorded

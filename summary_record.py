@@ -28,7 +28,7 @@ from common import LabError
 from case_set import check_encodable, load_cases
 import continuation
 import lab_files
-from summaries import REPLY_FIELDS, TELEMETRY, CallFailed, answered, compact, key, load, recording_path, replaying
+from summaries import REPLY, TELEMETRY, CallFailed, answered, compact, key, load, recording_path, replaying
 
 
 def recording(live, calls: dict):
@@ -37,7 +37,7 @@ def recording(live, calls: dict):
         if (name := key(messages, options)) not in calls:
             try:
                 reply = live(messages, options)
-                reply = {field: reply[field] for field in REPLY_FIELDS}
+                reply = {field: reply[field] for field in REPLY}
             except CallFailed as failure:
                 reply = {'failed': str(failure)}
             calls[name] = {'messages': messages, 'options': options, 'reply': reply}

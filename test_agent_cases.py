@@ -114,7 +114,7 @@ class LoadTest(TempFolderTest):
              "marker ['<|channel>', '<channel|>'], which the counter does not cover"),
             (lambda case: case.update(tools={}), 'field tools: tools[0]: expected {"type": "function", "function": '
              '{"name": str, "description": str, "parameters": object}} (tools must be a list of them)'),
-            (lambda case: case.update(history=[]), "an agent case has exactly the fields ['id', 'split', 'kind', "
+            (lambda case: case.update(history=[]), "must be an object with exactly the fields ['id', 'split', 'kind', "
              "'messages', 'tools', 'budget', 'required', 'stale'] (tools optional); missing [], unexpected ['history']"),
             (lambda case: case.update(required=['port = 9']),
              "field required: fact 'port = 9' does not occur in any message of the history; a fact in a call's "

@@ -530,9 +530,11 @@ class PinnedBuildTest(unittest.TestCase):
     def test_a_model_block_that_is_no_pin_is_refused_with_or_without_model(self):
         pinned = load_model()
         for changed, model, expected in (
-                ('seeds', {**pinned, 'seeds': [1.0, 2, 3, 4, 5]}, 'model.seeds: must be distinct integers'),
+                ('seeds', {**pinned, 'seeds': [1.0, 2, 3, 4, 5]},
+                 'model: field seeds must be distinct integers, one per trial, got [1.0, 2, 3, 4, 5]'),
                 ('license', {k: v for k, v in pinned.items() if k != 'license'}, "missing ['license']"),
-                ('think', {**pinned, 'think': None}, 'model.think: must be false')):
+                ('think', {**pinned, 'think': None}, 'model: field think must be false: the recording asks for '
+                                                     'answers without thinking, got null')):
             for argv in ((), ('--model', str(HERE / 'answer-model.json'))):
                 with self.subTest(changed=changed, argv=argv):
                     code, out, err, written, result = self.grade_main(model, argv)

@@ -268,12 +268,15 @@ class KeysValidationTest(Rejecting):
 
     def test_key_fields_must_be_lists_of_regex_strings(self):
         for case_id, kind, value, expected in (
-                ('held-latest', 'must', 'mateo', 'keys.held-latest.must must be a non-empty list of strings, '
+                ('held-latest', 'must', 'mateo', 'keys.held-latest: field must must be a non-empty list of strings, '
                                                  'got "mateo"'),
-                ('held-latest', 'must', [], 'keys.held-latest.must must be a non-empty list of strings, got []'),
-                ('held-buried', 'must', [200], 'keys.held-buried.must must be a non-empty list of strings'),
-                ('held-correction', 'stale', 'rabbitmq', 'keys.held-correction.stale must be a list of strings'),
-                ('held-correction', 'stale', None, 'keys.held-correction.stale must be a list of strings, got null'),
+                ('held-latest', 'must', [], 'keys.held-latest: field must must be a non-empty list of strings, got []'),
+                ('held-buried', 'must', [200], 'keys.held-buried: field must must be a non-empty list of strings, '
+                                               'got [200]'),
+                ('held-correction', 'stale', 'rabbitmq', 'keys.held-correction: field stale must be a list of strings, '
+                                                         'got "rabbitmq"'),
+                ('held-correction', 'stale', None, 'keys.held-correction: field stale must be a list of strings, '
+                                                   'got null'),
                 ('held-correction', 'stale', ['rabbit(mq'], "keys.held-correction.stale[0] 'rabbit(mq' is not a "
                                                             'regular expression (missing ), unterminated')):
             with self.subTest(case=case_id, kind=kind, value=value):
@@ -290,7 +293,8 @@ class KeysValidationTest(Rejecting):
                       "['held-typo']", self.load(keys))
         keys = shipped_keys()
         keys['keys']['held-latest']['also'] = []
-        self.assertIn('keys.held-latest must have exactly "must" and "stale"', self.load(keys))
+        self.assertIn("keys.held-latest: must be an object with exactly the fields ['must', 'stale']; missing [], "
+                      "unexpected ['also']", self.load(keys))
         self.assertIn('expected {"keys"', self.load({'keys': ['held-latest']}))
 
     def test_record_refuses_bad_keys_before_any_request(self):
@@ -305,7 +309,7 @@ class KeysValidationTest(Rejecting):
                                                   grades_path=Path(folder) / 'grades.json')
             self.assertEqual(sorted(p.name for p in Path(folder).iterdir()), ['answer-keys.json'])
         self.assertEqual((code, fake.requests), (2, []))
-        self.assertIn('keys.held-latest.must must be a non-empty list of strings', err)
+        self.assertIn('keys.held-latest: field must must be a non-empty list of strings, got "mateo"', err)
 
     def test_a_stale_pattern_that_matches_none_of_its_stale_facts_is_warned_about_in_one_line(self):
         keys = shipped_keys()

@@ -113,21 +113,21 @@ class RecordingValidationTest(Rejecting):
     def test_every_answer_field_has_its_type_checked(self):
         where = 'answers.recent.held-latest[1]'
         for field, value, expected in (
-                ('seed', [1], 'seed: must be an integer, got [1]'),
-                ('seed', True, 'seed: must be an integer, got true'),
-                ('answer', None, 'answer: must be a string, got null'),
-                ('tool_calls', None, 'tool_calls: must be a list of objects, got null'),
-                ('tool_calls', ['lookup'], 'tool_calls: must be a list of objects, got ["lookup"]'),
-                ('done_reason', 0, 'done_reason: must be a string or null, got 0'),
-                ('prompt_tokens', -1, 'prompt_tokens: must be a non-negative integer, got -1'),
-                ('answer_tokens', 9.0, 'answer_tokens: must be a non-negative integer, got 9.0'),
-                ('input_tokens', '50', 'input_tokens: must be a non-negative integer, got "50"'),
-                ('request_sha256', 'abc', 'request_sha256: must be 64 lowercase hex digits, got "abc"'),
-                ('request_sha256', 'A' * 64, 'request_sha256: must be 64 lowercase hex digits')):
+                ('seed', [1], 'field seed must be an integer, got [1]'),
+                ('seed', True, 'field seed must be an integer, got true'),
+                ('answer', None, 'field answer must be a string, got null'),
+                ('tool_calls', None, 'field tool_calls must be a list of objects, got null'),
+                ('tool_calls', ['lookup'], 'field tool_calls must be a list of objects, got ["lookup"]'),
+                ('done_reason', 0, 'field done_reason must be a string or null, got 0'),
+                ('prompt_tokens', -1, 'field prompt_tokens must be a non-negative integer, got -1'),
+                ('answer_tokens', 9.0, 'field answer_tokens must be a non-negative integer, got 9.0'),
+                ('input_tokens', '50', 'field input_tokens must be a non-negative integer, got "50"'),
+                ('request_sha256', 'abc', 'field request_sha256 must be 64 lowercase hex digits, got "abc"'),
+                ('request_sha256', 'A' * 64, 'field request_sha256 must be 64 lowercase hex digits')):
             with self.subTest(field=field, value=value):
                 recorded = one_answer_recording()
                 recorded['answers']['recent']['held-latest'][1][field] = value
-                self.assertIn(f'{where}.{expected}', self.load(recorded))
+                self.assertIn(f'{where}: {expected}', self.load(recorded))
 
     def test_strategies_cases_and_answer_lists_are_checked(self):
         for name, change, expected in (
@@ -136,16 +136,17 @@ class RecordingValidationTest(Rejecting):
                 ('no answers', lambda a: a['recent'].update({'held-latest': []}),
                  'answers.recent.held-latest must be a non-empty list, got []'),
                 ('missing field', lambda a: a['recent']['held-latest'][0].pop('input_tokens'),
-                 "answers.recent.held-latest[0]: fields must be exactly"),
+                 "answers.recent.held-latest[0]: must be an object with exactly the fields"),
                 ('extra field', lambda a: a['recent']['held-latest'][0].update(thinking=''),
                  "unexpected ['thinking']"),
                 ('answer not an object', lambda a: a['recent']['held-latest'].append('Mateo.'),
-                 'answers.recent.held-latest[2]: must be an object'),
+                 'answers.recent.held-latest[2]: must be an object with exactly the fields'),
                 # The original's six fields, then the lab's: one recording holds answers of one format.
                 ('formats mixed', lambda a: [a['recent']['held-latest'][0].pop(f) for f in ('request_sha256',
                                                                                            'input_tokens')],
-                 "answers.recent.held-latest[1]: fields must be exactly ['seed', 'answer', 'tool_calls', 'done_reason', "
-                 "'prompt_tokens', 'answer_tokens']; missing [], unexpected ['input_tokens', 'request_sha256']")):
+                 "answers.recent.held-latest[1]: must be an object with exactly the fields ['seed', 'answer', "
+                 "'tool_calls', 'done_reason', 'prompt_tokens', 'answer_tokens']; missing [], unexpected "
+                 "['input_tokens', 'request_sha256']")):
             with self.subTest(name):
                 recorded = one_answer_recording()
                 change(recorded['answers'])
@@ -154,22 +155,23 @@ class RecordingValidationTest(Rejecting):
     def test_model_block_must_be_a_pin_naming_the_server_version(self):
         model = load_model()
         del model['ollama_version']
-        self.assertIn("model: fields must be exactly", self.load(one_answer_recording(model)))
+        self.assertIn("model: must be an object with exactly the fields", self.load(one_answer_recording(model)))
         self.assertIn("missing ['ollama_version']", self.load(one_answer_recording(model)))
-        self.assertIn('model.seeds: must be distinct integers', self.load(one_answer_recording(
+        self.assertIn('model: field seeds must be distinct integers', self.load(one_answer_recording(
             {**load_model(), 'seeds': [1.0, 2, 3, 4, 5]})))
 
     def test_a_pins_counter_must_be_one_the_lab_has(self):
         for value, got in (('llama-3', '"llama-3"'), ([], '[]'), (None, 'null')):
             with self.subTest(value=value):
-                self.assertIn('model.counter: must be one of gemma-4-e2b, llama-3.1, llama-3.2, llama-3.3, qwen-2.5, '
-                              f'phi-3.5, got {got}', self.load(one_answer_recording({**load_model(), 'counter': value})))
+                self.assertIn('model: field counter must be one of gemma-4-e2b, llama-3.1, llama-3.2, llama-3.3, '
+                              f'qwen-2.5, phi-3.5, got {got}',
+                              self.load(one_answer_recording({**load_model(), 'counter': value})))
 
     def test_loaded_context_length_must_be_a_positive_integer(self):
         for value, got in ((0, '0'), (4096.0, '4096.0'), ('4096', '"4096"'), (True, 'true'), (None, 'null')):
             with self.subTest(value=value):
                 model = {**load_model(), 'loaded_context_length': value}
-                self.assertIn(f'model.loaded_context_length: must be a positive integer, got {got}',
+                self.assertIn(f'model: field loaded_context_length must be a positive integer, got {got}',
                               self.load(one_answer_recording(model)))
 
     def test_malformed_answer_exits_2_without_a_traceback(self):
@@ -180,9 +182,9 @@ class RecordingValidationTest(Rejecting):
             result.write_text(json.dumps(recorded))
             code, out, err = run_answer_check([], result_path=result, grades_path=Path(folder) / 'grades.json')
         self.assertEqual((code, out), (2, ''))
-        self.assertEqual(err, f'answer_check.py: {result}: answers.recent.held-latest[0].seed: must be an integer, '
-                              f'got [1]; record again with `{PYTHON} answer_check.py record`, or restore it from '
-                              'version control\n')
+        self.assertEqual(err, f'answer_check.py: {result}: answers.recent.held-latest[0]: field seed must be an '
+                              f'integer, got [1]; record again with `{PYTHON} answer_check.py record`, or restore it '
+                              'from version control\n')
 
 
 if __name__ == '__main__':

@@ -402,8 +402,8 @@ class RecordTest(AnswerFilesTest):
 
     def test_partial_file_that_opens_with_no_model_block_names_the_field_in_one_line(self):
         partial = self.folder / 'answer-result.partial.json'
-        for header, problem in (('{"model": [1]}', 'line 1.model: must be an object, got [1]'),
-                                ('{"modle": {}}', "line 1: fields must be exactly ['model']; "
+        for header, problem in (('{"model": [1]}', 'line 1: field model must be an object, got [1]'),
+                                ('{"modle": {}}', "line 1: must be an object with exactly the fields ['model']; "
                                                   "missing ['model'], unexpected ['modle']")):
             with self.subTest(header=header), FakeOllama(chat=steady_reply) as fake:
                 partial.write_text(header + '\n')
@@ -562,7 +562,8 @@ class RecordTest(AnswerFilesTest):
         code, out, err, fake = self.sampled([])
         self.assertEqual(code, 0, err)
         self.assertEqual(len(fake.chats()), 20 - 11 + 2)
-        self.assertIn('answer-result.partial.json: line 5 is not a kept answer (answer: fields must be exactly', err)
+        self.assertIn('answer-result.partial.json: line 5 is not a kept answer (answer: must be an object with exactly '
+                      'the fields', err)
         self.assertIn('answer-result.partial.json: line 13 is not a kept answer (', err)
         self.assertEqual(self.result.read_bytes(), whole)
 
@@ -574,8 +575,8 @@ class RecordTest(AnswerFilesTest):
         code, out, err, fake = self.sampled([])
         self.assertEqual(code, 0, err)
         self.assertEqual(len(fake.chats()), 20 - 3 + 1)
-        self.assertIn('answer-result.partial.json: line 2 is not a kept answer (line.strategy: must be a non-empty '
-                      'string, got ["recent"]', err)
+        self.assertIn('answer-result.partial.json: line 2 is not a kept answer (line: field strategy must be a '
+                      'non-empty string, got ["recent"]', err)
         self.assertEqual(self.result.read_bytes(), whole)
 
     def uninterrupted_sample(self) -> bytes:

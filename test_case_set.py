@@ -20,10 +20,12 @@ class CheckedOnceTest(unittest.TestCase):
     def test_a_conversation_shared_by_several_questions_is_checked_once_and_refused_every_time(self):
         case = shipped_cases()['dev-correction']
         history, checked = case['history'], {}
-        with mock.patch.object(case_set, 'is_pair', wraps=case_set.is_pair) as pair_checks:
+        with mock.patch.object(case_set, 'check_fields', wraps=case_set.check_fields) as field_checks:
             for question in range(3):  # each case as parsed: equal texts, objects of its own
                 check_case(f'case {question}', copy.deepcopy(dict(case, id=f'q{question}')), checked)
-        self.assertEqual((pair_checks.call_count, len(checked)), (len(history), 1))
+        turn_checks = [call for call in field_checks.call_args_list
+                       if call.kwargs.get('name', '').startswith('history')]
+        self.assertEqual((len(turn_checks), len(checked)), (len(history), 1))
         broken = dict(case, history=[*history[:-1], dict(history[-1], assistant='<|channel>x')])
         for _ in range(2):
             with self.assertRaisesRegex(CaseError, r'history\[2\]\.assistant contains a thinking-channel marker'):

@@ -70,7 +70,7 @@ class Keys(unittest.TestCase):
             load_keys(keys_file(keys), CASES)
 
     def test_an_unknown_kind_a_bad_pattern_and_segments_short_of_the_history_are_refused(self):
-        for change, message in ((lambda k: k['statuses'][0].update(kind='maybe'), 'kind one of'),
+        for change, message in ((lambda k: k['statuses'][0].update(kind='maybe'), 'field kind must be one of'),
                                 (lambda k: k['statuses'][0].update(kept=['(']), 'no regular expression'),
                                 (lambda k: k.update(segments=[1, 2, 3, 4, 4]), 'rising turn counts'),
                                 (lambda k: k.update(segments=[1, 2, 3, 4]), 'rising turn counts')):
@@ -82,7 +82,8 @@ class Keys(unittest.TestCase):
     def test_a_cases_entry_that_is_a_number_is_one_line_not_a_type_error(self):
         keys = copy.deepcopy(SHIPPED)
         keys['held-cont-paths'] = 5  # list(5) raised TypeError
-        with self.assertRaisesRegex(LabError, 'case held-cont-paths: expected segments, 5 rising turn counts'):
+        with self.assertRaisesRegex(LabError, r"case held-cont-paths: must be an object with exactly the fields "
+                                              r"\['segments', 'statuses'\], got 5$"):
             load_keys(keys_file(keys), CASES)
 
     def test_the_cases_are_agent_sessions_with_calls_and_long_tool_output(self):

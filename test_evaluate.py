@@ -323,30 +323,31 @@ class CaseValidationTest(unittest.TestCase):
             ('top level not a list', '{"id": "x"}', 'the top level must be a list of cases, got dict'),
             ('case not an object', '[42]', 'case 0: expected an object, got int'),
             ('missing field', one(lambda c: c.pop('stale')),
-             f"case dev-latest: fields must be exactly {fields}; missing ['stale'], unexpected []"),
+             f"case dev-latest: must be an object with exactly the fields {fields}; missing ['stale'], unexpected []"),
             ('extra field', one(lambda c: c.update(answer='Friday')),
-             f"case dev-latest: fields must be exactly {fields}; missing [], unexpected ['answer']"),
+             f"case dev-latest: must be an object with exactly the fields {fields}; missing [], unexpected ['answer']"),
             ('id not a string', one(lambda c: c.update(id=7)),
              'case at index 0: field id must be a non-empty string, got 7'),
             ('question not a string', one(lambda c: c.update(current=['When?'])),
-             "case dev-latest: field current must be a non-empty string, got ['When?']"),
+             'case dev-latest: field current must be a non-empty string, got ["When?"]'),
             ('unknown split', one(lambda c: c.update(split='test')),
-             "case dev-latest: field split must be one of ['dev', 'held_out'], got 'test'"),
+             'case dev-latest: field split must be one of [\'dev\', \'held_out\'], got "test"'),
             ('history not a list', one(lambda c: c.update(history='hello')),
-             'case dev-latest: field history must be a list of {"user", "assistant"} objects'),
+             'case dev-latest: field history must be a list of {"user", "assistant"} objects, got "hello"'),
             ('turn without assistant', one(lambda c: c['history'][1].pop('assistant')),
-             'case dev-latest: field history[1] must be an object with exactly the string fields user and assistant'),
+             "case dev-latest: field history[1] must be an object with exactly the fields ['user', 'assistant']; "
+             "missing ['assistant'], unexpected []"),
             ('turn with a number', one(lambda c: c['history'][0].update(user=3)),
-             'case dev-latest: field history[0] must be an object with exactly the string fields user and assistant'),
+             'case dev-latest: field history[0].user must be a string, got 3'),
             ('budget field missing', one(lambda c: c['budget'].pop('margin')),
-             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
-             "'margin']; missing ['margin'], unexpected []"),
+             "case dev-latest: field budget must be an object with exactly the fields ['context_limit', "
+             "'max_new_tokens', 'margin']; missing ['margin'], unexpected []"),
             ('budget field misspelled', one(lambda c: c['budget'].update(marign=c['budget'].pop('margin'))),
-             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
-             "'margin']; missing ['margin'], unexpected ['marign']"),
+             "case dev-latest: field budget must be an object with exactly the fields ['context_limit', "
+             "'max_new_tokens', 'margin']; missing ['margin'], unexpected ['marign']"),
             ('budget not an object', one(lambda c: c.update(budget=[384, 96, 32])),
-             "case dev-latest: field budget must be an object with exactly ['context_limit', 'max_new_tokens', "
-             "'margin']; missing ['context_limit', 'max_new_tokens', 'margin'], unexpected []"),
+             "case dev-latest: field budget must be an object with exactly the fields ['context_limit', "
+             "'max_new_tokens', 'margin'], got [384, 96, 32]"),
             ('empty history', one(lambda c: c.update(history=[])),
              'case dev-latest: field history is empty; the required facts must be stated in its messages'),
             ('stale fact also required', one(lambda c: c.update(stale=[c['required'][0]])),
@@ -355,14 +356,14 @@ class CaseValidationTest(unittest.TestCase):
             ('negative margin', one(lambda c: c['budget'].update(margin=-1)),
              'case dev-latest: field budget.margin must be a non-negative integer, got -1'),
             ('boolean limit', one(lambda c: c['budget'].update(context_limit=True)),
-             'case dev-latest: field budget.context_limit must be a non-negative integer, got True'),
+             'case dev-latest: field budget.context_limit must be a non-negative integer, got true'),
             ('no allowance left', one(lambda c: c['budget'].update(max_new_tokens=352)),
              'case dev-latest: field budget leaves no input allowance '
              '(context_limit - max_new_tokens - margin must be positive)'),
             ('no required fact', one(lambda c: c.update(required=[])),
              'case dev-latest: field required is empty; a case needs at least one required fact'),
             ('fact not a string', one(lambda c: c.update(stale=[3])),
-             'case dev-latest: field stale must be a list of non-empty strings'),
+             'case dev-latest: field stale must be a list of non-empty strings, got [3]'),
             ('required fact never stated', one(lambda c: c.update(required=['a fact the history never states'])),
              "case dev-latest: field required: fact 'a fact the history never states' "
              'does not occur in any message of the history'),
@@ -469,55 +470,61 @@ class CommandLineTest(unittest.TestCase):
         ])
 
     def test_compare_refuses_a_file_that_is_not_a_report_even_null_instead_of_printing_the_report(self):
-        for text, kind in (('[1, 2]', 'a list'), ('null', 'null'), ('3', 'a number'), ('"x"', 'a string')):
+        for text in ('[1, 2]', 'null', '3', '"x"'):
             with self.subTest(text):
                 path, result = self.run_on_file('--compare', text)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
-                self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
-                                                f'(expected an object with cases and summary, got {kind})\n')
+                self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report: must be an object "
+                                                f"with the fields ['cases', 'summary', 'best_possible'], got {text}\n")
 
     def test_compare_refuses_rows_without_the_report_fields(self):
-        broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}}
+        broken = {'cases': {'recent': [{'case': 'dev-latest'}]}, 'summary': {}, 'best_possible': {'cases': [],
+                                                                                                'summary': {}}}
         path, result = self.run_on_file('--compare', json.dumps(broken))
         self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stderr, f"evaluate.py: {path}: not an evaluate.py report (cases.recent[0] lacks "
-                                        "['split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', "
-                                        "'required_found', 'required_total', 'missing', 'stale_included'])\n")
+        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report: missing fields '
+                                        'cases.recent[0].split, cases.recent[0].kind, cases.recent[0].turns, '
+                                        'cases.recent[0].notes, cases.recent[0].input_tokens, '
+                                        'cases.recent[0].within_budget, cases.recent[0].required_found, '
+                                        'cases.recent[0].required_total, cases.recent[0].missing, '
+                                        'cases.recent[0].stale_included\n')
 
     def test_compare_refuses_a_row_whose_case_is_not_a_string(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         old['cases']['notes'][0]['case'] = ['dev-latest']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stderr),
-                         (2, f'evaluate.py: {path}: not an evaluate.py report (cases.notes[0].case must be a string)\n'))
+                         (2, f'evaluate.py: {path}: not an evaluate.py report: field cases.notes[0].case must be a '
+                             'string, got ["dev-latest"]\n'))
 
     def test_compare_refuses_a_best_possible_part_without_its_fields(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         del old['best_possible']['cases'][3]['fact_turns']
         path, result = self.run_on_file('--compare', json.dumps(old))
-        self.assertEqual((result.returncode, result.stderr), (2, f"evaluate.py: {path}: not an evaluate.py report "
-                                                                 "(best_possible.cases[3] lacks ['fact_turns'])\n"))
+        self.assertEqual((result.returncode, result.stderr),
+                         (2, f'evaluate.py: {path}: not an evaluate.py report: missing field '
+                             'best_possible.cases[3].fact_turns\n'))
 
     def test_compare_refuses_a_report_from_before_the_best_possible_instead_of_a_traceback(self):
         old = json.loads(RECORDED.read_text(encoding='utf-8'))
         del old['best_possible']
         path, result = self.run_on_file('--compare', json.dumps(old))
         self.assertEqual((result.returncode, result.stdout), (2, ''))
-        self.assertEqual(result.stderr, f'evaluate.py: {path}: not an evaluate.py report '
-                                        '(best_possible must be an object with cases and summary)\n')
+        self.assertEqual(result.stderr,
+                         f'evaluate.py: {path}: not an evaluate.py report: missing field best_possible\n')
 
     def test_compare_refuses_turns_that_are_not_turn_indices_instead_of_a_traceback(self):
         for where, change, expected in (
-                ('cases.recent[1].turns', lambda old: old['cases']['recent'][1].update(turns='x'), 'turns'),
+                ('cases.recent[1].turns', lambda old: old['cases']['recent'][1].update(turns='x'), '"x"'),
                 ('best_possible.cases[2].fact_turns',
-                 lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), 'fact_turns')):
+                 lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), '["a"]')):
             with self.subTest(where):
                 old = json.loads(RECORDED.read_text(encoding='utf-8'))
                 change(old)
                 path, result = self.run_on_file('--compare', json.dumps(old))
                 self.assertEqual((result.returncode, result.stderr),
-                                 (2, f'evaluate.py: {path}: not an evaluate.py report ({where} must be a list of '
-                                     'turn indices)\n'))
+                                 (2, f'evaluate.py: {path}: not an evaluate.py report: field {where} must be a list '
+                                     f'of turn indices, got {expected}\n'))
 
     def test_compare_with_a_table_format_is_a_usage_error(self):
         result = in_process(evaluate, '--compare', str(RECORDED), '--format', 'table')

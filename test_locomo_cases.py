@@ -270,7 +270,8 @@ class GoldAnswersTest(unittest.TestCase):
                 output, result = convert(folder, data, '--answers', str(Path(folder) / 'answers.json'))
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
                 self.assertEqual(result.stderr, f'locomo_cases.py: {Path(folder) / "locomo10.json"}: sample two: '
-                                 f'field qa[0].answer must be a non-empty string or an integer, got {answer!r}\n')
+                                 f'field qa[0].answer must be a non-empty string or an integer, got '
+                                 f'{json.dumps(answer)}\n')
                 self.assertEqual(sorted(path.name for path in Path(folder).iterdir()), ['locomo10.json'])
                 self.assertEqual(convert(folder, data)[1].returncode, 0)
 
@@ -290,37 +291,37 @@ class BadInputTest(unittest.TestCase):
             ('not a list', '{"sample_id": "one"}', "expected LoCoMo's shape, a non-empty list of samples"),
             ('sample not an object', '[7]', 'sample at index 0: expected an object, got int'),
             ('no sample id', changed(lambda d: d[1].pop('sample_id')),
-             'sample at index 1: field sample_id must be a non-empty string, and is missing'),
+             'sample at index 1: missing field sample_id'),
             ('repeated sample id', changed(lambda d: d[1].update(sample_id='one')),
              'sample one: field sample_id repeats an earlier sample'),
             ('no conversation', changed(lambda d: d[0].pop('conversation')),
-             'sample one: field conversation must be an object, and is missing'),
+             'sample one: missing field conversation'),
             ('qa not a list', changed(lambda d: d[1].update(qa={})),
-             'sample two: field qa must be a list of questions'),
+             'sample two: field qa must be a list of questions, got {}'),
             ('no speaker_b', changed(lambda d: conversation(d).pop('speaker_b')),
-             'sample one: field conversation.speaker_b must be a string, and is missing'),
+             'sample one: missing field conversation.speaker_b'),
             ('no sessions', changed(lambda d: d[1].update(conversation={'speaker_a': 'Cy', 'speaker_b': 'Di'})),
              'sample two: field conversation holds no session_N list'),
             ('no session date', changed(lambda d: conversation(d).pop('session_2_date_time')),
-             'sample one: field conversation.session_2_date_time must be a non-empty string, and is missing'),
+             'sample one: missing field conversation.session_2_date_time'),
             ('empty session', changed(lambda d: conversation(d).update(session_2=[])),
-             'sample one: field conversation.session_2 must be a non-empty list of utterances'),
+             'sample one: field conversation.session_2 must be a non-empty list of utterances, got []'),
             ('unknown speaker', changed(lambda d: conversation(d)['session_1'][1].update(speaker='Bob')),
-             "sample one: field conversation.session_1[1].speaker must be one of ['Ann', 'Ben'], got 'Bob'"),
+             'sample one: field conversation.session_1[1].speaker must be one of [\'Ann\', \'Ben\'], got "Bob"'),
             ('speaker twice in a row', changed(lambda d: conversation(d)['session_2'][1].update(speaker='Ben')),
              'sample one: field conversation.session_2[1].speaker repeats the previous speaker; '
              'LoCoMo alternates speakers'),
             ('no text', changed(lambda d: conversation(d)['session_1'][0].pop('text')),
-             'sample one: field conversation.session_1[0].text must be a non-empty string, and is missing'),
+             'sample one: missing field conversation.session_1[0].text'),
             ('caption not text', changed(lambda d: conversation(d)['session_1'][1].update(blip_caption=None)),
-             'sample one: field conversation.session_1[1].blip_caption must be a non-empty string'),
+             'sample one: field conversation.session_1[1].blip_caption must be a non-empty string, got null'),
             ('bad utterance id', changed(lambda d: conversation(d)['session_1'][0].update(dia_id='1:1')),
-             "sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got '1:1'"),
+             'sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got "1:1"'),
             ('repeated utterance id', changed(lambda d: conversation(d)['session_2'][0].update(dia_id='D1:1')),
              "sample one: field conversation.session_2[0].dia_id repeats 'D1:1'"),
             ('utterance number past 4,300 digits', changed(lambda d: conversation(d)['session_1'][0].update(
                 dia_id='D1:' + '9' * 5000)),  # int() would refuse it with a traceback
-             f"sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got 'D1:{'9' * 5000}'"),
+             f'sample one: field conversation.session_1[0].dia_id must be an id like D1:3, got "D1:{"9" * 33}...'),
             ('session number past 4,300 digits', changed(lambda d: d[1].update(conversation={
                 'speaker_a': 'Cy', 'speaker_b': 'Di', 'session_' + '1' * 5000: []})),
              'sample two: field conversation holds no session_N list'),
@@ -329,11 +330,11 @@ class BadInputTest(unittest.TestCase):
             ('category as a float', changed(lambda d: d[1]['qa'][0].update(category=4.0)),
              'sample two: field qa[0].category must be one of [1, 2, 3, 4, 5], got 4.0'),
             ('evidence not a list', changed(lambda d: d[1]['qa'][0].update(evidence='D1:3')),
-             'sample two: field qa[0].evidence must be a list of utterance ids'),
+             'sample two: field qa[0].evidence must be a list of utterance ids (strings), got "D1:3"'),
             ('evidence entry not a string', changed(lambda d: d[1]['qa'][0].update(evidence=[13])),
-             'sample two: field qa[0].evidence must be a list of strings'),
+             'sample two: field qa[0].evidence must be a list of utterance ids (strings), got [13]'),
             ('no question', changed(lambda d: d[1]['qa'][0].pop('question')),
-             'sample two: field qa[0].question must be a non-empty string, and is missing'),
+             'sample two: missing field qa[0].question'),
             ('lone surrogate in a text', changed(lambda d: conversation(d)['session_1'][2].update(text='Miso\ud800')),
              'sample one: question qa[0] as case one-q0: field history[1].user holds a lone surrogate, '
              'which is not text'),

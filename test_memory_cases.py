@@ -116,7 +116,7 @@ def holder_required(data: dict) -> None:
     data['questions'][2]['required'].append(HOLDER)
 
 
-TOP, THREE = "['instructions', 'users', 'questions', 'replay']", "['instructions', 'users', 'questions']"
+TOP = "['instructions', 'users', 'questions', 'replay']"
 MOST = 2**63 - 1  # SQLite's largest integer, in which a store keeps an event's time
 QUESTION = ("['id', 'user', 'time', 'split', 'kind', 'question', 'required', 'stale', 'forgotten', 'facts_quota', "
             "'budget']")
@@ -129,40 +129,38 @@ REFUSALS = [
     ('invalid JSON', '{"users": ', 'invalid JSON at line 1 column 11: Expecting value'),
     ('a key twice', '{"users": 1, "users": 2}',
      "key 'users' appears twice in one object; a memory case set names each key once"),
-    ('top level a list', '[]', f'the top level (replay is optional) must be an object with exactly the fields '
-     f'{THREE}; missing {THREE}, unexpected []'),
-    ('no users', lambda data: data.pop('users'), 'the top level (replay is optional) must be an object with exactly '
-     f"the fields {TOP}; missing ['users'], unexpected []"),
+    ('top level a list', '[]', f'must be an object with exactly the fields {TOP} (replay optional), got []'),
+    ('no users', lambda data: data.pop('users'),
+     f"must be an object with exactly the fields {TOP} (replay optional); missing ['users'], unexpected []"),
     ('empty instructions', lambda data: data.update(instructions=' '),
-     "field instructions must be a non-empty string, got ' '"),
+     'field instructions must be a non-empty string, got " "'),
     ('thinking channel in the instructions', lambda data: data.update(instructions='<|channel>Answer.'),
      f'field instructions contains a thinking-channel marker {MARKERS}, which the counter does not cover'),
     ('no users', lambda data: data.update(users={}),
-     'field users must be a non-empty object of user names and their events'),
+     'field users must be a non-empty object of user names and their events, got {}'),
     ('a user without events', lambda data: data['users'].update(ana=[]),
      'user ana: the events must be a non-empty list of events'),
     ('an event not an object', lambda data: data['users']['ana'].insert(0, 42),
-     "user ana: event 0: a memory event must be an object with exactly the fields ['time', 'action', 'fact']; "
-     "missing ['time', 'action', 'fact'], unexpected []"),
+     "user ana: event 0: must be an object with exactly the fields ['time', 'action', 'fact'], got 42"),
     ('an unknown action', ana(0, action='update'),
-     "user ana: event 0: field action must be one of ['remember', 'replace', 'forget'], got 'update'"),
+     "user ana: event 0: field action must be one of ['remember', 'replace', 'forget'], got \"update\""),
     ('a replace without the fact it replaces', lambda data: data['users']['ana'][5].pop('replaces'),
-     "user ana: event 5: a replace event must be an object with exactly the fields ['time', 'action', 'fact', "
+     "user ana: event 5: must be an object with exactly the fields ['time', 'action', 'fact', "
      "'replaces']; missing ['replaces'], unexpected []"),
     ('a remember that replaces', ana(0, replaces=PORTO),
-     "user ana: event 0: a remember event must be an object with exactly the fields ['time', 'action', 'fact']; "
+     "user ana: event 0: must be an object with exactly the fields ['time', 'action', 'fact']; "
      "missing [], unexpected ['replaces']"),
     ('a time as text', ana(1, time='2'),
-     f"user ana: event 1: field time must be a positive integer of at most {MOST}, got '2'"),
+     f'user ana: event 1: field time must be a positive integer of at most {MOST}, got "2"'),
     ('a time that is a boolean', ana(0, time=True),
-     f'user ana: event 0: field time must be a positive integer of at most {MOST}, got True'),
+     f'user ana: event 0: field time must be a positive integer of at most {MOST}, got true'),
     ('a time past SQLite\'s integers', add_event(time=2**63, action='remember', fact='Ana is tall'),
      f'user ana: event 10: field time must be a positive integer of at most {MOST}, got {2**63}'),
     ('a time of 4000 digits', ana(0, time=10**3999),
      f'user ana: event 0: field time must be a positive integer of at most {MOST}, got 1{"0" * 36}...'),
     ('a time not after the previous', ana(1, time=1), "user ana: event 1: field time is 1, not after the previous "
      "event's 1"),
-    ('an empty fact', ana(0, fact=''), "user ana: event 0: field fact must be a non-empty string, got ''"),
+    ('an empty fact', ana(0, fact=''), 'user ana: event 0: field fact must be a non-empty string, got ""'),
     ('a fact of two lines', ana(0, fact='Ana is tall\n- Ana is 40'),
      'user ana: event 0: field fact holds a line break; a fact is one line of the memory block'),
     ('a lone surrogate in a fact', ana(0, fact='Ana \ud800'),
@@ -184,23 +182,23 @@ REFUSALS = [
     ('a forget of a fact never remembered', add_event(time=16, action='forget', fact='Ana is tall'),
      "user ana: event 10: field fact: fact 'Ana is tall' is never remembered at time 16; only a current fact can be "
      'forgotten'),
-    ('no questions', lambda data: data.update(questions=[]), 'field questions must be a non-empty list of questions'),
+    ('no questions', lambda data: data.update(questions=[]),
+     'field questions must be a non-empty list of questions, got []'),
     ('a question not an object', lambda data: data['questions'].insert(0, 'Where?'),
-     f'question at index 0: a question must be an object with exactly the fields {QUESTION}; missing {QUESTION}, '
-     'unexpected []'),
+     f'question at index 0: must be an object with exactly the fields {QUESTION}, got "Where?"'),
     ('a question without forgotten', lambda data: data['questions'][0].pop('forgotten'),
-     f"question ana-city: a question must be an object with exactly the fields {QUESTION}; missing ['forgotten'], "
+     f"question ana-city: must be an object with exactly the fields {QUESTION}; missing ['forgotten'], "
      'unexpected []'),
     ('a question with an answer', question(0, answer='Lisbon'),
-     f"question ana-city: a question must be an object with exactly the fields {QUESTION}; missing [], "
+     f"question ana-city: must be an object with exactly the fields {QUESTION}; missing [], "
      "unexpected ['answer']"),
     ('an id not a string', question(0, id=7), 'question at index 0: field id must be a non-empty string, got 7'),
     ('a duplicate id', question(1, id='ana-city'),
      'question ana-city: field id is a duplicate; every question id must be unique'),
     ('an unknown split', question(0, split='test'),
-     "question ana-city: field split must be one of ['dev', 'held_out'], got 'test'"),
+     'question ana-city: field split must be one of [\'dev\', \'held_out\'], got "test"'),
     ('the replay user asked', question(0, user='dan'),
-     "question ana-city: field user must be one of ['ana', 'bob', 'cleo'], got 'dan'"),
+     'question ana-city: field user must be one of [\'ana\', \'bob\', \'cleo\'], got "dan"'),
     ('a lone surrogate in a question', question(0, question='Where\ud800?'),
      'question ana-city: field question holds a lone surrogate, which is not text'),
     ('a time of zero', question(0, time=0),
@@ -210,17 +208,17 @@ REFUSALS = [
     ('a facts quota of zero', question(0, facts_quota=0),
      'question ana-city: field facts_quota must be a positive integer, got 0'),
     ('a facts quota that is a boolean', question(0, facts_quota=True),
-     'question ana-city: field facts_quota must be a positive integer, got True'),
+     'question ana-city: field facts_quota must be a positive integer, got true'),
     ('a budget without margin', lambda data: data['questions'][0]['budget'].pop('margin'),
-     "question ana-city: field budget must be an object with exactly ['context_limit', 'max_new_tokens', 'margin']; "
-     "missing ['margin'], unexpected []"),
+     "question ana-city: field budget must be an object with exactly the fields ['context_limit', 'max_new_tokens', "
+     "'margin']; missing ['margin'], unexpected []"),
     ('a budget with no allowance', lambda data: data['questions'][0]['budget'].update(max_new_tokens=480),
      'question ana-city: field budget leaves no input allowance (context_limit - max_new_tokens - margin must be '
      'positive)'),
     ('required not a list', question(0, required=LISBON),
-     'question ana-city: field required must be a list of distinct facts (strings)'),
+     f'question ana-city: field required must be a list of distinct facts (strings), got "{LISBON}"'),
     ('a required fact twice', question(0, required=[LISBON, LISBON]),
-     'question ana-city: field required must be a list of distinct facts (strings)'),
+     f'question ana-city: field required must be a list of distinct facts (strings), got ["{LISBON}", "Ana\'s ...'),
     ('no required fact', question(0, required=[]),
      'question ana-city: field required is empty; a question needs at least one required fact'),
     ('a required fact no event states', question(0, required=['Ana lives on the moon']),
@@ -240,7 +238,7 @@ REFUSALS = [
     ('a forgotten fact labelled stale', question(2, stale=[PHONE], forgotten=[]),
      f'question ana-contact: field stale: fact "{PHONE}" is forgotten at time 15; a stale fact must be replaced then'),
     ('a replay without turns', lambda data: data['replay'].pop('turns'),
-     "replay: the replay must be an object with exactly the fields ['user', 'turns', 'events']; missing ['turns'], "
+     "replay: must be an object with exactly the fields ['user', 'turns', 'events']; missing ['turns'], "
      'unexpected []'),
     ('a replay of no turns', replay(turns=0),
      'replay: field turns must be a positive integer of at most 1000, got 0'),
@@ -254,7 +252,7 @@ REFUSALS = [
     ('an event past the last turn', replay(turns=150),
      "replay: event 59: field turn is 197, past the replay's 150 turns"),
     ('a replay event timed, not turned', timed_replay,
-     "replay: event 0: a remember event must be an object with exactly the fields ['turn', 'action', 'fact']; "
+     "replay: event 0: must be an object with exactly the fields ['turn', 'action', 'fact']; "
      "missing ['turn'], unexpected ['time']"),
     ('a replay turn not after the previous', lambda data: data['replay']['events'][1].update(turn=1),
      "replay: event 1: field turn is 1, not after the previous event's 1"),

@@ -26,6 +26,9 @@ from prepared_folder import (PREPARED, PREPARED_ENV, PREPARED_JSON, check_prepar
 HUB_FILES = {'tokenizer.json': b'{"version": "1.0"}\n', 'chat_template.jinja': b'{{ bos_token }}\n'}
 PYPI_FILES = {'tokenizer.json': b'{"built": true}\n', 'vocab-vectors.inp': b'ab', 'vocab-vectors.out': b'7\n'}
 MANIFEST_SHA = 'f' * 64  # check_prepared compares it with the record; what it hashes does not matter here
+# what read_manifest says of a manifest that is no object: the keys it reads at the top level
+NOT_A_MANIFEST = ("must be an object with the fields ['publisher_model', 'revision', 'chat_format', 'hub_files', "
+                  "'counters', 'vocabs', 'pypi_mirror'], got []")
 
 
 def pin(data: bytes) -> dict:
@@ -60,37 +63,42 @@ class ReadManifestTest(TempFolderTest):
         path = self.tmp / 'manifest.json'
         delete = object()
         damages = [  # (key path, new value or delete, what read_manifest says)
-            (('pypi_mirror', 'members', 'vocab', 'sha256'), delete, 'missing key pypi_mirror.members.vocab.sha256'),
-            (('pypi_mirror', 'members', 'vocab'), [], 'missing key pypi_mirror.members.vocab.path'),
-            (('pypi_mirror', 'built_tokenizer'), delete, 'missing key pypi_mirror.built_tokenizer.file'),
+            (('pypi_mirror', 'members', 'vocab', 'sha256'), delete, 'missing field pypi_mirror.members.vocab.sha256'),
+            (('pypi_mirror', 'members', 'vocab'), [],
+             "field pypi_mirror.members.vocab must be an object with the fields ['path', 'size', 'sha256'], got []"),
+            (('pypi_mirror', 'built_tokenizer'), delete, 'missing field pypi_mirror.built_tokenizer'),
             (('pypi_mirror', 'built_tokenizer', 'size'), '32169245',
-             'pypi_mirror.built_tokenizer.size is not an integer'),
-            (('pypi_mirror', 'special_token_types'), 3, 'pypi_mirror.special_token_types is not a list of integers'),
-            (('pypi_mirror', 'special_token_types'), [1, '2'], 'pypi_mirror.special_token_types is not a list of '
-                                                               'integers'),
-            (('chat_format', 'count_scope'), delete, 'missing key chat_format.count_scope'),  # tokenizer.py's key
+             'field pypi_mirror.built_tokenizer.size must be an integer, got "32169245"'),
+            (('pypi_mirror', 'special_token_types'), 3,
+             'field pypi_mirror.special_token_types must be a list of integers, got 3'),
+            (('pypi_mirror', 'special_token_types'), [1, '2'],
+             'field pypi_mirror.special_token_types must be a list of integers, got [1, "2"]'),
+            (('chat_format', 'count_scope'), delete, 'missing field chat_format.count_scope'),  # tokenizer.py's key
             (('pypi_mirror', 'built_tokenizer', 'file'), 'other.json',
              "pypi_mirror.built_tokenizer.file is 'other.json', but prepare.py builds tokenizer.json"),
-            (('counters', 'llama-3.1', 'format', 'open', 'user'), delete, 'missing key counters.llama-3.1.format.open.user'),
-            (('counters', 'qwen-2.5', 'format', 'no_system'), 3, 'counters.qwen-2.5.format.no_system is not a string or '
-                                                                 'null'),
-            (('counters', 'phi-3.5', 'not_counted'), ['<x>', 1], 'counters.phi-3.5.not_counted is not a list of strings'),
+            (('counters', 'llama-3.1', 'format', 'open', 'user'), delete,
+             'missing field counters.llama-3.1.format.open.user'),
+            (('counters', 'qwen-2.5', 'format', 'no_system'), 3,
+             'field counters.qwen-2.5.format.no_system must be a string or null, got 3'),
+            (('counters', 'phi-3.5', 'not_counted'), ['<x>', 1],
+             'field counters.phi-3.5.not_counted must be a list of strings, got ["<x>", 1]'),
             (('counters', 'phi-3.5', 'vocab'), 'phi-4', 'counters.phi-3.5.vocab names no entry of vocabs'),
             (('counters', '../x'), {}, "counter name '../x' is not lowercase letters, digits, dots and dashes"),
-            (('counters', 'gemma-4-e2b'), delete, 'missing key counters.gemma-4-e2b.format.prefix'),
+            (('counters', 'gemma-4-e2b'), delete, 'missing field counters.gemma-4-e2b'),
             (('vocabs', 'qwen2', 'split'), [], None),  # none: not a byte-level vocab, still a manifest
-            (('vocabs', 'qwen2', 'split'), 'x', 'vocabs.qwen2.split is not a list of strings'),
+            (('vocabs', 'qwen2', 'split'), 'x', 'field vocabs.qwen2.split must be a list of strings, got "x"'),
             # a vocab of the archive must pin its test vectors; a served one (test_vectors 0) pins its GGUF only
             (('vocabs', 'qwen2', 'members', 'vectors_input'), delete,
-             'missing key vocabs.qwen2.members.vectors_input.path'),
+             'missing field vocabs.qwen2.members.vectors_input'),
             (('vocabs', 'smollm', 'members', 'vocab', 'sha256'), delete,
-             'missing key vocabs.smollm.members.vocab.sha256'),
-            (('vocabs', 'qwen2', 'nfc'), delete, 'missing key vocabs.qwen2.nfc'),
-            (('vocabs', 'phi-3', 'added_tokens'), [[151657]], 'vocabs.phi-3.added_tokens is not a list of objects'),
+             'missing field vocabs.smollm.members.vocab.sha256'),
+            (('vocabs', 'qwen2', 'nfc'), delete, 'missing field vocabs.qwen2.nfc'),
+            (('vocabs', 'phi-3', 'added_tokens'), [[151657]],
+             'field vocabs.phi-3.added_tokens must be a list of objects, got [[151657]]'),
             (('vocabs', 'qwen2', 'added_tokens', 1, 'id'), '151658',
-             'vocabs.qwen2.added_tokens.1.id is not an integer'),
+             'field vocabs.qwen2.added_tokens.1.id must be an integer, got "151658"'),
             (('vocabs', 'qwen2', 'added_tokens', 0, 'special'), delete,
-             'missing key vocabs.qwen2.added_tokens.0.special'),
+             'missing field vocabs.qwen2.added_tokens.0.special'),
         ]
         for keys, value, message in damages:
             with self.subTest(message):
@@ -115,7 +123,7 @@ class ReadManifestTest(TempFolderTest):
         for text, problem in (('{"publisher_model": ', 'invalid JSON at line 1 column 21: Expecting value; restore the '
                                                        'manifest with git checkout'),
                               (b'\xff{}', 'the manifest is not UTF-8 text (byte 0); restore the manifest with git checkout'),
-                              ('[]', 'not a JSON object; restore the manifest with git checkout'),
+                              ('[]', f'{NOT_A_MANIFEST}; restore the manifest with git checkout'),
                               (None, 'cannot read the manifest: No such file or directory; restore the manifest with '
                                      'git checkout')):
             with self.subTest(problem):
@@ -272,7 +280,7 @@ class CommandTest(TempFolderTest):
         (lab / 'tokenizer-manifest.json').write_text('[]', encoding='utf-8')
         result = prepared_folder_py(PREPARED, cwd=lab)
         self.assertEqual((result.returncode, result.stdout), (2, ''))
-        self.assertEqual(result.stderr, f"prepared_folder.py: {lab / 'tokenizer-manifest.json'}: not a JSON object; "
+        self.assertEqual(result.stderr, f"prepared_folder.py: {lab / 'tokenizer-manifest.json'}: {NOT_A_MANIFEST}; "
                                         'restore the manifest with git checkout\n')
 
 

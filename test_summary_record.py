@@ -119,12 +119,22 @@ class Files(unittest.TestCase):
     def test_a_reply_without_its_counts_is_refused(self):
         recorded, _ = recorded_calls(CASES[:1])
         del next(iter(recorded['calls'].values()))['reply']['elapsed_ms']
-        with self.assertRaisesRegex(LabError, r'\.reply: expected'):
+        with self.assertRaisesRegex(LabError, r": field reply must be an object with exactly the fields \['text', "
+                                              r"'prompt_tokens', 'completion_tokens', 'elapsed_ms'\]; missing "
+                                              r"\['elapsed_ms'\], unexpected \[\]$"):
+            load(self.write(recorded))
+
+    def test_a_failed_reply_that_also_holds_text_is_refused(self):
+        recorded, _ = recorded_calls(CASES[:1])
+        next(iter(recorded['calls'].values()))['reply']['failed'] = 'timed out'
+        with self.assertRaisesRegex(LabError, r": field reply must be an object with exactly the fields \['failed'\]; "
+                                              r"missing \[\], unexpected \['completion_tokens', 'elapsed_ms', "
+                                              r"'prompt_tokens', 'text'\]$"):
             load(self.write(recorded))
 
     def test_a_recording_whose_model_is_not_an_object_is_refused_in_one_line(self):
         # record compared it key by key with the pin: AttributeError on a string
-        with self.assertRaisesRegex(LabError, r'rec\.json: expected an object of "model" and "calls"'):
+        with self.assertRaisesRegex(LabError, r'rec\.json: field model must be an object, got "a pin"; record it'):
             load(self.write({'model': 'a pin', 'calls': {}}))
 
     def test_record_refuses_an_output_that_is_its_own_case_file_and_leaves_it_as_it_was(self):

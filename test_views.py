@@ -585,18 +585,26 @@ class ForgedCompareTest(unittest.TestCase):
         old['best_possible']['summary'] = {'dev': 5}
         with self.assertRaises(views.ReportError) as raised:
             views.check_report(Path('old.json'), old)
-        self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report (best_possible.summary must map '
-                                                'each split to its figures)')
+        self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report: field best_possible.summary '
+                                                'must map each split to its figures')
 
     def test_a_best_possible_without_its_cases_or_summary_is_refused_naming_the_part_that_is_missing(self):
-        for part, expected in (('cases', 'best_possible.cases must be a list of rows'),
-                               ('summary', 'best_possible.summary must map each split to its figures')):
+        for part in ('cases', 'summary'):
             with self.subTest(part):
                 old = copy.deepcopy(RECORDED_REPORT)
                 del old['best_possible'][part]
                 with self.assertRaises(views.ReportError) as raised:
                     views.check_report(Path('old.json'), old)
-                self.assertEqual(str(raised.exception), f'old.json: not an evaluate.py report ({expected})')
+                self.assertEqual(str(raised.exception), f'old.json: not an evaluate.py report: missing field '
+                                                        f'best_possible.{part}')
+
+    def test_best_possible_cases_that_are_no_list_of_rows_are_refused(self):
+        old = copy.deepcopy(RECORDED_REPORT)
+        old['best_possible']['cases'] = {'dev-latest': {}}
+        with self.assertRaises(views.ReportError) as raised:
+            views.check_report(Path('old.json'), old)
+        self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report: field best_possible.cases '
+                                                'must be a list of rows')
 
 
 class CounterNoteTest(unittest.TestCase):

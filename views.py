@@ -18,6 +18,7 @@ import textwrap
 
 from best_possible import BEST
 from common import LabError
+from lab_files import ANY, COUNT, OBJECT, STRING, check_fields, list_of, or_null
 from scorer import BEST_ROW_FIELDS, ROW_FIELDS, by_group, facts_in
 from shapes import allowance, build_request, turn_messages
 from strategies import check_additive
@@ -44,15 +45,12 @@ MAX_LINE = 300  # characters of a --compare line; a longer one is cut
 LIST_CHARS = 90  # a list of facts or turn runs shows what fits in this many characters and counts the rest
 FACT_CHARS = 60  # a longer fact is cut to its start
 COUNTED_BY = '\nToken figures counted by {}.\n'  # counter_note under a table of a report made with another counter
-# What --compare reads in a row, and how each value must look: (test, its description).
-ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), (lambda value: isinstance(value, str), 'a string')),
-              **dict.fromkeys(('missing', 'stale_included'), (
-                  lambda value: isinstance(value, list) and all(isinstance(fact, str) for fact in value),
-                  'a list of facts')),
-              **dict.fromkeys(('turns', 'fact_turns', 'stale_turns'), (
-                  lambda value: isinstance(value, list) and all(type(index) is int and index >= 0 for index in value),
-                  'a list of turn indices'))}
+# What --compare reads in a row, and how each value must look (lab_files' kinds); any other field it only names.
+ROW_VALUES = {**dict.fromkeys(('case', 'split', 'kind'), STRING),
+              **dict.fromkeys(('missing', 'stale_included'), list_of(STRING, 'a list of facts')),
+              **dict.fromkeys(('turns', 'fact_turns', 'stale_turns'), list_of(COUNT, 'a list of turn indices'))}
 UNSEARCHED = ('turns', 'missing', 'stale_included')  # None in a best-possible row that was not searched
+REPORT = {'cases': OBJECT, 'summary': OBJECT, 'best_possible': {'cases': ANY, 'summary': ANY}}  # what --compare reads
 
 
 def counter_note(report: dict, form: str = ', counted by {}') -> str:
@@ -321,33 +319,25 @@ def compare(old: dict, new: dict, rows: bool = True) -> list[str]:
 
 def check_report(path: Path, report) -> None:
     """Refuse a file that is not an evaluate.py report, naming the first part that is off."""
-    def wrong(what: str) -> ReportError:
-        return ReportError(f'{path}: not an evaluate.py report ({what})')
-
-    if not isinstance(report, dict) or not all(isinstance(report.get(part), dict) for part in ('cases', 'summary')):
-        kind = json.dumps(report) if report is None or isinstance(report, bool) else \
-            {list: 'a list', str: 'a string'}.get(type(report), 'a number')  # what the JSON is, in JSON's words
-        raise wrong('expected an object with cases and summary' + ('' if isinstance(report, dict) else f', got {kind}'))
-    for name, rows in report['cases'].items():
-        check_rows(wrong, f'cases.{name}', rows, ROW_FIELDS)
-    if not isinstance(best := report.get('best_possible'), dict):  # its parts are checked as the rules' are
-        raise wrong('best_possible must be an object with cases and summary')
-    check_rows(wrong, 'best_possible.cases', best.get('cases'), BEST_ROW_FIELDS)
-    for where, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
-                          ('best_possible.summary', best.get('summary'))]:
+    where = f'{path}: not an evaluate.py report'
+    check_fields(where, report, REPORT, exact=False, error=ReportError)
+    best = report['best_possible']  # its parts are checked as the rules' are
+    for name, rows in [*((f'cases.{name}', rows) for name, rows in report['cases'].items()),
+                       ('best_possible.cases', best['cases'])]:
+        check_rows(where, name, rows, BEST_ROW_FIELDS if name == 'best_possible.cases' else ROW_FIELDS)
+    for name, splits in [*((f'summary.{name}', splits) for name, splits in report['summary'].items()),
+                         ('best_possible.summary', best['summary'])]:
         if not isinstance(splits, dict) or not all(isinstance(split, dict) for split in splits.values()):
-            raise wrong(f'{where} must map each split to its figures')
+            raise ReportError(f'{where}: field {name} must map each split to its figures')
 
 
-def check_rows(wrong, where: str, rows, fields: tuple) -> None:
+def check_rows(where: str, name: str, rows, fields: tuple) -> None:
     """Refuse rows that lack one of `fields` or hold a value --compare cannot read (ROW_VALUES); a best-possible row
     (it has not_searched) holds None where it was not searched."""
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise wrong(f'{where} must be a list of rows')
+        raise ReportError(f'{where}: field {name} must be a list of rows')
+    spec = {field: ROW_VALUES.get(field, ANY) for field in fields}
+    unsearched = spec | {field: or_null(spec[field]) for field in UNSEARCHED if field in spec}
     for index, row in enumerate(rows):
-        if absent := [field for field in fields if field not in row]:
-            raise wrong(f'{where}[{index}] lacks {absent}')
-        for field in (field for field in fields if field in ROW_VALUES):
-            unsearched = row[field] is None and field in UNSEARCHED and 'not_searched' in row
-            if not ROW_VALUES[field][0](row[field]) and not unsearched:
-                raise wrong(f'{where}[{index}].{field} must be {ROW_VALUES[field][1]}')
+        check_fields(where, row, unsearched if 'not_searched' in row else spec, name=f'{name}[{index}]', exact=False,
+                     error=ReportError)
