@@ -37,7 +37,7 @@ from prepared_folder import PREPARED, PREPARED_ENV
 import views
 from test_support_fixtures import HERE, TempFolderTest
 from test_support_runs import ctrl_c_reaches_children
-from test_support_lab import TIMEOUT, tracked
+from test_support_lab import SCRIPT_TIMEOUT, tracked
 
 MAIN_BLOCK = re.compile(r'''^if __name__ == (['"])__main__\1:''', re.MULTILINE)
 STANDARD_LIBRARY_ONLY = re.compile(r'\brun\(main\b[^)\n]*\bpackages=False')  # what such a script tells common.run
@@ -100,10 +100,10 @@ def child_env(prepared: Path | None = None) -> dict:
     return env
 
 
-def run(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
+def run_script(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
     """Run a script as a user would; prepared, if given, is passed as CONTEXT_LAB_PREPARED."""
     return subprocess.run([sys.executable, *python_options, *script_and_args], cwd=cwd, env=child_env(prepared),
-                          stdin=subprocess.DEVNULL, text=True, timeout=TIMEOUT, check=False, **kwargs)
+                          stdin=subprocess.DEVNULL, text=True, timeout=SCRIPT_TIMEOUT, check=False, **kwargs)
 
 
 class ScriptsTest(unittest.TestCase):
@@ -120,7 +120,7 @@ class MissingPackagesTest(TempFolderTest):
         for script in PACKAGED:
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
-                result = run([script], python_options=['-S'], capture_output=True)
+                result = run_script([script], python_options=['-S'], capture_output=True)
                 self.assertEqual((result.returncode, result.stdout), (2, ''), result.stderr)
                 self.assertEqual(result.stderr, missing_advice(script) + '\n')
 
@@ -129,7 +129,7 @@ class MissingPackagesTest(TempFolderTest):
             docstring = ast.get_docstring(ast.parse((HERE / script).read_text(encoding='utf-8')), clean=False)
             for option in ('--help', '-h'):
                 with self.subTest(script=script, option=option):
-                    result = run([script, option], python_options=['-S'], capture_output=True)
+                    result = run_script([script, option], python_options=['-S'], capture_output=True)
                     self.assertEqual((result.returncode, result.stderr), (0, ''))
                     self.assertEqual(result.stdout, f'{(docstring or "").strip()}\n\n{missing_advice(script)}; '
                                                     'then --help lists every option\n')
@@ -147,7 +147,7 @@ class MissingPackagesTest(TempFolderTest):
                      'memory_cases.py': ['--output', str(self.tmp / 'memory-cases.json')]}  # not the committed one
         for script in BARE:
             with self.subTest(script):
-                result = run([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
+                result = run_script([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
                              capture_output=True)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertNotIn('lacks', result.stderr)
@@ -167,7 +167,7 @@ class MissingPackagesTest(TempFolderTest):
             import strategies, evaluate
             print('imported')
             ''')
-        result = run(['-c', code], capture_output=True)
+        result = run_script(['-c', code], capture_output=True)
         self.assertEqual((result.returncode, result.stdout, result.stderr), (0, 'imported\n', ''))
 
 
@@ -175,7 +175,7 @@ class HelpTest(unittest.TestCase):
     def test_every_script_answers_help_with_its_usage(self):
         for script in SCRIPTS:
             with self.subTest(script):
-                result = run([script, '--help'], capture_output=True)
+                result = run_script([script, '--help'], capture_output=True)
                 self.assertEqual((result.returncode, result.stderr), (0, ''))
                 self.assertTrue(result.stdout.startswith(f'usage: {script} [-h]'), result.stdout[:200])
 
@@ -190,7 +190,7 @@ class ClosedStdoutTest(TempFolderTest):
         read_end, write_end = os.pipe()
         os.close(read_end)  # the reader is gone before the first line, as after `| head -0`
         try:
-            return run(script_and_args, cwd=lab, prepared=PREPARED, stdout=write_end, stderr=subprocess.PIPE)
+            return run_script(script_and_args, cwd=lab, prepared=PREPARED, stdout=write_end, stderr=subprocess.PIPE)
         finally:
             os.close(write_end)
 
@@ -218,13 +218,13 @@ class SignalTest(unittest.TestCase):
                     process = subprocess.Popen(
                         [sys.executable, 'benchmark.py', '--generated', '10', '--no-sweep'], cwd=HERE, env=child_env(),
                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                hung = threading.Timer(TIMEOUT, process.kill)  # reading stderr has no timeout of its own
+                hung = threading.Timer(SCRIPT_TIMEOUT, process.kill)  # reading stderr has no timeout of its own
                 hung.start()
                 try:
                     first = process.stderr.readline()
                     process.send_signal(signum)
                     rest = process.stderr.read()
-                    process.wait(timeout=TIMEOUT)
+                    process.wait(timeout=SCRIPT_TIMEOUT)
                 finally:
                     hung.cancel()
                     if process.poll() is None:
@@ -245,7 +245,7 @@ class RequirementsLineTest(TempFolderTest):
         number = len(REQUIREMENTS_TEXT.splitlines()) + 1
         for script in PACKAGED:  # the others never read it
             with self.subTest(script):
-                result = run([script], cwd=lab, prepared=PREPARED, capture_output=True)
+                result = run_script([script], cwd=lab, prepared=PREPARED, capture_output=True)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
                 self.assertEqual(result.stderr, f"{script}: {lab / 'requirements.txt'}: line {number}: "
                                                 "'-r more-requirements.txt' is not a requirement; expected "
@@ -257,7 +257,7 @@ class InterruptTest(TempFolderTest):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # run() sets its own
+        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # run_script() sets its own
 
     def interrupted_run(self, argv: list[str]) -> str:
         err = io.StringIO()
@@ -307,14 +307,14 @@ class PreparedElsewhereTest(TempFolderTest):
         lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
         for command, printed in ((['tokenizer.py'], None), (['evaluate.py', '--format', 'table'], RECORDED_TABLE)):
             with self.subTest(' '.join(command)):
-                result = run(command, cwd=lab, prepared=elsewhere, capture_output=True)
+                result = run_script(command, cwd=lab, prepared=elsewhere, capture_output=True)
                 self.assertEqual((result.returncode, result.stderr), (0, ''))
                 if printed is not None:
                     self.assertEqual(result.stdout, printed)  # the recorded report's figures
 
     def test_prepare_finds_the_folder_the_variable_names_complete(self):
         lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
-        result = run(['prepare.py'], cwd=lab, prepared=elsewhere, capture_output=True)
+        result = run_script(['prepare.py'], cwd=lab, prepared=elsewhere, capture_output=True)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.stdout.startswith(f'{elsewhere} is already complete and valid'), result.stdout)
         self.assertFalse((lab / 'prepared').exists())
@@ -325,7 +325,7 @@ class PreparedElsewhereTest(TempFolderTest):
             for prepared, folder, where in ((None, lab / 'prepared', ''),
                                             (empty, empty, f'CONTEXT_LAB_PREPARED={empty} ')):
                 with self.subTest(script=script, folder=str(folder)):
-                    result = run([script], cwd=lab, prepared=prepared, capture_output=True)
+                    result = run_script([script], cwd=lab, prepared=prepared, capture_output=True)
                     self.assertEqual((result.returncode, result.stdout), (2, ''))
                     self.assertEqual(result.stderr, f'{script}: the tokenizer is not prepared ({folder}/prepared.json'
                                      f' is missing): run `{where}{sys.executable} prepare.py`\n')

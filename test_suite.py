@@ -14,8 +14,6 @@ from test_support_lab import tracked
 
 
 SUPPORT = re.compile(r'test_support(_[a-z]+)?')  # the test support's modules, which every test file may import
-# Top-level functions of one name in two test files that do different things, each in its own file
-HOMONYMS = {'counts', 'question', 'run'}
 
 
 def definitions(path: Path) -> dict[str, str]:
@@ -30,6 +28,24 @@ def definitions(path: Path) -> dict[str, str]:
     return found
 
 
+def written_twice(files: dict[str, dict[str, str]]) -> list[str]:
+    """Each name defined in two of the files (file -> name -> dump of its definition) that is one idea written
+    twice: the support defines it, both define a function of that name, or both define it the same (a constant,
+    a class)."""
+    found = []
+    for defined in sorted({defined for names in files.values() for defined in names}):
+        homes = sorted(files, key=lambda name: (not SUPPORT.fullmatch(name.removesuffix('.py')), name))
+        homes = [name for name in homes if defined in files[name]]
+        for index, home in enumerate(homes):
+            first = files[home][defined]
+            for name in homes[index + 1:]:
+                second = files[name][defined]
+                functions = first.startswith('FunctionDef(') and second.startswith('FunctionDef(')
+                if SUPPORT.fullmatch(home.removesuffix('.py')) or functions or first == second:
+                    found.append(f'{name} defines {defined}, which {home} defines')
+    return found
+
+
 class TestSuiteTest(unittest.TestCase):
     def test_no_test_file_imports_another_only_the_test_support(self):
         for path in tracked('test_*.py'):
@@ -41,17 +57,15 @@ class TestSuiteTest(unittest.TestCase):
 
     def test_what_the_support_defines_is_defined_nowhere_else_and_no_test_function_twice(self):
         """A name the test support defines (a helper, generator, oracle or constant) is imported, never defined
-        again; a function defined in two test files is one idea written twice, unless HOMONYMS lists its name and
-        the two do differ."""
-        files = {path.name: definitions(path) for path in tracked('test_*.py')}
-        homes, again = {}, []
-        for name in sorted(files, key=lambda name: not SUPPORT.fullmatch(name.removesuffix('.py'))):
-            for defined, what in files[name].items():
-                home = homes.setdefault(defined, (name, what))
-                support = SUPPORT.fullmatch(home[0].removesuffix('.py'))
-                function = what.startswith('FunctionDef(')
-                if home[0] != name and (support or function and (defined not in HOMONYMS or what == home[1])):
-                    again.append(f'{name} defines {defined}, which {home[0]} defines')
+        again; a function of one name in two test files, or a constant or class defined the same in two, is one
+        idea written twice: it goes to the support, or gets a name that says which it is."""
+        function, other, constant = "FunctionDef(name='f')", "FunctionDef(name='f', body=[])", "Constant(value=1)"
+        self.assertEqual(written_twice({'test_a.py': {'f': function, 'N': constant, 'M': constant, 'S': constant},
+                                        'test_b.py': {'f': other, 'N': constant, 'M': "Constant(value=2)"},
+                                        'test_support_x.py': {'S': "Constant(value=3)"}}),
+                         ['test_b.py defines N, which test_a.py defines', 'test_a.py defines S, which test_support_x.py '
+                          'defines', 'test_b.py defines f, which test_a.py defines'])  # M differs: two ideas, one name
+        again = written_twice({path.name: definitions(path) for path in tracked('test_*.py')})
         self.assertFalse(again, '\n'.join(again))
 
 

@@ -7,7 +7,7 @@ import subprocess
 
 from test_support_fixtures import HERE
 
-TIMEOUT = 120  # seconds for a child process a test starts: git here, a lab script in test_cli
+SCRIPT_TIMEOUT = 120  # seconds for a child process a test starts: git here, a lab script in test_cli
 
 
 def tracked(*patterns: str) -> list[Path]:
@@ -15,7 +15,7 @@ def tracked(*patterns: str) -> list[Path]:
     Outside a git checkout, every matching file (a rules file there still holds no __main__ block)."""
     try:
         listed = subprocess.run(['git', 'ls-files', '-z', '--', *patterns], cwd=HERE, capture_output=True,
-                                check=True, timeout=TIMEOUT).stdout.decode().split('\0')
+                                check=True, timeout=SCRIPT_TIMEOUT).stdout.decode().split('\0')
     except (OSError, subprocess.CalledProcessError):
         listed = [path.name for pattern in patterns for path in HERE.glob(pattern)]
     return sorted(HERE / name for name in set(listed) if name and '/' not in name and (HERE / name).is_file())
