@@ -16,7 +16,8 @@ from case_set import load_cases
 from shapes import message_text
 from summaries import CallFailed, compact
 from summary_record import record, recording
-from test_support_fixtures import CONTINUATION_CASES as CASES, HERE
+from test_support_continuation import CONTINUATION_CASES as CASES
+from test_support_fixtures import HERE
 from tokenizer import counter
 
 SHIPPED = json.loads(KEYS.read_text())

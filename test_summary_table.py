@@ -24,7 +24,8 @@ import summaries
 from summaries import compact
 import summary_record
 import summary_table
-from test_support_fixtures import CONTINUATION_CASES as CASES, HERE
+from test_support_continuation import CONTINUATION_CASES as CASES
+from test_support_fixtures import HERE
 from test_support_runs import lab_main
 from tokenizer import counter
 

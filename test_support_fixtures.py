@@ -17,7 +17,6 @@ from hypothesis import configuration, settings, strategies as st
 
 from case_set import load_cases
 import common
-import continuation
 from common import python_command
 from strategies import RULES
 from test_support_oracle import HERE, MANIFEST, TOOL_FAMILIES
@@ -32,7 +31,6 @@ COUNTERS = ('gemma-4-e2b', 'qwen-2.5', 'llama-3.1')  # one counter of each famil
 # The lab's format of each counter whose template renders tools, and of phi-3.5's, which refuses them
 FORMS = {name: tokenizer.chat_format(MANIFEST['counters'][name]) for name in (*TOOL_FAMILIES, 'phi-3.5')}
 MANY_EXAMPLES = settings(max_examples=120, deadline=None, database=None)  # a property test of 120 examples, untimed
-CONTINUATION_CASES = load_cases(continuation.CASES)  # the shipped continuation cases: read them, never change them
 
 
 def hypothesis_home_outside_the_tree() -> None:
