@@ -2,8 +2,8 @@
 
     .venv/bin/python -m unittest -v test_case_set   (under a second)
 
-What a case set may hold, and each refusal, is tested through evaluate.py (test_evaluate.py); each test here is
-named after the cost or the sharing that would be lost. Nothing is written to disk.
+What a case set may hold, and each refusal, is tested through evaluate.py (test_evaluate_case_errors.py); each
+test here is named after the cost or the sharing that would be lost. Nothing is written to disk.
 """
 import copy
 from pathlib import Path

@@ -33,10 +33,10 @@ EDIT = {'tools': [{'type': 'function', 'function': {'name': 'read_file'}}], 'mes
         {'id': 'c9', 'type': 'function', 'function': {'name': 'read_file', 'arguments': {'path': 'notes.txt'}}}]},
     {'role': 'tool', 'tool_call_id': 'c9', 'name': 'read_file', 'content': 'café\u2028port 8080'},
     {'role': 'user', 'content': 'Which port?'}]}
-BUDGET = {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}
-LABELS = [{'id': 'green', 'conversation': 0, 'message': 5, 'split': 'dev', 'kind': 'tool-result', 'budget': BUDGET,
-           'required': ['failed at step lint'], 'stale': []},
-          {'id': 'port', 'conversation': 1, 'message': 4, 'split': 'held_out', 'kind': 'tools', 'budget': BUDGET,
+LABEL_BUDGET = {'context_limit': 384, 'max_new_tokens': 96, 'margin': 32}  # the budget of each case LABELS makes
+LABELS = [{'id': 'green', 'conversation': 0, 'message': 5, 'split': 'dev', 'kind': 'tool-result',
+           'budget': LABEL_BUDGET, 'required': ['failed at step lint'], 'stale': []},
+          {'id': 'port', 'conversation': 1, 'message': 4, 'split': 'held_out', 'kind': 'tools', 'budget': LABEL_BUDGET,
            'required': ['port 8080'], 'stale': ['café']}]
 # What the two labels give, worked out by hand: the messages up to each labelled one, as they came.
 EXPECTED = '''[
@@ -208,7 +208,7 @@ class ChatCasesTest(TempFolderTest):
         self.assertEqual(json.loads(output.read_text(encoding='utf-8')), [
             {'id': 'port', 'split': 'held_out', 'kind': 'tools',
              'messages': [{'role': 'system', 'content': 'You edit files.'}, {'role': 'user', 'content': 'Open notes.txt'}],
-             'tools': [{'type': 'function', 'function': {'name': 'read_file'}}], 'budget': BUDGET,
+             'tools': [{'type': 'function', 'function': {'name': 'read_file'}}], 'budget': LABEL_BUDGET,
              'required': ['port 8080'], 'stale': ['café']}])
 
     def test_logs_that_are_not_conversations_are_one_line_naming_the_line_or_index(self):

@@ -1,18 +1,17 @@
-"""Tests for what a newcomer meets first: the README's commands, and every script's entry point.
+"""Tests for every script's entry point: what a newcomer meets when a script runs.
 
     .venv/bin/python -m unittest -v test_cli.py   (about 30 s)
 
 The lab's scripts are found, not listed: every tracked .py file other than a test whose source holds an
 `if __name__ == '__main__':` block. So a rules file of the user's beside them (my_rules.py) is never taken
 for a script, and a script that is added, renamed or merged away is checked or dropped by itself. Each
-test is named after the failure it pins: a README command CI does not run as written, a script that ends
-in a traceback (missing packages, a closed stdout, Ctrl-C, a kill), a script without --help, a prepared
-folder only some scripts can find, answer files refused for a byte-order mark. Scripts run as real child
+test is named after the failure it pins: a script that ends in a traceback (missing packages, a closed
+stdout, Ctrl-C, a kill), a script without --help, a prepared folder only some scripts can find, answer files
+refused for a byte-order mark. Scripts run as real child
 processes (only InterruptTest drives evaluate.py's main in this process, to stop it at an exact step);
 those that would write beside themselves run in a copy of the lab in a temp folder, reading the prepared
-counter through CONTEXT_LAB_PREPARED. common.run's own cases, in this process, are test_common.py's.
-TestSuiteTest holds the test files to the test support: no test file imports another, and what the support
-defines is defined in no test file again.
+counter through CONTEXT_LAB_PREPARED. common.run's own cases, in this process, are test_common.py's; the
+README's commands and the pages' are test_cli_readme.py's.
 """
 import ast
 import contextlib
@@ -38,25 +37,14 @@ from prepared_folder import PREPARED, PREPARED_ENV
 import views
 from test_support_fixtures import HERE, TempFolderTest
 from test_support_runs import ctrl_c_reaches_children
+from test_support_lab import SCRIPT_TIMEOUT, tracked
 
-TIMEOUT = 120
 MAIN_BLOCK = re.compile(r'''^if __name__ == (['"])__main__\1:''', re.MULTILINE)
 STANDARD_LIBRARY_ONLY = re.compile(r'\brun\(main\b[^)\n]*\bpackages=False')  # what such a script tells common.run
 REQUIREMENTS_TEXT = (HERE / 'requirements.txt').read_text(encoding='utf-8')
 # Every locked package but the counter's two (and what they need): the rules and the report must not need them.
 NOT_FOR_THE_REPORT = ('matplotlib', 'wordllama', 'bm25s', 'Stemmer', 'gguf', 'huggingface_hub', 'httpx', 'httpx2',
                       'requests', 'numpy', 'hypothesis')
-
-
-def tracked(*patterns: str) -> list[Path]:
-    """The lab's own files in its top folder that match the patterns: what git tracks there, as it is now on disk.
-    Outside a git checkout, every matching file (a rules file there still holds no __main__ block)."""
-    try:
-        listed = subprocess.run(['git', 'ls-files', '-z', '--', *patterns], cwd=HERE, capture_output=True,
-                                check=True, timeout=TIMEOUT).stdout.decode().split('\0')
-    except (OSError, subprocess.CalledProcessError):
-        listed = [path.name for pattern in patterns for path in HERE.glob(pattern)]
-    return sorted(HERE / name for name in set(listed) if name and '/' not in name and (HERE / name).is_file())
 
 
 def lab_scripts() -> list[str]:
@@ -86,13 +74,6 @@ def missing_advice(script: str) -> str:
             'start the scripts with .venv/bin/python')
 
 
-def readme_commands() -> list[str]:
-    """The shell commands of the README's Setup section, one per ```sh block."""
-    text = (HERE / 'README.md').read_text(encoding='utf-8')
-    section = text.split('\n## Setup\n', 1)[1].split('\n## ', 1)[0]
-    return [block.strip() for block in re.findall(r'```sh\n(.*?)```', section, flags=re.DOTALL)]
-
-
 def copy_lab(folder: Path) -> Path:
     """A copy of the lab's code and data files in folder/lab, without prepared/."""
     lab = folder / 'lab'
@@ -119,52 +100,10 @@ def child_env(prepared: Path | None = None) -> dict:
     return env
 
 
-def run(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
+def run_script(script_and_args: list[str], cwd: Path = HERE, prepared: Path | None = None, python_options=(), **kwargs):
     """Run a script as a user would; prepared, if given, is passed as CONTEXT_LAB_PREPARED."""
     return subprocess.run([sys.executable, *python_options, *script_and_args], cwd=cwd, env=child_env(prepared),
-                          stdin=subprocess.DEVNULL, text=True, timeout=TIMEOUT, check=False, **kwargs)
-
-
-SUPPORT = re.compile(r'test_support(_[a-z]+)?')  # the test support's modules, which every test file may import
-# Top-level functions of one name in two test files that do different things, each in its own file
-HOMONYMS = {'counts', 'question', 'run'}
-
-
-def definitions(path: Path) -> dict[str, str]:
-    """Each name the module's top level defines (def, class or assignment), with a dump of what defines it."""
-    found = {}
-    for node in ast.parse(path.read_text(encoding='utf-8')).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = ast.dump(node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                found.update((name.id, ast.dump(node.value)) for name in ast.walk(target) if isinstance(name, ast.Name))
-    return found
-
-
-class TestSuiteTest(unittest.TestCase):
-    def test_no_test_file_imports_another_only_the_test_support(self):
-        for path in tracked('test_*.py'):
-            nodes = list(ast.walk(ast.parse(path.read_text(encoding='utf-8'))))
-            modules = [alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names]
-            modules += [node.module for node in nodes if isinstance(node, ast.ImportFrom) and node.module]
-            self.assertEqual([name for name in modules if name.startswith('test_') and not SUPPORT.fullmatch(name)],
-                             [], path.name)
-
-    def test_what_the_support_defines_is_defined_nowhere_else_and_no_test_function_twice(self):
-        """A name the test support defines (a helper, generator, oracle or constant) is imported, never defined
-        again; a function defined in two test files is one idea written twice, unless HOMONYMS lists its name and
-        the two do differ."""
-        files = {path.name: definitions(path) for path in tracked('test_*.py')}
-        homes, again = {}, []
-        for name in sorted(files, key=lambda name: not SUPPORT.fullmatch(name.removesuffix('.py'))):
-            for defined, what in files[name].items():
-                home = homes.setdefault(defined, (name, what))
-                support = SUPPORT.fullmatch(home[0].removesuffix('.py'))
-                function = what.startswith('FunctionDef(')
-                if home[0] != name and (support or function and (defined not in HOMONYMS or what == home[1])):
-                    again.append(f'{name} defines {defined}, which {home[0]} defines')
-        self.assertFalse(again, '\n'.join(again))
+                          stdin=subprocess.DEVNULL, text=True, timeout=SCRIPT_TIMEOUT, check=False, **kwargs)
 
 
 class ScriptsTest(unittest.TestCase):
@@ -176,107 +115,12 @@ class ScriptsTest(unittest.TestCase):
             self.assertNotIn(module, SCRIPTS)
 
 
-class ReadmeCommandsTest(unittest.TestCase):
-    def test_readme_has_a_setup_command_and_a_test_command_that_need_no_activated_venv(self):
-        commands = readme_commands()
-        self.assertEqual(len(commands), 2, commands)
-        setup, tests = commands
-        self.assertEqual([line for command in commands for line in command.splitlines()], commands)  # one line each
-        steps = setup.split(' && ')
-        self.assertEqual(steps[0], 'python3 -m venv .venv')
-        for step in [*steps[1:], tests]:
-            self.assertTrue(step.startswith('.venv/bin/python '), step)  # not `python`, not `activate`
-        self.assertTrue(setup.endswith('evaluate.py --format table'), setup)  # ends in what a person reads
-
-    def test_ci_runs_the_readme_commands_exactly_each_in_a_fresh_shell(self):
-        ci = (HERE / '.ci' / 'run').read_text(encoding='utf-8')
-        lines = ci.splitlines()
-        positions = [lines.index(command) if command in lines else -1 for command in readme_commands()]
-        self.assertNotIn(-1, positions, 'a README command is not a line of .ci/run')
-        self.assertEqual(positions, sorted(positions))  # set-up first
-        self.assertIn('env -i HOME="$HOME" PATH="$PATH" bash', ci)  # nothing of CI's own environment leaks in
-        self.assertNotIn('bin/activate', ci)
-        self.assertNotIn('VIRTUAL_ENV', ci)
-
-
-    def test_ci_prepares_the_other_counters_as_the_readme_says_before_the_tests(self):
-        text = (HERE / 'README.md').read_text(encoding='utf-8')
-        section = text.split("\n## Your model's counter\n", 1)[1].split('\n## ', 1)[0]
-        prepare_all = '.venv/bin/python prepare.py --counter all'
-        self.assertIn(prepare_all, re.findall(r'```sh\n(.*?)\n', section))
-        lines = (HERE / '.ci' / 'run').read_text(encoding='utf-8').splitlines()
-        setup, tests = readme_commands()
-        self.assertLess(lines.index(setup), lines.index(prepare_all))
-        self.assertLess(lines.index(prepare_all), lines.index(tests))
-
-    def test_the_readme_says_every_line_ci_runs_the_older_word_and_set_ups_peak_memory(self):
-        readme = ' '.join((HERE / 'README.md').read_text(encoding='utf-8').split())
-        ci = (HERE / '.ci' / 'run').read_text(encoding='utf-8')
-        said = readme.split('`.ci/run` runs', 1)[1].split('):', 1)[0]  # the sentence on the test command
-        for command in re.findall(r"<<'README'\n(.*?)\nREADME\n", ci, flags=re.DOTALL):
-            if command not in readme_commands():  # those two it calls the set-up line and this line
-                self.assertIn(f'`{command}`', said)
-        self.assertIn('the set-up line', said)
-        # The word kept where the README says "rule": the table's first column and evaluate.py's option.
-        word = re.search(r'keep the older word, \*(\w+)\*', readme)[1]
-        self.assertEqual(views.TABLE_HEADER[0], word.capitalize())
-        self.assertEqual(vars(evaluate.parse_args(['--show', 'dev-correction', f'--{word}', 'notes']))[word], 'notes')
-        setup = readme.split('## Setup', 1)[1].split('```', 1)[0]
-        self.assertRegex(setup, r'at most [\d,]+ KiB \([\d.]+ GiB\) of memory \(peak resident set, `/usr/bin/time '
-                                r'-v`, \d{4}-\d\d-\d\d\)')
-
-
-def pages() -> list[Path]:
-    """What a newcomer reads: the README and every reference page of docs/."""
-    return [HERE / 'README.md', *sorted((HERE / 'docs').glob('*.md'))]
-
-
-def shell_commands(text: str) -> list[str]:
-    """Each command of a page: every command of a ```sh, ```bash or ```text block's lines (split at &&, ||, ;
-    and |, without a leading `$ ` or VAR=value), and every inline code span.
-
-    'a\n```sh\nX=1 python a.py && ls  # b\n```\n`python c.py`' -> ['python a.py', 'ls', 'python c.py']
-    """
-    blocks = re.findall(r'^```(?:sh|bash|text)\n(.*?)^```$', text, flags=re.DOTALL | re.MULTILINE)
-    outside = re.sub(r'^```.*?^```$', '', text, flags=re.DOTALL | re.MULTILINE)
-    commands = []
-    for line in '\n'.join(blocks).splitlines():
-        for part in re.split(r'&&|\|\||;|\|', line.split('  #')[0]):
-            commands.append(re.sub(r'^(\$ )?(\w+=\S* )*', '', part.strip()))
-    spans = [' '.join(span.split()) for span in re.findall(r'`([^`]+)`', outside)]
-    return [command for command in commands + spans if command]
-
-
-class PastedCommandsTest(unittest.TestCase):
-    def test_shell_commands_of_a_page_are_found_in_blocks_and_spans(self):
-        text = 'a\n```sh\nX=1 python a.py && ls  # b\n```\n```json\n["python j"]\n```\n`python\nc.py`'
-        self.assertEqual(shell_commands(text), ['python a.py', 'ls', 'python c.py'])
-
-    def test_no_page_gives_a_bare_python_command_a_fresh_terminal_lacks(self):
-        for path in pages():
-            with self.subTest(path.name):
-                bare = [command for command in shell_commands(path.read_text(encoding='utf-8'))
-                        if command.startswith('python ')]
-                self.assertEqual(bare, [], f'{path.name}: write .venv/bin/python, not python')
-
-    def test_no_file_of_the_lab_gives_a_bare_python_command_in_its_docstring_help_or_messages(self):
-        # Docstrings become --help texts; messages and help strings are literals in the source too.
-        bare = re.compile(r'(?<![/\w.-])python (?=[\w-]+\.py\b|-m )')
-        for path in tracked('*.py'):
-            with self.subTest(path.name):
-                lines = [f'{number}: {line.strip()}' for number, line in
-                         enumerate(path.read_text(encoding='utf-8').splitlines(), 1)
-                         if bare.search(line) and 'python a.py' not in line and 'python c.py' not in line
-                         and '`python -m pip`' not in line]
-                self.assertEqual(lines, [], f'{path.name}: write .venv/bin/python, not python')
-
-
 class MissingPackagesTest(TempFolderTest):
     def test_every_script_that_needs_the_locked_packages_says_so_in_one_line_without_them(self):
         for script in PACKAGED:
             with self.subTest(script):
                 # -S: no site-packages, like an interpreter the lock was never installed into
-                result = run([script], python_options=['-S'], capture_output=True)
+                result = run_script([script], python_options=['-S'], capture_output=True)
                 self.assertEqual((result.returncode, result.stdout), (2, ''), result.stderr)
                 self.assertEqual(result.stderr, missing_advice(script) + '\n')
 
@@ -285,7 +129,7 @@ class MissingPackagesTest(TempFolderTest):
             docstring = ast.get_docstring(ast.parse((HERE / script).read_text(encoding='utf-8')), clean=False)
             for option in ('--help', '-h'):
                 with self.subTest(script=script, option=option):
-                    result = run([script, option], python_options=['-S'], capture_output=True)
+                    result = run_script([script, option], python_options=['-S'], capture_output=True)
                     self.assertEqual((result.returncode, result.stderr), (0, ''))
                     self.assertEqual(result.stdout, f'{(docstring or "").strip()}\n\n{missing_advice(script)}; '
                                                     'then --help lists every option\n')
@@ -303,7 +147,7 @@ class MissingPackagesTest(TempFolderTest):
                      'memory_cases.py': ['--output', str(self.tmp / 'memory-cases.json')]}  # not the committed one
         for script in BARE:
             with self.subTest(script):
-                result = run([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
+                result = run_script([script, *arguments.get(script, [])], prepared=PREPARED, python_options=['-S'],
                              capture_output=True)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertNotIn('lacks', result.stderr)
@@ -323,7 +167,7 @@ class MissingPackagesTest(TempFolderTest):
             import strategies, evaluate
             print('imported')
             ''')
-        result = run(['-c', code], capture_output=True)
+        result = run_script(['-c', code], capture_output=True)
         self.assertEqual((result.returncode, result.stdout, result.stderr), (0, 'imported\n', ''))
 
 
@@ -331,7 +175,7 @@ class HelpTest(unittest.TestCase):
     def test_every_script_answers_help_with_its_usage(self):
         for script in SCRIPTS:
             with self.subTest(script):
-                result = run([script, '--help'], capture_output=True)
+                result = run_script([script, '--help'], capture_output=True)
                 self.assertEqual((result.returncode, result.stderr), (0, ''))
                 self.assertTrue(result.stdout.startswith(f'usage: {script} [-h]'), result.stdout[:200])
 
@@ -346,7 +190,7 @@ class ClosedStdoutTest(TempFolderTest):
         read_end, write_end = os.pipe()
         os.close(read_end)  # the reader is gone before the first line, as after `| head -0`
         try:
-            return run(script_and_args, cwd=lab, prepared=PREPARED, stdout=write_end, stderr=subprocess.PIPE)
+            return run_script(script_and_args, cwd=lab, prepared=PREPARED, stdout=write_end, stderr=subprocess.PIPE)
         finally:
             os.close(write_end)
 
@@ -374,13 +218,13 @@ class SignalTest(unittest.TestCase):
                     process = subprocess.Popen(
                         [sys.executable, 'benchmark.py', '--generated', '10', '--no-sweep'], cwd=HERE, env=child_env(),
                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-                hung = threading.Timer(TIMEOUT, process.kill)  # reading stderr has no timeout of its own
+                hung = threading.Timer(SCRIPT_TIMEOUT, process.kill)  # reading stderr has no timeout of its own
                 hung.start()
                 try:
                     first = process.stderr.readline()
                     process.send_signal(signum)
                     rest = process.stderr.read()
-                    process.wait(timeout=TIMEOUT)
+                    process.wait(timeout=SCRIPT_TIMEOUT)
                 finally:
                     hung.cancel()
                     if process.poll() is None:
@@ -401,7 +245,7 @@ class RequirementsLineTest(TempFolderTest):
         number = len(REQUIREMENTS_TEXT.splitlines()) + 1
         for script in PACKAGED:  # the others never read it
             with self.subTest(script):
-                result = run([script], cwd=lab, prepared=PREPARED, capture_output=True)
+                result = run_script([script], cwd=lab, prepared=PREPARED, capture_output=True)
                 self.assertEqual((result.returncode, result.stdout), (2, ''))
                 self.assertEqual(result.stderr, f"{script}: {lab / 'requirements.txt'}: line {number}: "
                                                 "'-r more-requirements.txt' is not a requirement; expected "
@@ -413,7 +257,7 @@ class InterruptTest(TempFolderTest):
 
     def setUp(self):
         super().setUp()
-        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # run() sets its own
+        self.addCleanup(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM))  # run_script() sets its own
 
     def interrupted_run(self, argv: list[str]) -> str:
         err = io.StringIO()
@@ -463,14 +307,14 @@ class PreparedElsewhereTest(TempFolderTest):
         lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
         for command, printed in ((['tokenizer.py'], None), (['evaluate.py', '--format', 'table'], RECORDED_TABLE)):
             with self.subTest(' '.join(command)):
-                result = run(command, cwd=lab, prepared=elsewhere, capture_output=True)
+                result = run_script(command, cwd=lab, prepared=elsewhere, capture_output=True)
                 self.assertEqual((result.returncode, result.stderr), (0, ''))
                 if printed is not None:
                     self.assertEqual(result.stdout, printed)  # the recorded report's figures
 
     def test_prepare_finds_the_folder_the_variable_names_complete(self):
         lab, elsewhere = copy_lab(self.tmp), linked_prepared(self.tmp)
-        result = run(['prepare.py'], cwd=lab, prepared=elsewhere, capture_output=True)
+        result = run_script(['prepare.py'], cwd=lab, prepared=elsewhere, capture_output=True)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertTrue(result.stdout.startswith(f'{elsewhere} is already complete and valid'), result.stdout)
         self.assertFalse((lab / 'prepared').exists())
@@ -481,7 +325,7 @@ class PreparedElsewhereTest(TempFolderTest):
             for prepared, folder, where in ((None, lab / 'prepared', ''),
                                             (empty, empty, f'CONTEXT_LAB_PREPARED={empty} ')):
                 with self.subTest(script=script, folder=str(folder)):
-                    result = run([script], cwd=lab, prepared=prepared, capture_output=True)
+                    result = run_script([script], cwd=lab, prepared=prepared, capture_output=True)
                     self.assertEqual((result.returncode, result.stdout), (2, ''))
                     self.assertEqual(result.stderr, f'{script}: the tokenizer is not prepared ({folder}/prepared.json'
                                      f' is missing): run `{where}{sys.executable} prepare.py`\n')

@@ -16,10 +16,10 @@ from case_set import load_cases
 from shapes import message_text
 from summaries import CallFailed, compact
 from summary_record import record, recording
+from test_support_continuation import CONTINUATION_CASES as CASES
 from test_support_fixtures import HERE
 from tokenizer import counter
 
-CASES = load_cases(continuation.CASES)
 SHIPPED = json.loads(KEYS.read_text())
 KEY = {'kind': 'rejected', 'subject': 'Redis', 'kept': [r'redis[^.]*reject'], 'reversed': [r'chose redis']}
 

@@ -30,11 +30,6 @@ def messages(*texts: str) -> list[dict]:
     return [{'role': 'user', 'content': text} for text in texts]
 
 
-def counts(size: int):
-    """A count function that gives every request `size` tokens."""
-    return lambda request: size
-
-
 class FactsTest(unittest.TestCase):
     def test_a_fact_counts_raw_or_as_the_notes_block_quotes_it_and_never_across_two_messages(self):
         self.assertEqual(facts_in(CASE, messages('- note: a &lt; b', 'We will use MySQL.')), (['a < b'], ['use MySQL']))

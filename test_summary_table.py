@@ -24,12 +24,12 @@ import summaries
 from summaries import compact
 import summary_record
 import summary_table
+from test_support_continuation import CONTINUATION_CASES as CASES
 from test_support_fixtures import HERE
 from test_support_runs import lab_main
 from tokenizer import counter
 
 AGENT = load_cases(summary_table.AGENT_CASES)
-CASES = load_cases(continuation.CASES)
 
 
 def inventing(messages, options):

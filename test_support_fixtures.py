@@ -13,7 +13,7 @@ import tempfile
 import unittest
 from unittest import mock
 
-from hypothesis import configuration, strategies as st
+from hypothesis import configuration, settings, strategies as st
 
 from case_set import load_cases
 import common
@@ -30,6 +30,7 @@ BOM = b'\xef\xbb\xbf'  # UTF-8's byte order mark, which some editors save at a f
 COUNTERS = ('gemma-4-e2b', 'qwen-2.5', 'llama-3.1')  # one counter of each family, for a run under several
 # The lab's format of each counter whose template renders tools, and of phi-3.5's, which refuses them
 FORMS = {name: tokenizer.chat_format(MANIFEST['counters'][name]) for name in (*TOOL_FAMILIES, 'phi-3.5')}
+MANY_EXAMPLES = settings(max_examples=120, deadline=None, database=None)  # a property test of 120 examples, untimed
 
 
 def hypothesis_home_outside_the_tree() -> None:

@@ -20,15 +20,15 @@ import tempfile
 from types import MappingProxyType
 import unittest
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 from markupsafe import Markup
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
 from case_set import load_cases
 from prepared_folder import PREPARED
 from strategies import RULES, build_request
-from test_support_fixtures import (DEV_CORRECTION_NOTES, HERE, MANIFEST, PATHS, PYTHON, assistant_text, awkward_text,
-                                   conversations, counted, counting_path,
+from test_support_fixtures import (DEV_CORRECTION_NOTES, HERE, MANIFEST, MANY_EXAMPLES, PATHS, PYTHON, assistant_text,
+                                   awkward_text, conversations, counted, counting_path,
                                    hypothesis_home_outside_the_tree as setUpModule, rule_requests)
 from test_support_oracle import NO_ORACLE, OFFICIAL_PATH, OFFICIAL_TEMPLATE, official_count, official_render
 from tokenizer import LINE_START, CounterError, TokenCounter, counter, line_cuts, splits_cleanly
@@ -36,7 +36,6 @@ from tokenizer import LINE_START, CounterError, TokenCounter, counter, line_cuts
 MANIFEST_SHA256 = hashlib.sha256((HERE / 'tokenizer-manifest.json').read_bytes()).hexdigest()
 TEMPLATE_SHA256 = MANIFEST['hub_files']['chat_template.jinja']['sha256']
 INSTRUCTIONS = 'Answer only from the conversation. If a fact is missing, say so.'
-EXAMPLES = settings(max_examples=120, deadline=None, database=None)
 
 
 @st.composite
@@ -118,7 +117,7 @@ class OfficialTemplateTest(unittest.TestCase):
                 self.assertEqual(counter().prompt(messages), official_render(messages))
                 self.assertEqual(counter()(messages), official_count(messages))
 
-    @EXAMPLES
+    @MANY_EXAMPLES
     @given(chats(), conversations())
     def test_every_counting_path_gives_the_official_count(self, messages, case):
         self.assertEqual(counter().prompt(messages), official_render(messages))

@@ -16,11 +16,9 @@ from hypothesis import given, settings, strategies as st
 from jinja2.exceptions import TemplateError
 
 from common import LabError
-from test_support_fixtures import FORMS, call, hypothesis_home_outside_the_tree as setUpModule
+from test_support_fixtures import FORMS, MANY_EXAMPLES, call, hypothesis_home_outside_the_tree as setUpModule
 from test_support_oracle import TOOL_FAMILIES, compiled, official, template_path
 from tool_formats import THINKING_MARKERS, CounterError, as_rendered, prompt_text, refuse_thinking, turn_prompt_text
-
-EXAMPLES = settings(max_examples=120, deadline=None, database=None)
 
 
 SYSTEM = {'role': 'system', 'content': 'Use the tools.'}
@@ -344,7 +342,7 @@ class GeneratedChatsTest(ToolFormatTest):
                 self.assertEqual(prompt_text(name, FORMS[name], messages, tools), official(name, messages, tools))
 
     @ANY_TEMPLATE
-    @EXAMPLES
+    @MANY_EXAMPLES
     @given(agent_chats(), TOOL_LISTS)
     def test_every_generated_agent_chat_valid_or_trimmed_renders_as_the_official_template(self, chat, tools):
         system, history, question, trimmed = chat
@@ -357,7 +355,7 @@ class GeneratedChatsTest(ToolFormatTest):
                     self.assertEqual(rendered(prompt_text, name, FORMS[name], messages, listed),
                                      rendered(official, name, messages, listed), name)
 
-    @EXAMPLES
+    @MANY_EXAMPLES
     @given(agent_chats(), TOOL_LISTS)
     def test_turn_texts_sum_to_the_prompt_wherever_they_are_given(self, chat, tools):
         system, history, question, _ = chat

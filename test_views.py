@@ -1,77 +1,35 @@
-"""Tests for the views for people (views.py): --show and --prompt, the turn map, the table, and --compare's lines.
+"""Tests for the views for people (views.py): the table, the turn map, colour, layout and --compare's lines.
 
     .venv/bin/python -m unittest -v test_views.py   (about 20 s)
 
 Expected outputs are written out in full, by hand: the views are deterministic.
 The commands run as subprocesses with stdout a pipe, which is the plain
-(colourless) path, and once at a real pseudo-terminal; message sizes are held to
-the official template's count (test_support). The README's and docs/strategies.md's
-excerpts are checked against what the commands print. --compare's exit codes and
-refusals are tested with evaluate.py's other options in test_evaluate.py. Files
-are only ever written into temporary directories. A case id, a kind or a rule name
-is free text: the Forged* tests give one a newline and `|` (a forged table row) or
-U+202E (right-to-left override) and check that every view shows it escaped on its
-own line, the README's table rows untouched.
+(colourless) path, and once at a real pseudo-terminal. The README's and docs' turn maps
+are checked against what the commands print. --compare's exit codes and
+refusals are tested with evaluate.py's other options in test_evaluate_command.py. --show and --prompt are
+test_views_show.py's; names that would forge a table row or a heading test_views_forged.py's. Files
+are only ever written into temporary directories.
 """
 import copy
-from functools import lru_cache
 import json
 import os
-from pathlib import Path
 import random
 import re
 import subprocess
 import sys
-import tempfile
-import textwrap
 import unittest
 from unittest import mock
 
-import agent_rules
-from case_set import load_cases
 from scorer import graded_row
 from scorer import BEST_GRADED
 import evaluate
 from strategies import RULES, build_request, notes
-from test_support_fixtures import DEV_CORRECTION_NOTES, HERE, RECORDED, result, shipped_cases, user, whole_count
-from test_support_oracle import NO_ORACLE, OFFICIAL_TEMPLATE, official_count, official_render
-from test_support_runs import in_process
-import tokenizer
-from tokenizer import CounterError, counter
-from prepared_folder import DEFAULT
+from test_support_fixtures import HERE, RECORDED, result, shipped_cases
+from test_support_views import evaluate_once
+from tokenizer import counter
 from common import LabError
-from runner import case_selections
-import views
 from views import MAX_LINE, compare, counter_note, display_lines, message_labels, report_table, request_text, \
     row_changes, turn_map, turn_numbers
-
-SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens$', re.MULTILINE)  # '[turn 2, user] 12 tokens'; content is indented
-AGENT_SIZE_LINE = re.compile(r'^\[[^\]\n]+\] (\d+) tokens(?: · .*)?$', re.MULTILINE)  # and '· calls c1 ...' after
-
-NOTES_ON_DEV_CORRECTION = '''\
-notes on dev-correction (dev, corrected decision)
-
-[system] 20 tokens
-    Answer only from the conversation. If a fact is missing, say so.
-
-[notes and question, user] 86 tokens
-  + required fact: "Switch to PostgreSQL instead of MySQL."
-  ! stale fact: "We will use MySQL"
-''' + textwrap.indent(DEV_CORRECTION_NOTES, '    ') + '''
-
-[<bos> and the generation prompt] 4 tokens
-
-found 1 of 1 · missing: none · stale sent: "We will use MySQL" · 110 of 256 input tokens
-'''
-
-# What `--prompt` must print for notes on dev-correction: the Gemma 4 chat format, written out by hand.
-NOTES_PROMPT_ON_DEV_CORRECTION = '''\
-<bos><|turn>system
-Answer only from the conversation. If a fact is missing, say so.<turn|>
-<|turn>user
-''' + DEV_CORRECTION_NOTES + '''<turn|>
-<|turn>model
-'''
 
 DEV_CORRECTION_MAP = '''\
 dev-correction (dev, corrected decision), 3 turns
@@ -94,167 +52,6 @@ held-spread (held-out, facts spread across turns), 4 turns
 | notes                            | .  | . | x  | x | 1     | 2 of 2      | 0                |
 | hybrid                           | .  | . | .  | x | 0     | 0 of 2      | 0                |
 | best possible (reads the labels) | x  | . | x  | . | 0     | 2 of 2      | 0                |'''
-
-
-def show_case(case: dict, rules: dict, full: bool = False) -> str:
-    """What --show prints for these rules on one case, without colour and without the best possible selection."""
-    return views.show_requests(case, *case_selections(case, rules, counter()), False, full, False)
-
-
-@lru_cache(maxsize=None)
-def evaluate_once(*args: str) -> subprocess.CompletedProcess:
-    """evaluate.py ARGS, run once (in this process: test_support_runs.in_process) for all the tests that read its
-    output, since the views are deterministic."""
-    return in_process(evaluate, *args)
-
-
-class ShowTest(unittest.TestCase):
-    def test_show_prints_what_notes_sent_in_dev_correction_message_by_message(self):
-        result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes')
-        self.assertEqual((result.returncode, result.stderr), (0, ''))
-        self.assertEqual(result.stdout, NOTES_ON_DEV_CORRECTION)
-
-    def test_readme_shows_what_notes_sent_in_dev_correction(self):
-        self.assertIn(f'```text\n{NOTES_ON_DEV_CORRECTION}```\n', (HERE / 'README.md').read_text(encoding='utf-8'))
-
-    def test_show_without_a_strategy_ends_with_the_best_possible_request(self):
-        result = evaluate_once('--show', 'dev-correction')
-        self.assertEqual(result.returncode, 0, result.stderr)
-        titles = [line for line in result.stdout.splitlines() if ' on dev-correction ' in line]
-        self.assertEqual(titles, [f'{name} on dev-correction (dev, corrected decision)'
-                                  for name in [*RULES, 'best possible (reads the labels)']])
-        self.assertIn(NOTES_ON_DEV_CORRECTION, result.stdout)
-        self.assertTrue(result.stdout.endswith('[turn 2, user] 12 tokens\n'
-                                               '  + required fact: "Switch to PostgreSQL instead of MySQL."\n'
-                                               '    Switch to PostgreSQL instead of MySQL.\n\n'
-                                               '[turn 2, assistant] 10 tokens\n'
-                                               '    Switched to PostgreSQL.\n\n'
-                                               '[question, user] 11 tokens\n'
-                                               '    Which database will we use?\n\n'
-                                               '[<bos> and the generation prompt] 4 tokens\n\n'
-                                               'found 1 of 1 · missing: none · stale sent: none · '
-                                               '57 of 256 input tokens\n'), result.stdout[-600:])
-
-    def test_prompt_prints_exactly_the_text_the_model_receives(self):
-        result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
-        self.assertEqual((result.returncode, result.stderr), (0, ''))
-        self.assertEqual(result.stdout, NOTES_PROMPT_ON_DEV_CORRECTION)
-
-    @unittest.skipIf(OFFICIAL_TEMPLATE is None, NO_ORACLE)
-    def test_prompt_is_what_the_official_template_renders_and_counts_110_tokens(self):
-        result = evaluate_once('--show', 'dev-correction', '--strategy', 'notes', '--prompt')
-        self.assertEqual(result.returncode, 0, result.stderr)
-        messages = notes(shipped_cases()['dev-correction'], counter())['messages']
-        self.assertEqual(result.stdout, official_render(messages))
-        self.assertEqual(official_count(messages), 110)
-
-    def test_unknown_case_id_exits_2_with_one_line_listing_the_ids(self):
-        for case_id in ('dev-typo', ''):  # an empty id is an unknown id, not a missing --show
-            with self.subTest(case_id=case_id):
-                result = evaluate_once('--show', case_id)
-                self.assertEqual((result.returncode, result.stdout), (2, ''))
-                self.assertEqual(result.stderr, f"evaluate.py: {HERE / 'cases.json'}: no case {case_id!r}; the case "
-                                                'ids are: ' + ', '.join(shipped_cases()) + '\n')
-
-    def test_show_reads_the_case_set_given_with_cases_and_folds_long_messages(self):
-        case = copy.deepcopy(shipped_cases()['dev-old-decision'])
-        case['budget']['context_limit'] = 2048  # room for the long log turn
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / 'big.json'
-            path.write_text(json.dumps([case]), encoding='utf-8')
-            result = evaluate_once('--cases', str(path), '--show', 'dev-old-decision', '--strategy', 'recent')
-        self.assertEqual((result.returncode, result.stderr), (0, ''))
-        folded = result.stdout
-        # What --full prints, laid out here rather than by a second run (each run loads the counter again).
-        full = show_case(case, {'recent': RULES['recent']}, full=True)
-        # Expected lines come from the log itself, not from display_lines: the 1,099-character log, one line
-        # without double spaces, wraps at spaces into 12 lines of at most 96 characters, folded to 3 + 2.
-        log = case['history'][1]['user']
-        shown = {name: text.split('[turn 2, user] ')[1].split('\n\n')[0].split('\n')
-                 for name, text in (('folded', folded), ('full', full))}
-        header, lines = shown['full'][0], [line.removeprefix('    ') for line in shown['full'][1:]]
-        self.assertEqual((len(log), len(lines)), (1099, 12))
-        self.assertEqual(' '.join(lines), log)
-        self.assertLessEqual(max(map(len, lines)), 96)
-        self.assertEqual(shown['folded'], [header, *('    ' + line for line in lines[:3]), '    … 7 more lines …',
-                                           *('    ' + line for line in lines[-2:])])
-        self.assertNotIn('more lines', full)
-        self.assertIn('found 1 of 1', folded)
-
-    def test_message_sizes_and_the_fixed_part_add_up_to_the_count_of_the_whole_request(self):
-        for name, rule in RULES.items():
-            for case_id, case in shipped_cases().items():
-                with self.subTest(rule=name, case=case_id):
-                    messages = rule(case, counter())['messages']
-                    shown = show_case(case, {name: rule}, full=True)
-                    sizes = [int(size) for size in SIZE_LINE.findall(shown)]
-                    self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
-                    self.assertEqual(sum(sizes), whole_count(messages))
-                    if OFFICIAL_TEMPLATE is not None:
-                        self.assertEqual(sum(sizes), official_count(messages))
-
-    def test_options_of_show_without_show_are_a_usage_error(self):
-        for args in (['--strategy', 'notes'], ['--prompt'], ['--full'], ['--show', 'dev-latest', '--format', 'table'],
-                     ['--show', 'dev-latest', '--prompt', '--full']):
-            with self.subTest(args=args):
-                result = evaluate_once(*args)
-                self.assertEqual((result.returncode, result.stdout), (2, ''))
-                self.assertIn('usage:', result.stderr)
-
-
-class AgentShowTest(unittest.TestCase):
-    """--show of agent requests: each message's share of the whole render, and messages numbered as refusals are."""
-
-    def test_each_agent_message_has_its_share_and_the_shares_add_up_to_the_official_count(self):
-        for case in load_cases(HERE / 'agent-cases.json'):
-            for name, rule in {**RULES, **agent_rules.RULES}.items():
-                with self.subTest(rule=name, case=case['id']):
-                    messages = rule(case, counter())['messages']
-                    sizes = [int(size) for size in AGENT_SIZE_LINE.findall(show_case(case, {name: rule}, full=True))]
-                    self.assertEqual(len(sizes), len(messages) + 1)  # each message, then <bos> and the prompt
-                    self.assertEqual(sum(sizes), whole_count(messages))
-                    if OFFICIAL_TEMPLATE is not None:
-                        self.assertEqual(sum(sizes), official_count(messages))
-
-    def test_a_result_says_whether_the_template_writes_it_in_its_calls_turn_or_drops_it(self):
-        case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-parallel']
-        relevant = show_case(case, {'relevant': RULES['relevant']}).splitlines()
-        trimmed = agent_rules.RULES['trim-last'](case, counter())['messages']
-        self.assertIn('[turn 1, tool] 0 tokens · answers call_a · written in the share of its call', relevant)
-        self.assertIn('[message 0, tool] 0 tokens · answers call_c · not sent: the template drops it',
-                      show_case(case, {'trim-last': agent_rules.RULES['trim-last']}).splitlines())
-        if OFFICIAL_TEMPLATE is not None:  # the oracle agrees: that result is nowhere in the prompt
-            self.assertNotIn(trimmed[0]['content'], official_render(trimmed))
-
-    def test_a_message_is_numbered_from_0_in_its_label_as_in_the_refusal_that_names_it(self):
-        case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-latest']
-        request = build_request(case, [])
-        request[1:1] = [user('Read it.'), result('call_9', 'stray')]  # a result that answers no call, message 2
-
-        def stray(case, count):
-            return {'messages': request, 'turns': [], 'notes': 0, 'input_tokens': count(request)}
-
-        lines = show_case(case, {'stray': stray}).splitlines()
-        self.assertIn('[message 2, tool] 0 tokens · answers call_9 · not sent: the template drops it', lines)
-        self.assertTrue(lines[-1].endswith('invalid: message 2 (tool) answers no call of the assistant message '
-                                           'before it'), lines[-1])
-
-    def test_text_beside_a_call_is_marked_not_sent_and_carries_no_fact_under_llama(self):
-        try:
-            tokenizer.counter('llama-3.1')
-        except CounterError:
-            self.skipTest('llama-3.1 is not prepared')
-        tokenizer.choose_counter('llama-3.1')
-        self.addCleanup(tokenizer.choose_counter, DEFAULT)
-        case = {case['id']: case for case in load_cases(HERE / 'agent-cases.json')}['dev-agent-latest']
-        newest = case['history'][-1]  # recent keeps it: [user, a call of read_file, its result, an answer]
-        case = {**case, 'required': ['Reading it now.'], 'history': [
-            *case['history'][:-1], [newest[0], {**newest[1], 'content': 'Reading it now.'}, *newest[2:]]]}
-        shown = show_case(case, {'recent': RULES['recent']}).splitlines()
-        self.assertIn('[turn 2, assistant] 22 tokens · calls call_2 read_file {"path": ".ci/image"} · its text is '
-                      'not sent: llama-3.1 drops it beside a call', shown)
-        self.assertNotIn('  + required fact: "Reading it now."', shown)
-        self.assertTrue(shown[-1].startswith('found 0 of 1 · missing: "Reading it now."'), shown[-1])
 
 
 class ColourTest(unittest.TestCase):
@@ -506,105 +303,6 @@ class LargeReportTest(unittest.TestCase):
             'relevant held_out summary: facts_found 5001 -> 5002',
             'best possible held_out summary: facts_found 5001 -> 5002',
             f'and {counted} changes case by case, not shown: run without --summary-only to see them'])
-
-
-# --- forged free text: names that would add table rows, break headings or reverse text ---------------------
-
-RECORDED_REPORT = json.loads(RECORDED.read_text(encoding='utf-8'))
-FORGED_ROW = '\n| forged | dev | 7 of 7 | 6 of 6 | 0 | 1 |'  # would read as a row of the README's table
-OVERRIDE = '\u202e'  # right-to-left override: text after it prints reversed
-
-
-def cells(line: str) -> int:
-    """The cells of a Markdown table line: unescaped `|` separators less one."""
-    return len(re.findall(r'(?<!\\)\|', line)) - 1
-
-
-def readme_table() -> list[str]:
-    text = (HERE / 'README.md').read_text(encoding='utf-8')
-    start = text.index('| Strategy | Split |')
-    return text[start:text.index('\n\n', start)].splitlines()
-
-
-class ForgedTableTest(unittest.TestCase):
-    def test_a_kind_holding_a_newline_and_a_pipe_stays_one_row_of_the_readme_table(self):
-        report = copy.deepcopy(RECORDED_REPORT)
-        for rows in [*report['cases'].values(), report['best_possible']['cases']]:
-            for row in rows:
-                row['kind'] += FORGED_ROW if row['case'] == 'dev-correction' else ''
-        table = views.report_table(report, 'kind').splitlines()
-        self.assertEqual({cells(line) for line in table}, {6})
-        forged = [line for line in table if 'forged' in line]
-        row = RECORDED_REPORT['cases']['recent'][2]  # dev-correction, the only case of its kind
-        self.assertEqual(forged[0], f"| recent | {row['kind']}\\n\\| forged \\| dev \\| 7 of 7 \\| 6 of 6 \\| 0 \\| 1 "
-                                    f"\\| | {row['required_found']} of 1 | 0 of 1 | 0 | {row['input_tokens']} |")
-        self.assertEqual(len(forged), 5)  # one per rule and the best possible: none became a row of its own
-
-    def test_a_rule_name_forging_a_row_leaves_the_readme_table_rows_as_they_are(self):
-        report = copy.deepcopy(RECORDED_REPORT)
-        name = 'mine' + FORGED_ROW
-        report['cases'][name] = report['cases']['recent']
-        report['summary'][name] = report['summary']['recent']
-        table = views.report_table(report).splitlines()
-        self.assertEqual([line for line in table if 'forged' not in line], readme_table())
-        self.assertEqual([line for line in table if 'forged' in line],
-                         [f'| mine\\n\\| forged \\| dev \\| 7 of 7 \\| 6 of 6 \\| 0 \\| 1 \\| | {split} | 2 of 7 | 1 of 6 '
-                          f'| 0 | {mean} |' for split, mean in (('dev', '51.3'), ('held-out', '54.2'))])
-
-
-class ForgedHeadingTest(unittest.TestCase):
-    def test_a_newline_in_a_case_id_does_not_break_the_turn_map_heading(self):
-        report = copy.deepcopy(RECORDED_REPORT)
-        for rows in [*report['cases'].values(), report['best_possible']['cases']]:
-            for row in rows:
-                row['case'] = row['case'].replace('dev-latest', 'dev-latest\n# forged heading')
-        text = views.turn_map(report)
-        self.assertEqual(text.splitlines()[2], 'dev-latest\\n# forged heading (dev, fact in the newest turn), 2 turns')
-        self.assertNotIn('\n# forged', text)
-
-    def test_a_newline_and_an_override_in_a_case_id_stay_escaped_in_the_show_heading(self):
-        case = load_cases(HERE / 'cases.json')[0]
-        case = dict(case, id='dev-latest\nx' + OVERRIDE + 'yz')
-        text = show_case(case, {'recent': RULES['recent']})
-        self.assertEqual(text.splitlines()[0], 'recent on dev-latest\\nx\\u202eyz (dev, fact in the newest turn)')
-        self.assertNotIn(OVERRIDE, text)
-
-
-class ForgedCompareTest(unittest.TestCase):
-    def test_an_override_in_a_case_id_or_a_rule_name_is_shown_escaped_never_raw(self):
-        old = copy.deepcopy(RECORDED_REPORT)
-        old['cases']['recent'][0]['case'] = 'dev-' + OVERRIDE + 'tsetal'  # would print as dev-latest
-        old['cases']['rule' + OVERRIDE] = []
-        old['summary']['rule' + OVERRIDE] = {}
-        lines = views.compare(old, RECORDED_REPORT)
-        self.assertEqual([line for line in lines if 'u202e' in line or OVERRIDE in line],
-                         ['recent dev-\\u202etsetal: case removed', 'rule\\u202e: rule removed'])
-
-    def test_a_best_possible_summary_that_is_not_figures_is_refused_in_one_line(self):
-        old = copy.deepcopy(RECORDED_REPORT)
-        old['best_possible']['summary'] = {'dev': 5}
-        with self.assertRaises(views.ReportError) as raised:
-            views.check_report(Path('old.json'), old)
-        self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report: field best_possible.summary '
-                                                'must map each split to its figures')
-
-    def test_a_best_possible_without_its_cases_or_summary_is_refused_naming_the_part_that_is_missing(self):
-        for part in ('cases', 'summary'):
-            with self.subTest(part):
-                old = copy.deepcopy(RECORDED_REPORT)
-                del old['best_possible'][part]
-                with self.assertRaises(views.ReportError) as raised:
-                    views.check_report(Path('old.json'), old)
-                self.assertEqual(str(raised.exception), f'old.json: not an evaluate.py report: missing field '
-                                                        f'best_possible.{part}')
-
-    def test_best_possible_cases_that_are_no_list_of_rows_are_refused(self):
-        old = copy.deepcopy(RECORDED_REPORT)
-        old['best_possible']['cases'] = {'dev-latest': {}}
-        with self.assertRaises(views.ReportError) as raised:
-            views.check_report(Path('old.json'), old)
-        self.assertEqual(str(raised.exception), 'old.json: not an evaluate.py report: field best_possible.cases '
-                                                'must be a list of rows')
 
 
 class CounterNoteTest(unittest.TestCase):
