@@ -67,6 +67,13 @@ def recorded_answer(text: str, seed: int = 1) -> dict:
             'answer_tokens': 9, 'request_sha256': '0' * 64, 'input_tokens': 50}
 
 
+def shipped_keys() -> dict:
+    return json.loads((HERE / 'answer-keys.json').read_text())
+
+
+ANSWER_KEYS = shipped_keys()['keys']  # the shipped regex keys of the held-out cases, by case id
+
+
 class Rejecting(unittest.TestCase):
     """Base for tests of a loader that must refuse a file with one line starting with the file's path."""
 
