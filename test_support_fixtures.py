@@ -18,6 +18,7 @@ from hypothesis import configuration, strategies as st
 from case_set import load_cases
 import common
 from common import python_command
+from prepared_folder import PREPARED_JSON, counter_folder
 from strategies import RULES
 from test_support_oracle import HERE, MANIFEST, TOOL_FAMILIES
 import tokenizer
@@ -213,6 +214,12 @@ def counted(path: str, messages, count: TokenCounter | None = None) -> int:
         if path == 'warm cache':
             count(messages)
         return count(messages)
+
+
+def prepared_or_skip(test: unittest.TestCase, name: str) -> None:
+    """Skip a test that records with another counter than the default where set-up did not prepare it."""
+    if not (counter_folder(name) / PREPARED_JSON).exists():
+        test.skipTest(f'{name} is not prepared: run `{PYTHON} prepare.py --counter {name}` (or all)')
 
 
 @functools.lru_cache(maxsize=None)
