@@ -3,12 +3,8 @@ answer costs only its own, and a file that cannot be read or written is one line
 
     .venv/bin/python -m unittest -v test_answer_record_partial.py
 
-They run the real requests-based client and the real recording, with the real strategies, cases and prepared
-counter (so `.venv/bin/python prepare.py` must have run), against the fake Ollama server of test_support.py, which
-these tests start on 127.0.0.1, through common.run as a user's command runs; no model is called. Every file a test
-writes goes to a temporary directory; the shipped files are only read. Every HTTP request the client makes in
-these tests is checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test can reach
-a real server.
+They run the real client and recording against a fake Ollama server on 127.0.0.1, as test_support_record.py
+says; no model is called, no test can reach a real server, and every file a test writes is a temporary one.
 """
 import json
 from pathlib import Path

@@ -3,7 +3,14 @@ fake Ollama server of test_support.py, and the partial file it keeps.
 
 The tests: test_answer_record_run (what a whole run sends, records and reports), test_answer_record_resume (a run
 stopped by a failing call, Ctrl-C or a kill, and the next run that resumes it) and test_answer_record_partial (the
-partial file itself). Every file a test writes goes to a temporary directory.
+partial file itself).
+
+They run the real requests-based client and the real recording, with the real strategies, cases and prepared
+counter (so `.venv/bin/python prepare.py` must have run), against the fake Ollama server of test_support.py, which
+their tests start on 127.0.0.1, through common.run as a user's command runs; no model is called. Every file a test
+writes goes to a temporary directory; the shipped files are only read. Every HTTP request the client makes in
+those tests is checked to go to 127.0.0.1, and OLLAMA_HOST points at a closed loopback port, so no test can reach
+a real server.
 """
 import contextlib
 import hashlib
