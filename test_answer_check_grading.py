@@ -88,7 +88,8 @@ LAB_COUNTS = {'recent': [62, 52, 38, 39, 78, 56], 'relevant': [62, 58, 93, 71, 3
 # "does not say" says the fact is missing; 14 without 30 lacks a required fact.
 INVENTED = {'held-latest': ('Mateo leads it.', 'pass'), 'held-old-decision': ('Object storage.', 'pass'),
             'held-correction': ('We use RabbitMQ.', 'fail'), 'held-pronoun': ('The conversation does not say.', 'fail'),
-            'held-spread': ('Passwords expire after 14 days.', 'fail'), 'held-buried': ('Allow 200 connections.', 'pass')}
+            'held-spread': ('Passwords expire after 14 days.', 'fail'),
+            'held-buried': ('Allow 200 connections.', 'pass')}
 
 
 class OriginalRecordingTest(AnswerFilesTest):
@@ -113,9 +114,11 @@ class OriginalRecordingTest(AnswerFilesTest):
         # Matched by rule, case and seed, each prompt_tokens is held to today's request: 16 of 24 differ, five seeds
         # each, and the line says why (the original answered its own cases' texts), not that the model saw less.
         differ = [(name, case, seed, tokens, lab) for name in RULES for case, tokens, lab in
-                  zip(INVENTED, ORIGINAL_PROMPT_TOKENS[name], LAB_COUNTS[name]) if tokens != lab for seed in range(1, 6)]
+                  zip(INVENTED, ORIGINAL_PROMPT_TOKENS[name], LAB_COUNTS[name]) if tokens != lab
+                  for seed in range(1, 6)]
         self.assertEqual(len(differ), 80)
-        header, *listed = out.split("\n80 answers whose prompt_tokens differ from the lab's count (")[1].split('\n')[:81]
+        header, *listed = out.split("\n80 answers whose prompt_tokens differ from the lab's count (")[1].split(
+            '\n')[:81]
         for why in ("the original's format names no request", "its own cases.json (sha256 30d77344...)",
                     '(docs/counter.md)):'):
             self.assertIn(why, header)

@@ -167,9 +167,11 @@ class OwnModelCasesAndRulesTest(AnswerFilesTest):
         # Written for this test: an allowance of 200 - 96 - 31 = 73 tokens, which holds both turns as Gemma counts
         # them and only the last as Llama 3.1 does, whose dated system header costs some 20 tokens more.
         window = {'id': 'my-window', 'split': 'held_out', 'kind': 'older fact', 'instructions': TURN,
-                  'current': 'When may we deploy?', 'budget': {'context_limit': 200, 'max_new_tokens': 96, 'margin': 31},
+                  'current': 'When may we deploy?',
+                  'budget': {'context_limit': 200, 'max_new_tokens': 96, 'margin': 31},
                   'history': [{'user': 'When may we deploy?', 'assistant': 'Deploys run on Tuesday afternoons.'},
-                              {'user': 'And rollbacks?', 'assistant': 'Rollbacks need approval from the on-call lead.'}],
+                              {'user': 'And rollbacks?',
+                               'assistant': 'Rollbacks need approval from the on-call lead.'}],
                   'required': ['Deploys run on Tuesday afternoons.'], 'stale': []}
         (self.folder / 'window.json').write_text(json.dumps([window]))
         (self.folder / 'window-keys.json').write_text(json.dumps({'keys': {'my-window': {'must': ['tuesday'],

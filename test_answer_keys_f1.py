@@ -30,7 +30,8 @@ CASES = [{'id': 'conv-1-q0', 'split': 'held_out', 'kind': 'multi-hop', 'instruct
           'current': 'Would Caroline pursue writing?', 'budget': BUDGET,
           'history': [{'user': 'I want to be a counselor.', 'assistant': 'Not a writer, then.'}],
           'required': ['I want to be a counselor.'], 'stale': []}]
-GOLD = {'answers': {'conv-1-q0': 'Adoption agencies, counseling', 'conv-1-q1': 'Likely no; she wants to be a counselor'}}
+GOLD = {'answers': {'conv-1-q0': 'Adoption agencies, counseling',
+                    'conv-1-q1': 'Likely no; she wants to be a counselor'}}
 SAID = {'What is Caroline looking into?': 'adoption agencies, and counseling for kids',
         'Would Caroline pursue writing?': 'Likely no.'}
 

@@ -74,7 +74,8 @@ class PipeTest(TempFolderTest):
         fifo = self.tmp / 'report.json'
         os.mkfifo(fifo)
         received = self.tmp / 'received'
-        reader = subprocess.Popen(['sh', '-c', f'sleep 0.5; cat {shlex.quote(str(fifo))} > {shlex.quote(str(received))}'])
+        reader = subprocess.Popen(['sh', '-c',
+                                   f'sleep 0.5; cat {shlex.quote(str(fifo))} > {shlex.quote(str(received))}'])
         write_output(fifo, 'x' * 200_000, 'report')  # more than a pipe holds: the reader reads as it is written
         self.assertEqual(reader.wait(timeout=30), 0)
         self.assertEqual(received.read_bytes(), b'x' * 200_000)

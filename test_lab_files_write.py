@@ -257,7 +257,8 @@ class LeftoverTest(TempFolderTest):
         target = self.tmp / 'report.json'
         target.write_text('old', encoding='utf-8')
         # A real SIGTERM, sent by the child to itself between staging and renaming.
-        child = subprocess.run([sys.executable, '-c', 'import os, signal, sys; from pathlib import Path; import common, lab_files\n'
+        child = subprocess.run([sys.executable, '-c', 'import os, signal, sys; from pathlib import Path; '
+                                'import common, lab_files\n'
                                 'real = os.replace\n'
                                 'def replace(*names):\n    os.kill(os.getpid(), signal.SIGTERM); real(*names)\n'
                                 'os.replace = replace\n'

