@@ -9,7 +9,7 @@ import unittest
 
 import answer_grades
 from answer_model import load_model
-from test_support_fixtures import ANSWER_KEYS, recorded_answer as answer
+from test_support_fixtures import recorded_answer as answer, shipped_keys
 
 
 class GradeTest(unittest.TestCase):
@@ -22,7 +22,8 @@ class GradeTest(unittest.TestCase):
                               ('held-latest', 'Mateo, not Ana, reviews it.')):  # a case with no stale pattern
             with self.subTest(case=case_id, text=text):
                 recorded = {'model': load_model(), 'answers': {'recent': {case_id: [answer(text)]}}}
-                self.assertEqual(answer_grades.grade_recording(recorded, ANSWER_KEYS, plan=[])['answers_to_read'], [])
+                grades = answer_grades.grade_recording(recorded, shipped_keys()['keys'], plan=[])
+                self.assertEqual(grades['answers_to_read'], [])
 
     def test_answers_to_read_are_recorded_and_counted_in_the_table(self):
         # The original rule reads 'not ' as a correction: seed 1 passes although it keeps the replaced decision.
@@ -31,7 +32,7 @@ class GradeTest(unittest.TestCase):
                                            answer('We use RabbitMQ.', 2),
                                            answer('Redis replaced RabbitMQ. So: Redis, not RabbitMQ.', 3)],
                        'held-latest': [answer('Mateo.', 1)]}}}
-        grades = answer_grades.grade_recording(recorded, ANSWER_KEYS, plan=[])
+        grades = answer_grades.grade_recording(recorded, shipped_keys()['keys'], plan=[])
         self.assertEqual(grades['answers_to_read'], [
             {'strategy': 'recent', 'case': 'held-correction', 'seed': 1,
              'sentence': 'The job queue uses RabbitMQ, not Redis streams.'},
@@ -55,7 +56,7 @@ class GradeTest(unittest.TestCase):
             'recent': {'held-latest': [answer('Mateo.', 1), answer('', 2)],
                        'held-buried': [answer("The conversation doesn't mention it.", 1),
                                        answer('The gateway allows 200.', 2)]}}}
-        grades = answer_grades.grade_recording(recorded, ANSWER_KEYS, plan=[])
+        grades = answer_grades.grade_recording(recorded, shipped_keys()['keys'], plan=[])
         self.assertEqual(grades['summary'], {
             'notes': {'pass': 2, 'fail': 2, 'incomplete': 0, 'said_missing': 0, 'stale_as_current': 2,
                       'cases_passed_every_trial': 1},
@@ -101,7 +102,7 @@ class GradeTest(unittest.TestCase):
                       'held-latest': [answer('Ana.', 1), answer('', 2)]}}}
         plan = [{'strategy': strategy, 'case': case, 'seed': seed, **request}
                 for (strategy, case, seed), request in current.items()]
-        grades = answer_grades.grade_recording(recorded, ANSWER_KEYS, plan)
+        grades = answer_grades.grade_recording(recorded, shipped_keys()['keys'], plan)
         self.assertEqual(grades['failure_causes'], {
             'recent': {'passed': 0, 'passed_fact_missing': 0, 'model_failed': 0, 'rule_failed': 2, 'stale_carried': 0},
             'notes': {'passed': 1, 'passed_fact_missing': 0, 'model_failed': 2, 'rule_failed': 1, 'stale_carried': 1}})

@@ -22,7 +22,7 @@ from answer_keys import answer_verdict, load_answer_keys
 from case_set import load_cases
 from common import LabError
 from test_support import FakeOllama, client_for, only_loopback as setUpModule
-from test_support_fixtures import ANSWER_KEYS, HERE, Rejecting, held_out_cases, shipped_keys
+from test_support_fixtures import HERE, Rejecting, held_out_cases, shipped_keys
 from test_support_runs import run_answer_check
 
 
@@ -31,7 +31,7 @@ HELD_OUT = ['held-latest', 'held-old-decision', 'held-correction', 'held-pronoun
 
 
 def graded(case_id: str, text: str) -> tuple[str, str]:
-    return answer_verdict(text, ANSWER_KEYS[case_id])
+    return answer_verdict(text, shipped_keys()['keys'][case_id])
 
 
 class KeysTest(unittest.TestCase):
@@ -52,7 +52,7 @@ class KeysTest(unittest.TestCase):
     def test_every_key_matches_the_case_facts_it_was_written_from(self):
         for case in held_out_cases():
             for kind, facts in (('must', case['required']), ('stale', case['stale'])):
-                for pattern in ANSWER_KEYS[case['id']][kind]:
+                for pattern in shipped_keys()['keys'][case['id']][kind]:
                     with self.subTest(case=case['id'], kind=kind, pattern=pattern):
                         self.assertTrue(any(re.search(pattern, fact, re.I) for fact in facts))
 
