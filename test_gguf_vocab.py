@@ -1,6 +1,6 @@
 """Tests for gguf_vocab.py: tokenizers rebuilt from tiny GGUF vocabularies, each id worked out by hand; each test is
 named after the failure it pins. (The real vocabularies are held to llama.cpp's test vectors by prepare.py, and the
-prepared ones again by test_counters.py; the Gemma build by test_prepare.py.)
+prepared ones again by test_counters.py; the Gemma build by test_prepare_pypi.py.)
 
     .venv/bin/python -m unittest -v test_gguf_vocab.py
 """

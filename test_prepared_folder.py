@@ -3,7 +3,7 @@
     .venv/bin/python -m unittest -v test_prepared_folder.py   (a few seconds; everything happens in temp folders)
 
 The folders checked here are written by hand the way the contract describes, not by prepare.py; replace is
-driven with small fill functions. test_prepare.py fails or interrupts every step of whole prepare.py runs;
+driven with small fill functions. test_prepare_swap.py fails or interrupts every step of whole prepare.py runs;
 here are what that loop cannot reach: a swap whose undo fails too, runs killed outright, parent folders a run
 made, and the held signals themselves.
 """

@@ -18,6 +18,7 @@ from hypothesis import configuration, settings, strategies as st
 from case_set import load_cases
 import common
 from common import python_command
+from prepared_folder import PREPARED_JSON, counter_folder
 from strategies import RULES
 from test_support_oracle import HERE, MANIFEST, TOOL_FAMILIES
 import tokenizer
@@ -66,6 +67,12 @@ def recorded_answer(text: str, seed: int = 1) -> dict:
     """One answer as a recording holds it, for a request nobody sends."""
     return {'seed': seed, 'answer': text, 'tool_calls': [], 'done_reason': 'stop', 'prompt_tokens': 50,
             'answer_tokens': 9, 'request_sha256': '0' * 64, 'input_tokens': 50}
+
+
+def shipped_keys() -> dict:
+    """answer-keys.json as shipped, read afresh on each call: a test may change what it returns."""
+    return json.loads((HERE / 'answer-keys.json').read_text())
+
 
 
 class Rejecting(unittest.TestCase):
@@ -207,6 +214,12 @@ def counted(path: str, messages, count: TokenCounter | None = None) -> int:
         if path == 'warm cache':
             count(messages)
         return count(messages)
+
+
+def prepared_or_skip(test: unittest.TestCase, name: str) -> None:
+    """Skip a test that records with another counter than the default where set-up did not prepare it."""
+    if not (counter_folder(name) / PREPARED_JSON).exists():
+        test.skipTest(f'{name} is not prepared: run `{PYTHON} prepare.py --counter {name}` (or all)')
 
 
 @functools.lru_cache(maxsize=None)
