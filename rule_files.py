@@ -89,10 +89,12 @@ class Labelled(io.TextIOBase):
 
 
 class RemoteCount:
-    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the case."""
+    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the case;
+    a request built of the case's turns is summed here where the lab sums it so too (`additive`)."""
 
     def __init__(self, requests, replies):
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
+        self.additive, self.built = False, None  # built: the turns and notes of the request summed here last
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
         print(line, file=self.replies, flush=True)
@@ -106,17 +108,26 @@ class RemoteCount:
     def __call__(self, messages: list[dict], sent: str | None = None) -> int:
         if (key := sent or json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
-            self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
+            self.last, self.built = list(map(dict, messages)), None  # what the lab counted last, as it stands now
         return self.counts[key]
 
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
         """self(messages) for messages = build_request(case, kept, notes); where they are those of the case as the lab
-        sent it, the lab builds them from its own copy: only the turns and notes travel (not 1 MB at 15,808 tokens)."""
+        sent it, the lab builds them from its own copy: only the turns and notes travel (not 1 MB at 15,808 tokens).
+        Where the lab counts such a request as its head and its turns' costs, that sum is made here, unasked, and the
+        lab counts the request when it comes back as its turns and notes (the reply's `built`)."""
         try:
             sent = self.original is not None and messages == build_request(self.original, kept, notes)
         except (IndexError, TypeError):  # turns the messages cannot have been built of
             sent = False
-        return self(messages, json.dumps({'kept': sorted(kept), 'notes': list(notes)}) if sent else None)
+        built = {'kept': sorted(kept), 'notes': list(notes)} if sent else None
+        if not (sent and self.additive):
+            return self(messages, json.dumps(built) if sent else None)
+        built_parts(built, len(self.original['history']))  # refused here as the lab would refuse it
+        cost = self.turn_costs(self.original['history'])
+        size = self(build_request(self.original, [], notes)) + sum(map(cost.__getitem__, kept))
+        self.last, self.built = list(map(dict, messages)), built
+        return size
 
     def turn_costs(self, history: list) -> list[int]:
         if (key := each_turn(turn_key, history)) not in self.turns:
@@ -187,13 +198,16 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = request['turns'], None
     out.path, folder, name, function = rules[request['rule']]
-    out.label, count.last = f'{out.path}: rule {name}: ', None
+    out.label, count.last, count.built = f'{out.path}: rule {name}: ', None, None
     helpers.enter(folder)
+    case = dict(request['case'], history=working_copy(histories, request['history']))
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-    case = dict(request['case'], history=working_copy(histories, request['history']))
+        if 'bare' in request:  # the lab's count of the bare request, which every rule asks for
+            count.counts[json.dumps(build_request(case, []))] = request['bare']
     # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
     count.original = None if 'tools' in case else dict(request['case'], history=histories[request['history']][0])
+    count.additive = request.get('additive') is True
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
@@ -204,7 +218,7 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
         got = 'a dict without a messages list' if isinstance(returned, dict) else type(returned).__name__
         raise RuleError(f"returned {got}; expected a list of chat messages or a dict with 'messages'")
     try:
-        reply = {'counted': True} if counted else {'messages': messages}
+        reply = ({'built': count.built} if count.built else {'counted': True}) if counted else {'messages': messages}
         return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
@@ -294,7 +308,13 @@ class Child:
                                                        copies if len(places) < len(history) else None)  # None: no twins
             request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
             self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
-            if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
+            request.update(head(case, count))
+            if type(built := (reply := self.ask(request, where, count, most)).get('built')) is dict:
+                try:  # a request the rules process summed itself: counted here, as it is built
+                    messages, size, kept = self.build(built, count)
+                except LabError as error:
+                    raise RuleError(f'{where}: returned turns the counter does not accept: {error}') from None
+            elif reply.get('counted') is True and self.last:
                 messages, size, kept = self.last  # the request the lab counted for the rule, and the one it returned
             else:
                 messages, kept = reply.get('messages'), None
@@ -307,12 +327,15 @@ class Child:
             return selection(messages, first_copies(kept, known[4]) if known[4] else kept, 0, size)
         return rule
 
+    def build(self, built: dict, count) -> tuple[list[dict], int, list[int]]:
+        """(messages, count, kept) of the request a rule sent as its turns and notes, checked (built_parts)."""
+        return *built_request(self.case, count, *built_parts(built, len(self.case['history']))), built['kept']
+
     def counted(self, asked: dict, count) -> dict:
         """The lab's answer to a rule that counts: its counter on the request (or what it is built of), or turns."""
         try:
             if type(built := asked.get('count')) is dict:
-                self.last = (*built_request(self.case, count, *built_parts(built, len(self.case['history']))),
-                             built['kept'])
+                self.last = self.build(built, count)
                 return {'answer': self.last[1]}
             if 'count' in asked:
                 self.last = asked['count'], count(asked['count']), None
@@ -325,6 +348,15 @@ class Child:
             return {'answer': count.turn_costs(turns)}
         except LabError as error:
             return {'error': str(error)}
+
+
+def head(case: dict, count) -> dict:
+    """What the lab tells the rules process with a call: whether `count` sums this case's requests built of its turns
+    (then so may the rules process), and its count of the bare request, which every rule asks for (unless refused)."""
+    told = {'additive': bool(getattr(count, 'additive', None) and count.additive(case))}
+    with contextlib.suppress(LabError):  # the rule's own count of it will say why
+        told['bare'] = count(build_request(case, []))
+    return told
 
 
 def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:

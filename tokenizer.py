@@ -185,11 +185,16 @@ class TokenCounter:
         """self(messages) for messages = shapes.build_request(case, kept, notes), without reading them all: a pair
         case's request is its head (system message and question) and its turns, each message's cached size counted
         once (turn_costs), exactly what self(messages) sums. An agent request is counted as __call__ counts it."""
-        history = case['history']
-        if not self.fast or case.get('tools') or (history and type(history[0]) is list):
+        if not self.additive(case):
             return self(messages)
-        cost = self.turn_costs(history)
+        cost = self.turn_costs(case['history'])
         return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
+
+    def additive(self, case: dict) -> bool:
+        """Whether count_built sums this case's requests from their parts: a pair case, under a counter whose special
+        tokens split a prompt cleanly (a rules process may then sum them itself, rule_files.RemoteCount)."""
+        history = case['history']
+        return self.fast and not case.get('tools') and not (history and type(history[0]) is list)
 
     def known_sizes(self, messages) -> list[int] | None:
         """Cached sizes of a well-formed request's messages, None if one was not seen or it may be malformed: every
@@ -356,6 +361,9 @@ class LazyCount:
 
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
         return counter().count_built(messages, case, kept, notes)
+
+    def additive(self, case: dict) -> bool:
+        return counter().additive(case)
 
     @property
     def name(self) -> str:  # as a TokenCounter's, without loading it
