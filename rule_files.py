@@ -95,6 +95,7 @@ class RemoteCount:
     def __init__(self, requests, replies):
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
         self.additive, self.built = False, None  # built: the turns and notes of the request summed here last
+        self.sent_costs = {}  # id of a history as the lab sent it (kept for the run) -> its turn costs
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
         print(line, file=self.replies, flush=True)
@@ -123,11 +124,23 @@ class RemoteCount:
         built = {'kept': sorted(kept), 'notes': list(notes)} if sent else None
         if not (sent and self.additive):
             return self(messages, json.dumps(built) if sent else None)
-        built_parts(built, len(self.original['history']))  # refused here as the lab would refuse it
-        cost = self.turn_costs(self.original['history'])
+        built_parts(built, len(history := self.original['history']))  # refused here as the lab would refuse it
+        if (cost := self.sent_costs.get(id(history))) is None:  # no rule is given this list to change
+            cost = self.sent_costs[id(history)] = self.turn_costs(history)
         size = self(build_request(self.original, [], notes)) + sum(map(cost.__getitem__, kept))
-        self.last, self.built = list(map(dict, messages)), built
+        self.last, self.built = None, built  # compared again as returned (answer), not copied: it is long
         return size
+
+    def returned(self, messages) -> dict | None:
+        """The reply for a rule that returned these messages, if the lab has them: the turns and notes of the request
+        summed here ('built'), or the request the lab counted last ('counted'); else None."""
+        if self.built is not None and self.original is not None:
+            with contextlib.suppress(IndexError, TypeError):  # turns a rule set here that the case does not have
+                if messages == build_request(self.original, self.built['kept'], self.built['notes']):
+                    return {'built': self.built}
+        elif self.last is not None and messages == self.last:
+            return {'counted': True}
+        return None
 
     def turn_costs(self, history: list) -> list[int]:
         if (key := each_turn(turn_key, history)) not in self.turns:
@@ -211,14 +224,14 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
-        counted = count.last is not None and messages == count.last  # most often: the lab has it already
+        known = count.returned(messages)  # most often: the lab has it already
     except BaseException as error:
         raise RuleError(f'the rule raised {describe(error, out.path)}') from None
     if not isinstance(messages, list):
         got = 'a dict without a messages list' if isinstance(returned, dict) else type(returned).__name__
         raise RuleError(f"returned {got}; expected a list of chat messages or a dict with 'messages'")
     try:
-        reply = ({'built': count.built} if count.built else {'counted': True}) if counted else {'messages': messages}
+        reply = known or {'messages': messages}
         return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None

@@ -170,13 +170,22 @@ class ContractTest(RulesFolder):
         self.assertEqual((selected['messages'], selected['turns']), (request, [0, 1]))
         self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(request))))  # rendered whole
 
+    def test_a_request_summed_in_the_rules_process_then_changed_is_counted_as_returned(self):
+        # What the rules process summed travels as turns only while the rule returns that very request.
+        selected = self.rule('''
+            request = build_request(case, [0])
+            count.count_built(request, case, [0])
+            request[1] = {'role': 'user', 'content': 'changed'}
+            return request''')(case := case_named('dev-correction'), count_request)
+        self.assertEqual(selected['messages'][1]['content'], 'changed')
+        self.assertEqual(selected['input_tokens'], count_request(selected['messages']))
+
     def test_turns_a_rules_process_reports_it_summed_are_checked_by_the_lab(self):
         # The reply's turns come from a process that runs user code: the lab checks them as a count's.
         self.assertEqual(self.refusal('''
-            request = build_request(case, [0])
-            count.count_built(request, case, [0])
-            count.built = {'kept': [9], 'notes': []}
-            return request''', 'dev-correction').split(': ', 1)[1],
+            count.count_built(build_request(case, [0]), case, [0])
+            count.built = {'kept': [0, 0], 'notes': []}
+            return build_request(case, [0, 0])''', 'dev-correction').split(': ', 1)[1],
             'rule mine: case dev-correction: returned turns the counter does not accept: count: expected {"kept": '
             'distinct turn indices below 3, "notes": texts}')
 
