@@ -94,7 +94,7 @@ class RemoteCount:
 
     def __init__(self, requests, replies):
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
-        self.additive, self.built = False, None  # built: the turns and notes of the request summed here last
+        self.additive, self.built = False, None  # built: (turns and notes, messages) of the request summed here last
         self.sent_costs = {}  # id of a history as the lab sent it (kept for the run) -> its turn costs
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
@@ -118,33 +118,38 @@ class RemoteCount:
         Where the lab counts such a request as its head and its turns' costs, that sum is made here, unasked, and the
         lab counts the request when it comes back as its turns and notes (the reply's `built`)."""
         try:
-            sent = self.original is not None and messages == build_request(self.original, kept, notes)
+            expected = self.original and build_request(self.original, kept, notes)  # of dicts no rule is given
         except (IndexError, TypeError):  # turns the messages cannot have been built of
-            sent = False
-        built = {'kept': sorted(kept), 'notes': list(notes)} if sent else None
+            expected = None
+        built = {'kept': sorted(kept), 'notes': list(notes)} if (sent := messages == expected) else None
         if not (sent and self.additive):
             return self(messages, json.dumps(built) if sent else None)
-        built_parts(built, len(history := self.original['history']))  # refused here as the lab would refuse it
-        if (cost := self.sent_costs.get(id(history))) is None:  # no rule is given this list to change
-            cost = self.sent_costs[id(history)] = self.turn_costs(history)
+        built_parts(built, len(self.original['history']))  # refused here as the lab would refuse it
+        cost = self.turn_costs(self.original['history'])
         size = self(build_request(self.original, [], notes)) + sum(map(cost.__getitem__, kept))
-        self.last, self.built = None, built  # compared again as returned (answer), not copied: it is long
+        self.last, self.built = None, (built, expected)  # compared again as returned (answer), not copied: it is long
         return size
 
     def returned(self, messages) -> dict | None:
         """The reply for a rule that returned these messages, if the lab has them: the turns and notes of the request
         summed here ('built'), or the request the lab counted last ('counted'); else None."""
-        if self.built is not None and self.original is not None:
-            with contextlib.suppress(IndexError, TypeError):  # turns a rule set here that the case does not have
-                if messages == build_request(self.original, self.built['kept'], self.built['notes']):
-                    return {'built': self.built}
+        if self.built is not None:
+            if messages == self.built[1]:
+                return {'built': self.built[0]}
         elif self.last is not None and messages == self.last:
             return {'counted': True}
         return None
 
     def turn_costs(self, history: list) -> list[int]:
+        """The lab's turn costs of a history; of the case's own as sent (most often), found by comparing the turns in C,
+        kept for the run (the list is kept for it), not by keying its hundreds of turns again."""
+        sent = self.original is not None and history == self.original['history']
+        if sent and (cost := self.sent_costs.get(id(self.original['history']))) is not None:
+            return list(cost)
         if (key := each_turn(turn_key, history)) not in self.turns:
             self.turns = {key: self.ask('turn_costs', json.dumps(history))}
+        if sent:
+            self.sent_costs[id(self.original['history'])] = self.turns[key]
         return list(self.turns[key])
 
 

@@ -184,7 +184,7 @@ class ContractTest(RulesFolder):
         # The reply's turns come from a process that runs user code: the lab checks them as a count's.
         self.assertEqual(self.refusal('''
             count.count_built(build_request(case, [0]), case, [0])
-            count.built = {'kept': [0, 0], 'notes': []}
+            count.built = {'kept': [0, 0], 'notes': []}, build_request(case, [0, 0])
             return build_request(case, [0, 0])''', 'dev-correction').split(': ', 1)[1],
             'rule mine: case dev-correction: returned turns the counter does not accept: count: expected {"kept": '
             'distinct turn indices below 3, "notes": texts}')
