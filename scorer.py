@@ -14,16 +14,13 @@ the two checks every run makes, that a case's bare request fits and that a count
 prints and writes nothing.
 """
 from bisect import bisect_right
-from itertools import accumulate, chain
-from operator import itemgetter
+from itertools import accumulate
 
 from common import LabError
 from shapes import (AGENT_ROW_FIELDS, AGENT_TOTALS, BEST_TOTALS, ROW_FIELDS, RULE_TOTALS, SPLITS, allowance,
-                    build_request, escape, message_text, pair_texts, per_history, turn_texts)
+                    build_request, escape, message_text, per_history, turn_texts)
 from tokenizer import SELECTED
 from tool_formats import as_rendered
-
-CONTENT = itemgetter('content')
 
 
 def facts_in(case: dict, messages: list[dict], counter: str | None = None) -> tuple[list[str], list[str]]:
@@ -42,10 +39,8 @@ def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple
     system message, the kept turns of a pair case in order and the question: a fact without a newline lies in one
     message, and every template writes a message of only a role and a text whole (tool_formats.as_rendered)."""
     messages, history, kept = chosen['messages'], case.get('history'), chosen['turns']
-    middle = messages[1:-1]  # read in C: a request holds hundreds of messages
-    if 'tools' in case or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
-            or any('\n' in fact for fact in case['stale']) or set(map(len, middle)) - {2} \
-            or list(map(CONTENT, middle)) != list(chain.from_iterable(map(pair_texts, map(history.__getitem__, kept)))):
+    if 'tools' in case or len(messages) != 2 * len(kept) + 2 or any('\n' in fact for fact in case['required']) \
+            or any('\n' in fact for fact in case['stale']) or messages[1:-1] != build_request(case, kept)[1:-1]:
         return facts_in(case, messages, counter)  # a message holding more than its role and text (a call) is read whole
     ends, kept = f'{message_text(messages[0])}\n{message_text(messages[-1])}', set(kept)
     return tuple([fact for fact in case[key] if fact in ends or escape(fact) in ends
