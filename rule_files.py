@@ -94,7 +94,8 @@ class RemoteCount:
 
     def __init__(self, requests, replies):
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
-        self.additive, self.built = False, None  # built: (turns and notes, messages) of the request summed here last
+        self.additive, self.built, self.bare = False, None, None  # built: (turns and notes, messages) of the request
+        # summed here last; bare: the lab's count of the case's bare request
         self.sent_costs = {}  # id of a history as the lab sent it (kept for the run) -> its turn costs
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
@@ -126,7 +127,8 @@ class RemoteCount:
             return self(messages, json.dumps(built) if sent else None)
         built_parts(built, len(self.original['history']))  # refused here as the lab would refuse it
         cost = self.turn_costs(self.original['history'])
-        size = self(build_request(self.original, [], notes)) + sum(map(cost.__getitem__, kept))
+        head = self.bare if not notes and self.bare is not None else self(build_request(self.original, [], notes))
+        size = head + sum(map(cost.__getitem__, kept))
         self.last, self.built = None, (built, expected)  # compared again as returned (answer), not copied: it is long
         return size
 
@@ -221,8 +223,9 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     case = dict(request['case'], history=working_copy(histories, request['history']))
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-        if 'bare' in request:  # the lab's count of the bare request, which every rule asks for
-            count.counts[json.dumps(build_request(case, []))] = request['bare']
+        count.bare = request.get('bare')  # the lab's count of the bare request, which every rule asks for
+        if count.bare is not None:
+            count.counts[json.dumps(build_request(case, []))] = count.bare
     # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
     count.original = None if 'tools' in case else dict(request['case'], history=histories[request['history']][0])
     count.additive = request.get('additive') is True
@@ -267,6 +270,7 @@ class Child:
 
     def __init__(self, timeout: float):
         self.timeout, self.cpu, self.rules, self.histories, self.buffer = timeout, 0.0, 0, {}, bytearray()
+        self.told = None, None, {}  # the case and count the lab last told the rules process of (head), and what
         self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE, start_new_session=True)
         self.stop = weakref.finalize(self, end, self.process)  # at the latest when this process ends
         CHILDREN.add(self)
@@ -326,7 +330,9 @@ class Child:
                                                        copies if len(places) < len(history) else None)  # None: no twins
             request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
             self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
-            request.update(head(case, count))
+            if self.told[0] is not case or self.told[1] is not count:  # a case's rules are run one after another
+                self.told = case, count, head(case, count)
+            request.update(self.told[2])
             if type(built := (reply := self.ask(request, where, count, most)).get('built')) is dict:
                 try:  # a request the rules process summed itself: counted here, as it is built
                     messages, size, kept = self.build(built, count)
