@@ -95,7 +95,7 @@ class RemoteCount:
     def __init__(self, requests, replies):
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
         self.additive, self.built, self.bare = False, None, None  # built: (turns and notes, messages) of the request
-        # summed here last; bare: the lab's count of the case's bare request
+        # summed here last; bare: the lab's count of the case's bare request (bare_request)
         self.sent_costs = {}  # id of a history as the lab sent it (kept for the run) -> its turn costs
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
@@ -108,6 +108,8 @@ class RemoteCount:
         return answer['answer']
 
     def __call__(self, messages: list[dict], sent: str | None = None) -> int:
+        if self.bare is not None and messages == self.bare_request:  # as the lab sent it: no JSON to make
+            return self.bare
         if (key := sent or json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
             self.last, self.built = list(map(dict, messages)), None  # what the lab counted last, as it stands now
@@ -127,8 +129,7 @@ class RemoteCount:
             return self(messages, json.dumps(built) if sent else None)
         built_parts(built, len(self.original['history']))  # refused here as the lab would refuse it
         cost = self.turn_costs(self.original['history'])
-        head = self.bare if not notes and self.bare is not None else self(build_request(self.original, [], notes))
-        size = head + sum(map(cost.__getitem__, kept))
+        size = self(build_request(self.original, [], notes)) + sum(map(cost.__getitem__, kept))
         self.last, self.built = None, (built, expected)  # compared again as returned (answer), not copied: it is long
         return size
 
@@ -223,9 +224,8 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     case = dict(request['case'], history=working_copy(histories, request['history']))
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-        count.bare = request.get('bare')  # the lab's count of the bare request, which every rule asks for
-        if count.bare is not None:
-            count.counts[json.dumps(build_request(case, []))] = count.bare
+        count.bare, count.bare_request = request.get('bare'), build_request(case, [])  # the lab's count of the bare
+        # request, which every rule asks for
     # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
     count.original = None if 'tools' in case else dict(request['case'], history=histories[request['history']][0])
     count.additive = request.get('additive') is True
