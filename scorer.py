@@ -39,12 +39,12 @@ def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple
     system message, the kept turns of a pair case in order and the question: a fact without a newline lies in one
     message, and every template writes a message of only a role and a text whole (tool_formats.as_rendered)."""
     messages, history, kept = chosen['messages'], case.get('history'), chosen['turns']
-    if 'tools' in case or len(messages) != 2 * len(kept) + 2 or any('\n' in fact for fact in case['required']) \
-            or any('\n' in fact for fact in case['stale']) or messages[1:-1] != build_request(case, kept)[1:-1]:
+    if 'tools' in case or len(messages) != 2 * len(kept) + 2 or '\n' in ''.join([*case['required'], *case['stale']]) \
+            or messages[1:-1] != build_request(case, kept)[1:-1]:
         return facts_in(case, messages, counter)  # a message holding more than its role and text (a call) is read whole
     ends, kept = f'{message_text(messages[0])}\n{message_text(messages[-1])}', set(kept)
-    return tuple([fact for fact in case[key] if fact in ends or escape(fact) in ends
-                  or not holders(history, fact).isdisjoint(kept)] for key in ('required', 'stale'))
+    return tuple([fact for fact in case[key] if not holders(history, fact).isdisjoint(kept) or fact in ends
+                  or escape(fact) in ends] for key in ('required', 'stale'))
 
 
 def holders(history: list, fact: str) -> frozenset[int]:
