@@ -270,7 +270,7 @@ class Child:
 
     def __init__(self, timeout: float):
         self.timeout, self.cpu, self.rules, self.histories, self.buffer = timeout, 0.0, 0, {}, bytearray()
-        self.told = None, None, {}  # the case and count the lab last told the rules process of (head), and what
+        self.told = None, None, {}, 0  # the case and count last sent: what the request says of them, its JSON's size
         self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE, start_new_session=True)
         self.stop = weakref.finalize(self, end, self.process)  # at the latest when this process ends
         CHILDREN.add(self)
@@ -321,18 +321,18 @@ class Child:
         def rule(case: dict, count) -> dict:
             where = f'{path}: rule {name}: case {case["id"]}'
             history = case['history']
-            request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE if key in case}}, None
+            if self.told[0] is not case or self.told[1] is not count:  # a case's rules are run one after another
+                visible = {key: case[key] for key in VISIBLE if key in case}
+                self.told = case, count, {'case': visible, **head(case, count)}, len(json.dumps(visible))
+            request, self.last = {'rule': index, **self.told[2]}, None
             if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = history
                 places = turn_places(history)
                 copies = [places[turn_key(turn_messages(turn))] for turn in history]
                 known = self.histories[id(history)] = (history, len(self.histories), places, len(json.dumps(history)),
                                                        copies if len(places) < len(history) else None)  # None: no twins
-            request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
+            request['history'], most = known[1], MARGIN + 2 * (known[3] + self.told[3])
             self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
-            if self.told[0] is not case or self.told[1] is not count:  # a case's rules are run one after another
-                self.told = case, count, head(case, count)
-            request.update(self.told[2])
             if type(built := (reply := self.ask(request, where, count, most)).get('built')) is dict:
                 try:  # a request the rules process summed itself: counted here, as it is built
                     messages, size, kept = self.build(built, count)
