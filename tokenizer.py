@@ -34,6 +34,7 @@ from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
 
 ROLES = ('system', *TURN_ROLES)  # a message's roles: the system's, then a turn's
+HEADS_KEPT = 4096  # bare-request counts count_built keeps (LoCoMo's 1,534 questions fit); then it starts anew
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
 LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see line_cuts
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
@@ -116,6 +117,7 @@ class TokenCounter:
         self.fast = splits_cleanly(self.tokenizer, self.form)
         self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its span; one-line messages only
         self.lines: dict[str, int] = {}  # line -> tokens, for messages of several lines
+        self.heads: dict[tuple, int] = {}  # (instructions, question) -> tokens of a pair case's bare request
         self.turns: dict[tuple, list[int]] = {}  # a conversation's (user, assistant) texts -> its turn costs
         # Every request pays prefix and generation prompt; one without a system message, what some write instead.
         self.fixed = len(self.encode(self.form['prefix'])) + len(self.encode(self.form['suffix']))
@@ -188,7 +190,12 @@ class TokenCounter:
         if not self.additive(case):
             return self(messages)
         cost = self.turn_costs(case['history'])
-        return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
+        if notes or (head := self.heads.get(key := (case['instructions'], case['current']))) is None:
+            head = self(build_request(case, [], notes))  # a pair case's bare request: its instructions and question
+            if not notes:
+                self.heads = self.heads if len(self.heads) < HEADS_KEPT else {}
+                self.heads[key] = head
+        return head + sum(map(cost.__getitem__, kept))
 
     def additive(self, case: dict) -> bool:
         """Whether count_built sums this case's requests from their parts: a pair case, under a counter whose special
@@ -260,7 +267,8 @@ class TokenCounter:
 
     def forget(self) -> None:
         """Empty every cache, the BPE model's too, as in a fresh process (benchmark.py times from here)."""
-        self.sizes.clear(), self.lines.clear(), self.turns.clear(), self.tokenizer.model._clear_cache()
+        self.sizes.clear(), self.lines.clear(), self.turns.clear(), self.heads.clear()
+        self.tokenizer.model._clear_cache()
         shared_costs.cache_clear()
 
 
