@@ -10,7 +10,7 @@ question, highest first, newer first on ties, and keeps each turn of that order 
 text. The model is read from the wordllama package's own folder with downloads disabled: nothing is fetched at run
 time. The rules read no labels and write nothing.
 """
-from functools import lru_cache, partial
+from functools import cached_property, lru_cache, partial
 import logging
 from pathlib import Path
 
@@ -18,7 +18,7 @@ import bm25s
 import numpy
 import Stemmer
 
-from shapes import each_turn, turn_texts
+from shapes import each_turn, per_history, turn_texts
 from strategies import fitting, ranked
 
 # wordllama's import calls logging.basicConfig, which would put every library's info lines on stderr; while
@@ -39,8 +39,26 @@ RRF_K = 60  # reciprocal-rank fusion constant, the usual value
 CONVERSATIONS_KEPT = 32
 QUESTIONS_KEPT = 2048  # reused by `fused` and across a sweep's budgets (LoCoMo's 1,534 fit, in about 40 MB)
 
-Turns = tuple[tuple[str, ...], ...]  # a conversation as its turns' texts (shapes.turn_texts): the cache key
 STEMMER = Stemmer.Stemmer(STEMMER_LANGUAGE)  # one for the run: it keeps the words it has stemmed
+
+
+class Turns(tuple):
+    """A conversation as its turns' texts (shapes.turn_texts), the key of every cache here, its hash worked out once:
+    a sweep looks up each question's ranking at every budget, and hashing hundreds of turns each time cost more."""
+
+    @cached_property
+    def known_hash(self) -> int:
+        return tuple.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self.known_hash
+
+
+@per_history
+def history_turns(history: list) -> Turns:
+    """Turns of a history list, made once per list: the rules process hands each call the list the call before got
+    while it equals the original, so the same key is found again, and compared by identity."""
+    return Turns(each_turn(turn_texts, history))
 
 
 def bm25_words(texts: list[str]) -> list[list[str]]:
@@ -105,7 +123,7 @@ def fused_ranked(turns: Turns, current: str) -> list[int]:
 
 def keep_in_order(case: dict, count, ranker) -> dict:
     """A rule, its ranker bound: the request with each turn that still fits, in the order ranker gives."""
-    return fitting(case, count, ranker(each_turn(turn_texts, case['history']), case['current']))
+    return fitting(case, count, ranker(history_turns(case['history']), case['current']))
 
 
 RULES = {name: partial(keep_in_order, ranker=ranker) for name, ranker in (

@@ -89,10 +89,14 @@ class Labelled(io.TextIOBase):
 
 
 class RemoteCount:
-    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the case."""
+    """A rule's `count` in the rules process: the lab's counter, asked through the pipe, answers kept for the case;
+    a request built of the case's turns is summed here where the lab sums it so too (`additive`)."""
 
     def __init__(self, requests, replies):
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
+        self.additive, self.built, self.bare = False, None, None  # built: (turns and notes, messages) of the request
+        # summed here last; bare: the lab's count of the case's bare request (bare_request)
+        self.sent_costs = {}  # id of a history as the lab sent it (kept for the run) -> its turn costs
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
         print(line, file=self.replies, flush=True)
@@ -104,23 +108,51 @@ class RemoteCount:
         return answer['answer']
 
     def __call__(self, messages: list[dict], sent: str | None = None) -> int:
+        if self.bare is not None and messages == self.bare_request:  # as the lab sent it: no JSON to make
+            return self.bare
         if (key := sent or json.dumps(messages)) not in self.counts:
             self.counts[key] = self.ask('count', key)
-            self.last = list(map(dict, messages))  # what the lab counted last, as it stands now
+            self.last, self.built = list(map(dict, messages)), None  # what the lab counted last, as it stands now
         return self.counts[key]
 
     def count_built(self, messages: list[dict], case: dict, kept, notes=()) -> int:
         """self(messages) for messages = build_request(case, kept, notes); where they are those of the case as the lab
-        sent it, the lab builds them from its own copy: only the turns and notes travel (not 1 MB at 15,808 tokens)."""
+        sent it, the lab builds them from its own copy: only the turns and notes travel (not 1 MB at 15,808 tokens).
+        Where the lab counts such a request as its head and its turns' costs, that sum is made here, unasked, and the
+        lab counts the request when it comes back as its turns and notes (the reply's `built`)."""
         try:
-            sent = self.original is not None and messages == build_request(self.original, kept, notes)
+            expected = self.original and build_request(self.original, kept, notes)  # of dicts no rule is given
         except (IndexError, TypeError):  # turns the messages cannot have been built of
-            sent = False
-        return self(messages, json.dumps({'kept': sorted(kept), 'notes': list(notes)}) if sent else None)
+            expected = None
+        built = {'kept': sorted(kept), 'notes': list(notes)} if (sent := messages == expected) else None
+        if not (sent and self.additive):
+            return self(messages, json.dumps(built) if sent else None)
+        built_parts(built, len(self.original['history']))  # refused here as the lab would refuse it
+        cost = self.turn_costs(self.original['history'])
+        size = self(build_request(self.original, [], notes)) + sum(map(cost.__getitem__, kept))
+        self.last, self.built = None, (built, expected)  # compared again as returned (answer), not copied: it is long
+        return size
+
+    def returned(self, messages) -> dict | None:
+        """The reply for a rule that returned these messages, if the lab has them: the turns and notes of the request
+        summed here ('built'), or the request the lab counted last ('counted'); else None."""
+        if self.built is not None:
+            if messages == self.built[1]:
+                return {'built': self.built[0]}
+        elif self.last is not None and messages == self.last:
+            return {'counted': True}
+        return None
 
     def turn_costs(self, history: list) -> list[int]:
+        """The lab's turn costs of a history; of the case's own as sent (most often), found by comparing the turns in C,
+        kept for the run (the list is kept for it), not by keying its hundreds of turns again."""
+        sent = self.original is not None and history == self.original['history']
+        if sent and (cost := self.sent_costs.get(id(self.original['history']))) is not None:
+            return list(cost)
         if (key := each_turn(turn_key, history)) not in self.turns:
             self.turns = {key: self.ask('turn_costs', json.dumps(history))}
+        if sent:
+            self.sent_costs[id(self.original['history'])] = self.turns[key]
         return list(self.turns[key])
 
 
@@ -187,24 +219,27 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     if 'turns' in request:  # a conversation not sent before
         histories[request['history']] = request['turns'], None
     out.path, folder, name, function = rules[request['rule']]
-    out.label, count.last = f'{out.path}: rule {name}: ', None
+    out.label, count.last, count.built = f'{out.path}: rule {name}: ', None, None
     helpers.enter(folder)
+    case = dict(request['case'], history=working_copy(histories, request['history']))
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
-    case = dict(request['case'], history=working_copy(histories, request['history']))
+        count.bare, count.bare_request = request.get('bare'), build_request(case, [])  # the lab's count of the bare
+        # request, which every rule asks for
     # the case as sent, which a rule cannot change, unless it has tools (a list a rule could change in place)
     count.original = None if is_agent(case) else dict(request['case'], history=histories[request['history']][0])
+    count.additive = request.get('additive') is True
     try:
         returned = function(case, count)
         messages = returned.get('messages') if isinstance(returned, dict) else returned
-        counted = count.last is not None and messages == count.last  # most often: the lab has it already
+        known = count.returned(messages)  # most often: the lab has it already
     except BaseException as error:
         raise RuleError(f'the rule raised {describe(error, out.path)}') from None
     if not isinstance(messages, list):
         got = 'a dict without a messages list' if isinstance(returned, dict) else type(returned).__name__
         raise RuleError(f"returned {got}; expected a list of chat messages or a dict with 'messages'")
     try:
-        reply = {'counted': True} if counted else {'messages': messages}
+        reply = known or {'messages': messages}
         return json.dumps({**reply, 'cpu': time.process_time()})
     except BaseException as error:
         raise RuleError(f'returned what JSON cannot carry: {describe(error, out.path)}') from None
@@ -235,6 +270,7 @@ class Child:
 
     def __init__(self, timeout: float):
         self.timeout, self.cpu, self.rules, self.histories, self.buffer = timeout, 0.0, 0, {}, bytearray()
+        self.told = None, None, {}, 0  # the case and count last sent: what the request says of them, its JSON's size
         self.process = Popen([sys.executable, '-B', '-c', CHILD], stdin=PIPE, stdout=PIPE, start_new_session=True)
         self.stop = weakref.finalize(self, end, self.process)  # at the latest when this process ends
         CHILDREN.add(self)
@@ -285,16 +321,24 @@ class Child:
         def rule(case: dict, count) -> dict:
             where = f'{path}: rule {name}: case {case["id"]}'
             history = case['history']
-            request, self.last = {'rule': index, 'case': {key: case[key] for key in VISIBLE if key in case}}, None
+            if self.told[0] is not case or self.told[1] is not count:  # a case's rules are run one after another
+                visible = {key: case[key] for key in VISIBLE if key in case}
+                self.told = case, count, {'case': visible, **head(case, count)}, len(json.dumps(visible))
+            request, self.last = {'rule': index, **self.told[2]}, None
             if (known := self.histories.get(id(history))) is None:  # kept below: its id stays its own
                 request['turns'] = history
                 places = turn_places(history)
                 copies = [places[turn_key(turn_messages(turn))] for turn in history]
                 known = self.histories[id(history)] = (history, len(self.histories), places, len(json.dumps(history)),
                                                        copies if len(places) < len(history) else None)  # None: no twins
-            request['history'], most = known[1], MARGIN + 2 * (known[3] + len(json.dumps(request['case'])))
+            request['history'], most = known[1], MARGIN + 2 * (known[3] + self.told[3])
             self.case = case  # whose request a rule may send as turn indices (RemoteCount.count_built)
-            if (reply := self.ask(request, where, count, most)).get('counted') is True and self.last:
+            if type(built := (reply := self.ask(request, where, count, most)).get('built')) is dict:
+                try:  # a request the rules process summed itself: counted here, as it is built
+                    messages, size, kept = self.build(built, count)
+                except LabError as error:
+                    raise RuleError(f'{where}: returned turns the counter does not accept: {error}') from None
+            elif reply.get('counted') is True and self.last:
                 messages, size, kept = self.last  # the request the lab counted for the rule, and the one it returned
             else:
                 messages, kept = reply.get('messages'), None
@@ -307,12 +351,15 @@ class Child:
             return selection(messages, first_copies(kept, known[4]) if known[4] else kept, 0, size)
         return rule
 
+    def build(self, built: dict, count) -> tuple[list[dict], int, list[int]]:
+        """(messages, count, kept) of the request a rule sent as its turns and notes, checked (built_parts)."""
+        return *built_request(self.case, count, *built_parts(built, len(self.case['history']))), built['kept']
+
     def counted(self, asked: dict, count) -> dict:
         """The lab's answer to a rule that counts: its counter on the request (or what it is built of), or turns."""
         try:
             if type(built := asked.get('count')) is dict:
-                self.last = (*built_request(self.case, count, *built_parts(built, len(self.case['history']))),
-                             built['kept'])
+                self.last = self.build(built, count)
                 return {'answer': self.last[1]}
             if 'count' in asked:
                 self.last = asked['count'], count(asked['count']), None
@@ -325,6 +372,15 @@ class Child:
             return {'answer': count.turn_costs(turns)}
         except LabError as error:
             return {'error': str(error)}
+
+
+def head(case: dict, count) -> dict:
+    """What the lab tells the rules process with a call: whether `count` sums this case's requests built of its turns
+    (then so may the rules process), and its count of the bare request, which every rule asks for (unless refused)."""
+    told = {'additive': bool(getattr(count, 'additive', None) and count.additive(case))}
+    with contextlib.suppress(LabError):  # the rule's own count of it will say why
+        told['bare'] = count(build_request(case, []))
+    return told
 
 
 def built_parts(built: dict, turns: int) -> tuple[list[int], list[str]]:

@@ -18,14 +18,12 @@ that a count is the sum of its parts (strategies.check_additive), live with what
 writes nothing.
 """
 from bisect import bisect_right
-from itertools import accumulate, chain
-from operator import itemgetter
+from itertools import accumulate
 
-from shapes import SPLITS, allowance, escape, is_agent, message_text, pair_texts, per_history, turn_texts
+from shapes import SPLITS, allowance, build_request, escape, is_agent, message_text, per_history, turn_texts
 from tokenizer import SELECTED
 from tool_formats import as_rendered, invalid
 
-CONTENT = itemgetter('content')
 # The layouts, in the order a report writes the fields. A graded row: a rule's, and on an agent case also why its
 # request is invalid (null when valid); the best possible selection's, which takes BEST_GRADED from graded_row.
 ROW_FIELDS = ('case', 'split', 'kind', 'turns', 'notes', 'input_tokens', 'within_budget', 'required_found',
@@ -71,14 +69,12 @@ def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple
     system message, the kept turns of a pair case in order and the question: a fact without a newline lies in one
     message, and every template writes a message of only a role and a text whole (tool_formats.as_rendered)."""
     messages, history, kept = chosen['messages'], case.get('history'), chosen['turns']
-    middle = messages[1:-1]  # read in C: a request holds hundreds of messages
-    if is_agent(case) or len(middle) != 2 * len(kept) or any('\n' in fact for fact in case['required']) \
-            or any('\n' in fact for fact in case['stale']) or set(map(len, middle)) - {2} \
-            or list(map(CONTENT, middle)) != list(chain.from_iterable(map(pair_texts, map(history.__getitem__, kept)))):
+    if is_agent(case) or len(messages) != 2 * len(kept) + 2 or '\n' in ''.join([*case['required'], *case['stale']]) \
+            or messages[1:-1] != build_request(case, kept)[1:-1]:
         return facts_in(case, messages, counter)  # a message holding more than its role and text (a call) is read whole
     ends, kept = f'{message_text(messages[0])}\n{message_text(messages[-1])}', set(kept)
-    return tuple([fact for fact in case[key] if fact in ends or escape(fact) in ends
-                  or not holders(history, fact).isdisjoint(kept)] for key in ('required', 'stale'))
+    return tuple([fact for fact in case[key] if not holders(history, fact).isdisjoint(kept) or fact in ends
+                  or escape(fact) in ends] for key in ('required', 'stale'))
 
 
 def holders(history: list, fact: str) -> frozenset[int]:

@@ -127,12 +127,15 @@ def all_note_lines(history: list) -> tuple[list[int], list[str]]:
     return [turn for turn, _ in found], [line for _, line in found]
 
 
-def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None) -> dict:
-    """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs`,
-    which a caller that has them passes, so that no request is counted twice."""
+def chosen(case: dict, count, kept: list[int], notes: list[str] = (), parts: tuple | None = None,
+           head: int | None = None) -> dict:
+    """What every rule returns (shapes.selection), its size counted whole and checked against its parts: `costs` and
+    the count of the bare request with the notes block (`head`), which a caller that has them passes, so that no
+    request is counted twice (an agent request is rendered whole)."""
     bare, cost = parts or costs(case, count)
     request, size = built(case, count, kept, notes)
-    head = count(build_request(case, [], notes)) if notes else bare  # the bare request, with the notes block if any
+    if head is None:  # the bare request, with the notes block if any
+        head = count(build_request(case, [], notes)) if notes else bare
     check_additive(case, size, head + sum(map(cost.__getitem__, kept)))
     return selection(request, kept, len(notes), size)
 
@@ -161,12 +164,13 @@ def relevant(case: dict, count) -> dict:
 def notes(case: dict, count) -> dict:
     bare, cost = parts = costs(case, count)
     kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
-    turns, lines = sum(map(cost.__getitem__, kept)), []
+    turns, lines, head = sum(map(cost.__getitem__, kept)), [], bare
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
-        if turns + count(build_request(case, [], [line, *lines])) > allowance(case):
+        if turns + (size := count(build_request(case, [], [line, *lines]))) > allowance(case):
             break
         lines.insert(0, line)
-    return chosen(case, count, kept, lines, parts)
+        head = size
+    return chosen(case, count, kept, lines, parts, head)
 
 
 def hybrid(case: dict, count) -> dict:  # the newest turn, if there is one, then the others by overlap

@@ -333,6 +333,15 @@ class SharedCostsTest(unittest.TestCase):
             costs.append(count.turn_costs(list(history)))  # a copy: found by its texts, not taken for the first
         self.assertEqual((by_text.call_count, costs[1:]), (3, [costs[0]] * 4))
 
+    def test_the_bare_count_count_built_keeps_is_that_requests_count_and_is_forgotten_with_the_rest(self):
+        # benchmark.py times from forget(): a count kept past it would make the cached count look cheaper.
+        count, case = tokenizer.counter(), load_cases(HERE / 'cases.json')[0]
+        count.forget()
+        self.assertEqual(count.count_built(build_request(case, [0]), case, [0]), count(build_request(case, [0])))
+        self.assertEqual(count.heads, {(case['instructions'], case['current']): count(build_request(case, []))})
+        count.forget()
+        self.assertEqual(count.heads, {})
+
 
 if __name__ == '__main__':
     unittest.main()

@@ -98,6 +98,38 @@ class ContractTest(RulesFolder):
         self.assertEqual((selected['messages'], selected['turns']), (request, [0, 1]))
         self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(request))))  # rendered whole
 
+    def test_a_request_of_whole_turns_is_summed_in_the_rules_process_without_asking_the_lab(self):
+        # Three pipe exchanges per rule and case (the bare count, the request's, the reply) were a second of a
+        # LoCoMo sweep: the lab now sends the bare count and says its counter sums pair requests, so only the reply
+        # crosses. A rule that could not ask again still gets the lab's figures, and the lab counts what it returns.
+        selected = self.rule('''
+            from strategies import fitting
+            costs = count.turn_costs(case['history'])  # asked once per conversation
+            count.ask = None  # any further question to the lab fails
+            return fitting(case, count, [1, 0])''')(case := case_named('dev-correction'), counter())
+        request = build_request(case, [0, 1])
+        self.assertEqual((selected['messages'], selected['turns']), (request, [0, 1]))
+        self.assertEqual(selected['input_tokens'], len(counter().encode(counter().prompt(request))))  # rendered whole
+
+    def test_a_request_summed_in_the_rules_process_then_changed_is_counted_as_returned(self):
+        # What the rules process summed travels as turns only while the rule returns that very request.
+        selected = self.rule('''
+            request = build_request(case, [0])
+            count.count_built(request, case, [0])
+            request[1] = {'role': 'user', 'content': 'changed'}
+            return request''')(case := case_named('dev-correction'), counter())
+        self.assertEqual(selected['messages'][1]['content'], 'changed')
+        self.assertEqual(selected['input_tokens'], counter()(selected['messages']))
+
+    def test_turns_a_rules_process_reports_it_summed_are_checked_by_the_lab(self):
+        # The reply's turns come from a process that runs user code: the lab checks them as a count's.
+        self.assertEqual(self.refusal('''
+            count.count_built(build_request(case, [0]), case, [0])
+            count.built = {'kept': [0, 0], 'notes': []}, build_request(case, [0, 0])
+            return build_request(case, [0, 0])''', 'dev-correction').split(': ', 1)[1],
+            'rule mine: case dev-correction: returned turns the counter does not accept: count: expected {"kept": '
+            'distinct turn indices below 3, "notes": texts}')
+
     def test_a_request_built_of_a_case_the_rule_changed_is_counted_and_graded_as_the_rule_built_it(self):
         # Only a request of the case as the lab sent it travels as its turns: the lab would build another.
         selected = self.rule('''

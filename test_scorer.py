@@ -100,7 +100,8 @@ class TurnFactsTest(unittest.TestCase):
 
     def test_a_request_that_is_not_its_turns_is_graded_by_its_messages(self):
         request = build_request(TURN_CASE, [1])
-        for messages in (request[:1] + request[3:], [request[0], {**request[1], 'content': 'a < b'}, *request[2:]]):
+        for messages in (request[:1] + request[3:], [request[0], {**request[1], 'content': 'a < b'}, *request[2:]],
+                         [request[0], {**request[1], 'name': 'a < b'}, *request[2:]]):  # a message of more than two keys
             self.assertEqual(request_facts(TURN_CASE, {'messages': messages, 'turns': [1]}),
                              facts_in(TURN_CASE, messages))
         self.assertEqual(request_facts(TURN_CASE, {'messages': request[:1] + request[3:], 'turns': [1]}), ([], []))

@@ -28,12 +28,13 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, per_history, turn_key
+from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, is_agent, per_history, turn_key
 from tool_formats import CounterError, checked_request, frame_span, per_turn, prompt_text, refuse_thinking, \
     request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
     counter_list, prepare_command, read_manifest, served_gguf, vocab_spec
 
+HEADS_KEPT = 4096  # bare-request counts count_built keeps (LoCoMo's 1,534 questions fit); then it starts anew
 LINE_START = re.compile(r'(?<=\n)(?=[^\n])')  # a newline, then other text: see line_cuts
 LINE_BEFORE_TEXT = re.compile(r'(?<=\n)(?=\S)')  # a newline, then no whitespace: see line_cuts
 # Byte-level BPE splits that never put a newline and a following non-space in one piece (docs/counters.md)
@@ -101,6 +102,7 @@ class TokenCounter:
         self.fast = splits_cleanly(self.tokenizer, self.form)
         self.sizes: dict[tuple, int] = {}  # (role, content) -> tokens of its span; one-line messages only
         self.lines: dict[str, int] = {}  # line -> tokens, for messages of several lines
+        self.heads: dict[tuple, int] = {}  # (instructions, question) -> tokens of a pair case's bare request
         self.turns: dict[tuple, list[int]] = {}  # a conversation's (user, assistant) texts -> its turn costs
         # Every request pays prefix and generation prompt; one without a system message, what some write instead.
         self.fixed = len(self.encode(self.form['prefix'])) + len(self.encode(self.form['suffix']))
@@ -177,8 +179,23 @@ class TokenCounter:
         agent = bool(history) and type(history[0]) is list
         if not self.fast or (tools and not agent) or not per_turn(self.name, tools):
             return self(messages)
-        cost = self.turn_costs(case['history'])
-        return self(build_request(case, [], notes)) + sum(map(cost.__getitem__, kept))
+        cost = self.turn_costs(history)
+        return self.head(case, notes) + sum(map(cost.__getitem__, kept))
+
+    def head(self, case: dict, notes=()) -> int:
+        """The count of a case's bare request with its notes block; a pair case's without notes is kept by its
+        (instructions, question), which the cases of LoCoMo's conversations repeat across rules and budgets."""
+        if notes or is_agent(case):
+            return self(build_request(case, [], notes))
+        if (head := self.heads.get(key := (case['instructions'], case['current']))) is None:
+            self.heads = self.heads if len(self.heads) < HEADS_KEPT else {}
+            head = self.heads[key] = self(build_request(case, [], ()))
+        return head
+
+    def additive(self, case: dict) -> bool:
+        """Whether count_built sums this pair case's requests from their parts, under a counter whose special tokens
+        split a prompt cleanly (a rules process may then sum them itself, rule_files.RemoteCount)."""
+        return self.fast and not is_agent(case)
 
     def known_sizes(self, messages) -> list[int] | None:
         """Cached sizes of a well-formed request's messages, None if one was not seen or it may be malformed: every
@@ -243,7 +260,8 @@ class TokenCounter:
 
     def forget(self) -> None:
         """Empty every cache, the BPE model's too, as in a fresh process (benchmark.py times from here)."""
-        self.sizes.clear(), self.lines.clear(), self.turns.clear(), self.tokenizer.model._clear_cache()
+        self.sizes.clear(), self.lines.clear(), self.turns.clear(), self.heads.clear()
+        self.tokenizer.model._clear_cache()
         shared_costs.cache_clear()
 
 
