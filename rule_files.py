@@ -96,7 +96,8 @@ class RemoteCount:
         self.requests, self.replies, self.counts, self.turns, self.case = requests, replies, {}, {}, None
         self.additive, self.built, self.bare = False, None, None  # built: (turns and notes, messages) of the request
         # summed here last; bare: the lab's count of the case's bare request (bare_request)
-        self.sent_costs = {}  # id of a history as the lab sent it (kept for the run) -> its turn costs
+        self.sent_costs = {}  # id of a history as the lab sent it (kept while the counter is) -> its turn costs
+        self.counter = None  # the name of the lab's counter these answers are of (head); a sweep may change it
 
     def send(self, line: str) -> None:  # JSON's ASCII form: a lone surrogate travels escaped, for the lab to refuse
         print(line, file=self.replies, flush=True)
@@ -222,6 +223,8 @@ def answer(request: dict, rules: list, histories: dict, out: Labelled, count: Re
     out.label, count.last, count.built = f'{out.path}: rule {name}: ', None, None
     helpers.enter(folder)
     case = dict(request['case'], history=working_copy(histories, request['history']))
+    if count.counter != request.get('counter'):  # another counter (budget_sweep --counter a,b): no answer holds
+        count.counter, count.sent_costs, count.turns, count.case = request.get('counter'), {}, {}, None
     if count.case != request['case']:  # the counts of one case's requests serve all its rules
         count.case, count.counts = request['case'], {}
         count.bare, count.bare_request = request.get('bare'), build_request(case, [])  # the lab's count of the bare
@@ -376,8 +379,10 @@ class Child:
 
 def head(case: dict, count) -> dict:
     """What the lab tells the rules process with a call: whether `count` sums this case's requests built of its turns
-    (then so may the rules process), and its count of the bare request, which every rule asks for (unless refused)."""
-    told = {'additive': bool(getattr(count, 'additive', None) and count.additive(case))}
+    (then so may the rules process), the counter's name (the answers the rules process keeps are of that counter) and
+    its count of the bare request, which every rule asks for (unless refused)."""
+    told = {'additive': bool(getattr(count, 'additive', None) and count.additive(case)),
+            'counter': getattr(count, 'name', None)}
     with contextlib.suppress(LabError):  # the rule's own count of it will say why
         told['bare'] = count(build_request(case, []))
     return told

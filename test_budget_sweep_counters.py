@@ -56,6 +56,24 @@ class SeveralCountersTest(unittest.TestCase):
                                   for panel in ('all cases', 'dev', 'held_out')])
         self.assertTrue(figure.get_suptitle().endswith('cases.json, counted by gemma-4-e2b, qwen-2.5, llama-3.1'))
 
+    def test_a_rules_files_rule_counts_with_each_counter_not_the_first_ones_turn_costs(self):
+        # The rules process outlives a counter: what it kept of one counter's answers (a conversation's turn costs)
+        # must not size the next counter's requests, or its selections go over budget where a run alone stays within.
+        with tempfile.TemporaryDirectory() as folder:
+            rules = Path(folder, 'rules.py')
+            rules.write_text("from strategies import recent\n\nRULES = {'newest': recent}\n", encoding='utf-8')
+            runs = {}
+            for names in (*COUNTERS, ','.join(COUNTERS)):
+                output = Path(folder, f'{names}.json')
+                status, _, err = lab_main(budget_sweep, *ARGS, '--rules', str(rules), '--counter', names,
+                                          '--output', str(output))
+                self.assertEqual(status, 0, err)
+                runs[names] = json.loads(output.read_text(encoding='utf-8'))
+        points = [[point for point in report['points'] if point['rule'] == 'newest'] for report in
+                  runs[','.join(COUNTERS)]]
+        self.assertEqual(points, [[point for point in runs[name]['points'] if point['rule'] == 'newest']
+                                  for name in COUNTERS])
+
     def test_a_counter_given_twice_is_refused_in_one_line(self):
         status, out, err = lab_main(budget_sweep, *ARGS, '--counter', 'qwen-2.5,qwen-2.5')
         self.assertEqual((status, out, err), (2, '', 'budget_sweep.py: --counter qwen-2.5,qwen-2.5: a counter is '
