@@ -209,7 +209,8 @@ class MemoryStore:
 
 # The fills: a question's memory block chosen from fresh stores, each line by its own count, and graded.
 def offered(fill: str, question: dict, managed: MemoryStore, append_only: MemoryStore) -> list[str]:
-    """The facts a fill may put in the block, oldest first."""
+    """The facts a fill may put in the block, oldest first: managed-relevant's are the current ones sharing a word
+    with the question, as `relevant` reads words (strategies.words: runs of a-z and 0-9, lowercased, stop words out)."""
     if fill == 'append-all':
         return append_only.lines(question['user'])
     current = managed.lines(question['user'])
