@@ -47,7 +47,7 @@ KEY = {'must': (lambda v: PATTERNS[0](v) and v != [], 'a non-empty list of strin
 MATCHED = {'must': 'required', 'stale': 'stale'}
 PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; one that cannot run away takes microseconds
 # The second grader, LoCoMo's token F1 (--grader f1).
-GOLD = (lambda v: OBJECT[0](v) and all(map(STRING[0], v.values())), 'an object of case ids to gold answers')
+GOLD_ANSWERS = (lambda v: OBJECT[0](v) and all(map(STRING[0], v.values())), 'an object of case ids to gold answers')
 ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
 PUNCTUATION = str.maketrans('', '', string.punctuation)
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}  # LoCoMo's
@@ -205,8 +205,8 @@ def f1(answer: str, gold: str, kind: str) -> float:
 def load_gold_answers(path: Path, cases: list[dict], every: list[dict]) -> dict[str, str]:
     """{case_id: gold answer} for each of cases and no id but those of every, from {"answers": {id: text}}."""
     document = read_json(path, 'gold answers', 'write it with `locomo_cases.py --answers FILE`')
-    answers = check_fields(str(path), document, {'answers': GOLD}, 'expected {"answers": {case_id: "gold answer"}}, '
-                           'as locomo_cases.py --answers writes it', exact=False)['answers']
+    answers = check_fields(str(path), document, {'answers': GOLD_ANSWERS}, 'expected {"answers": {case_id: '
+                           '"gold answer"}}, as locomo_cases.py --answers writes it', exact=False)['answers']
     exactly(path, 'answers', answers, [case['id'] for case in cases], {case['id'] for case in every})
     return answers
 
