@@ -18,7 +18,7 @@ from signal import ITIMER_REAL, SIGALRM, setitimer, signal as set_handler
 import string
 
 from common import LabError, tell
-from lab_files import STRING, check_fields, list_of, read_json
+from lab_files import OBJECT, STRING, check_fields, list_of, read_json
 from text import counted, markdown_table
 
 # The regex grader's sentence split, and the words that mark a correction or a missing fact (see answer_verdict).
@@ -47,6 +47,7 @@ KEY = {'must': (lambda v: PATTERNS[0](v) and v != [], 'a non-empty list of strin
 MATCHED = {'must': 'required', 'stale': 'stale'}
 PATTERN_SECONDS = 1.0  # the longest a key pattern may search one text; one that cannot run away takes microseconds
 # The second grader, LoCoMo's token F1 (--grader f1).
+GOLD_ANSWERS = (lambda v: OBJECT[0](v) and all(map(STRING[0], v.values())), 'an object of case ids to gold answers')
 ARTICLES = re.compile(r'\b(a|an|the|and)\b')  # LoCoMo's list, `and` included
 PUNCTUATION = str.maketrans('', '', string.punctuation)
 CATEGORIES = {1: 'multi-hop', 2: 'temporal', 3: 'open-domain', 4: 'single-hop', 5: 'adversarial'}  # LoCoMo's
@@ -62,9 +63,8 @@ def load_answer_keys(path: Path, cases: list[dict], every: list[dict]) -> dict:
     """{case_id: {'must': [...], 'stale': [...]}} for each of cases and no other id of every (the case set), each
     pattern compiled; one matching none of its case's required (must) or stale facts is refused (must) or warned of."""
     document = read_json(path, 'answer keys', 'restore it from version control')
-    keys = document.get('keys') if isinstance(document, dict) else None
-    if not isinstance(keys, dict):
-        raise LabError(f'{path}: expected {{"keys": {{case_id: {{"must": [...], "stale": [...]}}}}}}')
+    keys = check_fields(str(path), document, {'keys': OBJECT}, 'expected {"keys": {case_id: {"must": [...], '
+                        '"stale": [...]}}}', exact=False)['keys']
     exactly(path, 'keys', keys, [case['id'] for case in cases], {case['id'] for case in every})
     for case in (case for case in every if case['id'] in keys):
         key = check_fields(f'{path}: keys.{case["id"]}', keys[case['id']], KEY)
@@ -205,10 +205,8 @@ def f1(answer: str, gold: str, kind: str) -> float:
 def load_gold_answers(path: Path, cases: list[dict], every: list[dict]) -> dict[str, str]:
     """{case_id: gold answer} for each of cases and no id but those of every, from {"answers": {id: text}}."""
     document = read_json(path, 'gold answers', 'write it with `locomo_cases.py --answers FILE`')
-    answers = document.get('answers') if isinstance(document, dict) else None
-    if not isinstance(answers, dict) or not all(isinstance(text, str) for text in answers.values()):
-        raise LabError(f'{path}: expected {{"answers": {{case_id: "gold answer"}}}}, as locomo_cases.py --answers '
-                       'writes it')
+    answers = check_fields(str(path), document, {'answers': GOLD_ANSWERS}, 'expected {"answers": {case_id: '
+                           '"gold answer"}}, as locomo_cases.py --answers writes it', exact=False)['answers']
     exactly(path, 'answers', answers, [case['id'] for case in cases], {case['id'] for case in every})
     return answers
 

@@ -61,6 +61,7 @@ IDENTITY = {'ollama': ('ollama_digest', 'ollama_version'), 'openai': ('model_id'
 CHOSEN_CHECKS = {'split': one_of(('dev', 'held_out', 'all'), 'dev, held_out or all'), 'cases_sha256': SHA256,
                  'sample': or_null(POSITIVE)}
 JSON_INDENT = 1  # how the answer files are indented
+ANSWER_LIST = (lambda v: isinstance(v, list) and v != [], 'a non-empty list')  # a case's answers in a recording
 ANSWER_LINE = {'strategy': TEXT, 'case': TEXT, 'answer': OBJECT}  # a kept answer's line in the partial file
 
 
@@ -102,14 +103,12 @@ def load_recording(path: Path, advice: str) -> dict:
     check_model(f'{path}: model', recorded['model'], advice)
     if 'chosen' in recorded:
         check_fields(f'{path}: chosen', recorded['chosen'], CHOSEN_CHECKS, advice)
-    checks = None  # the lab's answers, or all in the original's six fields
-    for strategy, by_case in recorded['answers'].items():
-        if not isinstance(by_case, dict):
-            raise LabError(f'{path}: answers.{strategy} must map case ids to answer lists; {advice}')
+    checks, answers = None, recorded['answers']  # checks: the lab's answers, or all in the original's six fields
+    check_fields(f'{path}: recording', answers, dict.fromkeys(answers, OBJECT), advice, name='answers')
+    for strategy, by_case in answers.items():
+        check_fields(f'{path}: recording', by_case, dict.fromkeys(by_case, ANSWER_LIST), advice, f'answers.{strategy}')
         for case_id, listed in by_case.items():
             where = f'{path}: answers.{strategy}.{case_id}'
-            if not isinstance(listed, list) or not listed:
-                raise LabError(f'{where} must be a non-empty list, got {excerpt(listed)}; {advice}')
             for index, answer in enumerate(listed):
                 checks = checks or (ORIGINAL_CHECKS if isinstance(answer, dict) and set(answer) == set(
                     ORIGINAL_CHECKS) else ANSWER_CHECKS)

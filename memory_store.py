@@ -11,33 +11,20 @@ question's memory block from them (docs/memory.md).
 An event is {"time" (or "turn"), "action": "remember" | "replace" | "forget", "fact", and for a replace
 "replaces"}, as memory_cases.py checks it; an event the store cannot apply is one StoreError line.
 
-The managed store keeps current facts; a replace marks the old row superseded, with the time and the row that
-replaced it, as history; a forget deletes the fact, the history it replaced, and every other row of that user whose
-text holds the fact's text (exactly, case and all), and leaves a deletion record of only the user, the time and how
-many rows went: no text and no hash of it (a phone number's hash is brute-forced in seconds). The append-only store
-is one table that triggers keep from being updated or deleted: a replace appends the new text, a forget changes
-nothing, so every row stays one a block may hold (current = stored). Standard library only; it writes nothing but
-the database file at `path` (and SQLite's journal beside it while a transaction runs). A fill (FILLS) offers a
-block lines newest first and keeps each whose own count fits the question's quota; the block is graded by exact text
-as a request is (scorer.facts_in). memory_eval.py reports the fills, memory_answers.py sends them.
+The managed store keeps current facts; a replace marks the old row superseded, as history; a forget deletes the
+fact, the history it replaced and every other row of that user whose text holds the fact's text (exactly), and
+leaves a deletion record of only the user, the time and how many rows went. The append-only store is one table
+that triggers keep from being updated or deleted: a replace appends, a forget changes nothing, so every row stays
+one a block may hold (current = stored). A fill (FILLS) offers a block lines newest first and keeps each whose own
+count fits the question's quota; the block is graded by exact text as a request is (scorer.facts_in).
+memory_eval.py reports the fills, memory_answers.py sends them. Standard library only; it writes nothing but the
+database file at `path` (and SQLite's journal beside it while a transaction runs).
 
-What SQLite does with deleted content, and what the store does so that a forgotten text cannot be read from its
-file afterwards (test_memory_store reads the bytes after every forget of random replays):
-- A deleted row's bytes stay in its page as free space, and a page left empty goes to the freelist with its old
-  content, unless PRAGMA secure_delete is on, which overwrites both with zeros. Its default is a compile-time
-  choice of each SQLite build, so the store sets it ON and checks that it took.
-- secure_delete is not enough: when a table grows past a page and SQLite rebalances it, cells are copied between
-  pages and old copies can stay in a page's unused space, where no delete ever zeros them. So after each forget
-  the managed store runs VACUUM, which rebuilds the file from the live rows alone, and then reads the file's bytes
-  (and any -journal, -wal or -shm beside it): a deleted text found there that a copy of the live rows rebuilt in
-  memory does not also hold (another row's text, or a few bytes of SQLite's own structure) is a StoreError.
-- A rollback journal holds the original content of every page a transaction changes, the forgotten text
-  included, until the commit; journal_mode=DELETE then deletes it. PERSIST would leave that content in the
-  -journal file and WAL would keep old page images in the -wal file until a checkpoint; the store sets DELETE,
-  which also takes a file out of WAL mode.
-Not covered: the disk blocks a deleted journal leaves, a process killed between a forget's commit and its VACUUM
-(the text then stays in free space until the next forget), copies made by the file system or a backup, and the
-process's memory.
+So that a forgotten text cannot be read from the file afterwards, the managed store sets PRAGMA secure_delete and
+journal_mode=DELETE (and checks they took), runs VACUUM after each forget, then reads the file's bytes and those
+beside it: a deleted text found there that the live rows do not also hold is a StoreError. docs/memory.md says why
+each step is needed, what test_memory_store shows, and what is not covered (a deleted journal's disk blocks, a
+process killed between a forget and its VACUUM, file-system copies, the process's memory).
 """
 import contextlib
 from contextlib import closing
@@ -209,7 +196,8 @@ class MemoryStore:
 
 # The fills: a question's memory block chosen from fresh stores, each line by its own count, and graded.
 def offered(fill: str, question: dict, managed: MemoryStore, append_only: MemoryStore) -> list[str]:
-    """The facts a fill may put in the block, oldest first."""
+    """The facts a fill may put in the block, oldest first: managed-relevant's are the current ones sharing a word
+    with the question, as `relevant` reads words (strategies.words: runs of a-z and 0-9, lowercased, stop words out)."""
     if fill == 'append-all':
         return append_only.lines(question['user'])
     current = managed.lines(question['user'])

@@ -200,11 +200,6 @@ def summarise(text: str, target: int, work: Work) -> str:
     raise Fallback('work_limit')
 
 
-def summary_request(case: dict, kept, summary: str) -> list[dict]:
-    """The request with a summary: build_request's, the question after the summary block, escaped as notes are."""
-    return build_request(case, kept, [escape(summary)], (SUMMARY_HEADER, 'summary'))
-
-
 def telemetry(outcome: str, case: dict, whole: int, size: int, work: Work | None = None, **counted) -> dict:
     """A request's telemetry (TELEMETRY's fields): the counts of `counted` (source_tokens, summary_tokens) and the
     work's calls, or zeros; savings are the whole history's request less this one."""
@@ -237,7 +232,7 @@ def compact(case: dict, count, call, prior: str | None = None, start: int = 0,
         summary = summarise(text, target, work)
     except Fallback as stop:
         return plain, telemetry(stop.args[0], case, whole, plain['input_tokens'], work, source_tokens=source)
-    size = count(request := summary_request(case, kept, summary))
+    size = count(request := build_request(case, kept, [escape(summary)], (SUMMARY_HEADER, 'summary')))
     if size > room:
         return plain, telemetry('summary_too_long', case, whole, plain['input_tokens'], work, source_tokens=source)
     made = {**selection(request, kept, 0, size), 'summary': summary}

@@ -131,6 +131,8 @@ class RecordingValidationTest(Rejecting):
 
     def test_strategies_cases_and_answer_lists_are_checked(self):
         for name, change, expected in (
+                ('strategy not an object', lambda a: a.update(recent=[1]),
+                 'recording: field answers.recent must be an object, got [1]'),
                 ('answers not a list', lambda a: a['recent'].update({'held-latest': {'seed': 1}}),
                  'answers.recent.held-latest must be a non-empty list, got {"seed": 1}'),
                 ('no answers', lambda a: a['recent'].update({'held-latest': []}),

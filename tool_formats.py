@@ -1,20 +1,13 @@
 """The exact prompt an official chat template renders (generation prompt on, thinking off) for a request, tool calls
 and all, on the counter's chat format: prompt_text('qwen-2.5', tokenizer.chat_format(definition), messages, tools).
 
-Messages are OpenAI's: a system message (first, if any), user, assistant (content a string, '' for OpenAI's null,
-maybe tool_calls [{"id", "type": "function", "function": {"name", "arguments": an object}}]) and tool messages
-{"role": "tool", "tool_call_id", "name" (optional), "content"}, in any order (a result without its call, a call
-without its result, no user message first), rendered as the model receives them. Where a template raises (Gemma 4
-on string arguments, Llama 3 on two calls in one message) this raises a one-line CounterError naming the message;
-phi-3.5, whose template drops tool messages and tool_calls, refuses them; smollm2-135m's plain ChatML writes a
-tool message under its own role and drops tools and tool_calls. Additive per turn (a user message and the assistant
-and tool messages after it): [system] + whole turns + [user question] renders as its head (the same request without
-turns, up to the question) + each turn's turn_prompt_text + the question's + the generation prompt, for
-gemma-4-e2b, qwen-2.5 and smollm2-135m with or without tools, llama-3.x without tools, and phi-3.5; a tools list
-Llama writes into the first message after the system message, whatever it is (turn_prompt_text None).
-as_rendered(name, messages) leaves out what a template drops of a message (Llama 3 the text beside a call, SmolLM2
-the calls): what grading reads. invalid(messages) says why an API would refuse a request (a call without its
-result, no question last), or None. No files, no token counts.
+Messages are OpenAI's (MESSAGE_KEYS; a call {"id", "type": "function", "function": {"name", "arguments": an
+object}}), in any order (a result without its call, no user message first), rendered as the model receives them;
+where a template raises (Gemma 4 on string arguments, Llama 3 on two calls in one message), a one-line CounterError
+names the message. [system] + whole turns (a user message and the assistant and tool messages after it) + [user
+question] renders as its head, each turn's turn_prompt_text, the question's and the generation prompt, for every
+counter but llama-3.x with a tools list (per_turn). as_rendered is what grading reads; invalid says why an API
+would refuse a request. No files, no token counts.
 """
 from collections.abc import Mapping
 from itertools import takewhile
@@ -23,8 +16,7 @@ import re
 
 from common import LabError
 
-# The official chat template rewrites assistant text that contains these (it strips thought channels), so no
-# case may hold them and the counter refuses them (refuse_thinking).
+# The official template strips thought channels out of assistant text: no case may hold these (refuse_thinking).
 THINKING_MARKERS = ('<|channel>', '<channel|>')
 # Each role's required keys besides role, and its optional ones
 MESSAGE_KEYS = {'system': ({'content'}, set()), 'user': ({'content'}, set()),
@@ -47,8 +39,7 @@ QWEN_TOOLS = ('\n\n# Tools\n\nYou may call one or more functions to assist with 
 
 
 class CounterError(LabError):
-    """What the counter cannot count: a request the official template refuses or outside the OpenAI chat format this
-    module reads, or (tokenizer.py) a counter that is not prepared."""
+    """A request the template refuses or this module does not read, or (tokenizer.py) a counter not prepared."""
 
 
 def nesting(value) -> int:
@@ -85,8 +76,7 @@ def as_json(value, where: str):
 
 
 def refuse_thinking(where: str, text: str, error: type[Exception] = CounterError) -> None:
-    """`error` naming where the text is if it holds a thinking-channel marker: the official chat template strips
-    thought channels out of assistant text, so no case may hold one and the counter counts none."""
+    """`error` naming where the text is if it holds a thinking-channel marker (THINKING_MARKERS says why)."""
     if any(marker in text for marker in THINKING_MARKERS):
         raise error(f'{where} contains a thinking-channel marker {list(THINKING_MARKERS)}, which the counter does not '
                     'cover')
@@ -132,8 +122,7 @@ def checked_message(index: int, message) -> dict:
 
 
 def checked_request(messages) -> list[dict]:
-    """Each message of a request checked (checked_message; a mapping of another kind counts as its dict), or
-    CounterError for a request that is no list or an empty one."""
+    """Each message of a request checked (checked_message), or CounterError for a request that is no list or empty."""
     if not isinstance(messages, list) or not messages:
         raise CounterError('a request must be a non-empty list of messages')
     return [checked_message(index, dict(message) if isinstance(message, Mapping) else message)
@@ -168,8 +157,7 @@ def frame_span(form: dict, role: str, content: str) -> str:
     return form['open'][role] + (content.strip() if form['trim'] else content) + form['close']
 
 
-def dict_sorted(mapping: dict) -> list:
-    """jinja2's dictsort: by key, case-insensitively, ties in the mapping's order (every key is a string here)."""
+def dict_sorted(mapping: dict) -> list:  # jinja2's dictsort: by key, case-insensitively, ties in the mapping's order
     return sorted(mapping.items(), key=lambda item: item[0].lower())
 
 
@@ -336,8 +324,7 @@ def phi_parts(form: dict, system: str | None, body: list[dict], tools) -> tuple[
     if tools or any(message['role'] == 'tool' or 'tool_calls' in message for message in body):
         raise CounterError("phi-3.5 does not count tools: its official template drops every tool message and "
                            "every tool_calls field (and raises on a call's null content)")
-    head = form['prefix'] + ('' if system is None else frame_span(form, 'system', system))
-    return head, [frame_span(form, message['role'], message['content']) for message in body], form['suffix']
+    return chatml_parts(form, system, body, tools)  # its no_system is null, and frame_span writes nothing of it
 
 
 FAMILIES = {'gemma-4-e2b': gemma_parts, 'llama-3.1': llama_parts, 'llama-3.2': llama_parts, 'llama-3.3': llama_parts,
@@ -359,14 +346,13 @@ def prompt_text(name: str, form: dict, messages: list[dict], tools: list[dict] |
 
 
 def per_turn(name: str, tools: list[dict] | None) -> bool:
-    """Whether counter `name`'s template renders a whole turn alike wherever it stands in a request with these tools
-    (turn_prompt_text): all but Llama 3's with a tools list, which it writes into the first turn."""
+    """Whether a turn renders alike wherever it stands (turn_prompt_text): not Llama 3's with a tools list."""
     return not (FAMILIES.get(name) is llama_parts and tools is not None)
 
 
 def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] | None = None) -> str | None:
     """The text a turn adds to any request holding it whole, with these tools; None where the template is not
-    additive per turn (llama-3.x with a tools list), as the module's docstring says. Errors give indexes in the turn."""
+    additive per turn (per_turn). Errors give indexes in the turn."""
     turn = [checked_message(index, message) for index, message in enumerate(turn if isinstance(turn, list) else ())]
     if not turn or turn[0]['role'] != 'user' or any(message['role'] == 'user' for message in turn[1:]):
         raise CounterError('a turn is one user message, then only assistant and tool messages')
@@ -378,12 +364,10 @@ def turn_prompt_text(name: str, form: dict, turn: list[dict], tools: list[dict] 
 
 
 def as_rendered(name: str, messages: list[dict]) -> list[dict]:
-    """The messages with what counter `name`'s template never writes of a message left out: what the grader reads
-    (scorer.facts_in). Only two drop part of a message whatever surrounds it: Llama 3's an assistant message's text
-    beside its call (llama_message), so there that content becomes '', and SmolLM2's every call (chatml_parts), so
-    there tool_calls go. What a template drops of a request out of order
-    (Gemma 4 a result whose call is gone, Llama 3 the calls of a message its tools list takes) is not here: in an
-    agent case `invalid` refuses such a request, which then carries no fact."""
+    """The messages as the grader reads them (scorer.facts_in), less what counter `name`'s template drops of a message
+    wherever it stands: Llama 3's text beside a call (llama_message), SmolLM2's calls (chatml_parts). What a template
+    drops of a request out of order (Gemma 4 a result whose call is gone, Llama 3 the calls of a message its tools
+    list takes) `invalid` refuses in an agent case, whose request then carries no fact."""
     if FAMILIES.get(name) is chatml_parts:
         return [{key: value for key, value in message.items() if key != 'tool_calls'} for message in messages]
     if FAMILIES.get(name) is not llama_parts:
