@@ -165,8 +165,9 @@ def notes(case: dict, count) -> dict:
     bare, cost = parts = costs(case, count)
     kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
     turns, lines, head = sum(map(cost.__getitem__, kept)), [], bare
+    counted = getattr(count, 'notes_head', None) or (lambda case, notes: count(build_request(case, [], notes)))
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
-        if turns + (size := count(build_request(case, [], [line, *lines]))) > allowance(case):
+        if turns + (size := counted(case, [line, *lines])) > allowance(case):
             break
         lines.insert(0, line)
         head = size
