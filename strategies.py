@@ -82,12 +82,16 @@ def ranked(scores: dict[int, float]) -> list[int]:
 
 def by_overlap(case: dict, before: int) -> list[int]:
     """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties; worked
-    out once per question, whatever the budget (a sweep asks at each)."""
-    known = rankings(case['history'])
+    out once per question, whatever the budget (a sweep asks at each). Fewer than all turns are the order of all
+    without the rest (hybrid's): taking turns out of a sorted list leaves the others sorted."""
+    known, every = rankings(case['history']), len(case['history'])
     if (order := known.get(key := (case['current'], before))) is None:
-        asked = words(case['current'])
-        order = known[key] = ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
-                                     if (shared := len(asked & turn))})
+        if before < every:
+            order = known[key] = [index for index in by_overlap(case, every) if index < before]
+        else:
+            asked = words(case['current'])
+            order = known[key] = ranked({index: shared for index, turn in enumerate(turn_words(case['history']))
+                                         if (shared := len(asked & turn))})
     return order
 
 
