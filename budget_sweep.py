@@ -135,8 +135,8 @@ def collected_less():
     """A block in which the garbage collector leaves a loaded case set alone: LoCoMo's is millions of objects that
     live for the run, which every full collection walked again (on the README's sweep 0.35 s of the lab's 6.6 s of
     CPU, then 0.17 s; the same 160,000 objects freed and the same peak memory). Off until the block calls what it
-    is given, once the cases are loaded; then those are frozen out of collections and the rest collected at
-    SWEEP_COLLECTION; afterwards as before."""
+    is given, once the cases are loaded; then all that is alive (the cases, mostly) is frozen out of collections and
+    what comes after collected at SWEEP_COLLECTION; afterwards as before."""
     thresholds, enabled = gc.get_threshold(), gc.isenabled()
     gc.disable()
     try:
