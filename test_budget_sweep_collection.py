@@ -29,7 +29,7 @@ class CollectionTest(unittest.TestCase):
             sweep_report(HERE / 'cases.json', [256], {}, [])
         enabled, thresholds, frozen = seen[0]
         self.assertEqual((enabled, thresholds), (True, SWEEP_COLLECTION))
-        self.assertGreater(frozen, 1000)  # the twelve cases' dicts, lists and strings' holders at least
+        self.assertGreater(frozen, 0)  # all that was alive once the cases were loaded (none frozen before)
 
     def test_the_collector_is_as_before_after_a_sweep_or_a_refused_case_set_and_stays_off_if_it_was(self):
         self.addCleanup(gc.enable)
