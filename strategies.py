@@ -82,12 +82,16 @@ def ranked(scores: dict[int, float]) -> list[int]:
 
 def by_overlap(case: dict, before: int) -> list[int]:
     """Turns [0, before) sharing at least one word with the question: most shared first, newer first on ties; worked
-    out once per question, whatever the budget (a sweep asks at each)."""
-    known = rankings(case['history'])
+    out once per question, whatever the budget (a sweep asks at each). Fewer than all turns are the order of all
+    without the rest (hybrid's): taking turns out of a sorted list leaves the others sorted."""
+    known, every = rankings(case['history']), len(case['history'])
     if (order := known.get(key := (case['current'], before))) is None:
-        asked = words(case['current'])
-        order = known[key] = ranked({index: shared for index, turn in enumerate(turn_words(case['history'])[:before])
-                                     if (shared := len(asked & turn))})
+        if before < every:
+            order = known[key] = [index for index in by_overlap(case, every) if index < before]
+        else:
+            asked = words(case['current'])
+            order = known[key] = ranked({index: shared for index, turn in enumerate(turn_words(case['history']))
+                                         if (shared := len(asked & turn))})
     return order
 
 
@@ -165,8 +169,9 @@ def notes(case: dict, count) -> dict:
     bare, cost = parts = costs(case, count)
     kept, _ = fit(reversed(range(len(cost))), cost, allowance(case) - NOTES_RESERVE - bare, stop_at_misfit=True)
     turns, lines, head = sum(map(cost.__getitem__, kept)), [], bare
+    counted = getattr(count, 'notes_head', None) or (lambda case, notes: count(build_request(case, [], notes)))
     for line in note_lines(case, len(cost) - len(kept)):  # each note goes first in the block
-        if turns + (size := count(build_request(case, [], [line, *lines]))) > allowance(case):
+        if turns + (size := counted(case, [line, *lines])) > allowance(case):
             break
         lines.insert(0, line)
         head = size

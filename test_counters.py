@@ -10,6 +10,7 @@ counter's pinned fixed inputs, and the prompt encoded whole by the tokenizers li
 tokenizer.py's format or sums. A test that needs a counter not prepared skips, naming the command that prepares it.
 Property tests run a bounded number of examples, keep no example database, and write nothing to ./.hypothesis.
 """
+import copy
 import datetime
 import hashlib
 import json
@@ -27,12 +28,14 @@ from hypothesis import given, settings, strategies as st
 import benchmark
 import budget_sweep
 from case_set import load_cases
-from common import python_command
+from common import LabError, python_command
 import evaluate
 from prepared_folder import DEFAULT, PREPARED_ENV, TEMPLATE_FILE, counter_folder, read_manifest, served_gguf
+from shapes import escape
 from strategies import RULES, build_request
-from test_support_fixtures import (HERE, MANIFEST, PATHS, conversations, counted, counter_or_skip,
-                                   hypothesis_home_outside_the_tree as setUpModule, prepared, rule_requests)
+from test_support_fixtures import (HERE, MANIFEST, PATHS, awkward_text, conversations, counted, counter_or_skip,
+                                   hypothesis_home_outside_the_tree as setUpModule, prepared, rule_requests,
+                                   shipped_cases)
 from test_support_oracle import official, official_count
 from test_support_runs import run_command
 import tokenizer
@@ -341,6 +344,27 @@ class SharedCostsTest(unittest.TestCase):
         self.assertEqual(count.heads, {(case['instructions'], case['current']): count(build_request(case, []))})
         count.forget()
         self.assertEqual(count.heads, {})
+
+
+
+class NotesHeadTest(unittest.TestCase):
+    """notes_head sums a notes request without checking it again: it must count what the official template does,
+    and the block `notes` keeps must still be counted whole, so a sum that drifts is refused, not recorded."""
+
+    @EXAMPLES
+    @given(conversations(), st.lists(awkward_text, max_size=3))
+    def test_a_notes_request_summed_unchecked_counts_as_the_official_template(self, case, texts):
+        notes = [escape(f'- [turn 1, user] {text}') for text in texts]
+        for name in [DEFAULT, *NAMES]:
+            if (count := prepared(name)) is not None:
+                self.assertEqual(count.notes_head(case, notes), official_count(build_request(case, [], notes), name))
+
+    def test_a_notes_head_one_token_off_is_refused_when_the_kept_block_is_counted_whole(self):
+        case = copy.deepcopy(shipped_cases()['dev-correction'])
+        real = TokenCounter.notes_head
+        with mock.patch.object(TokenCounter, 'notes_head', lambda *args: real(*args) + 1), \
+                self.assertRaisesRegex(LabError, 'dev-correction: the request was counted 111 tokens .* and 110 whole'):
+            RULES['notes'](case, tokenizer.counter())
 
 
 if __name__ == '__main__':

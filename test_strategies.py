@@ -2,17 +2,14 @@
 
     .venv/bin/python -m unittest -v test_strategies.py
 
-The reference below is the four rules as the README states them, written here
-without strategies.py's helpers: every candidate request is built in full and
-counted whole by a plain count function (render, encode, len), never summed from
-parts. The shipped cases and generated cases of varied lengths and budgets must
-give the same selections, turn for turn and token for token, with the lab's
-counter (turn by turn), with a plain count function (no `turn_costs`), and with
-notes blocks measured whole. The notes format, the cue words, the escaping and
-the allowance are also pinned by hand-worked examples. Each test is named after
-the failure it pins. Property tests run a bounded number of examples, keep no
-example database, and point Hypothesis's own folder at a temporary directory
-instead of ./.hypothesis.
+The reference below is the four rules as the README states them, written here without strategies.py's helpers:
+every candidate request is built in full and counted whole by a plain count function (render, encode, len), never
+summed from parts. The shipped cases and generated cases of varied lengths and budgets must give the same selections,
+turn for turn and token for token, with the lab's counter (turn by turn), with a plain count function (no
+`turn_costs`), and with notes blocks measured whole. The notes format, the cue words, the escaping and the allowance
+are also pinned by hand-worked examples. Each test is named after the failure it pins. Property tests run a bounded
+number of examples, keep no example database, and point Hypothesis's own folder at a temporary directory instead of
+./.hypothesis.
 """
 import copy
 import re
@@ -227,6 +224,12 @@ class SameSelectionsTest(unittest.TestCase):
     @given(cases())
     def test_a_count_function_without_turn_costs_still_selects_exactly(self, case):
         self.assert_same(case, plain_count)
+
+    @EXAMPLES
+    @given(cases())
+    def test_hybrids_order_cut_from_that_of_every_turn_is_the_order_of_the_turns_before_the_newest(self, case):
+        newest = max(len(case['history']) - 1, 0)  # as by_overlap cuts it (relevant's order first, or afresh)
+        self.assertEqual(strategies.by_overlap(case, newest), reference_by_overlap(case, range(newest)))
 
     @EXAMPLES
     @given(cases())

@@ -192,6 +192,15 @@ class TokenCounter:
             head = self.heads[key] = self(build_request(case, [], ()))
         return head
 
+    def notes_head(self, case: dict, notes) -> int:
+        """self(build_request(case, [], notes)), a pair case's two messages summed as self sums them but not checked
+        again: `notes` tries a block one line longer for each note, built of a loaded (so checked) case, and the request
+        it keeps is counted whole when it is built (count_built, head). An agent case's is counted whole."""
+        request = build_request(case, [], notes)
+        if not self.fast or is_agent(case):
+            return self(request)
+        return self.fixed + sum(self.message_size(*ROLE_AND_TEXT(message)) for message in request)
+
     def additive(self, case: dict) -> bool:
         """Whether count_built sums this pair case's requests from their parts, under a counter whose special tokens
         split a prompt cleanly (a rules process may then sum them itself, rule_files.RemoteCount)."""
