@@ -29,6 +29,12 @@ class CommandLineTest(unittest.TestCase):
             path.write_text(text, encoding='utf-8')
             return path, in_process(evaluate, option, str(path))
 
+    def compare_edited(self, change) -> tuple[Path, subprocess.CompletedProcess]:
+        """`evaluate.py --compare` against the recorded report as `change` (a function of it) leaves it."""
+        old = json.loads(RECORDED.read_text(encoding='utf-8'))
+        change(old)
+        return self.run_on_file('--compare', json.dumps(old))
+
     def test_case_error_exits_2_with_one_line_and_no_traceback(self):
         path, result = self.run_on_file('--cases', '[]x')
         self.assertEqual(result.returncode, 2)
@@ -93,25 +99,19 @@ class CommandLineTest(unittest.TestCase):
                                         'cases.recent[0].stale_included\n')
 
     def test_compare_refuses_a_row_whose_case_is_not_a_string(self):
-        old = json.loads(RECORDED.read_text(encoding='utf-8'))
-        old['cases']['notes'][0]['case'] = ['dev-latest']
-        path, result = self.run_on_file('--compare', json.dumps(old))
+        path, result = self.compare_edited(lambda old: old['cases']['notes'][0].update(case=['dev-latest']))
         self.assertEqual((result.returncode, result.stderr),
                          (2, f'evaluate.py: {path}: not an evaluate.py report: field cases.notes[0].case must be a '
                              'string, got ["dev-latest"]\n'))
 
     def test_compare_refuses_a_best_possible_part_without_its_fields(self):
-        old = json.loads(RECORDED.read_text(encoding='utf-8'))
-        del old['best_possible']['cases'][3]['fact_turns']
-        path, result = self.run_on_file('--compare', json.dumps(old))
+        path, result = self.compare_edited(lambda old: old['best_possible']['cases'][3].pop('fact_turns'))
         self.assertEqual((result.returncode, result.stderr),
                          (2, f'evaluate.py: {path}: not an evaluate.py report: missing field '
                              'best_possible.cases[3].fact_turns\n'))
 
     def test_compare_refuses_a_report_from_before_the_best_possible_instead_of_a_traceback(self):
-        old = json.loads(RECORDED.read_text(encoding='utf-8'))
-        del old['best_possible']
-        path, result = self.run_on_file('--compare', json.dumps(old))
+        path, result = self.compare_edited(lambda old: old.pop('best_possible'))
         self.assertEqual((result.returncode, result.stdout), (2, ''))
         self.assertEqual(result.stderr,
                          f'evaluate.py: {path}: not an evaluate.py report: missing field best_possible\n')
@@ -122,9 +122,7 @@ class CommandLineTest(unittest.TestCase):
                 ('best_possible.cases[2].fact_turns',
                  lambda old: old['best_possible']['cases'][2].update(fact_turns=['a']), '["a"]')):
             with self.subTest(where):
-                old = json.loads(RECORDED.read_text(encoding='utf-8'))
-                change(old)
-                path, result = self.run_on_file('--compare', json.dumps(old))
+                path, result = self.compare_edited(change)
                 self.assertEqual((result.returncode, result.stderr),
                                  (2, f'evaluate.py: {path}: not an evaluate.py report: field {where} must be a list '
                                      f'of turn indices, got {expected}\n'))
