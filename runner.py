@@ -62,9 +62,10 @@ def counting(path, cases: list[dict]):
 
 
 def report_header(path, case_set_sha256: str, rule_files: list[dict], *more_code: str) -> dict:
-    """The opening keys of every report, in this order; the code hashed is CODE_FILES, rule_files.py with rules
-    files, and `more_code`, the script's own (the case file's name is kept as UTF-8-safe text)."""
-    code = (*CODE_FILES, *['rule_files.py'] * bool(rule_files), *more_code)
+    """The opening keys of every report, in this order; the code hashed is CODE_FILES, rule_files.py and
+    rules_process.py with rules files, and `more_code`, the script's own (the case file's name is kept as
+    UTF-8-safe text)."""
+    code = (*CODE_FILES, *['rule_files.py', 'rules_process.py'] * bool(rule_files), *more_code)
     return {'case_set': path_text(path.name), 'case_set_sha256': case_set_sha256,
             'code_sha256': {name: sha256_file(HERE / name) for name in code},
             **({'rule_files': rule_files} if rule_files else {}),  # no key at all without --rules

@@ -53,7 +53,7 @@ class ReportTest(RulesFolder):
         self.assertEqual(result['best_possible'], recorded['best_possible'])
         self.assertEqual(result['rule_files'], [{'file': 'my_rules.py',
                                                  'sha256': hashlib.sha256(MY_RULES.encode()).hexdigest()}])
-        self.assertEqual(list(result['code_sha256']), [*CODE_FILES, 'rule_files.py'])
+        self.assertEqual(list(result['code_sha256']), [*CODE_FILES, 'rule_files.py', 'rules_process.py'])
 
     def test_over_budget_requests_are_counted_in_the_summary_and_said_under_the_table(self):
         path = self.write('from shapes import build_request\n'
@@ -126,10 +126,11 @@ class CommandTest(RulesFolder):
         compared = in_process(evaluate, '--rules', str(path), '--compare', str(RECORDED))
         self.assertEqual(compared.returncode, 1)
         lines = compared.stdout.splitlines()
-        rule_files_sha = hashlib.sha256((HERE / 'rule_files.py').read_bytes()).hexdigest()
-        self.assertEqual(lines[0], f'code_sha256 rule_files.py: None -> {rule_files_sha}')
-        self.assertTrue(lines[1].startswith("rule_files: None -> [{'file': 'my_rules.py', 'sha256': '"))
-        self.assertEqual(lines[2:], ['question_words_first: rule added'])
+        shas = {name: hashlib.sha256((HERE / name).read_bytes()).hexdigest() for name in ('rule_files.py',
+                                                                                          'rules_process.py')}
+        self.assertEqual(lines[:2], [f'code_sha256 {name}: None -> {sha}' for name, sha in shas.items()])
+        self.assertTrue(lines[2].startswith("rule_files: None -> [{'file': 'my_rules.py', 'sha256': '"))
+        self.assertEqual(lines[3:], ['question_words_first: rule added'])
         written = Path(self.folder.name, 'with-rules.json')
         same = in_process(evaluate, '--rules', str(path), '--output', str(written))
         self.assertEqual(same.returncode, 0)

@@ -1,4 +1,4 @@
-"""Tests for the rules process (rule_files.py): whatever a rule does, the lab ends it in one line and survives.
+"""Tests for the rules process (rule_files.py, rules_process.py): whatever a rule does, the lab ends it in one line and survives.
 
     .venv/bin/python -m unittest -v test_rule_files_process.py
 
@@ -55,8 +55,8 @@ class AnythingGoesWrongTest(RulesFolder):
                                   r'\(line 4 of rules\.py\)$')
         # A reply the rule forges itself, through the rules process's own pipe, is cut by the lab.
         forged = self.refusal('''
-            import gc, json, rule_files
-            pipe = next(found for found in gc.get_objects() if isinstance(found, rule_files.RemoteCount))
+            import gc, json, rules_process
+            pipe = next(found for found in gc.get_objects() if isinstance(found, rules_process.RemoteCount))
             pipe.send(json.dumps({'error': 'y' * 500_000}))
             return build_request(case, [])''')
         self.assertRegex(forged, r'^\S+: rule mine: case dev-latest: y{770}… \(499,230 more characters\)$')

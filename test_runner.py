@@ -66,7 +66,8 @@ class HeaderTest(unittest.TestCase):
     def test_rules_files_add_their_entry_and_the_module_that_runs_them(self):
         files = [{'file': 'mine.py', 'sha256': '0' * 64}]
         header = report_header(Path('cases.json'), '0' * 64, files)
-        self.assertEqual((header['rule_files'], list(header['code_sha256'])[-1]), (files, 'rule_files.py'))
+        self.assertEqual((header['rule_files'], list(header['code_sha256'])[-2:]), (files, ['rule_files.py',
+                                                                                        'rules_process.py']))
 
 
 if __name__ == '__main__':

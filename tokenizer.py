@@ -203,7 +203,7 @@ class TokenCounter:
 
     def additive(self, case: dict) -> bool:
         """Whether count_built sums this pair case's requests from their parts, under a counter whose special tokens
-        split a prompt cleanly (a rules process may then sum them itself, rule_files.RemoteCount)."""
+        split a prompt cleanly (a rules process may then sum them itself, rules_process.RemoteCount)."""
         return self.fast and not is_agent(case)
 
     def known_sizes(self, messages) -> list[int] | None:
