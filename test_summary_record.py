@@ -199,7 +199,8 @@ class Files(unittest.TestCase):
         self.assertEqual(bodies[0]['messages'], first['messages'])
         self.assertEqual(bodies[0]['max_tokens'], first['options']['max_tokens'])
         self.assertEqual(first['reply']['text'], 'answer 1')  # the fake's first answer
-        self.assertEqual(first['reply']['prompt_tokens'], llama_count(bodies[0]))
+        self.assertEqual(first['reply']['prompt_tokens'], llama_count(bodies[0]) or 0)  # what the fake said: 0 where
+        # no official template is at hand to count with (a clone without ../shared)
 
     def test_a_reply_holding_a_lone_surrogate_stops_record_in_one_line_naming_it(self):
         # JSON can carry '\\ud800'; it reached the file's UTF-8 encoding and was reported as a terminal's encoding
