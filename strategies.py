@@ -1,6 +1,6 @@
 """The four rules for choosing which history goes into one request, as the README states them.
 
-    from strategies import RULES; from tokenizer import counter()
+    from strategies import RULES; from tokenizer import counter
     RULES['notes'](case, counter())   # {'messages': [...], 'turns': [0, 4], 'notes': 2, 'input_tokens': 231}
 
     recent    walk back from the newest turn; stop at the first one that does not fit
