@@ -107,7 +107,7 @@ def turn_words(history: list) -> list[frozenset[str]]:
     return [words(' '.join(turn_texts(turn))) for turn in history]
 
 
-@lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
+@lru_cache(maxsize=1 << 16)  # all_note_lines reads a conversation once; this, for one it let go and meets again
 def cue_sentences(text: str) -> tuple[str, ...]:  # 'Fine. We must ship.' -> ('We must ship.',), escaped, once each
     sentences = SENTENCE_BREAK.split(text.strip()) if CUES.search(text) else []
     return tuple(dict.fromkeys(escape(sentence) for sentence in sentences if CUES.search(sentence)))
