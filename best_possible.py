@@ -12,7 +12,7 @@ writes nothing.
 from itertools import accumulate
 
 from scorer import BEST_GRADED, facts_in, graded_row, holders
-from shapes import allowance, build_request, turn_messages
+from shapes import allowance, build_request, is_agent, turn_messages
 from strategies import chosen, costs
 
 MAX_CANDIDATES = 20  # fact-holding stale-free turns searched exactly (2**20 subsets at most); beyond: not searched
@@ -55,7 +55,7 @@ def turn_facts(case: dict) -> tuple[dict[int, frozenset], dict[int, frozenset]]:
     """For each turn holding facts: index -> the required facts it holds, and index -> the stale facts it holds.
     For dev-correction (required 'Switch to PostgreSQL instead of MySQL.', stale 'We will use MySQL'):
     ({1: frozenset({'Switch to PostgreSQL instead of MySQL.'})}, {0: frozenset({'We will use MySQL'})})"""
-    if 'tools' not in case:  # a pair turn's facts are found once per conversation
+    if not is_agent(case):  # a pair turn's facts are found once per conversation
         return tuple(by_turn({fact: holders(case['history'], fact) for fact in case[kind]})
                      for kind in ('required', 'stale'))
     turns = list(map(turn_messages, case['history']))  # as build_request lays them out, oldest first

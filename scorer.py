@@ -80,7 +80,7 @@ def request_facts(case: dict, chosen: dict, counter: str | None = None) -> tuple
 def holders(history: list, fact: str) -> frozenset[int]:
     """The turns holding a fact as facts_in finds it in the turn's messages alone, each fact searched once per
     conversation: in [{'user': 'a < b', 'assistant': 'ok'}, {'user': 'a &lt; b', ...}] 'a < b' is held by {0, 1}."""
-    texts, joined, starts, known = turn_places(history)
+    texts, joined, starts, known = searchable_turns(history)
     if (found := known.get(fact)) is None:
         found = known[fact] = frozenset(index for form in {fact, escape(fact)}
                                         for index in places(texts, joined, starts, form))
@@ -88,7 +88,7 @@ def holders(history: list, fact: str) -> frozenset[int]:
 
 
 @per_history
-def turn_places(history: list) -> tuple[list[str], str, list[int], dict]:
+def searchable_turns(history: list) -> tuple[list[str], str, list[int], dict]:
     """Each turn's text (its messages' texts, a newline between, as facts_in joins them), all of them joined by NUL,
     where each starts in that, and the holders found so far (fact -> turns)."""
     texts = ['\n'.join(turn_texts(turn)) for turn in history]

@@ -1,6 +1,6 @@
 """The four rules for choosing which history goes into one request, as the README states them.
 
-    from strategies import RULES; from tokenizer import counter()
+    from strategies import RULES; from tokenizer import counter
     RULES['notes'](case, counter())   # {'messages': [...], 'turns': [0, 4], 'notes': 2, 'input_tokens': 231}
 
     recent    walk back from the newest turn; stop at the first one that does not fit
@@ -107,7 +107,7 @@ def turn_words(history: list) -> list[frozenset[str]]:
     return [words(' '.join(turn_texts(turn))) for turn in history]
 
 
-@lru_cache(maxsize=1 << 16)  # a message's cue sentences are found once per conversation, not once per question
+@lru_cache(maxsize=1 << 16)  # all_note_lines reads a conversation once; this, for one it let go and meets again
 def cue_sentences(text: str) -> tuple[str, ...]:  # 'Fine. We must ship.' -> ('We must ship.',), escaped, once each
     sentences = SENTENCE_BREAK.split(text.strip()) if CUES.search(text) else []
     return tuple(dict.fromkeys(escape(sentence) for sentence in sentences if CUES.search(sentence)))

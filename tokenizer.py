@@ -28,7 +28,7 @@ from pathlib import Path
 import re
 
 from common import run
-from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, is_agent, per_history, turn_key
+from shapes import HISTORIES_KEPT, ROLE_AND_TEXT, build_request, each_turn, is_agent, per_history, turn_key
 from tool_formats import CounterError, checked_request, frame_span, per_turn, prompt_text, refuse_thinking, \
     request_parts, turn_prompt_text
 from prepared_folder import DEFAULT, PREPARED_ENV, PREPARED_JSON, TOKENIZER_JSON, check_prepared, counter_folder, \
@@ -251,7 +251,7 @@ class TokenCounter:
         return shared_costs(history, self)  # the cases sharing a history list find it without reading its turns
 
     def costs_by_text(self, history: list) -> list[int]:
-        key = tuple(map(turn_key, history))
+        key = each_turn(turn_key, history)
         if (costs := self.turns.get(key)) is None:
             costs = [len(self.encode(self.rendered(turn_prompt_text, turn))) for turn in history] \
                 if history and type(history[0]) is list else self.pair_costs(key)  # agent turns are rendered whole
