@@ -52,6 +52,11 @@ def history_text(case: dict) -> str:
     return '\n'.join(text for turn in case['history'] for text in turn_texts(turn))
 
 
+def request_text(chosen: dict) -> str:
+    """A selection's request as statuses and identifiers are read in it: its messages' texts, a newline between."""
+    return '\n'.join(message_text(message) or '' for message in chosen['messages'])
+
+
 def fabricated(summary: str, source: str) -> list[str]:
     """Identifier-shaped strings of a summary found nowhere in its source, once each in order:
     fabricated('Run tests/a.py and tests/b.py, job 7731', 'tests/a.py 7731') -> ['tests/b.py']"""
@@ -105,7 +110,7 @@ def generations(case: dict, ends: list[int], count, call) -> list[tuple[dict, di
 
 def graded(case: dict, key: dict, chosen: dict, told: dict) -> dict:
     """One generation's grades: identifiers found, statuses, fabricated identifiers, summary tokens."""
-    text = '\n'.join(message_text(message) or '' for message in chosen['messages'])
+    text = request_text(chosen)
     states = [status_of(text, entry) for entry in key['statuses']]
     return {'outcome': told['outcome'], 'found': sum(fact in text for fact in case['required']),
             'total': len(case['required']), **{state: states.count(state) for state in ('kept', 'dropped',
@@ -133,8 +138,7 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
         made = generations(case, ends, count, replaying(calls, case['id'], cases_name))
         rows = [graded(case, keys[case['id']], chosen, told) for chosen, told in made]
         first = {**case, 'history': case['history'][:ends[0]]}
-        texts = [history_text(first)] + [
-            '\n'.join(message_text(message) or '' for message in chosen['messages']) for chosen, _ in made]
+        texts = [history_text(first)] + [request_text(chosen) for chosen, _ in made]
         losses += [f'{case["id"]} (generation {number})' for number in early_losses(case, ends, rows, texts)]
         for total, row in zip(totals, rows):
             for field in total:

@@ -24,7 +24,6 @@ import continuation
 import lab_files
 import langchain_summary
 from scorer import graded_row, totals
-from shapes import message_text
 from strategies import notes, recent
 import summaries
 from summaries import compact
@@ -61,7 +60,7 @@ def row(label: str, name: str, cases: list[dict], keys: dict | None, results: li
     figures = totals([graded_row(case, chosen) for case, (chosen, _) in zip(cases, results)])
     states = []
     for case, (chosen, _) in zip(cases, results):
-        text = '\n'.join(message_text(message) or '' for message in chosen['messages'])
+        text = continuation.request_text(chosen)
         states += [continuation.status_of(text, key) for key in (keys or {}).get(case['id'], {}).get('statuses', ())]
     shown = [str(states.count(state)) if keys else '-' for state in ('kept', 'dropped', 'reversed')]
     made = sum(len(continuation.fabricated(chosen.get('summary', ''), continuation.history_text(case)))
