@@ -10,8 +10,8 @@ open, "subject", "kept": [regex], "reversed": [regex]}. A request's status is re
 matches its text (case ignored), kept if a kept one does and no reversed one, dropped otherwise. On load the whole
 history must read as kept and not reversed, or the key is refused. The history arrives in segments: at segments 2-5
 summaries.compact summarises the previous generation's summary with the turns it now removes (after a fallback, the
-previous summary and the turns since it). Each generation's request is graded: required identifiers by exact text,
-statuses, identifier-shaped strings the summary holds that the history does not (fabricated), summary tokens and
+previous summary and the turns since it). Each generation's request is graded: required identifiers by exact text as
+scorer.facts_in finds them (a summary's quoted form too), statuses, identifier-shaped strings the summary holds that the history does not (fabricated), summary tokens and
 growth against generation 1. It prints; it writes nothing.
 """
 import argparse
@@ -23,6 +23,7 @@ from common import LabError
 from case_set import load_cases
 import lab_files
 from lab_files import ANY, TEXT, check_fields, list_of, one_of
+from scorer import facts_in
 from shapes import message_text, turn_texts
 from summaries import compact, load, recording_path, replaying
 from text import markdown_table
@@ -109,10 +110,10 @@ def generations(case: dict, ends: list[int], count, call) -> list[tuple[dict, di
 
 
 def graded(case: dict, key: dict, chosen: dict, told: dict) -> dict:
-    """One generation's grades: identifiers found, statuses, fabricated identifiers, summary tokens."""
+    """One generation's grades: identifiers found (as scorer.py grades a request), statuses, fabricated identifiers, summary tokens."""
     text = request_text(chosen)
     states = [status_of(text, entry) for entry in key['statuses']]
-    return {'outcome': told['outcome'], 'found': sum(fact in text for fact in case['required']),
+    return {'outcome': told['outcome'], 'found': len(facts_in(case, chosen['messages'])[0]),
             'total': len(case['required']), **{state: states.count(state) for state in ('kept', 'dropped',
                                                                                        'reversed')},
             'fabricated': len(fabricated(chosen.get('summary', ''), history_text(case))),
