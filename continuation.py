@@ -10,9 +10,9 @@ open, "subject", "kept": [regex], "reversed": [regex]}. A request's status is re
 matches its text (case ignored), kept if a kept one does and no reversed one, dropped otherwise. On load the whole
 history must read as kept and not reversed, or the key is refused. The history arrives in segments: at segments 2-5
 summaries.compact summarises the previous generation's summary with the turns it now removes (after a fallback, the
-previous summary and the turns since it). Each generation's request is graded: required identifiers by exact text as
-scorer.facts_in finds them (a summary's quoted form too), statuses, identifier-shaped strings the summary holds that the history does not (fabricated), summary tokens and
-growth against generation 1. It prints; it writes nothing.
+previous summary and the turns since it). Each generation's request is graded: required identifiers by exact text
+(scorer.facts_in, a summary's quoted form too), statuses, identifier-shaped strings the summary holds that the history
+does not (fabricated), summary tokens and growth against generation 1. It prints; it writes nothing.
 """
 import argparse
 from pathlib import Path
@@ -110,7 +110,8 @@ def generations(case: dict, ends: list[int], count, call) -> list[tuple[dict, di
 
 
 def graded(case: dict, key: dict, chosen: dict, told: dict) -> dict:
-    """One generation's grades: identifiers found (as scorer.py grades a request), statuses, fabricated identifiers, summary tokens."""
+    """One generation's grades: identifiers found (as scorer.py grades a request), statuses, fabricated identifiers,
+    summary tokens."""
     text = request_text(chosen)
     states = [status_of(text, entry) for entry in key['statuses']]
     return {'outcome': told['outcome'], 'found': len(facts_in(case, chosen['messages'])[0]),
