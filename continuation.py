@@ -25,7 +25,7 @@ import lab_files
 from lab_files import ANY, TEXT, check_fields, list_of, one_of
 from scorer import facts_in
 from shapes import message_text, turn_texts
-from summaries import compact, load, recording_path, replaying
+from summaries import OUTCOMES, compact, load, recording_path, replaying
 from text import markdown_table
 
 CASES = common.HERE / 'continuation-cases.json'
@@ -144,8 +144,7 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
         losses += [f'{case["id"]} (generation {number})' for number in early_losses(case, ends, rows, texts)]
         for total, row in zip(totals, rows):
             for field in total:
-                total[field] += (row['outcome'] not in ('summarised', 'whole_history')) if field == 'fallbacks' \
-                    else row[field]
+                total[field] += (OUTCOMES[row['outcome']] == 'llm_fallback') if field == 'fallbacks' else row[field]
     base = totals[0]['summary_tokens']  # no growth on a generation 1 without summary tokens (every case fell back)
     table = markdown_table(
         ['Generation', 'Identifiers kept', 'Statuses kept', 'Dropped', 'Reversed', 'Fabricated identifiers',
