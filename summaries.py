@@ -24,10 +24,10 @@ request body; a call the recording lacks is one MissingCall naming the case and 
 records it. Those two read the recording; nothing here writes.
 """
 import hashlib
-import json
 import os
 from pathlib import Path
 
+from answer_model import encode
 import common
 from common import LabError
 import lab_files
@@ -245,9 +245,10 @@ class MissingCall(LabError):
 
 
 def body(messages: list[dict], options: dict) -> bytes:
-    """A summary call's request body: body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
+    """A summary call's request body, serialised as the answer check's bodies are (answer_model.encode):
+    body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
     b'{"messages":[{"role":"user","content":"a"}],"options":{"max_tokens":64}}'"""
-    return json.dumps({'messages': messages, 'options': options}, ensure_ascii=False, separators=(',', ':')).encode()
+    return encode({'messages': messages, 'options': options})
 
 
 def key(messages: list[dict], options: dict) -> str:
