@@ -10,9 +10,9 @@ open, "subject", "kept": [regex], "reversed": [regex]}. A request's status is re
 matches its text (case ignored), kept if a kept one does and no reversed one, dropped otherwise. On load the whole
 history must read as kept and not reversed, or the key is refused. The history arrives in segments: at segments 2-5
 summaries.compact summarises the previous generation's summary with the turns it now removes (after a fallback, the
-previous summary and the turns since it). Each generation's request is graded: required identifiers by exact text,
-statuses, identifier-shaped strings the summary holds that the history does not (fabricated), summary tokens and
-growth against generation 1. It prints; it writes nothing.
+previous summary and the turns since it). Each generation's request is graded: required identifiers by exact text
+(scorer.facts_in, a summary's quoted form too), statuses, identifier-shaped strings the summary holds that the history
+does not (fabricated), summary tokens and growth against generation 1. It prints; it writes nothing.
 """
 import argparse
 from pathlib import Path
@@ -23,8 +23,9 @@ from common import LabError
 from case_set import load_cases
 import lab_files
 from lab_files import ANY, TEXT, check_fields, list_of, one_of
+from scorer import facts_in
 from shapes import message_text, turn_texts
-from summaries import compact, load, recording_path, replaying
+from summaries import OUTCOMES, compact, load, recording_path, replaying
 from text import markdown_table
 
 CASES = common.HERE / 'continuation-cases.json'
@@ -50,6 +51,11 @@ def status_of(text: str, key: dict) -> str:
 
 def history_text(case: dict) -> str:
     return '\n'.join(text for turn in case['history'] for text in turn_texts(turn))
+
+
+def request_text(chosen: dict) -> str:
+    """A selection's request as statuses and identifiers are read in it: its messages' texts, a newline between."""
+    return '\n'.join(message_text(message) or '' for message in chosen['messages'])
 
 
 def fabricated(summary: str, source: str) -> list[str]:
@@ -104,10 +110,11 @@ def generations(case: dict, ends: list[int], count, call) -> list[tuple[dict, di
 
 
 def graded(case: dict, key: dict, chosen: dict, told: dict) -> dict:
-    """One generation's grades: identifiers found, statuses, fabricated identifiers, summary tokens."""
-    text = '\n'.join(message_text(message) or '' for message in chosen['messages'])
+    """One generation's grades: identifiers found (as scorer.py grades a request), statuses, fabricated identifiers,
+    summary tokens."""
+    text = request_text(chosen)
     states = [status_of(text, entry) for entry in key['statuses']]
-    return {'outcome': told['outcome'], 'found': sum(fact in text for fact in case['required']),
+    return {'outcome': told['outcome'], 'found': len(facts_in(case, chosen['messages'])[0]),
             'total': len(case['required']), **{state: states.count(state) for state in ('kept', 'dropped',
                                                                                        'reversed')},
             'fabricated': len(fabricated(chosen.get('summary', ''), history_text(case))),
@@ -133,13 +140,11 @@ def report(cases: list[dict], keys: dict, count, calls: dict, cases_name: str) -
         made = generations(case, ends, count, replaying(calls, case['id'], cases_name))
         rows = [graded(case, keys[case['id']], chosen, told) for chosen, told in made]
         first = {**case, 'history': case['history'][:ends[0]]}
-        texts = [history_text(first)] + [
-            '\n'.join(message_text(message) or '' for message in chosen['messages']) for chosen, _ in made]
+        texts = [history_text(first)] + [request_text(chosen) for chosen, _ in made]
         losses += [f'{case["id"]} (generation {number})' for number in early_losses(case, ends, rows, texts)]
         for total, row in zip(totals, rows):
             for field in total:
-                total[field] += (row['outcome'] not in ('summarised', 'whole_history')) if field == 'fallbacks' \
-                    else row[field]
+                total[field] += (OUTCOMES[row['outcome']] == 'llm_fallback') if field == 'fallbacks' else row[field]
     base = totals[0]['summary_tokens']  # no growth on a generation 1 without summary tokens (every case fell back)
     table = markdown_table(
         ['Generation', 'Identifiers kept', 'Statuses kept', 'Dropped', 'Reversed', 'Fabricated identifiers',

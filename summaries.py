@@ -24,10 +24,10 @@ request body; a call the recording lacks is one MissingCall naming the case and 
 records it. Those two read the recording; nothing here writes.
 """
 import hashlib
-import json
 import os
 from pathlib import Path
 
+from answer_model import encode
 import common
 from common import LabError
 import lab_files
@@ -183,18 +183,18 @@ class Work:
 def summarise(text: str, target: int, work: Work) -> str:
     """The summary of text in at most target tokens: one call if its prompt fits, else parts and merges (module doc).
     Raises Fallback with the outcome when there is none."""
-    if work.fits(prompt(text, target)):
-        return work.ask(prompt(text, target), target)
-    limit, size = part_target(target), work.count(prompt(text, target))
+    if (size := work.count(whole := prompt(text, target))) <= work.room:
+        return work.ask(whole, target)
+    limit = part_target(target)
     for _ in range(MOST_ROUNDS):  # the header is budgeted at the largest numbers it can hold
         parts = partition(text.split('\n'), lambda part: work.fits(prompt(part, limit, (MOST_CALLS, MOST_CALLS))))
         if work.calls + len(parts) + 1 > MOST_CALLS:
             raise Fallback('work_limit')
         text = merge_text([work.ask(prompt(part, limit, (number, len(parts))), limit)
                            for number, part in enumerate(parts, 1)])
-        if work.fits(merged := prompt(text, target, merge=True)):
+        if (merged_size := work.count(merged := prompt(text, target, merge=True))) <= work.room:
             return work.ask(merged, target)
-        if (merged_size := work.count(merged)) >= size:  # this round's summaries are no shorter than its input
+        if merged_size >= size:  # this round's summaries are no shorter than its input
             raise Fallback('merge_not_shrinking')
         size = merged_size
     raise Fallback('work_limit')
@@ -245,9 +245,10 @@ class MissingCall(LabError):
 
 
 def body(messages: list[dict], options: dict) -> bytes:
-    """A summary call's request body: body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
+    """A summary call's request body, serialised as the answer check's bodies are (answer_model.encode):
+    body([{'role': 'user', 'content': 'a'}], {'max_tokens': 64}) ->
     b'{"messages":[{"role":"user","content":"a"}],"options":{"max_tokens":64}}'"""
-    return json.dumps({'messages': messages, 'options': options}, ensure_ascii=False, separators=(',', ':')).encode()
+    return encode({'messages': messages, 'options': options})
 
 
 def key(messages: list[dict], options: dict) -> str:

@@ -23,8 +23,7 @@ from case_set import load_cases
 import continuation
 import lab_files
 import langchain_summary
-from scorer import graded_row
-from shapes import message_text
+from scorer import graded_row, totals
 from strategies import notes, recent
 import summaries
 from summaries import compact
@@ -58,26 +57,28 @@ def rules(calls: dict, cases_name: str, keys: dict | None) -> dict:
 
 def row(label: str, name: str, cases: list[dict], keys: dict | None, results: list[tuple[dict, int]]) -> list[str]:
     """One rule's row over the cases, from (selection, calls) per case."""
-    graded = [graded_row(case, chosen) for case, (chosen, _) in zip(cases, results)]
+    figures = totals([graded_row(case, chosen) for case, (chosen, _) in zip(cases, results)])
     states = []
     for case, (chosen, _) in zip(cases, results):
-        text = '\n'.join(message_text(message) or '' for message in chosen['messages'])
+        text = continuation.request_text(chosen)
         states += [continuation.status_of(text, key) for key in (keys or {}).get(case['id'], {}).get('statuses', ())]
     shown = [str(states.count(state)) if keys else '-' for state in ('kept', 'dropped', 'reversed')]
     made = sum(len(continuation.fabricated(chosen.get('summary', ''), continuation.history_text(case)))
                for case, (chosen, _) in zip(cases, results))
-    return [label, name, f'{sum(g["required_found"] for g in graded)} of {sum(g["required_total"] for g in graded)}',
-            f'{sum(not g["missing"] for g in graded)} of {len(cases)}', *shown, str(made),
-            str(sum(calls for _, calls in results)), str(sum(not g['within_budget'] for g in graded)),
-            f'{sum(g["input_tokens"] for g in graded) / len(cases):.1f}']
+    return [label, name, *found(figures), *shown, str(made), str(sum(calls for _, calls in results)),
+            str(figures['over_budget']), f'{figures["mean_input_tokens"]:.1f}']
 
 
 def best(label: str, cases: list[dict], count) -> list[str]:
-    rows = [best_row(case, count) for case in cases]
-    return [label, 'best possible (reads the labels)',
-            f'{sum(r["required_found"] for r in rows)} of {sum(r["required_total"] for r in rows)}',
-            f'{sum(not r["missing"] for r in rows)} of {len(cases)}', '-', '-', '-', '-', '0', '0',
-            f'{sum(r["input_tokens"] for r in rows) / len(cases):.1f}']
+    figures = totals([best_row(case, count) for case in cases])
+    return [label, 'best possible (reads the labels)', *found(figures), '-', '-', '-', '-', '0', '0',
+            f'{figures["mean_input_tokens"]:.1f}']
+
+
+def found(figures: dict) -> list[str]:
+    """The facts found and complete cases of a group's figures (scorer.totals), as the table writes them."""
+    return [f'{figures["facts_found"]} of {figures["facts_total"]}',
+            f'{figures["complete_cases"]} of {figures["cases"]}']
 
 
 def table(sets: list[tuple[str, list[dict], dict | None]], count, calls: dict) -> str:

@@ -164,6 +164,15 @@ class Generations(unittest.TestCase):
         self.assertEqual(row['found'], sum(fact in text for fact in CASES[0]['required']))
         self.assertEqual(row['kept'] + row['dropped'] + row['reversed'], 2)
 
+    def test_a_generation_finds_an_identifier_its_summary_quotes_escaped_as_the_rules_table_does(self):
+        case = {**CASES[0], 'required': ['x < y & z']}  # the summary block escapes it to x &lt; y &amp; z
+
+        def quoting(messages, options):
+            return {'text': 'Keep x < y & z.', 'prompt_tokens': 1, 'completion_tokens': 1, 'elapsed_ms': 1}
+        chosen, told = generations(case, SHIPPED['dev-cont-cache']['segments'], counter(), quoting)[0]
+        self.assertEqual((told['outcome'], chosen['summary']), ('summarised', 'Keep x < y & z.'))
+        self.assertEqual(continuation.graded(case, SHIPPED['dev-cont-cache'], chosen, told)['found'], 1)
+
 
 if __name__ == '__main__':
     unittest.main()
