@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from common import HERE, LabError
-from text import clipped
+from text import excerpt
 
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
@@ -149,7 +149,7 @@ def check_fields(where: str, record, spec: dict, advice: str = '', name: str = '
     subject = f'field {name} ' if name else ''
     fields = f'{"exactly " * exact}the fields {list(spec)}' + (f' ({", ".join(optional)} optional)' * bool(optional))
     if not isinstance(record, dict):
-        got = clipped(json.dumps(record, ensure_ascii=False), 40)
+        got = excerpt(record)
         raise error(f'{where}: {subject}must be an object with {fields}, got {got}{tail}')
     missing = [field for field in spec if field not in record and field not in optional]
     unexpected = sorted(set(record) - set(spec)) if exact else []
@@ -163,7 +163,7 @@ def check_fields(where: str, record, spec: dict, advice: str = '', name: str = '
         if isinstance(kind, dict):
             check_fields(where, record[field], kind, advice, dotted[field], exact=exact, error=error)
         elif not kind[0](record[field]):
-            got = clipped(json.dumps(record[field], ensure_ascii=False), 40)
+            got = excerpt(record[field])
             raise error(f'{where}: field {dotted[field]} must be {kind[1]}, got {got}{tail}')
     return record
 
