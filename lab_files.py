@@ -65,11 +65,12 @@ def read_text(path: Path, what: str) -> tuple[str, str]:
     over READ_MOST bytes is refused unread, and a byte-order mark is read as none."""
     path = Path(path)
     try:
-        kind = stat.S_IFMT(os.stat(path).st_mode)
+        status = os.stat(path)
+        kind = stat.S_IFMT(status.st_mode)
         if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
             raise LabError(f'{path}: the {what} must be a file, not {SPECIAL.get(kind, "a device")}')
-        if (size := os.stat(path).st_size) > READ_MOST:
-            raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {READ_MOST:,} the lab reads')
+        if status.st_size > READ_MOST:
+            raise LabError(f'{path}: the {what} is {status.st_size:,} bytes, more than the {READ_MOST:,} the lab reads')
         data = path.read_bytes()
         return data.decode('utf-8-sig'), hashlib.sha256(data).hexdigest()
     except MemoryError:
