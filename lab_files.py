@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from common import HERE, LabError
-from text import clipped
+from text import excerpt
 
 NEW_FILE_MODE = 0o644  # a file the lab creates is meant to be read by anyone; an existing one keeps its mode
 TEMPORARY = '.lab-tmp-'  # a write's temporary file is .NAME.lab-tmp-PID-XXXXXXXX.tmp beside NAME (.gitignore)
@@ -65,11 +65,12 @@ def read_text(path: Path, what: str) -> tuple[str, str]:
     over READ_MOST bytes is refused unread, and a byte-order mark is read as none."""
     path = Path(path)
     try:
-        kind = stat.S_IFMT(os.stat(path).st_mode)
+        status = os.stat(path)
+        kind = stat.S_IFMT(status.st_mode)
         if kind not in (stat.S_IFREG, stat.S_IFDIR):  # a pipe with no writer would hang, /dev/zero never end
             raise LabError(f'{path}: the {what} must be a file, not {SPECIAL.get(kind, "a device")}')
-        if (size := os.stat(path).st_size) > READ_MOST:
-            raise LabError(f'{path}: the {what} is {size:,} bytes, more than the {READ_MOST:,} the lab reads')
+        if status.st_size > READ_MOST:
+            raise LabError(f'{path}: the {what} is {status.st_size:,} bytes, more than the {READ_MOST:,} the lab reads')
         data = path.read_bytes()
         return data.decode('utf-8-sig'), hashlib.sha256(data).hexdigest()
     except MemoryError:
@@ -149,7 +150,7 @@ def check_fields(where: str, record, spec: dict, advice: str = '', name: str = '
     subject = f'field {name} ' if name else ''
     fields = f'{"exactly " * exact}the fields {list(spec)}' + (f' ({", ".join(optional)} optional)' * bool(optional))
     if not isinstance(record, dict):
-        got = clipped(json.dumps(record, ensure_ascii=False), 40)
+        got = excerpt(record)
         raise error(f'{where}: {subject}must be an object with {fields}, got {got}{tail}')
     missing = [field for field in spec if field not in record and field not in optional]
     unexpected = sorted(set(record) - set(spec)) if exact else []
@@ -163,7 +164,7 @@ def check_fields(where: str, record, spec: dict, advice: str = '', name: str = '
         if isinstance(kind, dict):
             check_fields(where, record[field], kind, advice, dotted[field], exact=exact, error=error)
         elif not kind[0](record[field]):
-            got = clipped(json.dumps(record[field], ensure_ascii=False), 40)
+            got = excerpt(record[field])
             raise error(f'{where}: field {dotted[field]} must be {kind[1]}, got {got}{tail}')
     return record
 

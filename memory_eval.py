@@ -50,8 +50,6 @@ def check_stores(keep: Path) -> None:
                        'it gets every store of the run and replaces nothing')
 
 
-
-
 def replay_growth(replay: dict, folder: Path) -> tuple[list[dict], dict]:
     """(rows of each store every SAMPLE_EVERY turns of the replay, each store's file size in bytes at its end)."""
     events, samples = {event['turn']: event for event in replay['events']}, []  # turns increase: one event a turn

@@ -17,8 +17,9 @@ leaves a deletion record of only the user, the time and how many rows went. The 
 that triggers keep from being updated or deleted: a replace appends, a forget changes nothing, so every row stays
 one a block may hold (current = stored). A fill (FILLS) offers a block lines newest first and keeps each whose own
 count fits the question's quota; the block is graded by exact text as a request is (scorer.facts_in).
-memory_eval.py reports the fills, memory_answers.py sends them. Standard library only; it writes nothing but the
-database file at `path` (and SQLite's journal beside it while a transaction runs).
+memory_eval.py reports the fills, memory_answers.py sends them. Standard library only; a store writes nothing but
+the database file at `path` (and SQLite's journal beside it while a transaction runs), and filled_requests its
+stores in a temporary folder, or in the one stores_folder makes it.
 
 So that a forgotten text cannot be read from the file afterwards, the managed store sets PRAGMA secure_delete and
 journal_mode=DELETE (and checks they took), runs VACUUM after each forget, then reads the file's bytes and those
@@ -27,7 +28,6 @@ each step is needed, what test_memory_store shows, and what is not covered (a de
 process killed between a forget and its VACUUM, file-system copies, the process's memory).
 """
 import contextlib
-from contextlib import closing
 import os
 from pathlib import Path
 import re
@@ -169,7 +169,7 @@ class MemoryStore:
 
     def _rebuilt(self) -> bytes:
         """The bytes of a new in-memory database holding this store's schema and live rows, and nothing else."""
-        with closing(sqlite3.connect(':memory:')) as copy:
+        with contextlib.closing(sqlite3.connect(':memory:')) as copy:
             copy.executescript(MANAGED_SCHEMA)
             for table in ('facts', 'deletions'):
                 rows = self._db.execute(f'SELECT * FROM {table} ORDER BY id').fetchall()

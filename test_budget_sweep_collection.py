@@ -1,5 +1,5 @@
-"""Tests for how budget_sweep.py runs the garbage collector (collected_less): the loaded cases frozen out of
-collections while the sweep runs, and the collector as it was afterwards, whatever happened.
+"""Tests for how budget_sweep.py runs the garbage collector (collected_less): less often while the sweep runs, and
+as it was afterwards, whatever happened.
 
     .venv/bin/python -m unittest -v test_budget_sweep_collection   (a few seconds)
 
@@ -23,13 +23,11 @@ def collector() -> tuple:
 
 
 class CollectionTest(unittest.TestCase):
-    def test_the_sweep_runs_with_its_cases_frozen_and_the_collector_on_at_its_thresholds(self):
+    def test_the_sweep_runs_with_the_collector_on_at_its_thresholds(self):
         seen = []
         with mock.patch.object(budget_sweep, 'check_reserved', lambda path, cases: seen.append(collector())):
             sweep_report(HERE / 'cases.json', [256], {}, [])
-        enabled, thresholds, frozen = seen[0]
-        self.assertEqual((enabled, thresholds), (True, SWEEP_COLLECTION))
-        self.assertGreater(frozen, 0)  # all that was alive once the cases were loaded (none frozen before)
+        self.assertEqual(seen[0], (True, SWEEP_COLLECTION, 0))
 
     def test_the_collector_is_as_before_after_a_sweep_or_a_refused_case_set_and_stays_off_if_it_was(self):
         self.addCleanup(gc.enable)
