@@ -107,6 +107,18 @@ class ServerClient:
     def unreachable(self) -> str:
         return f'nothing answers at {self.host}: start the server, or set {self.ADDRESS} to the address it listens on'
 
+    def checked_reply(self, path: str, named, body: dict, reply: dict, wire_names: dict, advice: str = '') -> dict:
+        """reply, once the server named the model body asked for and each field holds what a recording accepts
+        (wire_names: where the server sent it); else one self.ERROR ending in advice, and nothing of it is kept."""
+        if named != body['model']:
+            raise self.ERROR(f'{self.SERVER} at {self.host} answered for the model {excerpt(named)}, not the pinned '
+                             f'{body["model"]}, so nothing from it is kept: check what serves at {self.ADDRESS}')
+        for field, wire in wire_names.items():
+            if not ANSWER_CHECKS[field][0](reply[field]):
+                raise self.ERROR(f'{self.SERVER} at {self.host} answered {path} with {wire} {excerpt(reply[field])}, '
+                                 f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept{advice}')
+        return reply
+
     def _fetch(self, path: str, data: bytes | None, timeout: float) -> tuple:
         """(response, its body inflated to REPLY_LIMIT + 1 bytes at most) within timeout seconds, or one self.ERROR."""
         import requests
@@ -236,20 +248,14 @@ class OllamaClient(ServerClient):
             raise OllamaError(f'Ollama at {self.host} stopped before finishing the reply (done is '
                               f'{json.dumps(payload.get("done"))}), so nothing from it is kept: run again, '
                               'and read the server log if it happens again')
-        if payload.get('model') != body['model']:  # Ollama names the tag it was asked for in every reply
-            raise OllamaError(f'Ollama at {self.host} answered for the model {excerpt(payload.get("model"))}, '
-                              f'not the pinned {body["model"]}, so nothing from it is kept: check what serves '
-                              'at OLLAMA_HOST')
         message = payload['message'] if isinstance(payload.get('message'), dict) else {}
         # Ollama leaves out a count that is zero.
         reply = {'seed': body['options']['seed'], 'answer': message.get('content'),
                  'tool_calls': message.get('tool_calls') or [], 'done_reason': payload.get('done_reason'),
                  'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
-        for field, wire in WIRE_NAMES.items():
-            if not ANSWER_CHECKS[field][0](reply[field]):
-                raise OllamaError(f'Ollama at {self.host} answered /api/chat with {wire} {excerpt(reply[field])}, '
-                                  f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
-                                  'upgrade Ollama or read its log')
+        # Ollama names the tag it was asked for in every reply.
+        self.checked_reply('/api/chat', payload.get('model'), body, reply, WIRE_NAMES,
+                           ': upgrade Ollama or read its log')
         # Read after every answer, so that each lies between two reads of the pinned digest.
         self.tag_digest('the tag moved while this answer was made, so it is not kept')
         return reply
