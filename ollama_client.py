@@ -157,6 +157,11 @@ class ServerClient:
             raise error
         return done['response'], done['body']
 
+    def _call(self, path: str, data: bytes | None = None, timeout: float | None = None) -> dict:
+        """One request whose answer must be a JSON object, within timeout (else CHECK_TIMEOUT, read at the call);
+        every way it can fail is one self.ERROR (the client's _checked says which replies fail)."""
+        return self._checked(path, *self._send(path, data, timeout or CHECK_TIMEOUT))
+
     def _send(self, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
         """(status, body, the body if a JSON object); a reply too large or a redirect is one self.ERROR."""
         response, body = self._fetch(path, data, timeout)
@@ -278,9 +283,8 @@ class OllamaClient(ServerClient):
         length = (find_tag(self._call('/api/ps').get('models'), self.model['ollama_tag']) or {}).get('context_length')
         return length if type(length) is int and length > 0 else None
 
-    def _call(self, path: str, data: bytes | None = None, timeout: float = CHECK_TIMEOUT) -> dict:
-        """One request whose answer must be a JSON object; every way it can fail is one OllamaError."""
-        status, body, payload = self._send(path, data, timeout)
+    def _checked(self, path: str, status: int, body: str, payload: dict | None) -> dict:
+        """payload, unless the reply is an error or not a JSON object; each is one OllamaError."""
         error = payload.get('error') if payload is not None else None
         detail = reply_detail(body, payload)
         if status == 404 and path == '/api/chat' and error is not None:

@@ -181,11 +181,6 @@ class OpenAIClient(ServerClient):
                               'the base URL is an OpenAI-compatible server')
         return payload
 
-    def _call(self, path: str, data: bytes | None = None, timeout: float | None = None) -> dict:
-        """One request whose answer must be a JSON object; every way it can fail is one OpenAIError."""
-        status, body, payload = self._send(path, data, timeout or ollama_client.CHECK_TIMEOUT)
-        return self._checked(path, status, body, payload)
-
 
 def client_for(model: dict):
     """The client of the API the pin names: both answer chat_body's requests, checked, in the same shape."""
