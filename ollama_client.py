@@ -2,7 +2,8 @@
 
 It checks that the server is Ollama and holds the pinned digest; a reply must name the pinned tag and hold what a
 recording accepts, within a deadline for the whole reply. Each failure is one OllamaError line naming the host. It
-writes nothing, pulls nothing, and uses no stream, retry, redirect or proxy.
+writes nothing, pulls nothing, and uses no stream, retry, redirect or proxy. Its ServerClient holds what
+openai_client.py's client shares with it: the bounded request, and the check of a chat reply's fields.
 """
 from datetime import date
 import ipaddress
@@ -91,8 +92,9 @@ def find_tag(listed, tag: str) -> dict | None:
 
 
 class ServerClient:
-    """What both clients share: requests with a deadline for the whole reply, bounded, never redirected. A client
-    names its server (SERVER), where its address is set (ADDRESS, like EXAMPLE), and its error class (ERROR)."""
+    """What both clients share: requests with a deadline for the whole reply, bounded, never redirected, and the check
+    of a chat reply. A client names its server (SERVER), where its address is set (ADDRESS, like EXAMPLE), its error
+    class (ERROR), and which replies fail (_checked)."""
     SERVER, ADDRESS, EXAMPLE, ERROR = 'Ollama', 'OLLAMA_HOST', DEFAULT_HOST, OllamaError
 
     def __init__(self, model: dict, host: str):
