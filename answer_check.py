@@ -109,16 +109,15 @@ def pin(args: argparse.Namespace) -> int:
     defaults = load_model(args.model)
     asked = {o: v for o in (*SAMPLING_OPTIONS, 'repeat_penalty') if (v := getattr(args, o)) is not None}
     lab_files.check_outputs([('--output', args.output)], [('--model', args.model)])
-    seeds = args.seeds or defaults['seeds']
+    options, seeds = {**defaults['options'], **asked}, args.seeds or defaults['seeds']
     if args.api == 'openai':
         base_url = args.base_url or os.environ.get(BASE_URL_VARIABLE) or BASE_URL
         client = OpenAIClient({'api': 'openai', 'base_url': base_url, 'model_id': args.tag})
-        pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, asked, seeds,
-                                                                 args.counter))
+        pinned = check_model(f'{args.output}: pin', client.pin(options, asked, seeds, args.counter))
         where = f'at {base_url}{described(pinned["server"])}'
     else:
         client = OllamaClient({**defaults, 'ollama_tag': args.tag, 'ollama_digest': None})
-        pinned = check_model(f'{args.output}: pin', client.pin({**defaults['options'], **asked}, seeds, args.counter))
+        pinned = check_model(f'{args.output}: pin', client.pin(options, seeds, args.counter))
         where = f'at digest {pinned["ollama_digest"]} on Ollama {pinned["ollama_version"]}'
     save(args.output, pinned, 'answer model pin')
     note = '' if pin_counter(pinned)[1] else ', not its own counter, so prompt_tokens will not be compared'

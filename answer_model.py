@@ -91,8 +91,6 @@ def model_name(model: dict) -> str:
     return model['model_id'] if api(model) == 'openai' else model['ollama_tag']
 
 
-
-
 def load_recording(path: Path, advice: str) -> dict:
     """{"model": the pin it was made with, as the server reported it, "answers": {strategy: {case_id: [answer, ...]}},
     and "chosen": its split, sample and the case file's sha256}, checked. The original's recordings have no "chosen",

@@ -2,7 +2,8 @@
 
 It checks that the server is Ollama and holds the pinned digest; a reply must name the pinned tag and hold what a
 recording accepts, within a deadline for the whole reply. Each failure is one OllamaError line naming the host. It
-writes nothing, pulls nothing, and uses no stream, retry, redirect or proxy.
+writes nothing, pulls nothing, and uses no stream, retry, redirect or proxy. Its ServerClient holds what
+openai_client.py's client shares with it: the bounded request, and the check of a chat reply's fields.
 """
 from datetime import date
 import ipaddress
@@ -91,8 +92,9 @@ def find_tag(listed, tag: str) -> dict | None:
 
 
 class ServerClient:
-    """What both clients share: requests with a deadline for the whole reply, bounded, never redirected. A client
-    names its server (SERVER), where its address is set (ADDRESS, like EXAMPLE), and its error class (ERROR)."""
+    """What both clients share: requests with a deadline for the whole reply, bounded, never redirected, and the check
+    of a chat reply. A client names its server (SERVER), where its address is set (ADDRESS, like EXAMPLE), its error
+    class (ERROR), and which replies fail (_checked)."""
     SERVER, ADDRESS, EXAMPLE, ERROR = 'Ollama', 'OLLAMA_HOST', DEFAULT_HOST, OllamaError
 
     def __init__(self, model: dict, host: str):
@@ -106,6 +108,18 @@ class ServerClient:
 
     def unreachable(self) -> str:
         return f'nothing answers at {self.host}: start the server, or set {self.ADDRESS} to the address it listens on'
+
+    def checked_reply(self, path: str, named, body: dict, reply: dict, wire_names: dict, advice: str = '') -> dict:
+        """reply, once the server named the model body asked for and each field holds what a recording accepts
+        (wire_names: where the server sent it); else one self.ERROR ending in advice, and nothing of it is kept."""
+        if named != body['model']:
+            raise self.ERROR(f'{self.SERVER} at {self.host} answered for the model {excerpt(named)}, not the pinned '
+                             f'{body["model"]}, so nothing from it is kept: check what serves at {self.ADDRESS}')
+        for field, wire in wire_names.items():
+            if not ANSWER_CHECKS[field][0](reply[field]):
+                raise self.ERROR(f'{self.SERVER} at {self.host} answered {path} with {wire} {excerpt(reply[field])}, '
+                                 f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept{advice}')
+        return reply
 
     def _fetch(self, path: str, data: bytes | None, timeout: float) -> tuple:
         """(response, its body inflated to REPLY_LIMIT + 1 bytes at most) within timeout seconds, or one self.ERROR."""
@@ -144,6 +158,11 @@ class ServerClient:
         if error is not None:
             raise error
         return done['response'], done['body']
+
+    def _call(self, path: str, data: bytes | None = None, timeout: float | None = None) -> dict:
+        """One request whose answer must be a JSON object, within timeout (else CHECK_TIMEOUT, read at the call);
+        every way it can fail is one self.ERROR (the client's _checked says which replies fail)."""
+        return self._checked(path, *self._send(path, data, timeout or CHECK_TIMEOUT))
 
     def _send(self, path: str, data: bytes | None, timeout: float) -> tuple[int, str, dict | None]:
         """(status, body, the body if a JSON object); a reply too large or a redirect is one self.ERROR."""
@@ -236,20 +255,14 @@ class OllamaClient(ServerClient):
             raise OllamaError(f'Ollama at {self.host} stopped before finishing the reply (done is '
                               f'{json.dumps(payload.get("done"))}), so nothing from it is kept: run again, '
                               'and read the server log if it happens again')
-        if payload.get('model') != body['model']:  # Ollama names the tag it was asked for in every reply
-            raise OllamaError(f'Ollama at {self.host} answered for the model {excerpt(payload.get("model"))}, '
-                              f'not the pinned {body["model"]}, so nothing from it is kept: check what serves '
-                              'at OLLAMA_HOST')
         message = payload['message'] if isinstance(payload.get('message'), dict) else {}
         # Ollama leaves out a count that is zero.
         reply = {'seed': body['options']['seed'], 'answer': message.get('content'),
                  'tool_calls': message.get('tool_calls') or [], 'done_reason': payload.get('done_reason'),
                  'prompt_tokens': payload.get('prompt_eval_count', 0), 'answer_tokens': payload.get('eval_count', 0)}
-        for field, wire in WIRE_NAMES.items():
-            if not ANSWER_CHECKS[field][0](reply[field]):
-                raise OllamaError(f'Ollama at {self.host} answered /api/chat with {wire} {excerpt(reply[field])}, '
-                                  f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept: '
-                                  'upgrade Ollama or read its log')
+        # Ollama names the tag it was asked for in every reply.
+        self.checked_reply('/api/chat', payload.get('model'), body, reply, WIRE_NAMES,
+                           ': upgrade Ollama or read its log')
         # Read after every answer, so that each lies between two reads of the pinned digest.
         self.tag_digest('the tag moved while this answer was made, so it is not kept')
         return reply
@@ -272,9 +285,8 @@ class OllamaClient(ServerClient):
         length = (find_tag(self._call('/api/ps').get('models'), self.model['ollama_tag']) or {}).get('context_length')
         return length if type(length) is int and length > 0 else None
 
-    def _call(self, path: str, data: bytes | None = None, timeout: float = CHECK_TIMEOUT) -> dict:
-        """One request whose answer must be a JSON object; every way it can fail is one OllamaError."""
-        status, body, payload = self._send(path, data, timeout)
+    def _checked(self, path: str, status: int, body: str, payload: dict | None) -> dict:
+        """payload, unless the reply is an error or not a JSON object; each is one OllamaError."""
         error = payload.get('error') if payload is not None else None
         detail = reply_detail(body, payload)
         if status == 404 and path == '/api/chat' and error is not None:

@@ -15,7 +15,7 @@ import hashlib
 import os
 from urllib.parse import urlsplit
 
-from answer_model import ANSWER_CHECKS, CLOSEST, SERVER_OPTIONS, api, encode
+from answer_model import CLOSEST, SERVER_OPTIONS, api, encode
 from common import LabError
 import ollama_client
 from ollama_client import OllamaClient, ServerClient, pull_advice, reply_detail
@@ -133,10 +133,6 @@ class OpenAIClient(ServerClient):
         self.checked_model()
         path = f'{self.prefix}/chat/completions'
         payload = self._call(path, encode(body), ollama_client.CHAT_TIMEOUT)
-        if payload.get('model') != body['model']:
-            raise OpenAIError(f'the server at {self.host} answered for the model {excerpt(payload.get("model"))}, '
-                              f'not the pinned {body["model"]}, so nothing from it is kept: check what serves at '
-                              'the base URL')
         choices = payload.get('choices')
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice['message'] if isinstance(choice.get('message'), dict) else {}
@@ -145,10 +141,7 @@ class OpenAIClient(ServerClient):
         reply = {'seed': body['seed'], 'answer': '' if message.get('content') is None and calls else
                  message.get('content'), 'tool_calls': calls, 'done_reason': choice.get('finish_reason'),
                  'prompt_tokens': usage.get('prompt_tokens'), 'answer_tokens': usage.get('completion_tokens')}
-        for field, wire in WIRE_NAMES.items():
-            if not ANSWER_CHECKS[field][0](reply[field]):
-                raise OpenAIError(f'the server at {self.host} answered {path} with {wire} {excerpt(reply[field])}, '
-                                  f'where an answer needs {ANSWER_CHECKS[field][1]}, so nothing from it is kept')
+        self.checked_reply(path, payload.get('model'), body, reply, WIRE_NAMES)
         self.checked = None  # revealed again, so that each answer lies between two reveals of the pinned model
         self.checked_model('it changed while this answer was made, so the answer is not kept')
         return reply
@@ -187,11 +180,6 @@ class OpenAIClient(ServerClient):
             raise OpenAIError(f'{where} did not answer {path} with a JSON object ({clipped(body, 80)!r}): check that '
                               'the base URL is an OpenAI-compatible server')
         return payload
-
-    def _call(self, path: str, data: bytes | None = None, timeout: float | None = None) -> dict:
-        """One request whose answer must be a JSON object; every way it can fail is one OpenAIError."""
-        status, body, payload = self._send(path, data, timeout or ollama_client.CHECK_TIMEOUT)
-        return self._checked(path, status, body, payload)
 
 
 def client_for(model: dict):

@@ -74,7 +74,6 @@ STOP_SECONDS = 10  # how long a stopped server may take to exit before it is kil
 BUILD_COMMAND = f'{python_command()} real_server.py build'
 
 
-
 def expected_record() -> dict:
     """What a built folder's record says besides its files' sizes and sha256s: the pinned inputs."""
     return {'sdist': SDIST['requirement'], 'sdist_sha256': SDIST['sha256'], 'cmake_flags': list(CMAKE_FLAGS),

@@ -179,6 +179,19 @@ class OpenAITest(AnswerFilesTest):
         self.assertEqual((code, out, err, fake.chats()), (2, '', f'answer_check.py: {refusal}\n', []))
         self.assertEqual(checked, (2, '', f'answer_check.py: {refusal}\n'))
 
+    def test_a_reply_for_another_model_is_refused_and_nothing_of_it_kept(self):
+        def renamed(body, number):
+            fake.alias = 'other'  # the reply names the model the server serves now, not the pinned one
+            return 200, completion('answer', llama_count(body))
+        with FakeLlamaServer(chat=renamed) as fake:
+            self.assertEqual(self.pin(fake)[0], 0)
+            code, out, err = self.record()
+        self.assertEqual((code, len(fake.chats())), (2, 1))
+        self.assertRegex(err.splitlines()[-1], r'^answer_check\.py: call 1 of 8 \(recent held-\S+ seed 1\): the '
+                         rf'server at {fake.base_url[:-3]} answered for the model "other", not the pinned '
+                         rf"{re.escape(LLAMA_MODEL)}, so nothing from it is kept: check what serves at the pin's "
+                         r'base_url; no answer is kept$')
+
     def test_check_names_what_the_server_serves(self):
         with FakeLlamaServer() as fake:
             self.assertEqual(self.pin(fake)[0], 0)
